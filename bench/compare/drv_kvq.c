@@ -1,0 +1,330 @@
+/* kvq's queues on the embedded engine in its default, durable mode (every commit returns once
+ * its WAL frames are synced; commits from threads of one process are grouped into one sync).
+ *
+ * Rows: the durable queue (erlfdb's layout), the FIFO recipe and the priority queue recipe
+ * (FIFO and priority in high-contention mode, meant for many consumers), all through the
+ * convenience forms a program would call: kvq_queue_push / push_prio, kvq_queue_pop / pop_min,
+ * kvq_queue_consume_k (pop, and a watch on npush when the queue is empty) and kvq_queue_pop_k.
+ * Batches: kvq_queue_push_many on the durable queue; for FIFO and priority, one transaction of
+ * K kvq_queue_push_txn calls run by kvq_db_transact, the layer's own way to batch.
+ *
+ * Threads of one process share one kvq_db handle (that is what group commit needs); the
+ * processes row opens the database in each forked client. An empty durable queue is waited on
+ * with the watch kvq_queue_consume_k returns; FIFO and priority queues have no push counter to
+ * watch, so their consumers poll every 0.2 ms, as SQLite's do. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qbench.h"
+
+#ifndef QBENCH_HAVE_KVQ_QUEUE
+static int kq_unavailable(void **state, const qb_setup *su)
+{
+    (void)state;
+    (void)su;
+    fprintf(stderr, "qbench: this kvq has no include/kvq/queue.h yet: kvq's queues skipped\n");
+    return -1;
+}
+
+const qb_driver qb_kvq_driver = {
+    .name = "kvq",
+    .setup = kq_unavailable,
+};
+#else
+
+#include <pthread.h>
+
+#include "kvq/kvq.h"
+#include "kvq/queue.h"
+
+typedef struct kq_state {
+    char url[700];
+    kvq_queue_type type;
+    pthread_mutex_t mu;
+    int refs; /* connections of this process using db and q */
+    kvq_db *db;
+    kvq_queue *q;
+} kq_state;
+
+typedef struct kq_conn {
+    kq_state *s;
+    kvq_buf *bufs; /* batch of popped values */
+    kvq_bytes *views;
+    size_t cap;
+} kq_conn;
+
+static int kq_fail(const char *what, int rc)
+{
+    fprintf(stderr, "qbench: kvq %s: %s (%s)\n", what, kvq_strerror(rc), kvq_last_error());
+    return QB_FAIL;
+}
+
+static int kq_setup(void **state, const qb_setup *su)
+{
+    kq_state *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -1;
+    /* A fresh database under the run's fresh directory. Nothing is opened here: a forked
+     * client must not inherit an open handle. */
+    snprintf(s->url, sizeof(s->url), "%s/kvq-db", su->path);
+    s->type = su->sys == QB_SYS_KVQ_FIFO       ? KVQ_QUEUE_FIFO
+              : su->sys == QB_SYS_KVQ_PRIORITY ? KVQ_QUEUE_PRIORITY
+                                               : KVQ_QUEUE_DURABLE;
+    pthread_mutex_init(&s->mu, NULL);
+    *state = s;
+    return 0;
+}
+
+/* Opens the process's handles on first use. */
+static int kq_acquire(kq_state *s)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->refs == 0) {
+        kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+        /* Durable (flags 0, the default). Retry as long as it takes within 10 s, so that a
+         * busy moment shows as a slower rate rather than a failed run. */
+        o.retry_limit = -1;
+        o.timeout_ms = 10000;
+        kvq_queue_options qo = KVQ_QUEUE_OPTIONS_INIT;
+        if (s->type != KVQ_QUEUE_DURABLE)
+            qo.flags |= KVQ_QUEUE_HIGH_CONTENTION;
+        rc = kvq_db_open(&s->db, s->url, &o);
+        if (rc != 0) {
+            kq_fail("open", rc);
+        } else if ((rc = kvq_queue_open(&s->q, s->db, s->type, NULL, &qo)) != 0) {
+            kq_fail("queue open", rc);
+            kvq_db_close(s->db);
+            s->db = NULL;
+        }
+    }
+    if (rc == 0)
+        s->refs++;
+    pthread_mutex_unlock(&s->mu);
+    return rc == 0 ? 0 : -1;
+}
+
+static void kq_release(kq_state *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->refs > 0 && --s->refs == 0) {
+        /* How well commits were grouped, for the progress log. */
+        kvq_db_stats st;
+        if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0 && getenv("QBENCH_VERBOSE"))
+            fprintf(stderr,
+                    "    kvq: %llu commits in %llu storage transactions (%.2f per sync), "
+                    "%llu conflicts, %llu retries\n",
+                    (unsigned long long)st.commits, (unsigned long long)st.batches,
+                    (double)st.commits / (double)st.batches, (unsigned long long)st.conflicts,
+                    (unsigned long long)st.retries);
+        kvq_queue_close(s->q);
+        kvq_db_close(s->db);
+        s->q = NULL;
+        s->db = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int kq_connect(qb_conn **out, void *state)
+{
+    kq_state *s = state;
+    kq_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -1;
+    if (kq_acquire(s) != 0) {
+        free(c);
+        return -1;
+    }
+    c->s = s;
+    *out = (qb_conn *)c;
+    return 0;
+}
+
+static int kq_reserve(kq_conn *c, size_t n)
+{
+    if (n <= c->cap)
+        return 0;
+    kvq_buf *bufs = calloc(n, sizeof(*bufs));
+    kvq_bytes *views = calloc(n, sizeof(*views));
+    if (bufs == NULL || views == NULL) {
+        free(bufs);
+        free(views);
+        return -1;
+    }
+    for (size_t i = 0; i < c->cap; i++)
+        kvq_buf_dispose(&c->bufs[i]);
+    free(c->bufs);
+    free(c->views);
+    c->bufs = bufs;
+    c->views = views;
+    c->cap = n;
+    return 0;
+}
+
+static int kq_push(qb_conn *qc, const uint8_t *msg, size_t size)
+{
+    kq_conn *c = (kq_conn *)qc;
+    int rc = c->s->type == KVQ_QUEUE_PRIORITY ? kvq_queue_push_prio(c->s->q, msg, size, 0)
+                                              : kvq_queue_push(c->s->q, msg, size);
+    return rc == 0 ? 0 : kq_fail("push", rc);
+}
+
+typedef struct push_many_arg {
+    kvq_queue *q;
+    const kvq_bytes *values;
+    size_t n;
+} push_many_arg;
+
+/* K pushes in the caller's transaction: what a FIFO or priority producer does to batch. */
+static int push_many_fn(kvq_txn *txn, void *payload)
+{
+    push_many_arg *a = payload;
+    for (size_t i = 0; i < a->n; i++) {
+        int rc = kvq_queue_get_type(a->q) == KVQ_QUEUE_PRIORITY
+                     ? kvq_queue_push_prio_txn(a->q, txn, a->values[i].data, a->values[i].len, 0)
+                     : kvq_queue_push_txn(a->q, txn, a->values[i].data, a->values[i].len);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t count)
+{
+    kq_conn *c = (kq_conn *)qc;
+    if (kq_reserve(c, count) != 0)
+        return QB_FAIL;
+    for (size_t i = 0; i < count; i++) {
+        c->views[i].data = msgs + i * size;
+        c->views[i].len = size;
+    }
+    int rc;
+    if (c->s->type == KVQ_QUEUE_DURABLE) {
+        rc = kvq_queue_push_many(c->s->q, c->views, count);
+    } else {
+        push_many_arg a = { c->s->q, c->views, count };
+        rc = kvq_db_transact(c->s->db, push_many_fn, &a);
+    }
+    return rc == 0 ? 0 : kq_fail("push batch", rc);
+}
+
+static int take(uint8_t *dst, const kvq_buf *b, size_t size)
+{
+    if (b->len != size) {
+        fprintf(stderr, "qbench: kvq: popped a %zu-byte value, want %zu\n", b->len, size);
+        return QB_FAIL;
+    }
+    memcpy(dst, b->data, size);
+    return 0;
+}
+
+static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size_t *got,
+                        int wait_ms)
+{
+    kq_conn *c = (kq_conn *)qc;
+    kvq_queue *q = c->s->q;
+    *got = 0;
+    if (kq_reserve(c, max) != 0)
+        return QB_FAIL;
+    double until = qb_now() + wait_ms / 1000.0;
+    for (long tries = 0; tries < 1000000; tries++) {
+        size_t n = 0;
+        int rc;
+        if (c->s->type == KVQ_QUEUE_DURABLE) {
+            /* Pop, and in the same transaction arm a watch when the queue came up short. */
+            kvq_watch *w = NULL;
+            rc = kvq_queue_consume_k(q, max, c->bufs, &n, &w);
+            if (rc != 0)
+                return kq_fail("consume", rc);
+            if (n == 0 && w != NULL) {
+                double left = until - qb_now();
+                if (left > 0) {
+                    int wrc = kvq_watch_wait(w, (int64_t)(left * 1000.0) + 1);
+                    if (wrc != 0 && wrc != KVQ_ETIMED_OUT) {
+                        kvq_watch_destroy(w);
+                        return kq_fail("watch", wrc);
+                    }
+                }
+            }
+            kvq_watch_destroy(w);
+        } else if (max == 1) {
+            rc = c->s->type == KVQ_QUEUE_PRIORITY ? kvq_queue_pop_min(q, &c->bufs[0], NULL)
+                                                  : kvq_queue_pop(q, &c->bufs[0]);
+            if (rc != 0 && rc != KVQ_ENOTFOUND)
+                return kq_fail("pop", rc);
+            n = rc == 0;
+        } else {
+            rc = kvq_queue_pop_k(q, max, c->bufs, &n);
+            if (rc != 0 && rc != KVQ_ENOTFOUND)
+                return kq_fail("pop_k", rc);
+            if (rc == KVQ_ENOTFOUND)
+                n = 0;
+        }
+        for (size_t i = 0; i < n && i < max; i++) {
+            if (take(buf + i * size, &c->bufs[i], size) != 0)
+                return QB_FAIL;
+        }
+        *got = n;
+        if (n > 0)
+            return 0;
+        if (qb_now() >= until)
+            return QB_EMPTY;
+        if (c->s->type != KVQ_QUEUE_DURABLE)
+            qb_sleep_us(200);
+    }
+    return QB_EMPTY;
+}
+
+static int kq_pop(qb_conn *qc, uint8_t *buf, size_t size, int wait_ms)
+{
+    size_t got;
+    return kq_pop_batch(qc, buf, size, 1, &got, wait_ms);
+}
+
+static void kq_disconnect(qb_conn *qc)
+{
+    kq_conn *c = (kq_conn *)qc;
+    if (c == NULL)
+        return;
+    kq_release(c->s);
+    for (size_t i = 0; i < c->cap; i++)
+        kvq_buf_dispose(&c->bufs[i]);
+    free(c->bufs);
+    free(c->views);
+    free(c);
+}
+
+static void kq_teardown(void *state)
+{
+    kq_state *s = state;
+    pthread_mutex_lock(&s->mu);
+    if (s->refs > 0) {
+        kvq_queue_close(s->q);
+        kvq_db_close(s->db);
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void kq_version(char *buf, size_t cap, const qb_options *opt, int sys)
+{
+    (void)opt;
+    (void)sys;
+    snprintf(buf, cap, "%s", kvq_version());
+}
+
+const qb_driver qb_kvq_driver = {
+    .name = "kvq",
+    .setup = kq_setup,
+    .connect = kq_connect,
+    .push = kq_push,
+    .push_batch = kq_push_batch,
+    .pop = kq_pop,
+    .pop_batch = kq_pop_batch,
+    .disconnect = kq_disconnect,
+    .teardown = kq_teardown,
+    .version = kq_version,
+};
+#endif

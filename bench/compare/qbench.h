@@ -1,0 +1,66 @@
+/* The interface between qbench's workloads and the queues it drives. Every driver moves
+ * fixed-size messages (qb_options.size bytes) one at a time and, where the system has one, in
+ * batches. A driver's calls return 0, QB_EMPTY (nothing to pop within the wait) or QB_FAIL
+ * after printing one line to stderr. */
+#ifndef QBENCH_H
+#define QBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "table.h"
+
+#define QB_EMPTY 1
+#define QB_FAIL  (-1)
+
+/* What a workload tells the driver when it prepares a fresh queue. */
+typedef struct qb_setup {
+    const qb_options *opt;
+    int sys;          /* QB_SYS_* this queue is measured as */
+    int run;          /* 1-based */
+    char workload;    /* 'a'..'d' */
+    int low_latency;  /* (d): consumers wait on an empty queue; wake them promptly */
+    int processes;    /* clients will connect from forked child processes */
+    char path[600];   /* a fresh directory for embedded systems (already created) */
+} qb_setup;
+
+typedef struct qb_conn qb_conn; /* one client connection, one thread */
+
+typedef struct qb_driver {
+    const char *name;
+    /* Prepares an empty queue for one workload run and returns the driver's shared state. */
+    int (*setup)(void **state, const qb_setup *su);
+    /* Opens a client; called in the thread (or child process) that uses it. */
+    int (*connect)(qb_conn **out, void *state);
+    /* Pushes one message. */
+    int (*push)(qb_conn *c, const uint8_t *msg, size_t size);
+    /* Pushes count messages stored back to back, in one operation; NULL: no batches. */
+    int (*push_batch)(qb_conn *c, const uint8_t *msgs, size_t size, size_t count);
+    /* Pops one message into buf (size bytes), waiting up to wait_ms for one to arrive. */
+    int (*pop)(qb_conn *c, uint8_t *buf, size_t size, int wait_ms);
+    /* Pops up to max messages into buf, back to back, in one operation; *got tells how many.
+     * Waits up to wait_ms while the queue is empty. */
+    int (*pop_batch)(qb_conn *c, uint8_t *buf, size_t size, size_t max, size_t *got, int wait_ms);
+    void (*disconnect)(qb_conn *c);
+    /* Drops the queue's data where cheap and frees the shared state. */
+    void (*teardown)(void *state);
+    /* Writes the system's version into buf (may connect); optional. */
+    void (*version)(char *buf, size_t cap, const qb_options *opt, int sys);
+} qb_driver;
+
+extern const qb_driver qb_beanstalkd_driver;
+extern const qb_driver qb_redis_driver;
+extern const qb_driver qb_postgres_driver;
+extern const qb_driver qb_sqlite_driver;
+extern const qb_driver qb_kvq_driver;
+
+/* Monotonic time. */
+double qb_now(void);
+/* Sleeps for a few microseconds (used by drivers that poll). */
+void qb_sleep_us(long us);
+
+/* TCP to a loopback endpoint with TCP_NODELAY and receive/send timeouts of timeout_ms; -1 after
+ * printing why. */
+int qb_tcp_connect(const qb_endpoint *ep, int timeout_ms);
+
+#endif /* QBENCH_H */

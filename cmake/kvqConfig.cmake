@@ -1,0 +1,5 @@
+include(CMakeFindDependencyMacro)
+find_dependency(Threads)
+find_dependency(PkgConfig)
+pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
+include("${CMAKE_CURRENT_LIST_DIR}/kvqTargets.cmake")

@@ -1,0 +1,441 @@
+/**
+ * @file kvq/queue.h
+ * @brief The queue layers: FIFO queue, priority queue and durable queue.
+ *
+ * Three kinds of queue, each byte-compatible with the program it comes from, so that a queue
+ * written by kvq can be read by that program on the same FoundationDB cluster and the reverse:
+ *
+ * - **FIFO** (FoundationDB's "Queues" recipe): items at `sub + (index, 20 random bytes)`; the
+ *   default subspace is the string tuple `("Q",)`.
+ * - **priority** (the "Priority Queues" recipe): items at
+ *   `sub + (priority, count, 20 random bytes)`; default subspace `("P",)`.
+ * - **durable** (erlfdb's kv_queue): counters `sub + (b"npush",)` and `sub + (b"npop",)`
+ *   (8-byte little-endian, atomic add), items at `sub + (b"val", versionstamp)`; default
+ *   subspace `(b"q",)` (a bytes element).
+ *
+ * Values are stored as they are given (no envelope). kvq's own bookkeeping (idempotency
+ * markers, pop result slots, high-contention staging) lives under `prefix + 0xFF + (...)`,
+ * outside the recipes' item range, so programs using the recipes never see it; it still belongs
+ * to the queue and kvq_queue_delete removes it.
+ *
+ * **Two forms of every operation.** A `_txn` form runs inside the caller's transaction, so that
+ * an enqueue or a dequeue commits together with the application's own writes (a transactional
+ * outbox); it returns values borrowed from that transaction and is exactly as idempotent as the
+ * caller's transaction is (see kvq_queue_token for a marker the caller may add). A convenience
+ * form runs its own retry loop and is idempotent under `commit_unknown_result` (1021):
+ *
+ * - a convenience push pushes exactly once: it writes a marker keyed by a random push id in the
+ *   same transaction, and a retry first reads that marker;
+ * - a convenience pop removes at most one item per call (at most k for kvq_queue_pop_k) and
+ *   returns that item even if its commit reported 1021: it writes a result slot keyed by a
+ *   random pop id and, on a retry, returns the value remembered from the attempt that
+ *   committed instead of popping again;
+ * - markers and slots are kept for the idempotency window (kvq_queue_options.idempotency_window_min
+ *   minutes of database time) and then pruned. A retry loop still running after the window
+ *   cannot tell, so it returns KVQ_ECOMMIT_UNKNOWN_RESULT to the caller rather than guess.
+ *
+ * **Errors** common to every function: KVQ_EINVAL for a NULL or invalid argument (never a
+ * crash), KVQ_EWRONGTYPE when an operation does not apply to the queue's type, KVQ_ENOTFOUND
+ * when a pop or peek finds the queue empty, KVQ_EVALUE_TOO_LARGE for a value over 100,000
+ * bytes, and any transaction error of kvq/db.h (after the retry budget, for convenience forms).
+ * Details are in kvq_last_error().
+ *
+ * **Threads**: a kvq_queue may be shared by any number of threads; a kvq_txn still belongs to
+ * one thread at a time. **Processes**: open the database and the queue again after fork().
+ */
+#ifndef KVQ_QUEUE_H
+#define KVQ_QUEUE_H
+
+#include "common.h"
+#include "error.h"
+#include "db.h"
+#include "tuple.h"
+#include "consumer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** An open queue: a database, a subspace and a type. Shared by threads. */
+typedef struct kvq_queue kvq_queue;
+
+/** The three kinds of queue. */
+typedef enum kvq_queue_type {
+    KVQ_QUEUE_FIFO = 1,     /**< FoundationDB's queue recipe */
+    KVQ_QUEUE_PRIORITY = 2, /**< FoundationDB's priority queue recipe */
+    KVQ_QUEUE_DURABLE = 3,  /**< erlfdb's versionstamped queue with counters */
+} kvq_queue_type;
+
+/** Flags of kvq_queue_options.flags. */
+enum {
+    /**
+     * High-contention pops (FIFO and priority queues): a pop that loses a race registers as a
+     * waiter and is served by a batch "fulfil" transaction, so that many consumers share a few
+     * commits instead of fighting over the head. See docs/queues.md.
+     */
+    KVQ_QUEUE_HIGH_CONTENTION = 1u << 0,
+};
+
+#define KVQ_QUEUE_OPTIONS_VERSION 1
+
+/** Options of kvq_queue_open. Initialise with KVQ_QUEUE_OPTIONS_INIT, then change fields. */
+typedef struct kvq_queue_options {
+    unsigned int version; /**< KVQ_QUEUE_OPTIONS_VERSION */
+    unsigned int flags;   /**< KVQ_QUEUE_* flags */
+    /**
+     * High-contention mode: milliseconds (of database time) after which a registered waiter
+     * nobody serves, or a result its popper never collected, goes back: the result is put back
+     * into the queue at its original key, the waiter is removed. Default 30,000; at least 1.
+     */
+    int64_t staging_timeout_ms;
+    /** Keys read per transaction by len, iterate and clear scans (default 1,000; 1 to 100,000). */
+    int page_size;
+    /** Waiters (and items) one high-contention fulfil transaction serves (default 100). */
+    int hc_batch;
+    /** Minutes idempotency markers and pop result slots are kept (default 5; 2 to 1,440). */
+    int idempotency_window_min;
+} kvq_queue_options;
+
+#define KVQ_QUEUE_OPTIONS_INIT                            \
+    {                                                     \
+        KVQ_QUEUE_OPTIONS_VERSION, 0, 30000, 1000, 100, 5 \
+    }
+
+/**
+ * Opens a queue. No transaction is run: opening never touches the database.
+ *
+ * @param[out] out  the handle; NULL on failure. Close it with kvq_queue_close.
+ * @param db        the database; it must outlive the handle
+ * @param type      the kind of queue
+ * @param sub       the queue's subspace (copied), or NULL for the default of the type:
+ *                  `("Q",)` for FIFO, `("P",)` for priority (string elements) and `(b"q",)` for
+ *                  durable (a bytes element). Its prefix must not be empty.
+ * @param opts      options (copied), or NULL for KVQ_QUEUE_OPTIONS_INIT
+ * @return 0; KVQ_EINVAL (NULL db or out, unknown type, empty prefix, bad option, prefix so long
+ *         that keys would exceed 10,000 bytes; high contention asked of a durable queue);
+ *         KVQ_ENOMEM.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_open(kvq_queue **out,
+                                         kvq_db *db,
+                                         kvq_queue_type type,
+                                         const kvq_subspace *sub,
+                                         const kvq_queue_options *opts);
+
+/** Frees a queue handle (the data stays in the database). NULL is a no-op. No other thread may
+ * be using the handle. */
+KVQ_API void kvq_queue_close(kvq_queue *q);
+
+/** The queue's type, or 0 for NULL. */
+KVQ_API kvq_queue_type kvq_queue_get_type(const kvq_queue *q);
+
+/** The queue's key prefix, borrowed from the handle (valid until kvq_queue_close). */
+KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Operations on every type                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Pushes a value (idempotent convenience form; its own retry loop). A priority queue gets it at
+ * priority 0.
+ *
+ * @param value  the bytes (copied); may be NULL when len is 0
+ * @return 0; KVQ_EINVAL; KVQ_EVALUE_TOO_LARGE; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the
+ *         idempotency window); a transaction error after the retry budget.
+ * @note Pushes never conflict with each other nor with pops.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_push(kvq_queue *q, const uint8_t *value, size_t len);
+
+/**
+ * Pushes a value inside the caller's transaction. Nothing is written before the transaction
+ * commits. No idempotency marker is written (see kvq_queue_token).
+ * @return 0; KVQ_EINVAL; KVQ_EVALUE_TOO_LARGE; a transaction error (return it from the
+ *         transaction's function unchanged).
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len);
+
+/**
+ * Pops the first item (FIFO and durable: the oldest; priority: the lowest priority) and copies
+ * its value into `out` (idempotent convenience form). In high-contention mode this may take
+ * several transactions (see docs/queues.md).
+ *
+ * @param[out] out  receives the value (its previous content is replaced); caller-owned, free
+ *                  with kvq_buf_dispose
+ * @return 0; KVQ_ENOTFOUND (empty); KVQ_EINVAL; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only
+ *         after the idempotency window); a transaction error after the retry budget.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop(kvq_queue *q, kvq_buf *out);
+
+/**
+ * Pops the first item inside the caller's transaction (always the simple path, even in
+ * high-contention mode). The item is removed when the transaction commits.
+ *
+ * @param[out] out  the value, borrowed from txn (valid until it commits, resets or retries)
+ * @return 0; KVQ_ENOTFOUND (empty; nothing written); KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out);
+
+/**
+ * Copies the first item's value into `out` without removing it (a read-only transaction).
+ * @return 0; KVQ_ENOTFOUND; KVQ_EINVAL; KVQ_ENOMEM; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek(kvq_queue *q, kvq_buf *out);
+
+/**
+ * Reads the first item's value inside the caller's transaction.
+ * @param[out] out  borrowed from txn
+ * @param flags     0 (the read adds a read-conflict range: the caller's commit fails if the head
+ *                  changes) or KVQ_SNAPSHOT
+ * @return 0; KVQ_ENOTFOUND; KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_peek_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, unsigned int flags);
+
+/**
+ * The number of items. Durable queues: npush − npop (two reads). FIFO and priority queues: a
+ * count of the item keys, read in pages of page_size keys, each page in its own transaction
+ * (so the count of a queue that changes meanwhile is approximate).
+ * @return 0; KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_len(kvq_queue *q, uint64_t *out);
+
+/**
+ * The number of items, inside the caller's transaction (FIFO and priority: every page in this
+ * transaction, so a very long queue may exceed the 5-second transaction limit).
+ * @param flags  0 or KVQ_SNAPSHOT (without it, the caller's commit conflicts with any push or pop)
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_len_txn(kvq_queue *q, kvq_txn *txn, uint64_t *out, unsigned int flags);
+
+/**
+ * Removes every item, keeping the queue's bookkeeping. Durable queues: one transaction that
+ * clears the item range and sets npop to npush. FIFO and priority queues: one clear of the item
+ * range (values handed to high-contention waiters but not yet collected are not affected).
+ * @return 0; KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_clear(kvq_queue *q);
+
+/** kvq_queue_clear inside the caller's transaction. */
+KVQ_API KVQ_NODISCARD int kvq_queue_clear_txn(kvq_queue *q, kvq_txn *txn);
+
+/**
+ * Removes every key of the queue: items, counters and bookkeeping (everything whose key starts
+ * with the queue's prefix, including queues in subspaces nested inside it).
+ * @return 0; KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_delete(kvq_queue *q);
+
+/** kvq_queue_delete inside the caller's transaction. */
+KVQ_API KVQ_NODISCARD int kvq_queue_delete_txn(kvq_queue *q, kvq_txn *txn);
+
+/**
+ * Called by kvq_queue_iterate for each item, in queue order. `value` is valid during the call
+ * only. For priority queues `priority` is the item's priority (0 for other types). Return 0 to
+ * go on; anything else stops the iteration and is returned by kvq_queue_iterate.
+ */
+typedef int (*kvq_queue_iter_fn)(kvq_bytes value, int64_t priority, void *payload);
+
+/**
+ * Calls fn for every item in queue order without removing any. Items are read in pages of
+ * page_size, each page in its own read-only transaction, and fn runs outside any transaction;
+ * the whole queue is never held in memory. Items pushed or popped during the iteration may or
+ * may not be seen; none is seen twice.
+ * @return 0; fn's non-zero return; KVQ_EINVAL; KVQ_ENOMEM; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_iterate(kvq_queue *q, kvq_queue_iter_fn fn, void *payload);
+
+/**
+ * Iterates inside the caller's transaction (pages of page_size, all in txn; values borrowed from
+ * txn during the call). Snapshot reads: the iteration adds no read conflicts.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_iterate_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_iter_fn fn, void *payload);
+
+/**
+ * Pops up to k items from the head in one transaction (durable queue: one range read, one
+ * clear_range, one ADD to npop; priority queue: the k lowest; high-contention mode does not
+ * apply). Idempotent convenience form.
+ *
+ * @param k          1 to 10,000
+ * @param[out] outs  caller-owned array of at least k buffers; outs[0..*n) receive the values
+ *                   (the rest are left untouched); free each with kvq_buf_dispose
+ * @param[out] n     how many were popped
+ * @return 0 when at least one item was popped (*n may be less than k); KVQ_ENOTFOUND (empty);
+ *         KVQ_EINVAL; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the idempotency
+ *         window); a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n);
+
+/**
+ * Pops up to k items inside the caller's transaction.
+ * @param[out] outs  caller array of at least k views, borrowed from txn
+ * @return 0 with *n ≥ 1; KVQ_ENOTFOUND (empty; nothing written); KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_pop_k_txn(kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Priority queues                                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/** Pushes a value at a priority (idempotent convenience form). Lower priorities come out of
+ * kvq_queue_pop_min first; items of one priority keep push order from one producer. Errors as
+ * kvq_queue_push, and KVQ_EWRONGTYPE for a queue that is not a priority queue. */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t priority);
+
+/** kvq_queue_push_prio inside the caller's transaction. */
+KVQ_API KVQ_NODISCARD int kvq_queue_push_prio_txn(
+    kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t priority);
+
+/**
+ * Pops the item with the lowest priority (the oldest of that priority) into `out`; its priority
+ * into *priority (may be NULL). Idempotent convenience form; high-contention mode applies.
+ * Errors as kvq_queue_pop, and KVQ_EWRONGTYPE.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_min(kvq_queue *q, kvq_buf *out, int64_t *priority);
+
+/** Pops the item with the highest priority (the newest of that priority); as kvq_queue_pop_min. */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_max(kvq_queue *q, kvq_buf *out, int64_t *priority);
+
+/** kvq_queue_pop_min inside the caller's transaction; `out` borrowed from txn. */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_pop_min_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority);
+
+/** kvq_queue_pop_max inside the caller's transaction; `out` borrowed from txn. */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_pop_max_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority);
+
+/** Copies the lowest-priority item without removing it. Errors as kvq_queue_peek. */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_min(kvq_queue *q, kvq_buf *out, int64_t *priority);
+
+/** Copies the highest-priority item without removing it. Errors as kvq_queue_peek. */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_max(kvq_queue *q, kvq_buf *out, int64_t *priority);
+
+/** kvq_queue_peek_min inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_min_txn(
+    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags);
+
+/** kvq_queue_peek_max inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_max_txn(
+    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Durable queues                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Pushes n values in one transaction, in order (each gets its own user version after the
+ * commit's versionstamp). Idempotent convenience form: all or none, exactly once.
+ * @param values  n views (copied); n from 1 to 10,000
+ * @return as kvq_queue_push, and KVQ_EWRONGTYPE; KVQ_ETRANSACTION_TOO_LARGE when the batch
+ *         exceeds the 10 MB transaction limit.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_push_many(kvq_queue *q, const kvq_bytes *values, size_t n);
+
+/** kvq_queue_push_many inside the caller's transaction. */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n);
+
+/**
+ * Arms a watch on the durable queue's push counter (npush) in its own transaction: it fires
+ * on the first push that commits after this call.
+ * @param[out] out  the watch; wait with kvq_watch_wait, free with kvq_watch_destroy
+ * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE; KVQ_ETOO_MANY_WATCHES; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_watch(kvq_queue *q, kvq_watch **out);
+
+/** Sets a watch on npush inside the caller's transaction; it is armed when txn commits and
+ * fires once npush differs from the value txn saw. */
+KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_queue *q, kvq_txn *txn, kvq_watch **out);
+
+/**
+ * Pops up to k items and, when fewer than k were found, also returns a watch on npush set in
+ * the same transaction, so that the caller can sleep on it without missing a push that
+ * committed after the pop (idempotent convenience form; durable queues only).
+ *
+ * @param[out] outs   caller array of at least k buffers (as kvq_queue_pop_k)
+ * @param[out] n      items popped (0 is not an error here)
+ * @param[out] watch  NULL when *n == k; else an armed watch the caller must destroy. It may
+ *                    also be NULL when fewer than k came back in the rare case that a commit
+ *                    reported 1021 and a push may have happened since: call again without
+ *                    sleeping.
+ * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the
+ *         idempotency window); a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_consume_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch);
+
+/**
+ * kvq_queue_consume_k inside the caller's transaction: *watch (when fewer than k items came
+ * back) is armed when txn commits. The caller destroys it; if txn is retried instead, the watch
+ * fails with 1025 and must be destroyed too.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_consume_k_txn(
+    kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n, kvq_watch **watch);
+
+/**
+ * Fills a consumer-runtime source (kvq/consumer.h) that pops from this durable queue and wakes
+ * on its npush. The source borrows q, which must outlive the consumer.
+ * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Idempotency for the caller's own transactions; high-contention upkeep                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * An idempotency token for a caller's transaction (the same machinery the convenience forms
+ * use). Make one with kvq_queue_token_init before the retry loop, and call
+ * kvq_queue_token_apply_txn in every attempt.
+ */
+typedef struct kvq_queue_token {
+    uint8_t id[16]; /**< random */
+    int64_t bucket; /**< the time bucket, fixed by the first attempt (-1 before) */
+} kvq_queue_token;
+
+/** Fills a token with a fresh random id. Returns 0, KVQ_EINVAL or KVQ_EIO. */
+KVQ_API KVQ_NODISCARD int kvq_queue_token_init(kvq_queue_token *tok);
+
+/**
+ * Reads the token's marker and writes it. *already = 1 means an earlier attempt with this token
+ * committed: the caller should skip its work and commit (nothing else happens). *already = 0:
+ * the marker is now written in txn; do the work. The read is of the marker key only, so tokens
+ * never make transactions conflict with each other.
+ * @return 0; KVQ_EINVAL; KVQ_ETIMED_OUT when the token is older than the idempotency window
+ *         (whether the earlier attempt committed cannot be known any more); a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_token_apply_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok, int *already);
+
+/**
+ * High-contention upkeep, run automatically by pops from time to time: puts results older than
+ * the staging timeout back into the queue at their original keys, and removes waiters older
+ * than it. Safe to call any time, from any process, in any mode.
+ * @param[out] returned  items put back (may be NULL)
+ * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE (durable queues have no staging); a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_recover(kvq_queue *q, uint64_t *returned);
+
+/** Counters of a queue handle (all threads), for tests and benchmarks. */
+typedef struct kvq_queue_stats {
+    uint64_t pops;           /**< items popped by convenience pops of this handle */
+    uint64_t hc_simple;      /**< high-contention pops served by the simple path */
+    uint64_t hc_registered;  /**< waiters registered */
+    uint64_t hc_fulfils;     /**< fulfil transactions committed */
+    uint64_t hc_fulfil_lost; /**< fulfil transactions that lost a race (1020) */
+    uint64_t hc_returned;    /**< stale results put back by recovery */
+    uint64_t hc_waits;       /**< times a waiter slept on its watch */
+    uint64_t dedup;          /**< retries resolved by a marker or slot (1021 that had committed) */
+} kvq_queue_stats;
+
+/** Reads a handle's counters. Returns 0 or KVQ_EINVAL. */
+KVQ_API int kvq_queue_get_stats(kvq_queue_stats *out, const kvq_queue *q);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVQ_QUEUE_H */

@@ -1,0 +1,78 @@
+/* The kvq command: shared declarations. */
+#ifndef KVQ_CLI_H
+#define KVQ_CLI_H
+
+#include <stdio.h>
+
+#include "kvq/kvq.h"
+
+/* Exit codes a script can rely on. */
+enum {
+    EXIT_OK_ = 0,
+    EXIT_EMPTY = 1, /* empty queue, or no such queue */
+    EXIT_USAGE = 2, /* bad command line */
+    EXIT_DB = 3,    /* database or I/O error */
+};
+
+typedef struct cli {
+    const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
+    int json;
+    kvq_db *db;
+} cli;
+
+typedef struct cli_cmd {
+    const char *name;
+    const char *args;    /* one-line synopsis of the arguments */
+    const char *summary; /* one line */
+    const char *help;    /* the options, one per line, or NULL */
+    int (*run)(cli *c, int argc, char **argv);
+} cli_cmd;
+
+/* Opens the database on first use; prints the error and returns an exit code on failure. */
+int cli_open(cli *c);
+/* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code. */
+int cli_fail(int rc, const char *what);
+/* Prints a usage error naming the problem and returns EXIT_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints a command's help. */
+void cli_help(FILE *f, const cli_cmd *cmd);
+const cli_cmd *cli_find(const char *name);
+
+/* Parses a decimal integer in [min, max]; 0 on success. */
+int cli_parse_int(const char *s, long long min, long long max, long long *out);
+
+/* Writes bytes as a JSON string (with quotes). */
+void cli_json_str(FILE *f, const uint8_t *p, size_t n);
+/* Writes bytes as text: as they are if printable UTF-8 without newlines, else escaped. */
+void cli_print_value(FILE *f, const uint8_t *p, size_t n);
+
+/* The queue registry: every queue the command creates is recorded with its type. */
+typedef enum cli_qtype { QT_NONE = 0, QT_FIFO = 1, QT_PRIORITY = 2, QT_DURABLE = 3 } cli_qtype;
+const char *cli_qtype_name(cli_qtype t);
+int cli_qtype_parse(const char *s, cli_qtype *out);
+/* Looks a queue up; KVQ_ENOTFOUND when it does not exist. */
+int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out);
+int cli_registry_create(kvq_db *db, const char *name, cli_qtype type);
+int cli_registry_delete(kvq_db *db, const char *name);
+/* Calls fn for each queue in name order. */
+int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);
+/* Checks a queue name: 1 to 200 bytes, no NUL, printable. 0 or KVQ_EINVAL with a detail. */
+int cli_check_name(const char *name);
+
+/* The commands (main.c's table). */
+int cmd_create(cli *c, int argc, char **argv);
+int cmd_delete(cli *c, int argc, char **argv);
+int cmd_queues(cli *c, int argc, char **argv);
+int cmd_push(cli *c, int argc, char **argv);
+int cmd_pop(cli *c, int argc, char **argv);
+int cmd_peek(cli *c, int argc, char **argv);
+int cmd_len(cli *c, int argc, char **argv);
+int cmd_list(cli *c, int argc, char **argv);
+int cmd_clear(cli *c, int argc, char **argv);
+int cmd_watch(cli *c, int argc, char **argv);
+int cmd_stats(cli *c, int argc, char **argv);
+int cmd_consume(cli *c, int argc, char **argv);
+int cmd_bench(cli *c, int argc, char **argv);
+int cmd_demo(cli *c, int argc, char **argv);
+
+#endif /* KVQ_CLI_H */

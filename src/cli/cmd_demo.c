@@ -1,0 +1,212 @@
+/* kvq demo: the erlfdb tutorial's scenario on the embedded engine. Producer threads push items
+ * concurrently while consumer workers pop them in batches; then every item is checked to have
+ * been consumed exactly once, and in order per producer within each consumer. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qops.h"
+#include "util/util.h"
+
+typedef struct demo {
+    cq *q;
+    int producers, consumers;
+    long items, per_producer;
+    int push_batch;
+    uint32_t *seen;    /* producers x per_producer counters */
+    int64_t *last_seq; /* consumers x producers: the last sequence each worker saw */
+    uint64_t out_of_order, malformed, consumed;
+    int push_error;
+    pthread_mutex_t mu;
+} demo;
+
+typedef struct producer {
+    demo *d;
+    int id;
+} producer;
+
+static void *produce(void *arg)
+{
+    producer *p = arg;
+    demo *d = p->d;
+    char buf[64];
+    for (long s = 0; s < d->per_producer; s++) {
+        int n = snprintf(buf, sizeof(buf), "p%03d:%09ld", p->id, s);
+        int rc = cq_push(d->q, (const uint8_t *)buf, (size_t)n, 0);
+        if (rc != 0) {
+            pthread_mutex_lock(&d->mu);
+            if (d->push_error == 0)
+                d->push_error = rc;
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int consume(kvq_bytes v, int worker, void *payload)
+{
+    demo *d = payload;
+    int id;
+    long seq;
+    char buf[64];
+    if (v.len >= sizeof(buf))
+        goto bad;
+    memcpy(buf, v.data, v.len);
+    buf[v.len] = '\0';
+    if (sscanf(buf, "p%d:%ld", &id, &seq) != 2 || id < 0 || id >= d->producers || seq < 0 ||
+        seq >= d->per_producer)
+        goto bad;
+    __atomic_add_fetch(&d->seen[(size_t)id * (size_t)d->per_producer + (size_t)seq], 1,
+                       __ATOMIC_RELAXED);
+    /* One worker sees each producer's items in increasing order: it pops from the head. */
+    int64_t *last = &d->last_seq[(size_t)worker * (size_t)d->producers + (size_t)id];
+    if (seq <= *last)
+        __atomic_add_fetch(&d->out_of_order, 1, __ATOMIC_RELAXED);
+    *last = seq;
+    __atomic_add_fetch(&d->consumed, 1, __ATOMIC_RELAXED);
+    return 0;
+bad:
+    __atomic_add_fetch(&d->malformed, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&d->consumed, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int cmd_demo(cli *c, int argc, char **argv)
+{
+    long long producers = 8, consumers = 4, items = 100000, batch = 100;
+    char qname[64];
+    snprintf(qname, sizeof(qname), "demo-%ld", (long)getpid());
+    const char *name = qname;
+    for (int i = 1; i < argc; i++) {
+        long long *dst = NULL;
+        long long lo = 1, hi = 0;
+        if (strcmp(argv[i], "--producers") == 0)
+            dst = &producers, hi = 256;
+        else if (strcmp(argv[i], "--consumers") == 0)
+            dst = &consumers, hi = 256;
+        else if (strcmp(argv[i], "--items") == 0)
+            dst = &items, hi = 100000000;
+        else if (strcmp(argv[i], "--batch") == 0)
+            dst = &batch, hi = 10000;
+        else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
+            name = argv[++i];
+            if (cli_check_name(name) != 0)
+                return cli_usage("demo", "invalid queue name '%s'", name);
+            continue;
+        } else
+            return cli_usage("demo", "unexpected argument '%s'", argv[i]);
+        if (i + 1 >= argc || cli_parse_int(argv[i + 1], lo, hi, dst) != 0)
+            return cli_usage("demo", "%s needs a number from %lld to %lld", argv[i], lo, hi);
+        i++;
+    }
+    if (items < producers)
+        return cli_usage("demo", "--items must be at least --producers");
+    int rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    int err = cli_registry_create(c->db, name, QT_DURABLE);
+    if (err == KVQ_EEXISTS || err == KVQ_EWRONGTYPE) {
+        fprintf(stderr, "kvq demo: queue '%s' already exists; name another with --queue\n", name);
+        return EXIT_USAGE;
+    }
+    if (err != 0)
+        return cli_fail(err, "cannot create the demo queue");
+    demo d = { .producers = (int)producers, .consumers = (int)consumers };
+    d.per_producer = items / producers;
+    d.items = d.per_producer * producers;
+    pthread_mutex_init(&d.mu, NULL);
+    d.seen = kvq__calloc((size_t)d.items, sizeof(*d.seen));
+    d.last_seq = kvq__malloc((size_t)(consumers * producers) * sizeof(*d.last_seq));
+    if (d.seen == NULL || d.last_seq == NULL) {
+        fprintf(stderr, "kvq demo: out of memory\n");
+        return EXIT_DB;
+    }
+    for (long long i = 0; i < consumers * producers; i++)
+        d.last_seq[i] = -1;
+    err = cq_open(&d.q, c->db, name, QT_DURABLE);
+    kvq_consumer_source src;
+    if (err == 0)
+        err = cq_source(d.q, &src);
+    if (err != 0)
+        return cli_fail(err, "cannot open the demo queue");
+
+    printf("kvq demo: %ld items, %d producer threads, %d consumer workers popping up to %lld "
+           "per transaction, durable queue '%s' in %s\n",
+           d.items, d.producers, d.consumers, batch, name,
+           c->db_url ? c->db_url : (getenv("KVQ_DB") ? getenv("KVQ_DB") : "./kvq-data"));
+    kvq_db_stats before;
+    (void)kvq_db_get_stats(&before, c->db);
+    int64_t t0 = kvq__mono_us();
+    kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
+    o.workers = d.consumers;
+    o.batch = (int)batch;
+    kvq_consumer *cons;
+    err = kvq_consumer_start(&cons, c->db, &src, consume, &d, &o);
+    if (err != 0)
+        return cli_fail(err, "cannot start the consumers");
+    pthread_t *th = kvq__calloc((size_t)producers, sizeof(*th));
+    producer *ps = kvq__calloc((size_t)producers, sizeof(*ps));
+    for (int i = 0; i < d.producers; i++) {
+        ps[i] = (producer){ &d, i };
+        pthread_create(&th[i], NULL, produce, &ps[i]);
+    }
+    for (int i = 0; i < d.producers; i++)
+        pthread_join(th[i], NULL);
+    int64_t t_push = kvq__mono_us();
+    /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
+    int64_t deadline = t_push + 120 * 1000000LL;
+    while (__atomic_load_n(&d.consumed, __ATOMIC_RELAXED) < (uint64_t)d.items &&
+           kvq__mono_us() < deadline && d.push_error == 0 && !kvq_consumer_finished(cons))
+        kvq__sleep_us(2000);
+    int64_t t_done = kvq__mono_us();
+    kvq_consumer_stop(cons);
+    int cerr = kvq_consumer_join(cons);
+    kvq_consumer_stats cs;
+    (void)kvq_consumer_get_stats(&cs, cons);
+    kvq_consumer_free(cons);
+    kvq_db_stats after;
+    (void)kvq_db_get_stats(&after, c->db);
+    uint64_t left = 0;
+    (void)cq_len(d.q, &left);
+
+    long missing = 0, dup = 0;
+    for (long i = 0; i < d.items; i++) {
+        missing += d.seen[i] == 0;
+        dup += d.seen[i] > 1;
+    }
+    double push_s = (double)(t_push - t0) / 1e6, all_s = (double)(t_done - t0) / 1e6;
+    int ok = d.push_error == 0 && cerr == 0 && missing == 0 && dup == 0 && d.malformed == 0 &&
+             d.out_of_order == 0 && left == 0;
+    printf("pushed   %ld items in %.2f s: %.0f pushes/s (one item per transaction)\n", d.items,
+           push_s, (double)d.items / push_s);
+    printf("consumed %llu items in %.2f s: %.0f items/s, %llu pop transactions (%.1f items "
+           "each), %llu waits on the watch\n",
+           (unsigned long long)cs.items, all_s, (double)cs.items / all_s,
+           (unsigned long long)cs.batches, cs.batches ? (double)cs.items / (double)cs.batches : 0.0,
+           (unsigned long long)cs.empty_waits);
+    printf("conflicts %llu, retries %llu, commits %llu in %llu syncs\n",
+           (unsigned long long)(after.conflicts - before.conflicts),
+           (unsigned long long)(after.retries - before.retries),
+           (unsigned long long)(after.commits - before.commits),
+           (unsigned long long)(after.batches - before.batches));
+    printf("verified: %ld missing, %ld duplicated, %llu out of order, %llu malformed, %llu left "
+           "in the queue: %s\n",
+           missing, dup, (unsigned long long)d.out_of_order, (unsigned long long)d.malformed,
+           (unsigned long long)left, ok ? "every item consumed exactly once" : "FAILED");
+    if (d.push_error != 0)
+        cli_fail(d.push_error, "a producer failed");
+    if (cerr != 0)
+        cli_fail(cerr, "a consumer failed");
+    /* The demo cleans up after itself. */
+    if (cq_delete(d.q) == 0)
+        (void)cli_registry_delete(c->db, name);
+    cq_close(d.q);
+    kvq__free(th);
+    kvq__free(ps);
+    kvq__free(d.seen);
+    kvq__free(d.last_seq);
+    pthread_mutex_destroy(&d.mu);
+    return ok ? 0 : EXIT_DB;
+}

@@ -1,0 +1,465 @@
+/* The commands that work on one queue: create, delete, queues, push, pop, peek, len, list,
+ * clear, watch, stats. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qops.h"
+
+/* Splits argv into the queue name (the first non-option argument) and the rest. Options are
+ * parsed by the callers from the remaining arguments. */
+static int need_name(const char *cmd, int argc, char **argv, const char **name)
+{
+    if (argc < 2 || argv[1][0] == '-')
+        return cli_usage(cmd, "missing the queue NAME");
+    if (cli_check_name(argv[1]) != 0)
+        return cli_usage(cmd, "invalid queue name '%s' (1-200 printable bytes)", argv[1]);
+    *name = argv[1];
+    return 0;
+}
+
+/* Opens the database and the named queue, checking that it exists. */
+static int open_queue(cli *c, const char *name, cq **q, cli_qtype *type)
+{
+    int rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    cli_qtype t;
+    int err = cli_registry_get(c->db, name, &t);
+    if (err == KVQ_ENOTFOUND) {
+        fprintf(stderr, "kvq: no queue named '%s' (create it with 'kvq create %s')\n", name, name);
+        return EXIT_EMPTY;
+    }
+    if (err != 0)
+        return cli_fail(err, "cannot read the queue registry");
+    err = cq_open(q, c->db, name, t);
+    if (err != 0)
+        return cli_fail(err, "cannot open the queue");
+    if (type != NULL)
+        *type = t;
+    return 0;
+}
+
+int cmd_create(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("create", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    cli_qtype type = QT_DURABLE;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
+            if (cli_qtype_parse(argv[++i], &type) != 0)
+                return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
+                                 argv[i]);
+        } else {
+            return cli_usage("create", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    int err = cli_registry_create(c->db, name, type);
+    if (err == KVQ_EEXISTS) {
+        fprintf(stderr, "kvq: queue '%s' already exists\n", name);
+        return EXIT_USAGE;
+    }
+    if (err == KVQ_EWRONGTYPE) {
+        cli_qtype have = QT_NONE;
+        if (cli_registry_get(c->db, name, &have) != 0)
+            have = QT_NONE;
+        fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
+                cli_qtype_name(have));
+        return EXIT_USAGE;
+    }
+    if (err != 0)
+        return cli_fail(err, "cannot create the queue");
+    if (c->json)
+        printf("{\"created\":\"%s\",\"type\":\"%s\"}\n", name, cli_qtype_name(type));
+    return 0;
+}
+
+int cmd_delete(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("delete", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    if (argc > 2)
+        return cli_usage("delete", "unexpected argument '%s'", argv[2]);
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    int err = cq_delete(q);
+    cq_close(q);
+    if (err == 0)
+        err = cli_registry_delete(c->db, name);
+    if (err != 0)
+        return cli_fail(err, "cannot delete the queue");
+    return 0;
+}
+
+typedef struct list_ctx {
+    cli *c;
+    int n;
+} list_ctx;
+
+static int print_queue(const char *name, cli_qtype t, void *arg)
+{
+    list_ctx *lc = arg;
+    if (lc->c->json) {
+        printf("%s{\"name\":", lc->n ? "," : "");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf(",\"type\":\"%s\"}", cli_qtype_name(t));
+    } else {
+        printf("%s\t%s\n", name, cli_qtype_name(t));
+    }
+    lc->n++;
+    return 0;
+}
+
+int cmd_queues(cli *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage("queues", "unexpected argument '%s'", argv[1]);
+    int rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    list_ctx lc = { c, 0 };
+    if (c->json)
+        printf("[");
+    int err = cli_registry_list(c->db, print_queue, &lc);
+    if (c->json)
+        printf("]\n");
+    if (err != 0)
+        return cli_fail(err, "cannot list the queues");
+    return 0;
+}
+
+int cmd_push(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("push", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long prio = 0;
+    int first_value = -1, n_values = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--priority") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
+                return cli_usage("push", "--priority needs an integer");
+            i++;
+        } else if (strcmp(argv[i], "--") == 0) {
+            if (first_value < 0 && i + 1 < argc)
+                first_value = i + 1;
+            n_values += argc - i - 1;
+            break;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return cli_usage("push", "unknown option '%s'", argv[i]);
+        } else {
+            /* Values must come together; options may come before them. */
+            if (first_value < 0)
+                first_value = i;
+            else if (first_value + n_values != i)
+                return cli_usage("push", "options must come before the values");
+            n_values++;
+        }
+    }
+    cq *q;
+    cli_qtype type;
+    rc = open_queue(c, name, &q, &type);
+    if (rc != 0)
+        return rc;
+    if (prio != 0 && type != QT_PRIORITY) {
+        cq_close(q);
+        return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
+                         cli_qtype_name(type));
+    }
+    long pushed = 0;
+    int err = 0;
+    if (n_values > 0) {
+        for (int i = 0; i < n_values && err == 0; i++) {
+            const char *v = argv[first_value + i];
+            err = cq_push(q, (const uint8_t *)v, strlen(v), prio);
+            pushed += err == 0;
+        }
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while (err == 0 && (len = getline(&line, &cap, stdin)) >= 0) {
+            if (len > 0 && line[len - 1] == '\n')
+                len--;
+            err = cq_push(q, (const uint8_t *)line, (size_t)len, prio);
+            pushed += err == 0;
+        }
+        free(line);
+    }
+    cq_close(q);
+    if (c->json)
+        printf("{\"pushed\":%ld}\n", pushed);
+    if (err != 0)
+        return cli_fail(err, "push failed");
+    return 0;
+}
+
+typedef struct out_ctx {
+    cli *c;
+    long n;
+} out_ctx;
+
+static int print_item(const uint8_t *v, size_t n, void *arg)
+{
+    out_ctx *o = arg;
+    if (o->c->json) {
+        if (o->n > 0)
+            printf(",");
+        cli_json_str(stdout, v, n);
+    } else {
+        cli_print_value(stdout, v, n);
+    }
+    o->n++;
+    return 0;
+}
+
+int cmd_pop(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("pop", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long k = 1;
+    int max = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "-n") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 100000, &k) != 0)
+                return cli_usage("pop", "-n needs a count from 1 to 100000");
+            i++;
+        } else if (strcmp(argv[i], "--max") == 0) {
+            max = 1;
+        } else {
+            return cli_usage("pop", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    cq *q;
+    cli_qtype type;
+    rc = open_queue(c, name, &q, &type);
+    if (rc != 0)
+        return rc;
+    if (max && type != QT_PRIORITY) {
+        cq_close(q);
+        return cli_usage("pop", "--max applies to priority queues; '%s' is a %s queue", name,
+                         cli_qtype_name(type));
+    }
+    out_ctx o = { c, 0 };
+    if (c->json)
+        printf("[");
+    int err = cq_pop(q, (size_t)k, max, print_item, &o);
+    if (c->json)
+        printf("]\n");
+    cq_close(q);
+    if (err == KVQ_ENOTFOUND) {
+        if (!c->json)
+            fprintf(stderr, "kvq: queue '%s' is empty\n", name);
+        return EXIT_EMPTY;
+    }
+    if (err != 0)
+        return cli_fail(err, "pop failed");
+    return 0;
+}
+
+int cmd_peek(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("peek", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    int max = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--max") == 0)
+            max = 1;
+        else
+            return cli_usage("peek", "unexpected argument '%s'", argv[i]);
+    }
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    kvq_buf v = KVQ_BUF_INIT;
+    int err = cq_peek(q, max, &v);
+    cq_close(q);
+    if (err == KVQ_ENOTFOUND) {
+        if (c->json)
+            printf("null\n");
+        else
+            fprintf(stderr, "kvq: queue '%s' is empty\n", name);
+        kvq_buf_dispose(&v);
+        return EXIT_EMPTY;
+    }
+    if (err == 0) {
+        if (c->json) {
+            cli_json_str(stdout, v.data, v.len);
+            printf("\n");
+        } else {
+            cli_print_value(stdout, v.data, v.len);
+        }
+    }
+    kvq_buf_dispose(&v);
+    if (err != 0)
+        return cli_fail(err, "peek failed");
+    return 0;
+}
+
+int cmd_len(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("len", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    if (argc > 2)
+        return cli_usage("len", "unexpected argument '%s'", argv[2]);
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    uint64_t n = 0;
+    int err = cq_len(q, &n);
+    cq_close(q);
+    if (err != 0)
+        return cli_fail(err, "len failed");
+    if (c->json)
+        printf("{\"length\":%llu}\n", (unsigned long long)n);
+    else
+        printf("%llu\n", (unsigned long long)n);
+    return 0;
+}
+
+int cmd_list(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("list", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long limit = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--limit") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, INT64_MAX, &limit) != 0)
+                return cli_usage("list", "--limit needs a positive count");
+            i++;
+        } else {
+            return cli_usage("list", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    out_ctx o = { c, 0 };
+    if (c->json)
+        printf("[");
+    int err = cq_list(q, (size_t)limit, print_item, &o);
+    if (c->json)
+        printf("]\n");
+    cq_close(q);
+    if (err != 0)
+        return cli_fail(err, "list failed");
+    return 0;
+}
+
+int cmd_clear(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("clear", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    if (argc > 2)
+        return cli_usage("clear", "unexpected argument '%s'", argv[2]);
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    int err = cq_clear(q);
+    cq_close(q);
+    if (err != 0)
+        return cli_fail(err, "clear failed");
+    return 0;
+}
+
+int cmd_watch(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("watch", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long timeout = -1;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--timeout") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, INT64_MAX, &timeout) != 0)
+                return cli_usage("watch", "--timeout needs milliseconds");
+            i++;
+        } else {
+            return cli_usage("watch", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    cq *q;
+    rc = open_queue(c, name, &q, NULL);
+    if (rc != 0)
+        return rc;
+    int err = cq_watch(q, timeout);
+    uint64_t n = 0;
+    if (err == 0)
+        err = cq_len(q, &n);
+    cq_close(q);
+    if (err == KVQ_ETIMED_OUT) {
+        if (c->json)
+            printf("{\"changed\":false}\n");
+        return EXIT_EMPTY;
+    }
+    if (err != 0)
+        return cli_fail(err, "watch failed");
+    if (c->json)
+        printf("{\"changed\":true,\"length\":%llu}\n", (unsigned long long)n);
+    else
+        printf("%llu\n", (unsigned long long)n);
+    return 0;
+}
+
+int cmd_stats(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = need_name("stats", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    if (argc > 2)
+        return cli_usage("stats", "unexpected argument '%s'", argv[2]);
+    cq *q;
+    cli_qtype type;
+    rc = open_queue(c, name, &q, &type);
+    if (rc != 0)
+        return rc;
+    cq_stats s = { 0 };
+    int err = cq_stats_get(q, &s);
+    cq_close(q);
+    if (err != 0)
+        return cli_fail(err, "stats failed");
+    if (c->json) {
+        printf("{\"name\":");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf(",\"type\":\"%s\",\"length\":%llu", cli_qtype_name(type),
+               (unsigned long long)s.length);
+        if (s.has_counters)
+            printf(",\"pushes\":%llu,\"pops\":%llu", (unsigned long long)s.pushes,
+                   (unsigned long long)s.pops);
+        if (s.has_age)
+            printf(",\"oldest_age_seconds\":%.3f", s.oldest_age_s);
+        printf("}\n");
+    } else {
+        printf("type\t%s\nlength\t%llu\n", cli_qtype_name(type), (unsigned long long)s.length);
+        if (s.has_counters)
+            printf("pushes\t%llu\npops\t%llu\n", (unsigned long long)s.pushes,
+                   (unsigned long long)s.pops);
+        if (s.has_age)
+            printf("oldest_age_seconds\t%.3f\n", s.oldest_age_s);
+    }
+    return 0;
+}

@@ -1,0 +1,221 @@
+/* The kvq command: global options, the command table, errors and output helpers. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_cmd commands[] = {
+    { "create", "NAME [--type fifo|priority|durable]", "create a queue (durable by default)",
+      "  --type T     fifo (FoundationDB's queue recipe), priority (the priority queue recipe)\n"
+      "               or durable (versionstamped keys with push and pop counters)\n",
+      cmd_create },
+    { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
+    { "queues", "", "list the queues and their types", NULL, cmd_queues },
+    { "push", "NAME [VALUE...] [--priority P]",
+      "push values (the arguments, or else one per line of standard input)",
+      "  --priority P  the priority (priority queues; an integer, default 0)\n", cmd_push },
+    { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
+      "  -n K         pop up to K items in one transaction\n"
+      "  --max        priority queues: pop the highest priority (default: the lowest)\n",
+      cmd_pop },
+    { "peek", "NAME [--max]", "print the next item without popping it",
+      "  --max        priority queues: the highest priority\n", cmd_peek },
+    { "len", "NAME", "print the number of items", NULL, cmd_len },
+    { "list", "NAME [--limit N]", "print the items in order without popping them",
+      "  --limit N    at most N items\n", cmd_list },
+    { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
+    { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length",
+      "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },
+    { "stats", "NAME", "length, age of the oldest item, push and pop counters", NULL, cmd_stats },
+    { "consume", "NAME [--workers N] [--batch K] [--exec CMD] [--drain]",
+      "pop items with N workers and hand each to standard output or a command",
+      "  --workers N  consumer threads (default 1)\n"
+      "  --batch K    items popped per transaction (default 10)\n"
+      "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
+      "  --drain      stop once the queue is empty (default: run until SIGINT/SIGTERM)\n"
+      "  --max-restarts N  worker restarts allowed per minute (default 10)\n",
+      cmd_consume },
+    { "bench", "[--quick] [--items N] [--threads N]",
+      "measure push and pop throughput of each queue type", NULL, cmd_bench },
+    { "demo", "[--producers P] [--consumers C] [--items N] [--batch K] [--queue NAME]",
+      "producers and consumers on a durable queue, verified exactly-once",
+      "  --producers P  producer threads (default 8)\n"
+      "  --consumers C  consumer threads (default 4)\n"
+      "  --items N      items in all (default 100000)\n"
+      "  --batch K      items per consumer transaction (default 100)\n",
+      cmd_demo },
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+const cli_cmd *cli_find(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+void cli_help(FILE *f, const cli_cmd *cmd)
+{
+    fprintf(f, "usage: kvq [--db URL] [--json] %s %s\n\n%s\n", cmd->name, cmd->args, cmd->summary);
+    if (cmd->help != NULL)
+        fprintf(f, "\noptions:\n%s", cmd->help);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvq [--db URL] [--json] COMMAND [ARGS...]\n"
+               "       kvq --help | --version | COMMAND --help\n\n"
+               "Durable, transactional queues. URL is a directory (the embedded engine; default\n"
+               "$KVQ_DB or ./kvq-data) or fdb:[cluster-file].\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit codes: 0 ok, 1 empty or not found, 2 usage, 3 database or I/O error\n");
+}
+
+int cli_open(cli *c)
+{
+    if (c->db != NULL)
+        return 0;
+    int rc = kvq_db_open(&c->db, c->db_url, NULL);
+    if (rc != 0)
+        return cli_fail(rc, "cannot open the database");
+    return 0;
+}
+
+int cli_fail(int rc, const char *what)
+{
+    const char *detail = kvq_last_error();
+    if (detail[0] != '\0' && kvq_last_error_code() == rc)
+        fprintf(stderr, "kvq: %s: %s (%s)\n", what, detail, kvq_errname(rc));
+    else
+        fprintf(stderr, "kvq: %s: %s (%s)\n", what, kvq_strerror(rc), kvq_errname(rc));
+    if (rc == KVQ_ENOTFOUND)
+        return EXIT_EMPTY;
+    if (rc == KVQ_EINVAL || rc == KVQ_EWRONGTYPE || rc == KVQ_EEXISTS || rc == KVQ_EKEY_TOO_LARGE ||
+        rc == KVQ_EVALUE_TOO_LARGE)
+        return EXIT_USAGE;
+    return EXIT_DB;
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvq%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    if (cmd != NULL)
+        fprintf(stderr, "try 'kvq %s --help'\n", cmd);
+    else
+        fprintf(stderr, "try 'kvq --help'\n");
+    return EXIT_USAGE;
+}
+
+int cli_parse_int(const char *s, long long min, long long max, long long *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+void cli_json_str(FILE *f, const uint8_t *p, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = p[i];
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", f);
+        else if (ch == '\t')
+            fputs("\\t", f);
+        else if (ch == '\r')
+            fputs("\\r", f);
+        else if (ch < 0x20 || ch == 0x7f || ch >= 0x80)
+            /* Bytes outside printable ASCII are escaped one by one, so any value round-trips
+             * as a string of code points 0-255. */
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+void cli_print_value(FILE *f, const uint8_t *p, size_t n)
+{
+    fwrite(p, 1, n, f);
+    fputc('\n', f);
+}
+
+int main(int argc, char **argv)
+{
+    cli c = { 0 };
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("kvq %s\n", kvq_version());
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0) {
+            c.json = 1;
+        } else if (strcmp(a, "--db") == 0) {
+            if (i + 1 >= argc)
+                return cli_usage(NULL, "--db needs a URL");
+            c.db_url = argv[++i];
+        } else if (strncmp(a, "--db=", 5) == 0) {
+            c.db_url = a + 5;
+        } else if (a[0] == '-') {
+            return cli_usage(NULL, "unknown option '%s'", a);
+        } else {
+            break;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const cli_cmd *cmd = cli_find(argv[i]);
+    if (cmd == NULL)
+        return cli_usage(NULL, "unknown command '%s'", argv[i]);
+    for (int j = i + 1; j < argc; j++) {
+        if (strcmp(argv[j], "--") == 0)
+            break;
+        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
+            cli_help(stdout, cmd);
+            return 0;
+        }
+        /* Global options are accepted after the command too. */
+        if (strcmp(argv[j], "--json") == 0) {
+            c.json = 1;
+            memmove(&argv[j], &argv[j + 1], (size_t)(argc - j - 1) * sizeof(*argv));
+            argc--;
+            j--;
+        } else if (strcmp(argv[j], "--db") == 0 && j + 1 < argc) {
+            c.db_url = argv[j + 1];
+            memmove(&argv[j], &argv[j + 2], (size_t)(argc - j - 2) * sizeof(*argv));
+            argc -= 2;
+            j--;
+        }
+    }
+    int rc = cmd->run(&c, argc - i, argv + i);
+    kvq_db_close(c.db);
+    if (fflush(stdout) != 0 && rc == 0)
+        rc = EXIT_DB;
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* What the command needs of a queue, whatever its type. qops.c maps these onto the layers. */
+#ifndef KVQ_CLI_QOPS_H
+#define KVQ_CLI_QOPS_H
+
+#include "cli.h"
+
+typedef struct cq cq; /* an open queue of the command */
+
+/* Opens the queue NAME of the given type (its data lives under the subspace ("NAME",) for fifo
+ * and priority queues, as the recipes use strings, and (b"NAME",) for durable queues). */
+int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type);
+void cq_close(cq *q);
+
+int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority);
+/* Pops up to k items in one transaction; calls fn for each (in order) after the commit.
+ * KVQ_ENOTFOUND when the queue was empty. */
+int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg);
+int cq_peek(cq *q, int max, kvq_buf *out);
+int cq_len(cq *q, uint64_t *out);
+/* Calls fn for up to limit items in order (0: all), reading in pages. */
+int cq_list(cq *q, size_t limit, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg);
+int cq_clear(cq *q);
+/* Removes every key of the queue. */
+int cq_delete(cq *q);
+/* Waits until something is pushed (or timeout_ms passes: KVQ_ETIMED_OUT; -1 waits forever). */
+int cq_watch(cq *q, int64_t timeout_ms);
+
+typedef struct cq_stats {
+    uint64_t length;
+    int has_counters;
+    uint64_t pushes, pops;
+    int has_age;
+    double oldest_age_s;
+} cq_stats;
+int cq_stats_get(cq *q, cq_stats *out);
+
+/* The consumer runtime's source for this queue (durable queues only: KVQ_EWRONGTYPE else). */
+int cq_source(cq *q, kvq_consumer_source *out);
+
+#endif /* KVQ_CLI_QOPS_H */

@@ -1,0 +1,175 @@
+/* The command's registry of queues: name -> type, so that a queue is never read as another type
+ * by mistake and `kvq queues` can list them. It lives under keys that start with 0xFE, which no
+ * tuple-encoded key can start with, so it never mixes with queue data. */
+#include <string.h>
+
+#include "cli.h"
+
+static const char PREFIX[] = "\xfekvq\x00queues\x00";
+#define PREFIX_LEN (sizeof(PREFIX) - 1)
+
+const char *cli_qtype_name(cli_qtype t)
+{
+    switch (t) {
+    case QT_FIFO:
+        return "fifo";
+    case QT_PRIORITY:
+        return "priority";
+    case QT_DURABLE:
+        return "durable";
+    default:
+        return "none";
+    }
+}
+
+int cli_qtype_parse(const char *s, cli_qtype *out)
+{
+    if (strcmp(s, "fifo") == 0)
+        *out = QT_FIFO;
+    else if (strcmp(s, "priority") == 0)
+        *out = QT_PRIORITY;
+    else if (strcmp(s, "durable") == 0)
+        *out = QT_DURABLE;
+    else
+        return KVQ_EINVAL;
+    return 0;
+}
+
+int cli_check_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 200)
+        return KVQ_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return KVQ_EINVAL;
+    }
+    return 0;
+}
+
+static size_t make_key(uint8_t *buf, const char *name)
+{
+    size_t n = strlen(name);
+    memcpy(buf, PREFIX, PREFIX_LEN);
+    memcpy(buf + PREFIX_LEN, name, n);
+    return PREFIX_LEN + n;
+}
+
+typedef struct reg_op {
+    const char *name;
+    cli_qtype type;
+    int create;
+} reg_op;
+
+static int get_fn(kvq_txn *txn, void *arg)
+{
+    reg_op *op = arg;
+    uint8_t key[PREFIX_LEN + 256];
+    size_t kn = make_key(key, op->name);
+    kvq_bytes v;
+    int present;
+    int rc = kvq_txn_get(&v, &present, txn, key, kn, 0);
+    if (rc != 0)
+        return rc;
+    op->type = (present && v.len == 1) ? (cli_qtype)v.data[0] : QT_NONE;
+    return 0;
+}
+
+int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out)
+{
+    reg_op op = { .name = name };
+    int rc = kvq_db_transact(db, get_fn, &op);
+    if (rc != 0)
+        return rc;
+    *out = op.type;
+    return op.type == QT_NONE ? KVQ_ENOTFOUND : 0;
+}
+
+static int create_fn(kvq_txn *txn, void *arg)
+{
+    reg_op *op = arg;
+    cli_qtype want = op->type;
+    int rc = get_fn(txn, op);
+    if (rc != 0)
+        return rc;
+    if (op->type != QT_NONE) {
+        op->create = op->type == want ? 0 : -1;
+        return 0;
+    }
+    uint8_t key[PREFIX_LEN + 256];
+    size_t kn = make_key(key, op->name);
+    uint8_t t = (uint8_t)want;
+    op->type = want;
+    op->create = 1;
+    return kvq_txn_set(txn, key, kn, &t, 1);
+}
+
+int cli_registry_create(kvq_db *db, const char *name, cli_qtype type)
+{
+    reg_op op = { .name = name, .type = type };
+    int rc = kvq_db_transact(db, create_fn, &op);
+    if (rc != 0)
+        return rc;
+    if (op.create < 0)
+        return KVQ_EWRONGTYPE;
+    return op.create == 0 ? KVQ_EEXISTS : 0;
+}
+
+static int delete_fn(kvq_txn *txn, void *arg)
+{
+    reg_op *op = arg;
+    uint8_t key[PREFIX_LEN + 256];
+    size_t kn = make_key(key, op->name);
+    return kvq_txn_clear(txn, key, kn);
+}
+
+int cli_registry_delete(kvq_db *db, const char *name)
+{
+    reg_op op = { .name = name };
+    return kvq_db_transact(db, delete_fn, &op);
+}
+
+int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg)
+{
+    kvq_txn *txn;
+    int rc = kvq_txn_create(&txn, db);
+    if (rc != 0)
+        return rc;
+    /* The range of every registry key: the prefix ends with 0x00, so the next prefix ends with
+     * 0x01. Pages of 100, each continuing just after the last key of the one before. */
+    uint8_t begin[PREFIX_LEN + 257], end[PREFIX_LEN];
+    memcpy(begin, PREFIX, PREFIX_LEN);
+    memcpy(end, PREFIX, PREFIX_LEN);
+    end[PREFIX_LEN - 1] = 1;
+    size_t blen = PREFIX_LEN;
+    for (;;) {
+        const kvq_kv *kvs;
+        size_t n;
+        int more;
+        rc = kvq_txn_get_range(&kvs, &n, &more, txn, begin, blen, end, PREFIX_LEN, 100,
+                               KVQ_SNAPSHOT);
+        if (rc != 0)
+            break;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            char name[256];
+            size_t nl = kvs[i].key.len - PREFIX_LEN;
+            if (nl >= sizeof(name))
+                continue;
+            memcpy(name, kvs[i].key.data + PREFIX_LEN, nl);
+            name[nl] = '\0';
+            cli_qtype t = kvs[i].value.len == 1 ? (cli_qtype)kvs[i].value.data[0] : QT_NONE;
+            rc = fn(name, t, arg);
+        }
+        if (rc != 0 || !more || n == 0)
+            break;
+        const kvq_bytes *last = &kvs[n - 1].key;
+        if (last->len + 1 > sizeof(begin))
+            break;
+        memcpy(begin, last->data, last->len);
+        begin[last->len] = 0;
+        blen = last->len + 1;
+    }
+    kvq_txn_destroy(txn);
+    return rc;
+}

@@ -1,0 +1,483 @@
+/* Commit: conflict resolution against the log of recent write ranges, group commit, versions
+ * that advance with time, versionstamps, and injected faults.
+ *
+ * Committers of one process queue up; the first becomes the leader and takes the whole queue.
+ * The leader takes kvq's cross-process commit lock (flock on kvq.lock, so a dead holder
+ * releases it and waiters are woken by the kernel), opens one SQLite write transaction, resolves
+ * each queued transaction in order against the write ranges of everything committed after its
+ * read version (including those accepted earlier in the same batch), applies the accepted ones,
+ * and commits once: one sync for the whole batch. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+
+#include "emb.h"
+
+/* Write ranges older than this many versions (microseconds) are pruned from the log. Any
+ * transaction whose read version is older than what is kept fails with 1007. */
+#define WLOG_KEEP_VERSIONS 6000000
+#define PRUNE_EVERY        512
+#define MAX_BATCH          512
+
+static int step_done(emb_db *e, sqlite3_stmt *st, const char *what)
+{
+    int src = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (src != SQLITE_DONE && src != SQLITE_ROW)
+        return emb_sqlite_error(e->writer, src, what);
+    return 0;
+}
+
+static int exec_w(emb_db *e, const char *sql, const char *what)
+{
+    int src = sqlite3_exec(e->writer, sql, NULL, NULL, NULL);
+    if (src != SQLITE_OK)
+        return emb_sqlite_error(e->writer, src, what);
+    return 0;
+}
+
+static int read_int(emb_db *e, sqlite3_stmt *st, int64_t *out, const char *what)
+{
+    int src = sqlite3_step(st);
+    int rc = 0;
+    if (src == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    else if (src == SQLITE_DONE)
+        rc = kvq__error(KVQ_EDAMAGED, "%s: record missing", what);
+    else
+        rc = emb_sqlite_error(e->writer, src, what);
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Does any write range logged after rv intersect the transaction's read ranges? */
+static int has_conflict(emb_db *e, emb_txn *t, int *conflict)
+{
+    *conflict = 0;
+    if (t->reads.n == 0)
+        return 0;
+    emb_ranges_normalize(&t->reads);
+    sqlite3_stmt *st = e->w_wlog_scan;
+    sqlite3_bind_int64(st, 1, t->rv);
+    int rc = 0;
+    for (;;) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE)
+            break;
+        if (src != SQLITE_ROW) {
+            rc = emb_sqlite_error(e->writer, src, "checking conflicts");
+            break;
+        }
+        const uint8_t *b = sqlite3_column_blob(st, 0);
+        size_t bn = (size_t)sqlite3_column_bytes(st, 0);
+        const uint8_t *en = sqlite3_column_blob(st, 1);
+        size_t enn = (size_t)sqlite3_column_bytes(st, 1);
+        static const uint8_t z[1] = { 0 };
+        if (emb_ranges_intersects(&t->reads, b ? b : z, bn, en ? en : z, enn)) {
+            *conflict = 1;
+            break;
+        }
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Is the log still complete after rv? Pruning records the newest version it removed; a
+ * transaction that read before it cannot be checked any more. Commits that wrote nothing
+ * conflict with nobody, so only logged versions matter. */
+static int log_covers(emb_db *e, int64_t rv)
+{
+    return rv >= e->wlog_floor;
+}
+
+static int put_row(emb_db *e, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st = e->w_put;
+    sqlite3_bind_blob(st, 1, kn ? k : z, (int)kn, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, vn ? v : z, (int)vn, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (int64_t)emb_row_crc(k, kn, v, vn));
+    return step_done(e, st, "writing a key");
+}
+
+static int apply_atomic_row(emb_db *e, const emb_mut *m)
+{
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st = e->w_get;
+    sqlite3_bind_blob(st, 1, m->a.n ? m->a.p : z, (int)m->a.n, SQLITE_STATIC);
+    int src = sqlite3_step(st);
+    kvq_buf out = KVQ_BUF_INIT;
+    int rc = 0;
+    if (src == SQLITE_ROW) {
+        const uint8_t *v = sqlite3_column_blob(st, 0);
+        size_t vn = (size_t)sqlite3_column_bytes(st, 0);
+        if (emb_row_crc(m->a.p, m->a.n, v, vn) != (uint32_t)sqlite3_column_int64(st, 1))
+            rc = kvq__error(KVQ_EDAMAGED, "a stored value failed its checksum during an atomic "
+                                          "operation: the database file is damaged");
+        else
+            rc = emb_apply_atomic(&out, m->op, v, vn, 1, m->b.p, m->b.n);
+    } else if (src == SQLITE_DONE) {
+        rc = emb_apply_atomic(&out, m->op, NULL, 0, 0, m->b.p, m->b.n);
+    } else {
+        rc = emb_sqlite_error(e->writer, src, "reading a key for an atomic operation");
+    }
+    sqlite3_reset(st);
+    if (rc == 0)
+        rc = put_row(e, m->a.p, m->a.n, out.data, out.len);
+    kvq_buf_dispose(&out);
+    return rc;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Applies the transaction's mutations in the order they were made. */
+static int apply(emb_db *e, emb_txn *t)
+{
+    static const uint8_t z[1] = { 0 };
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < t->n_muts; i++) {
+        const emb_mut *m = &t->muts[i];
+        switch (m->op) {
+        case EMB_OP_SET:
+            rc = put_row(e, m->a.p, m->a.n, m->b.p, m->b.n);
+            break;
+        case EMB_OP_CLEAR_RANGE:
+            sqlite3_bind_blob(e->w_del_range, 1, m->a.n ? m->a.p : z, (int)m->a.n, SQLITE_STATIC);
+            sqlite3_bind_blob(e->w_del_range, 2, m->b.n ? m->b.p : z, (int)m->b.n, SQLITE_STATIC);
+            rc = step_done(e, e->w_del_range, "clearing a range");
+            break;
+        case KVQ_MUT_SET_VERSIONSTAMPED_KEY: {
+            size_t kn = m->a.n - 4;
+            uint32_t off = le32(m->a.p + kn);
+            uint8_t *k = kvq__malloc(kn);
+            if (k == NULL)
+                return kvq__error(KVQ_ENOMEM, "out of memory");
+            memcpy(k, m->a.p, kn);
+            memcpy(k + off, t->stamp, 10);
+            rc = put_row(e, k, kn, m->b.p, m->b.n);
+            kvq__free(k);
+            break;
+        }
+        case KVQ_MUT_SET_VERSIONSTAMPED_VALUE: {
+            size_t vn = m->b.n - 4;
+            uint32_t off = le32(m->b.p + vn);
+            uint8_t *v = kvq__malloc(vn);
+            if (v == NULL)
+                return kvq__error(KVQ_ENOMEM, "out of memory");
+            memcpy(v, m->b.p, vn);
+            memcpy(v + off, t->stamp, 10);
+            rc = put_row(e, m->a.p, m->a.n, v, vn);
+            kvq__free(v);
+            break;
+        }
+        default:
+            rc = apply_atomic_row(e, m);
+            break;
+        }
+    }
+    return rc;
+}
+
+static int log_writes(emb_db *e, emb_txn *t, int64_t version, int64_t *seq)
+{
+    static const uint8_t z[1] = { 0 };
+    emb_ranges_normalize(&t->writes);
+    for (size_t i = 0; i < t->writes.n; i++) {
+        sqlite3_stmt *st = e->w_wlog_put;
+        const emb_range *r = &t->writes.v[i];
+        sqlite3_bind_int64(st, 1, version);
+        sqlite3_bind_int64(st, 2, (*seq)++);
+        sqlite3_bind_blob(st, 3, r->b.n ? r->b.p : z, (int)r->b.n, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 4, r->e.n ? r->e.p : z, (int)r->e.n, SQLITE_STATIC);
+        int rc = step_done(e, st, "logging write ranges");
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int prune(emb_db *e, int64_t version)
+{
+    int64_t floor = version - WLOG_KEEP_VERSIONS;
+    sqlite3_stmt *st;
+    int src = sqlite3_prepare_v2(e->writer, "SELECT max(version) FROM wlog WHERE version < ?1", -1,
+                                 &st, NULL);
+    if (src != SQLITE_OK)
+        return emb_sqlite_error(e->writer, src, "pruning the write log");
+    sqlite3_bind_int64(st, 1, floor);
+    int64_t pruned_max = 0;
+    src = sqlite3_step(st);
+    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        pruned_max = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (src != SQLITE_ROW)
+        return emb_sqlite_error(e->writer, src, "pruning the write log");
+    if (pruned_max <= e->wlog_floor)
+        return 0; /* nothing to prune */
+    src = sqlite3_prepare_v2(e->writer, "DELETE FROM wlog WHERE version <= ?1", -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return emb_sqlite_error(e->writer, src, "pruning the write log");
+    sqlite3_bind_int64(st, 1, pruned_max);
+    int rc = step_done(e, st, "pruning the write log");
+    sqlite3_finalize(st);
+    if (rc != 0)
+        return rc;
+    sqlite3_bind_text(e->w_meta_put, 1, "wlog_floor", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(e->w_meta_put, 2, pruned_max);
+    rc = step_done(e, e->w_meta_put, "recording the log floor");
+    if (rc == 0)
+        e->wlog_floor = pruned_max;
+    return rc;
+}
+
+static void lock_commit(emb_db *e)
+{
+    while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+}
+
+static void unlock_commit(emb_db *e)
+{
+    flock(e->lock_fd, LOCK_UN);
+}
+
+static void req_fail(emb_commit_req *r, int rc);
+
+/* Writes one batch. Sets each request's rc. Returns KVQ_ENOSPC when the disk filled up while
+ * the batch was written outside drain mode (the caller then retries it in drain mode). */
+static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
+{
+    lock_commit(e);
+    emb_reserve_refresh(e);
+    int rc = exec_w(e, "BEGIN IMMEDIATE", "starting a commit");
+    int64_t prev = 0, version = 0;
+    if (rc == 0)
+        rc = read_int(e, e->w_version, &prev, "reading the version");
+    if (rc == 0) {
+        sqlite3_bind_text(e->w_meta_get, 1, "wlog_floor", -1, SQLITE_STATIC);
+        rc = read_int(e, e->w_meta_get, &e->wlog_floor, "reading the log floor");
+    }
+    if (rc != 0) {
+        if (!sqlite3_get_autocommit(e->writer))
+            exec_w(e, "ROLLBACK", "rolling back");
+        unlock_commit(e);
+        for (size_t i = 0; i < n; i++)
+            req_fail(reqs[i], rc);
+        return 0;
+    }
+    /* Versions advance with time, about a million a second, as FoundationDB's do. */
+    int64_t now = kvq__now_us();
+    version = now > prev + 1 ? now : prev + 1;
+
+    int skip_check = (e->opts.test_flags & KVQ_TEST_SKIP_CONFLICT_CHECK) != 0;
+    uint16_t order = 0;
+    int64_t seq = 0;
+    size_t applied = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        emb_commit_req *r = reqs[i];
+        emb_txn *t = r->t;
+        if (t->has_rv && t->reads.n > 0) {
+            if (!log_covers(e, t->rv)) {
+                req_fail(r, kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                                       "the transaction's read version is older than the conflict "
+                                       "log"));
+                continue;
+            }
+            int conflict = 0;
+            if (!skip_check) {
+                rc = has_conflict(e, t, &conflict);
+                if (rc != 0)
+                    break;
+            }
+            if (conflict) {
+                req_fail(r, kvq__error(KVQ_ENOT_COMMITTED, "conflict with another transaction"));
+                continue;
+            }
+        }
+        if (e->drain_only && emb_txn_grows(t)) {
+            req_fail(r, kvq__error(KVQ_ENOSPC,
+                                   "the disk is full: only transactions that remove data are "
+                                   "accepted until space is freed"));
+            continue;
+        }
+        if (r->fault == KVQ_FAULT_NOT_COMMITTED) {
+            req_fail(r, kvq__error(KVQ_ENOT_COMMITTED, "injected fault: not committed"));
+            continue;
+        }
+        if (r->fault == KVQ_FAULT_UNKNOWN_NOT_COMMITTED) {
+            req_fail(r, kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                   "injected fault: result unknown (not committed)"));
+            continue;
+        }
+        uint8_t *s = t->stamp;
+        for (int b = 0; b < 8; b++)
+            s[b] = (uint8_t)((uint64_t)version >> (56 - 8 * b));
+        s[8] = (uint8_t)(order >> 8);
+        s[9] = (uint8_t)order;
+        order++;
+        rc = apply(e, t);
+        if (rc == 0)
+            rc = log_writes(e, t, version, &seq);
+        if (rc != 0)
+            break;
+        t->committed_version = version;
+        if (r->fault == KVQ_FAULT_UNKNOWN_COMMITTED)
+            req_fail(r, kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                   "injected fault: result unknown (committed)"));
+        else
+            r->rc = 0;
+        r->applied = 1; /* pending the storage commit */
+        applied++;
+    }
+    if (rc == 0 && applied > 0) {
+        sqlite3_bind_int64(e->w_set_version, 1, version);
+        rc = step_done(e, e->w_set_version, "recording the version");
+        if (rc == 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
+            e->commits_since_prune = 0;
+            rc = prune(e, version);
+        }
+    }
+    if (rc == 0) {
+        int src = sqlite3_exec(e->writer, "COMMIT", NULL, NULL, NULL);
+        if (src != SQLITE_OK) {
+            /* A failed COMMIT rolls back, except that a failure while syncing may leave the
+             * outcome unknown: say so rather than claim either. */
+            int prim = src & 0xff;
+            rc = emb_sqlite_error(e->writer, src, "committing");
+            if (prim == SQLITE_IOERR)
+                rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                "the storage failed while committing: %s",
+                                sqlite3_errmsg(e->writer));
+            if (!sqlite3_get_autocommit(e->writer))
+                exec_w(e, "ROLLBACK", "rolling back");
+        }
+    } else if (!sqlite3_get_autocommit(e->writer)) {
+        exec_w(e, "ROLLBACK", "rolling back");
+    }
+    if (rc == KVQ_ENOSPC && !e->drain_only && emb_reserve_release(e)) {
+        /* Retry the whole batch in drain mode, on the space the reserve held. */
+        unlock_commit(e);
+        for (size_t i = 0; i < n; i++) {
+            reqs[i]->applied = 0;
+            reqs[i]->rc = 0;
+            reqs[i]->msg[0] = '\0';
+            reqs[i]->t->committed_version = 0;
+        }
+        return KVQ_ENOSPC;
+    }
+    unlock_commit(e);
+    for (size_t i = 0; i < n; i++) {
+        emb_commit_req *r = reqs[i];
+        if (r->applied) {
+            r->applied = 0;
+            if (rc != 0) {
+                req_fail(r, rc);
+                r->t->committed_version = 0;
+            }
+        } else if (rc != 0 && r->rc == 0) {
+            req_fail(r, rc);
+        }
+    }
+    if (rc == 0 && applied > 0) {
+        __atomic_add_fetch(&e->db->n_batches, 1, __ATOMIC_RELAXED);
+        emb_notify_commit(e);
+    }
+    return 0;
+}
+
+/* Records a request's outcome with the detail the leader's thread recorded for it, so that the
+ * committer's thread can report it as its own. */
+static void req_fail(emb_commit_req *r, int rc)
+{
+    r->rc = rc;
+    snprintf(r->msg, sizeof(r->msg), "%s", kvq_last_error());
+}
+
+int emb_commit(void *tp)
+{
+    emb_txn *t = tp;
+    emb_db *e = t->e;
+    if (t->committing || t->committed)
+        return kvq__error(KVQ_EUSED_DURING_COMMIT, "the transaction was already committed");
+    if (t->has_rv && kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+        emb_txn_end_read(t);
+        int rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                            "the transaction's read version is more than 5 seconds old");
+        emb_watches_after_commit(t, rc);
+        return rc;
+    }
+    /* The snapshot is no longer needed: conflicts are found in the log, not in the snapshot. */
+    emb_txn_end_read(t);
+    if (t->n_muts == 0 && t->writes.n == 0) {
+        /* Read-only transactions always commit. */
+        t->committed = 1;
+        t->committed_version = -1;
+        emb_watches_after_commit(t, 0);
+        return 0;
+    }
+    if (e->opts.flags & KVQ_DB_READ_ONLY) {
+        int rc = kvq__error(KVQ_EPERM, "the database was opened read-only");
+        emb_watches_after_commit(t, rc);
+        return rc;
+    }
+    emb_commit_req req = { .t = t, .fault = (int)kvq__choose_fault(e->db), .done = 0, .rc = 0 };
+    pthread_cond_init(&req.cond, NULL);
+    t->committing = 1;
+
+    pthread_mutex_lock(&e->gc_mu);
+    if (e->queue_tail != NULL)
+        e->queue_tail->next = &req;
+    else
+        e->queue_head = &req;
+    e->queue_tail = &req;
+    while (!req.done) {
+        if (!e->leader_active) {
+            /* Lead: take the queue as it stands and write it as one batch. */
+            e->leader_active = 1;
+            emb_commit_req *batch[MAX_BATCH];
+            size_t n = 0;
+            while (e->queue_head != NULL && n < MAX_BATCH) {
+                batch[n++] = e->queue_head;
+                e->queue_head = e->queue_head->next;
+            }
+            if (e->queue_head == NULL)
+                e->queue_tail = NULL;
+            pthread_mutex_unlock(&e->gc_mu);
+            if (write_batch(e, batch, n) == KVQ_ENOSPC)
+                write_batch(e, batch, n);
+            pthread_mutex_lock(&e->gc_mu);
+            /* Each waiter sleeps on its own condition, so only the finished ones and the next
+             * leader (the head of the queue) are woken, not every committer. */
+            for (size_t i = 0; i < n; i++) {
+                batch[i]->done = 1;
+                if (batch[i] != &req)
+                    pthread_cond_signal(&batch[i]->cond);
+            }
+            e->leader_active = 0;
+            if (e->queue_head != NULL)
+                pthread_cond_signal(&e->queue_head->cond);
+        } else {
+            pthread_cond_wait(&req.cond, &e->gc_mu);
+        }
+    }
+    pthread_mutex_unlock(&e->gc_mu);
+    pthread_cond_destroy(&req.cond);
+
+    t->committing = 0;
+    int rc = req.rc;
+    if (rc == 0 || (rc == KVQ_ECOMMIT_UNKNOWN_RESULT && t->committed_version > 0)) {
+        t->committed = 1;
+        if (rc == 0)
+            __atomic_add_fetch(&e->db->n_commits, 1, __ATOMIC_RELAXED);
+    }
+    if (rc != 0) {
+        /* Keep the detail for the caller's thread (it was recorded on the leader's). */
+        kvq__error(rc, "%s", req.msg[0] ? req.msg : kvq_strerror(rc));
+    }
+    emb_watches_after_commit(t, rc);
+    return rc;
+}

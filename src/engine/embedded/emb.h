@@ -1,0 +1,291 @@
+/* The embedded engine: FoundationDB's transaction model on a SQLite database in a directory.
+ * This is the only part of kvq that includes <sqlite3.h>.
+ *
+ * Files in the database directory:
+ *   data.db (+ -wal, -shm)  SQLite, WAL mode: the kv table, kvq's meta table and the log of
+ *                           recent write-conflict ranges (wlog)
+ *   kvq.marker              written once the database is complete; with it present, a missing
+ *                           or damaged data.db is reported, never re-created empty
+ *   kvq.lock                kvq's cross-process commit lock (flock)
+ *   kvq.shm                 a shared counter bumped by every commit; watchers sleep on it with a
+ *                           futex, so watches work across processes without polling */
+#ifndef KVQ_EMB_H
+#define KVQ_EMB_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+/* A byte string owned by the engine. */
+typedef struct emb_str {
+    uint8_t *p;
+    size_t n;
+} emb_str;
+
+/* A half-open key range [b, e). */
+typedef struct emb_range {
+    emb_str b, e;
+} emb_range;
+
+typedef struct emb_ranges {
+    emb_range *v;
+    size_t n, cap;
+} emb_ranges;
+
+/* One SQLite connection with its prepared statements. */
+typedef struct emb_conn {
+    sqlite3 *db;
+    sqlite3_stmt *begin, *rollback, *version, *get, *range_fwd, *range_rev;
+    struct emb_conn *next; /* free list of the pool */
+} emb_conn;
+
+/* The shared-memory page behind watches (kvq.shm). */
+typedef struct emb_shm {
+    uint32_t magic;
+    uint32_t seq;     /* bumped after every commit; futex word */
+    uint32_t waiters; /* processes' watcher threads asleep on seq */
+} emb_shm;
+
+typedef struct emb_commit_req emb_commit_req;
+
+typedef struct emb_db {
+    kvq_db *db;
+    char *dir;
+    char *path; /* dir/data.db */
+    kvq_db_options opts;
+    int lock_fd;
+
+    /* Reader connections, reused by transactions. */
+    pthread_mutex_t pool_mu;
+    emb_conn *pool;
+
+    /* Group commit: committers queue up; one leader writes a whole queue in one SQLite
+     * transaction with one sync. */
+    pthread_mutex_t gc_mu;
+    emb_commit_req *queue_head, *queue_tail;
+    int leader_active;
+    sqlite3 *writer;
+    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_set_version, *w_wlog_scan,
+        *w_wlog_put, *w_meta_get, *w_meta_put;
+    uint64_t commits_since_prune;
+    int64_t wlog_floor;
+
+    /* Drain mode on a full disk (reserve.c); leader only. */
+    int drain_only;
+    int64_t drain_checked_us;
+
+    /* Checkpoints run by the leader (ckpt.c). */
+    uint64_t n_checkpoints;
+
+    /* Watches. */
+    emb_shm *shm;
+    int shm_fd;
+    pthread_mutex_t watch_mu;
+    kvq_watch *watches; /* armed watches, a doubly linked list */
+    size_t n_watches;
+    int watch_thread_started;
+    int watch_stop;
+    int watch_rescan;
+    pthread_t watch_thread;
+    emb_conn *watch_conn;
+} emb_db;
+
+/* One buffered write, applied in order at commit. */
+typedef struct emb_mut {
+    int op;       /* kvq_mutation, or EMB_OP_SET / EMB_OP_CLEAR_RANGE */
+    emb_str a, b; /* key and value/param, or begin and end */
+} emb_mut;
+
+enum { EMB_OP_SET = 100, EMB_OP_CLEAR_RANGE = 101 };
+
+/* Read-your-writes overlay: what the transaction's reads see of its own writes. */
+enum { OV_SET = 1, OV_ATOMIC, OV_UNREADABLE };
+
+typedef struct ov_atomic {
+    int op;
+    emb_str param;
+} ov_atomic;
+
+typedef struct ov_entry {
+    emb_str key;
+    int kind;
+    emb_str value;  /* OV_SET */
+    ov_atomic *ops; /* OV_ATOMIC: applied in order to the stored value */
+    size_t n_ops, cap_ops;
+} ov_entry;
+
+typedef struct emb_overlay {
+    ov_entry **v; /* sorted by key */
+    size_t n, cap;
+    emb_ranges cleared; /* sorted, disjoint, not adjacent */
+} emb_overlay;
+
+/* Memory handed out by reads, valid until the transaction is reset. */
+typedef struct emb_arena_block {
+    struct emb_arena_block *next;
+    size_t used, cap;
+    uint8_t data[];
+} emb_arena_block;
+
+typedef struct emb_txn {
+    emb_db *e;
+    kvq_txn *owner;
+    emb_conn *conn; /* held from the first read to commit or reset */
+    int has_rv;
+    int64_t rv;
+    int64_t rv_mono_us;
+
+    emb_overlay ov;
+    emb_mut *muts;
+    size_t n_muts, cap_muts;
+    emb_ranges reads, writes, unreadable;
+    size_t size; /* bytes of mutations and conflict ranges, for the 10 MB limit */
+
+    emb_arena_block *arena;
+
+    int committing;
+    int committed;
+    int64_t committed_version;
+    uint8_t stamp[10];
+
+    kvq_watch **pending_watches;
+    size_t n_pending, cap_pending;
+} emb_txn;
+
+/* Per-watch engine data. */
+typedef struct emb_watch {
+    emb_db *e;
+    emb_str key;
+    int present;
+    emb_str value;
+    int linked;
+} emb_watch;
+
+struct emb_commit_req {
+    emb_txn *t;
+    int fault;   /* KVQ_FAULT_* chosen for this commit, or 0 */
+    int done;    /* set under gc_mu once the batch is written */
+    int applied; /* leader only: applied in the batch, pending the storage commit */
+    int rc;
+    char msg[256]; /* the detail of rc */
+    pthread_cond_t cond;
+    emb_commit_req *next;
+};
+
+/* strings and ranges (wmap.c) */
+int emb_str_set(emb_str *s, const uint8_t *p, size_t n);
+void emb_str_free(emb_str *s);
+int emb_ranges_add(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+void emb_ranges_free(emb_ranges *r);
+void emb_ranges_clear(emb_ranges *r);
+/* Sorts and merges overlapping or touching ranges in place. */
+void emb_ranges_normalize(emb_ranges *r);
+/* With r normalized: does [b, e) intersect any range? */
+int emb_ranges_intersects(
+    const emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+/* With r normalized: is key inside a range? */
+int emb_ranges_contains(const emb_ranges *r, const uint8_t *k, size_t kn);
+
+void emb_overlay_free(emb_overlay *ov);
+/* Finds the entry for key, or NULL; *pos gets the insertion position. */
+ov_entry *emb_overlay_find(const emb_overlay *ov, const uint8_t *k, size_t kn, size_t *pos);
+/* First position whose key is >= k. */
+size_t emb_overlay_lower(const emb_overlay *ov, const uint8_t *k, size_t kn);
+int emb_overlay_set(emb_overlay *ov, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn);
+int emb_overlay_clear_range(
+    emb_overlay *ov, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+int emb_overlay_atomic(
+    emb_overlay *ov, const uint8_t *k, size_t kn, const uint8_t *param, size_t pn, int op);
+int emb_overlay_unreadable(emb_overlay *ov, const uint8_t *k, size_t kn);
+int emb_overlay_cleared(const emb_overlay *ov, const uint8_t *k, size_t kn);
+
+/* Applies an atomic operation to a value (present or not); the result goes to out. */
+int emb_apply_atomic(kvq_buf *out,
+                     int op,
+                     const uint8_t *old,
+                     size_t oldn,
+                     int present,
+                     const uint8_t *param,
+                     size_t pn);
+
+/* storage (store.c) */
+int emb_sqlite_error(sqlite3 *db, int src, const char *what);
+int emb_conn_acquire(emb_db *e, emb_conn **out);
+void emb_conn_release(emb_db *e, emb_conn *c);
+/* Reads a stored value with its checksum checked; the result is copied into the arena. */
+int emb_row_value(
+    emb_txn *t, sqlite3_stmt *st, int kcol, int vcol, int ccol, kvq_bytes *key, kvq_bytes *value);
+uint32_t emb_row_crc(const uint8_t *k, size_t kn, const uint8_t *v, size_t vn);
+
+/* transactions (txn.c): the engine operations, and helpers */
+int emb_txn_create(void **out, void *ep, kvq_txn *owner);
+void emb_txn_destroy(void *tp);
+void emb_txn_reset(void *tp);
+int emb_get(void *tp,
+            kvq_bytes *value,
+            int *present,
+            const uint8_t *key,
+            size_t key_len,
+            unsigned int flags);
+int emb_get_range(void *tp,
+                  const kvq_kv **kvs,
+                  size_t *count,
+                  int *more,
+                  const uint8_t *begin,
+                  size_t begin_len,
+                  const uint8_t *end,
+                  size_t end_len,
+                  int limit,
+                  unsigned int flags);
+int emb_set(void *tp, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
+int emb_clear_range(
+    void *tp, const uint8_t *begin, size_t begin_len, const uint8_t *end, size_t end_len);
+int emb_atomic_op(void *tp,
+                  const uint8_t *key,
+                  size_t key_len,
+                  const uint8_t *param,
+                  size_t param_len,
+                  kvq_mutation op);
+int emb_add_conflict_range(void *tp,
+                           const uint8_t *begin,
+                           size_t begin_len,
+                           const uint8_t *end,
+                           size_t end_len,
+                           kvq_conflict_type type);
+int emb_get_read_version(void *tp, int64_t *out);
+int emb_get_committed_version(void *tp, int64_t *out);
+int emb_get_versionstamp(void *tp, uint8_t out[10]);
+
+void *emb_arena_alloc(emb_txn *t, size_t n);
+void emb_txn_end_read(emb_txn *t);
+
+/* commit (commit.c) */
+int emb_commit(void *tp);
+
+/* watches (watch.c) */
+int emb_watch_create(void *tp, kvq_watch *w, const uint8_t *key, size_t key_len);
+void emb_watch_release(kvq_watch *w);
+/* After a commit: arms (or fails) the transaction's pending watches. */
+void emb_watches_after_commit(emb_txn *t, int rc);
+/* After reset or destroy before commit: fails pending watches with 1025. */
+void emb_watches_abandon(emb_txn *t);
+void emb_notify_commit(emb_db *e);
+void emb_watch_shutdown(emb_db *e);
+int emb_shm_open(emb_db *e);
+
+/* the disk-full reserve (reserve.c) */
+void emb_reserve_open(emb_db *e);
+/* Frees the reserve and enters drain mode; returns 1 if space was freed. */
+int emb_reserve_release(emb_db *e);
+/* In drain mode, takes the reserve back once the disk has room. */
+void emb_reserve_refresh(emb_db *e);
+/* Does the transaction write keys (rather than only clear or update)? */
+int emb_txn_grows(const emb_txn *t);
+
+/* checkpoints (ckpt.c) */
+int emb_ckpt_start(emb_db *e);
+void emb_ckpt_stop(emb_db *e);
+
+#endif /* KVQ_EMB_H */

@@ -1,0 +1,787 @@
+/* Embedded transactions: reads at one read version (a SQLite read transaction held from the
+ * first read), read-your-writes through the overlay, and the buffered writes and conflict
+ * ranges that commit.c applies. */
+#include <string.h>
+
+#include "emb.h"
+
+#define ARENA_BLOCK 65536
+
+void *emb_arena_alloc(emb_txn *t, size_t n)
+{
+    n = (n + 7) & ~(size_t)7;
+    emb_arena_block *b = t->arena;
+    if (b == NULL || b->cap - b->used < n) {
+        size_t cap = n > ARENA_BLOCK / 2 ? n : ARENA_BLOCK;
+        emb_arena_block *nb = kvq__malloc(sizeof(*nb) + cap);
+        if (nb == NULL)
+            return NULL;
+        nb->cap = cap;
+        nb->used = 0;
+        if (b != NULL && n > ARENA_BLOCK / 2) {
+            /* A large block goes behind the current one, which keeps its free room. */
+            nb->next = b->next;
+            b->next = nb;
+            nb->used = n;
+            return nb->data;
+        }
+        nb->next = b;
+        t->arena = nb;
+        b = nb;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    return p;
+}
+
+static void arena_free(emb_txn *t)
+{
+    emb_arena_block *b = t->arena;
+    while (b != NULL) {
+        emb_arena_block *n = b->next;
+        kvq__free(b);
+        b = n;
+    }
+    t->arena = NULL;
+}
+
+int emb_txn_create(void **out, void *ep, kvq_txn *owner)
+{
+    emb_txn *t = kvq__calloc(1, sizeof(*t));
+    if (t == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a transaction");
+    t->e = ep;
+    t->owner = owner;
+    *out = t;
+    return 0;
+}
+
+void emb_txn_end_read(emb_txn *t)
+{
+    if (t->conn == NULL)
+        return;
+    sqlite3_reset(t->conn->get);
+    sqlite3_reset(t->conn->range_fwd);
+    sqlite3_reset(t->conn->range_rev);
+    sqlite3_reset(t->conn->version);
+    sqlite3_step(t->conn->rollback);
+    sqlite3_reset(t->conn->rollback);
+    emb_conn_release(t->e, t->conn);
+    t->conn = NULL;
+}
+
+static void muts_free(emb_txn *t)
+{
+    for (size_t i = 0; i < t->n_muts; i++) {
+        emb_str_free(&t->muts[i].a);
+        emb_str_free(&t->muts[i].b);
+    }
+    kvq__free(t->muts);
+    t->muts = NULL;
+    t->n_muts = t->cap_muts = 0;
+}
+
+static void txn_clear(emb_txn *t)
+{
+    emb_watches_abandon(t);
+    emb_txn_end_read(t);
+    emb_overlay_free(&t->ov);
+    muts_free(t);
+    emb_ranges_free(&t->reads);
+    emb_ranges_free(&t->writes);
+    emb_ranges_free(&t->unreadable);
+    arena_free(t);
+    t->has_rv = 0;
+    t->rv = 0;
+    t->size = 0;
+    t->committing = 0;
+    t->committed = 0;
+    t->committed_version = 0;
+    memset(t->stamp, 0, sizeof(t->stamp));
+}
+
+void emb_txn_destroy(void *tp)
+{
+    emb_txn *t = tp;
+    txn_clear(t);
+    kvq__free(t->pending_watches);
+    kvq__free(t);
+}
+
+void emb_txn_reset(void *tp)
+{
+    txn_clear(tp);
+}
+
+/* Copies bytes into the arena, so that what a read returns outlives later writes. */
+static int arena_bytes(emb_txn *t, const uint8_t *p, size_t n, kvq_bytes *out)
+{
+    uint8_t *mem = emb_arena_alloc(t, n);
+    if (mem == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a read");
+    if (n > 0)
+        memcpy(mem, p, n);
+    out->data = mem;
+    out->len = n;
+    return 0;
+}
+
+static int check_state(emb_txn *t)
+{
+    if (t->committing)
+        return kvq__error(KVQ_EUSED_DURING_COMMIT, "the transaction is being committed");
+    if (t->committed)
+        return kvq__error(KVQ_EUSED_DURING_COMMIT,
+                          "the transaction has committed; reset it before using it again");
+    return 0;
+}
+
+/* Starts the SQLite read transaction whose snapshot is this transaction's read version. */
+static int ensure_rv(emb_txn *t)
+{
+    if (t->has_rv) {
+        if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US)
+            return kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                              "the transaction's read version is more than 5 seconds old");
+        return 0;
+    }
+    int rc = emb_conn_acquire(t->e, &t->conn);
+    if (rc != 0)
+        return rc;
+    int src = sqlite3_step(t->conn->begin);
+    sqlite3_reset(t->conn->begin);
+    if (src != SQLITE_DONE) {
+        rc = emb_sqlite_error(t->conn->db, src, "starting a read");
+        emb_conn_release(t->e, t->conn);
+        t->conn = NULL;
+        return rc;
+    }
+    src = sqlite3_step(t->conn->version);
+    if (src != SQLITE_ROW) {
+        rc = src == SQLITE_DONE ? kvq__error(KVQ_EDAMAGED, "the database has no version record")
+                                : emb_sqlite_error(t->conn->db, src, "reading the version");
+        sqlite3_reset(t->conn->version);
+        emb_txn_end_read(t);
+        return rc;
+    }
+    t->rv = sqlite3_column_int64(t->conn->version, 0);
+    sqlite3_reset(t->conn->version);
+    t->has_rv = 1;
+    t->rv_mono_us = kvq__mono_us();
+    return 0;
+}
+
+int emb_get_read_version(void *tp, int64_t *out)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc == 0)
+        rc = ensure_rv(t);
+    if (rc == 0)
+        *out = t->rv;
+    return rc;
+}
+
+static int add_size(emb_txn *t, size_t n)
+{
+    if (n > KVQ_MAX_TXN_SIZE || t->size + n > KVQ_MAX_TXN_SIZE)
+        return kvq__error(KVQ_ETRANSACTION_TOO_LARGE,
+                          "the transaction's mutations and conflict ranges exceed %d bytes",
+                          KVQ_MAX_TXN_SIZE);
+    t->size += n;
+    return 0;
+}
+
+static int add_read_conflict(emb_txn *t, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    int rc = add_size(t, bn + en);
+    if (rc == 0)
+        rc = emb_ranges_add(&t->reads, b, bn, e, en);
+    return rc;
+}
+
+/* [key, key + 0x00) */
+static int point_range(emb_ranges *r, const uint8_t *k, size_t kn)
+{
+    uint8_t stack[256];
+    uint8_t *e = kn + 1 <= sizeof(stack) ? stack : kvq__malloc(kn + 1);
+    if (e == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    if (kn > 0)
+        memcpy(e, k, kn);
+    e[kn] = 0;
+    int rc = emb_ranges_add(r, k, kn, e, kn + 1);
+    if (e != stack)
+        kvq__free(e);
+    return rc;
+}
+
+static int add_point_read(emb_txn *t, const uint8_t *k, size_t kn)
+{
+    int rc = add_size(t, 2 * kn + 1);
+    if (rc == 0)
+        rc = point_range(&t->reads, k, kn);
+    return rc;
+}
+
+static int check_unreadable(emb_txn *t, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (t->unreadable.n == 0)
+        return 0;
+    emb_ranges_normalize(&t->unreadable);
+    if (emb_ranges_intersects(&t->unreadable, b, bn, e, en))
+        return kvq__error(KVQ_EACCESSED_UNREADABLE,
+                          "the read touches a key written with a versionstamp in this "
+                          "transaction");
+    return 0;
+}
+
+/* Reads the stored value of a key at the read version. */
+static int storage_get(emb_txn *t, const uint8_t *k, size_t kn, kvq_bytes *value, int *present)
+{
+    int rc = ensure_rv(t);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st = t->conn->get;
+    sqlite3_bind_blob(st, 1, kn > 0 ? (const void *)k : "", (int)kn, SQLITE_STATIC);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        *present = 1;
+        rc = emb_row_value(t, st, 0, 1, 2, NULL, value);
+    } else if (src == SQLITE_DONE) {
+        *present = 0;
+        value->data = NULL;
+        value->len = 0;
+    } else {
+        rc = emb_sqlite_error(t->conn->db, src, "reading a key");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Applies an overlay entry's pending atomic operations to a stored value. */
+static int resolve_atomic(emb_txn *t, const ov_entry *x, kvq_bytes *value, int *present)
+{
+    kvq_buf cur = KVQ_BUF_INIT, next = KVQ_BUF_INIT;
+    int rc = 0;
+    int have = *present;
+    if (have)
+        rc = kvq_buf_append(&cur, value->data, value->len);
+    for (size_t i = 0; rc == 0 && i < x->n_ops; i++) {
+        rc = emb_apply_atomic(&next, x->ops[i].op, cur.data, cur.len, have, x->ops[i].param.p,
+                              x->ops[i].param.n);
+        kvq_buf tmp = cur;
+        cur = next;
+        next = tmp;
+        have = 1;
+    }
+    if (rc == 0) {
+        uint8_t *mem = emb_arena_alloc(t, cur.len);
+        if (mem == NULL) {
+            rc = kvq__error(KVQ_ENOMEM, "out of memory for a read");
+        } else {
+            if (cur.len > 0)
+                memcpy(mem, cur.data, cur.len);
+            value->data = mem;
+            value->len = cur.len;
+            *present = 1;
+        }
+    }
+    kvq_buf_dispose(&cur);
+    kvq_buf_dispose(&next);
+    return rc;
+}
+
+int emb_get(void *tp,
+            kvq_bytes *value,
+            int *present,
+            const uint8_t *key,
+            size_t key_len,
+            unsigned int flags)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc == 0)
+        rc = ensure_rv(t);
+    if (rc != 0)
+        return rc;
+    uint8_t zero = 0;
+    if (key == NULL)
+        key = &zero;
+    if (t->unreadable.n > 0) {
+        emb_ranges_normalize(&t->unreadable);
+        if (emb_ranges_contains(&t->unreadable, key, key_len))
+            return kvq__error(KVQ_EACCESSED_UNREADABLE,
+                              "the key may be written with a versionstamp in this transaction");
+    }
+    ov_entry *x = emb_overlay_find(&t->ov, key, key_len, NULL);
+    if (x != NULL && x->kind == OV_UNREADABLE)
+        return kvq__error(KVQ_EACCESSED_UNREADABLE,
+                          "the key's value is written with a versionstamp in this transaction");
+    /* A read answered wholly by this transaction's own writes depends on nothing stored, so,
+     * as in FoundationDB, it adds no read conflict. */
+    int own = (x != NULL && x->kind == OV_SET) ||
+              (x == NULL && emb_overlay_cleared(&t->ov, key, key_len));
+    if (!(flags & KVQ_SNAPSHOT) && !own) {
+        rc = add_point_read(t, key, key_len);
+        if (rc != 0)
+            return rc;
+    }
+    if (x != NULL && x->kind == OV_SET) {
+        *present = 1;
+        return arena_bytes(t, x->value.p, x->value.n, value);
+    }
+    if (x == NULL && emb_overlay_cleared(&t->ov, key, key_len)) {
+        *present = 0;
+        return 0;
+    }
+    rc = storage_get(t, key, key_len, value, present);
+    if (rc == 0 && x != NULL)
+        rc = resolve_atomic(t, x, value, present);
+    return rc;
+}
+
+/* A cursor over stored rows of a range that skips rows the transaction cleared. */
+typedef struct cursor {
+    emb_txn *t;
+    sqlite3_stmt *st;
+    int reverse;
+    int has;
+    kvq_bytes key, value;
+} cursor;
+
+static int cursor_next(cursor *c)
+{
+    for (;;) {
+        int src = sqlite3_step(c->st);
+        if (src == SQLITE_DONE) {
+            c->has = 0;
+            return 0;
+        }
+        if (src != SQLITE_ROW) {
+            c->has = 0;
+            return emb_sqlite_error(c->t->conn->db, src, "reading a range");
+        }
+        const uint8_t *k = sqlite3_column_blob(c->st, 0);
+        size_t kn = (size_t)sqlite3_column_bytes(c->st, 0);
+        if (c->t->ov.cleared.n > 0 && emb_overlay_cleared(&c->t->ov, k, kn))
+            continue;
+        int rc = emb_row_value(c->t, c->st, 0, 1, 2, &c->key, &c->value);
+        if (rc != 0) {
+            c->has = 0;
+            return rc;
+        }
+        c->has = 1;
+        return 0;
+    }
+}
+
+typedef struct kv_vec {
+    kvq_kv *v;
+    size_t n, cap;
+} kv_vec;
+
+static int kv_push(kv_vec *o, kvq_bytes k, kvq_bytes v)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 16;
+        kvq_kv *nv = kvq__realloc(o->v, cap * sizeof(*nv));
+        if (nv == NULL)
+            return kvq__error(KVQ_ENOMEM, "out of memory for a range read");
+        o->v = nv;
+        o->cap = cap;
+    }
+    o->v[o->n].key = k;
+    o->v[o->n].value = v;
+    o->n++;
+    return 0;
+}
+
+/* Adds a range read's conflict range [b, e) minus the parts this transaction's own writes
+ * decide (ranges it cleared, keys it set), as FoundationDB does: only what came from storage can
+ * be changed by someone else. */
+static int
+add_range_read_conflict(emb_txn *t, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    const emb_ranges *cl = &t->ov.cleared;
+    size_t ci = 0;
+    while (ci < cl->n && kvq__bytes_cmp(cl->v[ci].e.p, cl->v[ci].e.n, b, bn) <= 0)
+        ci++;
+    size_t oi = emb_overlay_lower(&t->ov, b, bn);
+    /* cur: the start of the part not yet accounted for. */
+    const uint8_t *cur = b;
+    size_t curn = bn;
+    int rc = 0;
+    for (;;) {
+        /* The next own interval by begin: a cleared range, or a set key [k, k + 0x00). */
+        while (oi < t->ov.n && t->ov.v[oi]->kind != OV_SET)
+            oi++;
+        int have_c = ci < cl->n && kvq__bytes_cmp(cl->v[ci].b.p, cl->v[ci].b.n, e, en) < 0;
+        int have_k =
+            oi < t->ov.n && kvq__bytes_cmp(t->ov.v[oi]->key.p, t->ov.v[oi]->key.n, e, en) < 0;
+        if (!have_c && !have_k)
+            break;
+        const uint8_t *sb, *se;
+        size_t sbn, sen;
+        if (have_c && (!have_k || kvq__bytes_cmp(cl->v[ci].b.p, cl->v[ci].b.n, t->ov.v[oi]->key.p,
+                                                 t->ov.v[oi]->key.n) <= 0)) {
+            sb = cl->v[ci].b.p;
+            sbn = cl->v[ci].b.n;
+            se = cl->v[ci].e.p;
+            sen = cl->v[ci].e.n;
+            ci++;
+        } else {
+            sb = t->ov.v[oi]->key.p;
+            sbn = t->ov.v[oi]->key.n;
+            uint8_t *endk = emb_arena_alloc(t, sbn + 1);
+            if (endk == NULL)
+                return kvq__error(KVQ_ENOMEM, "out of memory");
+            if (sbn > 0)
+                memcpy(endk, sb, sbn);
+            endk[sbn] = 0;
+            se = endk;
+            sen = sbn + 1;
+            oi++;
+        }
+        if (kvq__bytes_cmp(cur, curn, sb, sbn) < 0) {
+            rc = add_read_conflict(t, cur, curn, sb, sbn);
+            if (rc != 0)
+                return rc;
+        }
+        if (kvq__bytes_cmp(se, sen, cur, curn) > 0) {
+            cur = se;
+            curn = sen;
+        }
+        if (kvq__bytes_cmp(cur, curn, e, en) >= 0)
+            return 0;
+    }
+    return add_read_conflict(t, cur, curn, e, en);
+}
+
+int emb_get_range(void *tp,
+                  const kvq_kv **kvs,
+                  size_t *count,
+                  int *more,
+                  const uint8_t *begin,
+                  size_t begin_len,
+                  const uint8_t *end,
+                  size_t end_len,
+                  int limit,
+                  unsigned int flags)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc == 0)
+        rc = ensure_rv(t);
+    if (rc != 0)
+        return rc;
+    static const uint8_t empty[1] = { 0 };
+    if (begin == NULL)
+        begin = empty;
+    if (end == NULL)
+        end = empty;
+    if (kvq__bytes_cmp(begin, begin_len, end, end_len) >= 0) {
+        *count = 0;
+        return 0;
+    }
+    rc = check_unreadable(t, begin, begin_len, end, end_len);
+    if (rc != 0)
+        return rc;
+    int reverse = (flags & KVQ_REVERSE) != 0;
+    cursor c = { .t = t,
+                 .st = reverse ? t->conn->range_rev : t->conn->range_fwd,
+                 .reverse = reverse };
+    sqlite3_bind_blob(c.st, 1, begin, (int)begin_len, SQLITE_STATIC);
+    sqlite3_bind_blob(c.st, 2, end, (int)end_len, SQLITE_STATIC);
+
+    /* Overlay entries within the range, walked in the same direction as the rows. */
+    size_t lo = emb_overlay_lower(&t->ov, begin, begin_len);
+    size_t hi = emb_overlay_lower(&t->ov, end, end_len);
+    size_t oi = reverse ? hi : lo; /* reverse: next is oi - 1 */
+
+    kv_vec out = { 0 };
+    int stopped = 0;
+    rc = cursor_next(&c);
+    while (rc == 0) {
+        int have_ov = reverse ? oi > lo : oi < hi;
+        ov_entry *x = have_ov ? t->ov.v[reverse ? oi - 1 : oi] : NULL;
+        if (!c.has && x == NULL)
+            break;
+        if (limit > 0 && out.n == (size_t)limit) {
+            stopped = 1;
+            break;
+        }
+        int order; /* < 0: the stored row comes first in this direction */
+        if (!c.has)
+            order = 1;
+        else if (x == NULL)
+            order = -1;
+        else {
+            order = kvq__bytes_cmp(c.key.data, c.key.len, x->key.p, x->key.n);
+            if (reverse)
+                order = -order;
+        }
+        if (order < 0) {
+            rc = kv_push(&out, c.key, c.value);
+            if (rc == 0)
+                rc = cursor_next(&c);
+            continue;
+        }
+        /* The overlay entry comes first, or has the same key as the stored row. */
+        kvq_bytes k = { NULL, 0 };
+        kvq_bytes v = { NULL, 0 };
+        rc = arena_bytes(t, x->key.p, x->key.n, &k);
+        if (rc != 0)
+            break;
+        int present = 0;
+        if (order == 0) {
+            v = c.value;
+            present = 1;
+        }
+        if (x->kind == OV_UNREADABLE) {
+            rc = kvq__error(KVQ_EACCESSED_UNREADABLE,
+                            "the range holds a value written with a versionstamp in this "
+                            "transaction");
+            break;
+        }
+        if (x->kind == OV_SET) {
+            present = 1;
+            rc = arena_bytes(t, x->value.p, x->value.n, &v);
+        } else {
+            rc = resolve_atomic(t, x, &v, &present);
+        }
+        if (rc == 0)
+            rc = kv_push(&out, k, v);
+        oi = reverse ? oi - 1 : oi + 1;
+        if (rc == 0 && order == 0)
+            rc = cursor_next(&c);
+    }
+    sqlite3_reset(c.st);
+    sqlite3_clear_bindings(c.st);
+    if (rc != 0) {
+        kvq__free(out.v);
+        return rc;
+    }
+
+    if (!(flags & KVQ_SNAPSHOT)) {
+        /* The read covers what it actually saw: up to and including the last key when the
+         * limit stopped it. */
+        if (stopped && out.n > 0) {
+            const kvq_bytes *last = &out.v[out.n - 1].key;
+            if (!reverse) {
+                uint8_t *after = emb_arena_alloc(t, last->len + 1);
+                if (after == NULL)
+                    rc = kvq__error(KVQ_ENOMEM, "out of memory");
+                else {
+                    if (last->len > 0)
+                        memcpy(after, last->data, last->len);
+                    after[last->len] = 0;
+                    rc = add_range_read_conflict(t, begin, begin_len, after, last->len + 1);
+                }
+            } else {
+                rc = add_range_read_conflict(t, last->data, last->len, end, end_len);
+            }
+        } else {
+            rc = add_range_read_conflict(t, begin, begin_len, end, end_len);
+        }
+    }
+    if (rc != 0) {
+        kvq__free(out.v);
+        return rc;
+    }
+    kvq_kv *res = emb_arena_alloc(t, out.n * sizeof(*res));
+    if (res == NULL && out.n > 0) {
+        kvq__free(out.v);
+        return kvq__error(KVQ_ENOMEM, "out of memory for a range read");
+    }
+    if (out.n > 0)
+        memcpy(res, out.v, out.n * sizeof(*res));
+    kvq__free(out.v);
+    *kvs = res;
+    *count = out.n;
+    *more = stopped;
+    return 0;
+}
+
+static int push_mut(emb_txn *t, int op, const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    int rc = add_size(t, an + bn);
+    if (rc != 0)
+        return rc;
+    if (t->n_muts == t->cap_muts) {
+        size_t cap = t->cap_muts ? t->cap_muts * 2 : 16;
+        emb_mut *v = kvq__realloc(t->muts, cap * sizeof(*v));
+        if (v == NULL)
+            return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
+        t->muts = v;
+        t->cap_muts = cap;
+    }
+    emb_mut *m = &t->muts[t->n_muts];
+    m->op = op;
+    if (emb_str_set(&m->a, a, an) != 0)
+        return KVQ_ENOMEM;
+    if (emb_str_set(&m->b, b, bn) != 0) {
+        emb_str_free(&m->a);
+        return KVQ_ENOMEM;
+    }
+    t->n_muts++;
+    return 0;
+}
+
+static int add_point_write(emb_txn *t, const uint8_t *k, size_t kn)
+{
+    int rc = add_size(t, 2 * kn + 1);
+    if (rc == 0)
+        rc = point_range(&t->writes, k, kn);
+    return rc;
+}
+
+int emb_set(void *tp, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    uint8_t zero = 0;
+    if (key == NULL)
+        key = &zero;
+    if (value == NULL)
+        value = &zero;
+    rc = push_mut(t, EMB_OP_SET, key, key_len, value, value_len);
+    if (rc == 0)
+        rc = add_point_write(t, key, key_len);
+    if (rc == 0)
+        rc = emb_overlay_set(&t->ov, key, key_len, value, value_len);
+    return rc;
+}
+
+int emb_clear_range(
+    void *tp, const uint8_t *begin, size_t begin_len, const uint8_t *end, size_t end_len)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    static const uint8_t empty[1] = { 0 };
+    if (begin == NULL)
+        begin = empty;
+    rc = push_mut(t, EMB_OP_CLEAR_RANGE, begin, begin_len, end, end_len);
+    if (rc == 0)
+        rc = emb_ranges_add(&t->writes, begin, begin_len, end, end_len);
+    if (rc == 0)
+        rc = emb_overlay_clear_range(&t->ov, begin, begin_len, end, end_len);
+    return rc;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int emb_atomic_op(void *tp,
+                  const uint8_t *key,
+                  size_t key_len,
+                  const uint8_t *param,
+                  size_t param_len,
+                  kvq_mutation op)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    uint8_t zero = 0;
+    if (param == NULL)
+        param = &zero;
+    if (key == NULL)
+        key = &zero;
+    if (op == KVQ_MUT_SET_VERSIONSTAMPED_KEY) {
+        size_t kn = key_len - 4;
+        uint32_t off = le32(key + kn);
+        rc = push_mut(t, op, key, key_len, param, param_len);
+        if (rc != 0)
+            return rc;
+        /* The keys this stamp may produce become unreadable: from the key with the stamp
+         * (read version + 1, order 0), or zeros without a read version, to the key with 0xFF
+         * stamp bytes, inclusive. */
+        uint8_t *lo = kvq__malloc(kn + 1);
+        uint8_t *hi = kvq__malloc(kn + 1);
+        if (lo == NULL || hi == NULL) {
+            kvq__free(lo);
+            kvq__free(hi);
+            return kvq__error(KVQ_ENOMEM, "out of memory");
+        }
+        memcpy(lo, key, kn);
+        memcpy(hi, key, kn);
+        uint64_t v = t->has_rv ? (uint64_t)t->rv + 1 : 0;
+        for (int i = 0; i < 8; i++)
+            lo[off + (size_t)i] = (uint8_t)(v >> (56 - 8 * i));
+        lo[off + 8] = lo[off + 9] = 0;
+        memset(hi + off, 0xff, 10);
+        hi[kn] = 0;
+        rc = emb_ranges_add(&t->unreadable, lo, kn, hi, kn + 1);
+        kvq__free(lo);
+        kvq__free(hi);
+        return rc;
+    }
+    if (op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE) {
+        rc = push_mut(t, op, key, key_len, param, param_len);
+        if (rc == 0)
+            rc = add_point_write(t, key, key_len);
+        if (rc == 0)
+            rc = emb_overlay_unreadable(&t->ov, key, key_len);
+        return rc;
+    }
+    rc = push_mut(t, op, key, key_len, param, param_len);
+    if (rc == 0)
+        rc = add_point_write(t, key, key_len);
+    if (rc == 0)
+        rc = emb_overlay_atomic(&t->ov, key, key_len, param, param_len, op);
+    return rc;
+}
+
+int emb_add_conflict_range(void *tp,
+                           const uint8_t *begin,
+                           size_t begin_len,
+                           const uint8_t *end,
+                           size_t end_len,
+                           kvq_conflict_type type)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    static const uint8_t empty[1] = { 0 };
+    if (begin == NULL)
+        begin = empty;
+    rc = add_size(t, begin_len + end_len);
+    if (rc != 0)
+        return rc;
+    if (type == KVQ_CONFLICT_READ) {
+        /* A read conflict needs a read version to be checked against. */
+        rc = ensure_rv(t);
+        if (rc == 0)
+            rc = emb_ranges_add(&t->reads, begin, begin_len, end, end_len);
+        return rc;
+    }
+    return emb_ranges_add(&t->writes, begin, begin_len, end, end_len);
+}
+
+int emb_get_committed_version(void *tp, int64_t *out)
+{
+    emb_txn *t = tp;
+    if (!t->committed || t->committed_version <= 0)
+        return kvq__error(KVQ_ENO_COMMIT_VERSION,
+                          "the transaction has no commit version (not committed, or read-only)");
+    *out = t->committed_version;
+    return 0;
+}
+
+int emb_get_versionstamp(void *tp, uint8_t out[10])
+{
+    emb_txn *t = tp;
+    if (!t->committed || t->committed_version <= 0)
+        return kvq__error(KVQ_ENO_COMMIT_VERSION,
+                          "the transaction has no versionstamp (not committed, or read-only)");
+    memcpy(out, t->stamp, 10);
+    return 0;
+}

@@ -1,0 +1,129 @@
+/* The private interface between kvq's public transaction API (engine.c) and its engines.
+ *
+ * engine.c validates every argument, enforces FoundationDB's limits and runs the retry loop;
+ * an engine only implements the operations, on arguments already checked. Engines translate
+ * their native errors into kvq codes here and nowhere else. */
+#ifndef KVQ_ENGINE_H
+#define KVQ_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "kvq/db.h"
+#include "util/util.h"
+
+#define KVQ__ENGINE_OPS_VERSION 1
+
+typedef struct kvq__engine_ops {
+    unsigned int version;
+    const char *name;
+
+    int (*open)(void **out, kvq_db *db, const char *path, const kvq_db_options *opts);
+    void (*close)(void *engine);
+
+    int (*txn_create)(void **out, void *engine, kvq_txn *txn);
+    void (*txn_destroy)(void *t);
+    void (*txn_reset)(void *t);
+
+    int (*get)(void *t,
+               kvq_bytes *value,
+               int *present,
+               const uint8_t *key,
+               size_t key_len,
+               unsigned int flags);
+    int (*get_range)(void *t,
+                     const kvq_kv **kvs,
+                     size_t *count,
+                     int *more,
+                     const uint8_t *begin,
+                     size_t begin_len,
+                     const uint8_t *end,
+                     size_t end_len,
+                     int limit,
+                     unsigned int flags);
+    int (*set)(void *t, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
+    int (*clear_range)(
+        void *t, const uint8_t *begin, size_t begin_len, const uint8_t *end, size_t end_len);
+    /* Every kvq_mutation, including the two versionstamped forms (already validated). */
+    int (*atomic_op)(void *t,
+                     const uint8_t *key,
+                     size_t key_len,
+                     const uint8_t *param,
+                     size_t param_len,
+                     kvq_mutation op);
+    int (*add_conflict_range)(void *t,
+                              const uint8_t *begin,
+                              size_t begin_len,
+                              const uint8_t *end,
+                              size_t end_len,
+                              kvq_conflict_type type);
+    int (*get_read_version)(void *t, int64_t *out);
+    int (*commit)(void *t);
+    int (*get_committed_version)(void *t, int64_t *out);
+    int (*get_versionstamp)(void *t, uint8_t out[10]);
+
+    /* Watches: the engine fills the watch it is given (see struct kvq_watch below). */
+    int (*watch)(void *t, kvq_watch *w, const uint8_t *key, size_t key_len);
+    /* Optional: called by kvq_watch_cancel so the engine can drop the watch early. */
+    void (*watch_cancel)(kvq_watch *w);
+    void (*watch_release)(kvq_watch *w);
+} kvq__engine_ops;
+
+struct kvq_db {
+    const kvq__engine_ops *ops;
+    void *engine;
+    kvq_db_options opts;
+    /* Injected faults (kvq__choose_fault). */
+    pthread_mutex_t fault_mu;
+    kvq__rng fault_rng;
+    /* Counters; updated with atomic operations. */
+    uint64_t n_commits, n_conflicts, n_retries, n_batches, n_faults;
+};
+
+struct kvq_txn {
+    kvq_db *db;
+    void *t;
+    /* Retry state, kept across kvq_txn_on_error and cleared by kvq_txn_reset. */
+    int retries;
+    int retry_limit;
+    int64_t timeout_ms;
+    int64_t max_retry_delay_ms;
+    int64_t start_mono_us;
+    int64_t backoff_us;
+    kvq__rng rng;
+    uint32_t next_user_version;
+};
+
+/* A watch is shared by the waiter and the engine (which fires it from another thread), so it is
+ * reference counted: the caller's handle holds one reference, the engine another while armed. */
+enum { KVQ__WATCH_PENDING = 0, KVQ__WATCH_ARMED, KVQ__WATCH_DONE };
+
+struct kvq_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int refs;
+    int state;  /* KVQ__WATCH_* */
+    int result; /* when DONE: 0 fired, or an error */
+    kvq_db *db;
+    /* Engine-owned fields. */
+    void *engine_data;
+    struct kvq_watch *next, *prev;
+};
+
+/* Settles a watch with a result (0: fired) unless it is already settled; wakes waiters. */
+void kvq__watch_settle(kvq_watch *w, int result);
+/* Drops one reference; the last one frees the watch (calling ops->watch_release). */
+void kvq__watch_unref(kvq_watch *w);
+void kvq__watch_ref(kvq_watch *w);
+
+/* Decides whether this commit gets an injected fault (kvq_db_options.fault_rate): 0 or one of
+ * the KVQ_FAULT_* kinds asked for, counted in the database's stats. */
+unsigned int kvq__choose_fault(kvq_db *db);
+
+/* Validation shared by the engines. */
+int kvq__check_key(const uint8_t *key, size_t len, const char *what);
+
+extern const kvq__engine_ops kvq__embedded_ops;
+extern const kvq__engine_ops kvq__fdb_ops;
+
+#endif /* KVQ_ENGINE_H */

@@ -1,0 +1,186 @@
+/* Internals of the queue layers, shared by their source files and reachable by tests.
+ *
+ * Keys (prefix = the queue's subspace prefix):
+ *   FIFO item       prefix + pack((index, rand20))
+ *   priority item   prefix + pack((priority, count, rand20))
+ *   durable         prefix + pack((b"npush",)), prefix + pack((b"npop",)),
+ *                   prefix + pack((b"val", versionstamp96))
+ *   bookkeeping     prefix + 0xFF + pack(...):
+ *     ("m", bucket, id16)          push marker (value empty)
+ *     ("r", bucket, id16)          pop result slot (value: 4-byte LE attempt number)
+ *     ("hc", "pop", index, rand20) high-contention waiter (value: 8-byte LE registration
+ *                                  version, then 1 byte: 0 pops the head/min, 1 the max)
+ *     ("hc", "res", rand20)        value handed to that waiter
+ *     ("hc", "rk", rand20)         8-byte LE version of the hand-over, rand20, the item's key
+ *     ("hc", "tick")               8-byte LE counter bumped before a sweep (moves versions on)
+ */
+#ifndef KVQ_LAYERS_INTERNAL_H
+#define KVQ_LAYERS_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kvq/queue.h"
+#include "util/util.h"
+
+#define KVQ__RAND_LEN 20
+#define KVQ__ID_LEN   16
+/* Database versions per idempotency bucket: one minute (versions advance ~1e6 per second). */
+#define KVQ__BUCKET_VERSIONS 60000000LL
+/* Versions per millisecond, for the staging timeout. */
+#define KVQ__VERSIONS_PER_MS 1000LL
+#define KVQ__MAX_K           10000
+
+/* Which end a pop takes. */
+enum { KVQ__END_MIN = 0, KVQ__END_MAX = 1 };
+
+struct kvq_queue {
+    kvq_db *db;
+    kvq_queue_type type;
+    kvq_queue_options opts;
+    kvq_buf prefix;
+    /* Item range [items_lo, items_hi). FIFO and priority: the keys whose first element is an
+     * integer (type codes 0x0b..0x1d), so that queues in nested subspaces ("Q", "x") never
+     * look like items. Durable: prefix + (b"val",) + 00 .. + FF. */
+    kvq_buf items_lo, items_hi;
+    kvq_buf val_prefix; /* durable: prefix + pack((b"val",)) */
+    kvq_buf npush, npop;
+    kvq_buf bk;                   /* prefix + 0xFF */
+    kvq_buf hc_pop_lo, hc_pop_hi; /* waiters */
+    kvq_buf hc_rk_lo, hc_rk_hi;   /* hand-over records */
+    int64_t bucket_versions;      /* KVQ__BUCKET_VERSIONS; tests shrink it */
+    int64_t pruned_bucket;        /* atomic: the last bucket this handle pruned at */
+    int64_t next_sweep;           /* atomic: monotonic µs after which a pop sweeps staging */
+    int hc_pressure;              /* atomic: recent simple-path losses (high contention) */
+    kvq_queue_stats stats;        /* atomic counters */
+};
+
+#define KVQ__STAT_INC(q, field) __atomic_add_fetch(&(q)->stats.field, 1, __ATOMIC_RELAXED)
+#define KVQ__STAT_ADD(q, field, n) \
+    __atomic_add_fetch(&(q)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
+
+/* Test-only: when set, convenience forms never read their markers or slots (so retries after
+ * 1021 duplicate pushes and lose pops), to show that the tests' checkers catch it. */
+extern int kvq__queue_test_break_idempotency;
+
+/* ---- key builders (keys.c) ---------------------------------------------------------------- */
+
+/* Each appends to out (callers reset out->len first when they want a fresh key). */
+int kvq__qk_fifo_item(kvq_buf *out, kvq_bytes prefix, int64_t index, const uint8_t *rand20);
+int kvq__qk_prio_item(
+    kvq_buf *out, kvq_bytes prefix, int64_t priority, int64_t count, const uint8_t *rand20);
+/* prefix + pack_vs((b"val", incomplete versionstamp with user version uv)) + 4-byte LE offset. */
+int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv);
+/* prefix + pack((b"npush",)) or (b"npop",). */
+int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
+/* prefix + pack((priority,)) (the range of one priority is that + 00 .. + FF). */
+int kvq__qk_prio_prefix(kvq_buf *out, kvq_bytes prefix, int64_t priority);
+/* prefix + 0xFF + pack((tag, bucket, id16)), tag "m" or "r". */
+int kvq__qk_mark(
+    kvq_buf *out, kvq_bytes prefix, const char *tag, int64_t bucket, const uint8_t *id16);
+/* prefix + 0xFF + pack((tag,)) and prefix + 0xFF + pack((tag, bucket)): pruning bounds. */
+int kvq__qk_mark_bound(kvq_buf *out, kvq_bytes prefix, const char *tag, int64_t bucket, int with_b);
+/* prefix + 0xFF + pack(("hc", "pop", index, rand20)). */
+int kvq__qk_hc_waiter(kvq_buf *out, kvq_bytes prefix, int64_t index, const uint8_t *rand20);
+/* prefix + 0xFF + pack(("hc", kind, rand20)), kind "res" or "rk". */
+int kvq__qk_hc_slot(kvq_buf *out, kvq_bytes prefix, const char *kind, const uint8_t *rand20);
+/* prefix + 0xFF + pack(("hc", kind)): the range of kind is that + 00 .. + FF. */
+int kvq__qk_hc_kind(kvq_buf *out, kvq_bytes prefix, const char *kind);
+
+/* Parsers of a key's part after the prefix. */
+/* FIFO item: (index, rand). KVQ_ETUPLE when the key is not a FIFO item. */
+int kvq__qk_parse_fifo(const uint8_t *rest, size_t len, int64_t *index);
+/* Priority item: (priority, count, rand). */
+int kvq__qk_parse_prio(const uint8_t *rest, size_t len, int64_t *priority, int64_t *count);
+/* Waiter key suffix after prefix + 0xFF: ("hc", "pop", index, rand20). */
+int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_t *rand20);
+
+/* ---- shared helpers (queue.c) -------------------------------------------------------------- */
+
+int kvq__q_check_value(const uint8_t *value, size_t len);
+void kvq__le64_put(uint8_t *p, uint64_t v);
+uint64_t kvq__le_get(const uint8_t *p, size_t n);
+/* Appends key + 0x00 (the first key after key) into out (reset first). */
+int kvq__key_after(kvq_buf *out, const uint8_t *key, size_t len);
+/* Adds a read-conflict range on exactly one key. */
+int kvq__conflict_key(kvq_txn *txn, const uint8_t *key, size_t len);
+/* Copies src into dst (replacing its content). */
+int kvq__buf_set(kvq_buf *dst, const uint8_t *p, size_t n);
+
+/* Reads the first (end MIN) or last (end MAX) up to `limit` items. */
+int kvq__q_head(kvq_queue *q,
+                kvq_txn *txn,
+                int end,
+                int limit,
+                unsigned int flags,
+                const kvq_kv **kvs,
+                size_t *count);
+/* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one. */
+int kvq__q_pop_k_end(
+    kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n);
+/* The priority of an item key of a priority queue (0 for other types or on a parse error). */
+int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
+
+/* ---- idempotent operations (queue.c) ------------------------------------------------------- */
+
+/* The values one attempt of a pop took (copied out of its transaction). */
+typedef struct kvq__qres {
+    uint32_t attempt;
+    size_t n;
+    kvq_buf *vals; /* cap entries */
+    int64_t prio;  /* priority of vals[0] */
+    uint64_t npush_seen;
+} kvq__qres;
+
+/* One convenience operation across its attempts and transactions. */
+typedef struct kvq__qop {
+    kvq_queue *q;
+    const char *tag; /* "m" (push marker) or "r" (pop result slot) */
+    uint8_t id[KVQ__ID_LEN];
+    int64_t bucket;   /* fixed by the first attempt's read version; -1 before */
+    uint32_t attempt; /* number of the current attempt, from 1 */
+    int maybe;        /* an earlier attempt may have committed */
+    int expired;      /* the window passed while maybe */
+    int found;        /* this attempt found the marker/slot of an earlier commit */
+    uint32_t found_attempt;
+    int64_t rv;       /* read version of the current attempt */
+    size_t cap;       /* values per result */
+    kvq__qres cur;    /* what the current attempt popped */
+    kvq__qres *cands; /* results of attempts that may have committed */
+    size_t ncands;
+} kvq__qop;
+
+int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap);
+void kvq__qop_free(kvq__qop *o);
+/* Starts an attempt in txn: takes the read version, fixes the bucket, prunes old buckets now and
+ * then and, after a maybe-committed attempt, reads the marker/slot (o->found). Returns 0 or an
+ * error (KVQ_ECOMMIT_UNKNOWN_RESULT with o->expired set when the window has passed). */
+int kvq__qop_begin(kvq__qop *o, kvq_txn *txn);
+/* Writes the marker (push) or the result slot with the attempt number (pop). */
+int kvq__qop_mark(kvq__qop *o, kvq_txn *txn);
+/* Copies n values into o->cur for this attempt. */
+int kvq__qop_keep(kvq__qop *o, const kvq_bytes *vals, size_t n, int64_t prio);
+/* After an attempt failed with a maybe-committed error: keeps o->cur as a candidate. */
+int kvq__qop_maybe(kvq__qop *o);
+/* After success: the result that committed (o->cur, or the candidate the slot names), or NULL
+ * (KVQ_ECOMMIT_UNKNOWN_RESULT recorded) when the slot names an attempt we do not have. */
+kvq__qres *kvq__qop_result(kvq__qop *o);
+/* Moves a result's values into caller buffers. */
+int kvq__qres_deliver(kvq__qres *r, kvq_buf *outs);
+
+/* ---- high-contention staging (staging.c) --------------------------------------------------- */
+
+/* A convenience pop in high-contention mode (end MIN/MAX). Fills o's result; 0 or an error. */
+int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end);
+/* Runs the staging upkeep when it is due (every staging_timeout/2 of this process's clock);
+ * returns the number of items it put back. */
+uint64_t kvq__hc_maybe_sweep(kvq_queue *q);
+/* Runs the staging upkeep now. */
+int kvq__hc_sweep(kvq_queue *q, uint64_t *returned);
+/* Test hooks: register a waiter for end (rand20 receives its id); run one fulfil transaction
+ * on behalf of nobody (*served receives the number of waiters served). */
+int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
+int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
+/* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
+int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+
+#endif /* KVQ_LAYERS_INTERNAL_H */

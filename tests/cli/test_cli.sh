@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# End-to-end tests of the kvq command. Usage: test_cli.sh PATH-TO-KVQ
+set -u
+KVQ="$1"
+T="$(mktemp -d /tmp/kvq-cli-XXXXXX)"
+trap 'rm -rf "$T"' EXIT
+DB="$T/db"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+check() { # check NAME COMMAND...: passes when the command succeeds
+    local name="$1"; shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+k() { "$KVQ" --db "$DB" "$@"; }
+
+# --help everywhere, and the usage errors.
+check "kvq --help" bash -c "'$KVQ' --help | grep -q 'commands:'"
+for c in create delete queues push pop peek len list clear watch stats consume bench demo; do
+    check "$c --help" bash -c "'$KVQ' $c --help | grep -q 'usage: kvq'"
+done
+"$KVQ" frobnicate >/dev/null 2>"$T/err"; rc=$?
+check "unknown command: exit 2 naming it" bash -c "[ $rc = 2 ] && grep -q frobnicate '$T/err'"
+"$KVQ" --db "$DB" pop >/dev/null 2>"$T/err"; rc=$?
+check "missing NAME: exit 2 naming it" bash -c "[ $rc = 2 ] && grep -q NAME '$T/err'"
+
+# Push, pop and len by arguments and through pipes.
+k create jobs
+k push jobs one two three
+printf 'four\nfive\n' | k push jobs
+check "len after pushes" bash -c "[ \"\$('$KVQ' --db '$DB' len jobs)\" = 5 ]"
+check "pop one" bash -c "[ \"\$('$KVQ' --db '$DB' pop jobs)\" = one ]"
+check "pop -n 2 keeps order" bash -c "[ \"\$('$KVQ' --db '$DB' pop jobs -n 2 | tr '\n' ,)\" = two,three, ]"
+check "pop into a pipe" bash -c "'$KVQ' --db '$DB' pop jobs -n 10 | grep -qx five"
+k pop jobs >/dev/null 2>"$T/err"; rc=$?
+check "pop on empty: exit 1" bash -c "[ $rc = 1 ] && grep -q empty '$T/err'"
+k len nosuch >/dev/null 2>"$T/err"; rc=$?
+check "unknown queue: exit 1 naming it" bash -c "[ $rc = 1 ] && grep -q nosuch '$T/err'"
+k pop jobs -n zero >/dev/null 2>"$T/err"; rc=$?
+check "bad -n: exit 2" bash -c "[ $rc = 2 ] && grep -q -- '-n' '$T/err'"
+k create jobs >/dev/null 2>&1; rc=$?
+check "create twice: exit 2" bash -c "[ $rc = 2 ]"
+k create other --type nonsense >/dev/null 2>"$T/err"; rc=$?
+check "bad type: exit 2 naming it" bash -c "[ $rc = 2 ] && grep -q nonsense '$T/err'"
+
+# JSON output parses.
+k push jobs 'a "quoted" value' $'tab\there'
+check "--json list" bash -c "'$KVQ' --db '$DB' --json list jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"a \\\"quoted\\\" value\", v'"
+check "--json stats" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==2 and v[\"pushes\"]==7, v'"
+check "--json queues" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=json.load(sys.stdin); assert {\"name\":\"jobs\",\"type\":\"durable\"} in v, v'"
+k clear jobs
+check "clear empties" bash -c "[ \"\$('$KVQ' --db '$DB' len jobs)\" = 0 ]"
+
+# consume --exec hands each item to a command (one short append per item, so that concurrent
+# workers' lines never interleave).
+k create work
+seq 1 200 | k push work
+k consume work --workers 3 --batch 7 --drain --exec "v=\$(cat); echo \"\$v\" >> '$T/exec.out'" 2>/dev/null
+check "consume --exec got every item once" bash -c "sort -n '$T/exec.out' | grep -v '^$' | diff - <(seq 1 200) >/dev/null"
+
+# Two consumer processes on one queue: no duplicates, nothing missing. Both start first and
+# sleep on the watch; then the items arrive while both are running.
+"$KVQ" --db "$DB" consume work --workers 2 --batch 10 >"$T/c1" 2>/dev/null &
+p1=$!
+"$KVQ" --db "$DB" consume work --workers 2 --batch 10 >"$T/c2" 2>/dev/null &
+p2=$!
+sleep 0.3
+seq 1 3000 | k push work
+for _ in $(seq 1 300); do
+    [ "$(k len work)" = 0 ] && break
+    sleep 0.1
+done
+kill -TERM $p1 $p2
+wait $p1 $p2
+check "two consumer processes: exactly once" bash -c "cat '$T/c1' '$T/c2' | sort -n | diff - <(seq 1 3000) >/dev/null"
+
+# SIGTERM during consume loses nothing: what was consumed plus what is left is everything.
+seq 1 5000 | k push work
+"$KVQ" --db "$DB" consume work --workers 2 --batch 5 --exec "v=\$(cat); echo \"\$v\" >> '$T/slow.out'" 2>"$T/term.err" &
+pc=$!
+# Signal once the consumer is mid-stream (it has handed over at least one item).
+for _ in $(seq 1 200); do
+    [ -s "$T/slow.out" ] && break
+    sleep 0.05
+done
+kill -TERM $pc
+wait $pc; rc=$?
+k pop work -n 100000 >"$T/rest" 2>/dev/null
+check "SIGTERM: consume exits 0" bash -c "[ $rc = 0 ]"
+check "SIGTERM: consumed + left = all, once" bash -c "cat '$T/slow.out' '$T/rest' | grep -v '^$' | sort -n | diff - <(seq 1 5000) >/dev/null"
+check "SIGTERM: something was consumed before the signal" bash -c "grep -q . '$T/slow.out'"
+
+# watch wakes on a push and times out without one.
+k create w
+( sleep 0.3; "$KVQ" --db "$DB" push w hello ) &
+check "watch wakes on a push" bash -c "[ \"\$(timeout 10 '$KVQ' --db '$DB' watch w)\" = 1 ]"
+wait
+k watch w --timeout 100 >/dev/null; rc=$?
+check "watch times out: exit 1" bash -c "[ $rc = 1 ]"
+
+# delete removes the queue and its data.
+k delete w
+k len w >/dev/null 2>&1; rc=$?
+check "delete: the queue is gone" bash -c "[ $rc = 1 ]"
+
+# A missing or damaged database gives a clear error.
+: > "$DB/data.db"
+k len jobs >/dev/null 2>"$T/err"; rc=$?
+check "damaged database: exit 3 saying so" bash -c "[ $rc = 3 ] && grep -q damaged '$T/err'"
+"$KVQ" --db "$T/file" len jobs >/dev/null 2>&1 || true
+touch "$T/afile"
+"$KVQ" --db "$T/afile" len jobs >/dev/null 2>"$T/err"; rc=$?
+check "database path is a file: clear error" bash -c "[ $rc != 0 ] && grep -q 'not a directory' '$T/err'"
+
+# The demo runs and verifies (small).
+check "demo verifies exactly once" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 | grep -q 'every item consumed exactly once'"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

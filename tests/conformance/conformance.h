@@ -1,0 +1,537 @@
+/* The conformance harness: helpers shared by tests/conformance/test_*.c. Header-only (every
+ * function is static), and written against the public API alone, so that the same programs test
+ * every engine.
+ *
+ * Which database: $KVQ_TEST_URL when set (for example fdb:/etc/foundationdb/fdb.cluster), else
+ * a fresh directory made with mkdtemp under $TMPDIR (or /tmp) for each test group, removed
+ * afterwards. When the URL names an engine that is not available (KVQ_ENOENGINE), the tests
+ * report themselves skipped, never passed.
+ *
+ * Every test keeps its keys under its own prefix and clears it first, so that tests can share
+ * one database (a real cluster).
+ *
+ * Child processes: cf_spawn() forks. On the embedded engine the child runs the role function
+ * directly (it must open its own handle: handles never cross fork()); on the fdb engine, whose
+ * client cannot be used in a forked child, the child re-executes this program with
+ * "--cf-child ROLE ARGS...", which cf_init() dispatches. Role functions never use cmocka: they
+ * report through their exit status and pipes.
+ *
+ * Randomized tests take their seed from $KVQ_TEST_SEED or the clock and print it with the
+ * command that replays them ($KVQ_TEST_FILTER selects tests by name).
+ */
+#ifndef KVQ_CONFORMANCE_H
+#define KVQ_CONFORMANCE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvq/kvq.h>
+
+/* ---- state of the program ------------------------------------------------------------------ */
+
+/* A role a child process can play: argv[0] is the role's name, then its arguments. Returns the
+ * child's exit status. */
+typedef int (*cf_role_fn)(int argc, char **argv);
+
+struct cf_role {
+    const char *name;
+    cf_role_fn fn;
+};
+
+static char cf_tmp[PATH_MAX];  /* the group's temporary directory (embedded engine) */
+static char cf_url[PATH_MAX];  /* the database every test of the group opens */
+static char cf_self[PATH_MAX]; /* this program, for re-executing children */
+static const char *cf_argv0 = "";
+static int cf_fdb;       /* cf_url names the fdb engine */
+static int cf_no_engine; /* the engine turned out to be unavailable */
+static const struct cf_role *cf_roles;
+static size_t cf_nroles;
+
+static inline int cf_is_fdb(void)
+{
+    return cf_fdb;
+}
+
+/* ---- messages and assertions --------------------------------------------------------------- */
+
+/* Asserts that a kvq call returns 0, naming the error and the library's detail otherwise. */
+#define CF_OK(expr)                                                                                \
+    do {                                                                                           \
+        int cf_rc_ = (expr);                                                                       \
+        if (cf_rc_ != 0)                                                                           \
+            fail_msg("%s\n  -> %d %s (%s)", #expr, cf_rc_, kvq_errname(cf_rc_), kvq_last_error()); \
+    } while (0)
+
+/* Asserts that a kvq call returns exactly `want`. */
+#define CF_ERR(expr, want)                                                                  \
+    do {                                                                                    \
+        int cf_rc_ = (expr);                                                                \
+        int cf_want_ = (want);                                                              \
+        if (cf_rc_ != cf_want_)                                                             \
+            fail_msg("%s\n  expected %d %s, got %d %s (%s)", #expr, cf_want_,               \
+                     kvq_errname(cf_want_), cf_rc_, kvq_errname(cf_rc_), kvq_last_error()); \
+    } while (0)
+
+/* A C string as the (pointer, length) pair the API takes. */
+#define CF_S(s) (const uint8_t *)(s), strlen(s)
+
+/* ---- random numbers (splitmix64: tiny, and the same sequence everywhere) -------------------- */
+
+typedef struct cf_rng {
+    uint64_t s;
+} cf_rng;
+
+static inline uint64_t cf_rand(cf_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A number in [0, n). */
+static inline uint32_t cf_below(cf_rng *r, uint32_t n)
+{
+    return n == 0 ? 0 : (uint32_t)(cf_rand(r) % n);
+}
+
+static inline int cf_chance(cf_rng *r, unsigned percent)
+{
+    return cf_below(r, 100) < percent;
+}
+
+/* The seed of a randomized test: $KVQ_TEST_SEED, else the clock. Prints it and how to replay. */
+static inline uint64_t cf_seed(const char *test)
+{
+    const char *e = getenv("KVQ_TEST_SEED");
+    uint64_t seed;
+    if (e != NULL && e[0] != '\0') {
+        seed = strtoull(e, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+               ((uint64_t)getpid() << 32);
+    }
+    const char *url = getenv("KVQ_TEST_URL");
+    printf("[ SEED     ] %s: seed %" PRIu64 "\n"
+           "[ REPLAY   ] KVQ_TEST_SEED=%" PRIu64 " KVQ_TEST_FILTER=%s%s%s %s\n",
+           test, seed, seed, test, url != NULL ? " KVQ_TEST_URL=" : "", url != NULL ? url : "",
+           cf_argv0);
+    fflush(stdout);
+    return seed;
+}
+
+/* ---- time ---------------------------------------------------------------------------------- */
+
+static inline int64_t cf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cf_sleep_ms(int64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---- files --------------------------------------------------------------------------------- */
+
+static inline int cf_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Removes a directory tree; a missing one is fine. */
+static inline int cf_rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    return nftw(path, cf_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- opening the database ------------------------------------------------------------------ */
+
+/* A URL for a database of this test's own: a fresh path in the group's directory on the
+ * embedded engine (the previous one of that name is removed), the shared cf_url on fdb. */
+static inline const char *cf_fresh_url(char *out, size_t cap, const char *name)
+{
+    if (cf_fdb) {
+        snprintf(out, cap, "%s", cf_url);
+    } else {
+        int n = snprintf(out, cap, "%s/%s", cf_tmp, name);
+        if (n < 0 || (size_t)n >= cap)
+            fail_msg("path too long: %s/%s", cf_tmp, name);
+        (void)cf_rm_rf(out);
+    }
+    return out;
+}
+
+/* Opens `url`. Skips the test when its engine is not available; fails it on any other error. */
+static inline kvq_db *cf_open_url(const char *url, const kvq_db_options *opts)
+{
+    if (cf_no_engine)
+        skip();
+    kvq_db *db = NULL;
+    int rc = kvq_db_open(&db, url, opts);
+    if (rc == KVQ_ENOENGINE) {
+        cf_no_engine = 1;
+        print_message("engine of %s unavailable (%s): SKIPPED\n", url, kvq_last_error());
+        skip();
+    }
+    if (rc != 0)
+        fail_msg("kvq_db_open(%s) -> %d %s (%s)", url, rc, kvq_errname(rc), kvq_last_error());
+    assert_non_null(db);
+    return db;
+}
+
+static inline kvq_db *cf_open(const kvq_db_options *opts)
+{
+    return cf_open_url(cf_url, opts);
+}
+
+/* Skips the current test unless the engine is the embedded one. */
+static inline void cf_embedded_only(const char *why)
+{
+    if (cf_fdb) {
+        print_message("embedded engine only (%s): SKIPPED\n", why);
+        skip();
+    }
+}
+
+/* ---- keys ---------------------------------------------------------------------------------- */
+
+/* Every test's keys live under "cf/<test>/". */
+typedef struct cf_key {
+    uint8_t b[256];
+    size_t n;
+} cf_key;
+
+static inline cf_key cf_k(const char *prefix, const char *suffix)
+{
+    cf_key k;
+    int n = snprintf((char *)k.b, sizeof(k.b), "cf/%s/%s", prefix, suffix);
+    k.n = (size_t)n < sizeof(k.b) ? (size_t)n : sizeof(k.b) - 1;
+    return k;
+}
+
+/* The key just after every key that starts with `p` (p + 0xFF). */
+static inline cf_key cf_after_prefix(const cf_key *p)
+{
+    cf_key k = *p;
+    k.b[k.n++] = 0xff;
+    return k;
+}
+
+/* Commits the removal of every key under "cf/<prefix>/". */
+static inline void cf_clear_prefix(kvq_db *db, const char *prefix)
+{
+    cf_key b = cf_k(prefix, "");
+    cf_key e = cf_after_prefix(&b);
+    kvq_txn *t = NULL;
+    CF_OK(kvq_txn_create(&t, db));
+    for (;;) {
+        int rc = kvq_txn_clear_range(t, b.b, b.n, e.b, e.n);
+        if (rc == 0)
+            rc = kvq_txn_commit(t);
+        if (rc == 0)
+            break;
+        CF_OK(kvq_txn_on_error(t, rc));
+    }
+    kvq_txn_destroy(t);
+}
+
+/* ---- reading helpers ----------------------------------------------------------------------- */
+
+/* Asserts that `key` reads as the given value in txn (absent when val is NULL). */
+static inline void cf_expect_value(kvq_txn *txn,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   unsigned flags,
+                                   const void *val,
+                                   size_t val_len,
+                                   const char *where)
+{
+    kvq_bytes v = { NULL, 0 };
+    int present = -1;
+    int rc = kvq_txn_get(&v, &present, txn, key, key_len, flags);
+    if (rc != 0)
+        fail_msg("%s: get -> %d %s (%s)", where, rc, kvq_errname(rc), kvq_last_error());
+    if (val == NULL) {
+        if (present != 0)
+            fail_msg("%s: expected the key absent, it holds %zu bytes", where, v.len);
+        return;
+    }
+    if (present != 1)
+        fail_msg("%s: expected %zu bytes, the key is absent (present=%d)", where, val_len, present);
+    if (v.len != val_len || (val_len > 0 && memcmp(v.data, val, val_len) != 0)) {
+        char got[64] = "", exp[64] = "";
+        for (size_t i = 0; i < v.len && i < 20; i++)
+            snprintf(got + 3 * i, 4, "%02x ", v.data[i]);
+        for (size_t i = 0; i < val_len && i < 20; i++)
+            snprintf(exp + 3 * i, 4, "%02x ", ((const uint8_t *)val)[i]);
+        fail_msg("%s: value mismatch: expected %zu bytes [%s], got %zu bytes [%s]", where, val_len,
+                 exp, v.len, got);
+    }
+}
+
+/* Reads one key in a transaction of its own. Returns the value's length, or -1 when absent;
+ * copies at most cap bytes into out. */
+static inline long
+cf_read_key(kvq_db *db, const uint8_t *key, size_t key_len, void *out, size_t cap)
+{
+    kvq_txn *t = NULL;
+    CF_OK(kvq_txn_create(&t, db));
+    kvq_bytes v;
+    int present = 0;
+    CF_OK(kvq_txn_get(&v, &present, t, key, key_len, 0));
+    long r = -1;
+    if (present) {
+        r = (long)v.len;
+        if (out != NULL && v.len > 0)
+            memcpy(out, v.data, v.len < cap ? v.len : cap);
+    }
+    kvq_txn_destroy(t);
+    return r;
+}
+
+/* Writes one key in a transaction of its own (with retries). */
+static inline void
+cf_write_key(kvq_db *db, const uint8_t *key, size_t key_len, const void *val, size_t val_len)
+{
+    kvq_txn *t = NULL;
+    CF_OK(kvq_txn_create(&t, db));
+    for (;;) {
+        int rc = kvq_txn_set(t, key, key_len, (const uint8_t *)val, val_len);
+        if (rc == 0)
+            rc = kvq_txn_commit(t);
+        if (rc == 0)
+            break;
+        CF_OK(kvq_txn_on_error(t, rc));
+    }
+    kvq_txn_destroy(t);
+}
+
+static inline uint64_t cf_le64(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n && i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static inline void cf_put_le(uint8_t *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t cf_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---- child processes ----------------------------------------------------------------------- */
+
+static inline const struct cf_role *cf_find_role(const char *name)
+{
+    for (size_t i = 0; i < cf_nroles; i++)
+        if (strcmp(cf_roles[i].name, name) == 0)
+            return &cf_roles[i];
+    return NULL;
+}
+
+/* Starts a child process playing `role` with the given arguments (NULL-terminated). */
+static inline pid_t cf_spawn(const char *role, const char *const *args)
+{
+    const struct cf_role *r = cf_find_role(role);
+    if (r == NULL)
+        fail_msg("no child role %s", role);
+    char *argv[40];
+    size_t n = 0;
+    argv[n++] = (char *)cf_self;
+    argv[n++] = (char *)"--cf-child";
+    argv[n++] = (char *)role;
+    for (size_t i = 0; args != NULL && args[i] != NULL && n < 39; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        if (cf_fdb) {
+            execv(cf_self, argv);
+            fprintf(stderr, "execv %s: %s\n", cf_self, strerror(errno));
+            _exit(126);
+        }
+        int rc = r->fn((int)n - 2, argv + 2);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    return pid;
+}
+
+/* Waits for a child at most timeout_s seconds (then kills it). Returns its wait status. */
+static inline int cf_wait(pid_t pid, int timeout_s)
+{
+    int64_t deadline = cf_now_ns() + (int64_t)timeout_s * 1000000000;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0 && errno != EINTR)
+            fail_msg("waitpid: %s", strerror(errno));
+        if (cf_now_ns() > deadline) {
+            kill(pid, SIGKILL);
+            (void)waitpid(pid, &status, 0);
+            fail_msg("child %d did not finish within %d s (killed)", (int)pid, timeout_s);
+        }
+        cf_sleep_ms(2);
+    }
+}
+
+/* Asserts that a child exited normally with status 0. */
+static inline void cf_wait_ok(pid_t pid, int timeout_s, const char *what)
+{
+    int st = cf_wait(pid, timeout_s);
+    if (WIFSIGNALED(st))
+        fail_msg("%s: child killed by signal %d", what, WTERMSIG(st));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("%s: child exited with status %d", what, WEXITSTATUS(st));
+}
+
+/* Writes all of buf to fd (pipes). */
+static inline int cf_write_all(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes; returns 0, or -1 at end of file or on error. */
+static inline int cf_read_all(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* ---- the program --------------------------------------------------------------------------- */
+
+/* Call first in main(): records who we are and runs a child role when asked to. */
+static inline void cf_init(int argc, char **argv, const struct cf_role *roles, size_t nroles)
+{
+    cf_argv0 = argv[0];
+    cf_roles = roles;
+    cf_nroles = nroles;
+    ssize_t n = readlink("/proc/self/exe", cf_self, sizeof(cf_self) - 1);
+    if (n <= 0)
+        snprintf(cf_self, sizeof(cf_self), "%s", argv[0]);
+    else
+        cf_self[n] = '\0';
+    const char *url = getenv("KVQ_TEST_URL");
+    cf_fdb = url != NULL && strncmp(url, "fdb:", 4) == 0;
+    if (argc >= 3 && strcmp(argv[1], "--cf-child") == 0) {
+        if (url != NULL)
+            snprintf(cf_url, sizeof(cf_url), "%s", url);
+        const struct cf_role *r = cf_find_role(argv[2]);
+        if (r == NULL) {
+            fprintf(stderr, "unknown child role %s\n", argv[2]);
+            exit(125);
+        }
+        exit(r->fn(argc - 2, argv + 2));
+    }
+    const char *filter = getenv("KVQ_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0')
+        cmocka_set_test_filter(filter);
+}
+
+static inline int cf_group_setup(void **state)
+{
+    (void)state;
+    const char *url = getenv("KVQ_TEST_URL");
+    if (url != NULL && url[0] != '\0') {
+        snprintf(cf_url, sizeof(cf_url), "%s", url);
+        cf_fdb = strncmp(url, "fdb:", 4) == 0;
+        cf_tmp[0] = '\0';
+        return 0;
+    }
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] == '\0')
+        tmp = "/tmp";
+    int n = snprintf(cf_tmp, sizeof(cf_tmp), "%s/kvq-conformance-XXXXXX", tmp);
+    if (n < 0 || (size_t)n >= sizeof(cf_tmp) - 64) {
+        fprintf(stderr, "TMPDIR is too long: %s\n", tmp);
+        return -1;
+    }
+    if (mkdtemp(cf_tmp) == NULL) {
+        fprintf(stderr, "mkdtemp %s: %s\n", cf_tmp, strerror(errno));
+        return -1;
+    }
+    n = snprintf(cf_url, sizeof(cf_url), "%s/db", cf_tmp);
+    return n < 0 || (size_t)n >= sizeof(cf_url) ? -1 : 0;
+}
+
+static inline int cf_group_teardown(void **state)
+{
+    (void)state;
+    if (cf_tmp[0] != '\0' && cf_rm_rf(cf_tmp) != 0) {
+        fprintf(stderr, "cannot remove %s: %s\n", cf_tmp, strerror(errno));
+        return -1;
+    }
+    cf_tmp[0] = '\0';
+    return 0;
+}
+
+#define CF_RUN(name, tests) \
+    cmocka_run_group_tests_name(name, tests, cf_group_setup, cf_group_teardown)
+
+#endif /* KVQ_CONFORMANCE_H */

@@ -1,0 +1,974 @@
+/* A test double of FoundationDB's C client: libfdb_double.so exports the fdb_* functions kvq's
+ * fdb engine uses (same names, same signatures, same packed FDBKeyValue, from the same
+ * declarations in src/engine/fdb/fdb_api.h) and implements them on kvq's embedded engine.
+ *
+ * It tests kvq's binding, not FoundationDB. What it checks is that the binding drives the
+ * client the way libfdb_c must be driven, and that what kvq promises survives the trip:
+ *
+ * - the API version is selected first and once (2200/2201/2202/2203), the network is set up
+ *   once (2009), run on a thread of its own and stopped (2008 when misused); futures complete
+ *   only once the network thread runs, and callbacks of futures that complete later run on
+ *   that thread;
+ * - futures are real objects that own their results until fdb_future_destroy, which must come
+ *   exactly once (a second destroy, or reading a future as the wrong kind, aborts);
+ * - get_range answers in small pages (3 rows unless $KVQ_FDB_DOUBLE_PAGE says otherwise) and
+ *   sets `more` whenever a limit was reached, as a storage server does, so that the binding's
+ *   paging loop runs on every range read;
+ * - errors of write calls (which return nothing) are deferred to the next read or the commit,
+ *   and error numbers pass through unchanged;
+ * - watches complete from another thread, or with 1101 when cancelled;
+ * - the transaction timeout option (500) is honoured, counted from the transaction's start;
+ *   $KVQ_FDB_DOUBLE_READ_DELAY_MS makes reads slow, so that a test can see it end a read.
+ *
+ * The database is an embedded kvq database in the directory named by $KVQ_FDB_DOUBLE_DIR, or
+ * by a line `double:<directory>` in the cluster file. Being a directory, it can be shared by
+ * several processes, as a cluster is. Transactions, conflicts, versionstamps and watches are
+ * the embedded engine's, which has FoundationDB's semantics: it is not a model of a cluster's
+ * latency, its failures or its `more` heuristics beyond the rule above. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvq/kvq.h"
+#include "engine/fdb/fdb_api.h"
+
+#define KVQ_FDB_PROTOTYPE(ret, name, params) ret name params;
+KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
+#undef KVQ_FDB_PROTOTYPE
+
+#define MAX_API_VERSION  730
+#define DEFAULT_PAGE     3
+#define NETWORK_WAIT_SEC 5
+
+/* A misuse that a real client would punish with a crash or a hang: stop loudly. */
+static void misuse(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fdb_double: misuse: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    abort();
+}
+
+static void complain(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fdb_double: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* The network ------------------------------------------------------------------------------ */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int api;                /* the selected API version; 0 until then */
+    int setup;              /* fdb_setup_network was called */
+    int running;            /* fdb_run_network is in its loop */
+    int stop;               /* fdb_stop_network was called */
+    int finished;           /* fdb_run_network returned */
+    FDBFuture *head, *tail; /* futures whose callbacks the network thread is to run */
+} net = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+/* Futures ---------------------------------------------------------------------------------- */
+
+enum { FUT_VOID, FUT_INT64, FUT_KEY, FUT_VALUE, FUT_KV_ARRAY };
+
+struct FDB_future {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int refs; /* the caller's handle, the network queue, a watch thread, a transaction */
+    int kind;
+    int ready;
+    fdb_error_t err;
+    int destroyed; /* fdb_future_destroy was called */
+    int cb_set;
+    FDBCallback cb;
+    void *cb_arg;
+    /* Results, owned by the future. */
+    int64_t i64;
+    uint8_t *bytes;
+    int len;
+    int present;
+    FDBKeyValue *kvs;
+    int count;
+    int more;
+    /* A watch: the embedded watch it waits on (its thread's until it ends). */
+    kvq_watch *kw;
+    int cancelled;
+    struct FDB_database *db;
+    FDBFuture *wprev, *wnext; /* the database's live watches */
+    FDBFuture *next;          /* the network queue, or a transaction's pending stamps */
+};
+
+static FDBFuture *fut_new(int kind)
+{
+    FDBFuture *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        misuse("out of memory");
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    f->refs = 1;
+    f->kind = kind;
+    return f;
+}
+
+static void fut_ref(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->refs++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void fut_unref(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int left = --f->refs;
+    pthread_mutex_unlock(&f->mu);
+    if (left > 0)
+        return;
+    free(f->bytes);
+    free(f->kvs);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* Hands a completed future's callback to the network thread. */
+static void net_post(FDBFuture *f)
+{
+    fut_ref(f);
+    pthread_mutex_lock(&net.mu);
+    if (net.finished) {
+        /* A stopped network runs nothing, as libfdb_c's. */
+        pthread_mutex_unlock(&net.mu);
+        fut_unref(f);
+        return;
+    }
+    f->next = NULL;
+    if (net.tail != NULL)
+        net.tail->next = f;
+    else
+        net.head = f;
+    net.tail = f;
+    pthread_cond_broadcast(&net.cond);
+    pthread_mutex_unlock(&net.mu);
+}
+
+/* Sets a future's outcome (once; later outcomes are ignored). The results must be in place. */
+static void fut_complete(FDBFuture *f, fdb_error_t err)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->ready) {
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
+    f->ready = 1;
+    f->err = err;
+    int post = f->cb_set;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mu);
+    if (post)
+        net_post(f);
+}
+
+static FDBFuture *fut_error(int kind, fdb_error_t err)
+{
+    FDBFuture *f = fut_new(kind);
+    fut_complete(f, err);
+    return f;
+}
+
+/* Setup ------------------------------------------------------------------------------------ */
+
+int fdb_get_max_api_version(void)
+{
+    /* $KVQ_FDB_DOUBLE_MAX_API plays an older client (710) for tests of version selection. */
+    const char *env = getenv("KVQ_FDB_DOUBLE_MAX_API");
+    int v = env != NULL ? atoi(env) : 0;
+    return v > 0 ? v : MAX_API_VERSION;
+}
+
+const char *fdb_get_client_version(void)
+{
+    return "kvq fdb double (not FoundationDB)";
+}
+
+const char *fdb_get_error(fdb_error_t code)
+{
+    switch (code) {
+    case FDB_ERR_NETWORK_NOT_SETUP:
+        return "Action not possible before the network is configured";
+    case FDB_ERR_NETWORK_ALREADY_SETUP:
+        return "Network can be configured only once";
+    case FDB_ERR_FUTURE_NOT_SET:
+        return "Future not ready";
+    case FDB_ERR_API_VERSION_UNSET:
+        return "API version is not set";
+    case FDB_ERR_API_VERSION_ALREADY_SET:
+        return "API version may be set only once";
+    default:
+        return kvq_strerror(code);
+    }
+}
+
+fdb_error_t fdb_select_api_version_impl(int runtime_version, int header_version)
+{
+    fdb_error_t err = 0;
+    pthread_mutex_lock(&net.mu);
+    if (net.api != 0)
+        err = FDB_ERR_API_VERSION_ALREADY_SET;
+    else if (runtime_version > header_version)
+        err = FDB_ERR_API_VERSION_INVALID;
+    else if (header_version > fdb_get_max_api_version() || runtime_version < 13)
+        err = FDB_ERR_API_VERSION_NOT_SUPPORTED;
+    else
+        net.api = runtime_version;
+    pthread_mutex_unlock(&net.mu);
+    return err;
+}
+
+fdb_error_t fdb_setup_network(void)
+{
+    fdb_error_t err = 0;
+    pthread_mutex_lock(&net.mu);
+    if (net.api == 0)
+        err = FDB_ERR_API_VERSION_UNSET;
+    else if (net.setup)
+        err = FDB_ERR_NETWORK_ALREADY_SETUP;
+    else
+        net.setup = 1;
+    pthread_mutex_unlock(&net.mu);
+    return err;
+}
+
+fdb_error_t fdb_run_network(void)
+{
+    pthread_mutex_lock(&net.mu);
+    if (!net.setup) {
+        pthread_mutex_unlock(&net.mu);
+        return FDB_ERR_NETWORK_NOT_SETUP;
+    }
+    if (net.running || net.finished) {
+        pthread_mutex_unlock(&net.mu);
+        return FDB_ERR_NETWORK_ALREADY_SETUP;
+    }
+    net.running = 1;
+    pthread_cond_broadcast(&net.cond);
+    for (;;) {
+        /* Callbacks queued before the stop still run. */
+        while (net.head != NULL) {
+            FDBFuture *f = net.head;
+            net.head = f->next;
+            if (net.head == NULL)
+                net.tail = NULL;
+            pthread_mutex_unlock(&net.mu);
+            f->cb(f, f->cb_arg);
+            fut_unref(f);
+            pthread_mutex_lock(&net.mu);
+        }
+        if (net.stop)
+            break;
+        pthread_cond_wait(&net.cond, &net.mu);
+    }
+    net.running = 0;
+    net.finished = 1;
+    pthread_cond_broadcast(&net.cond);
+    pthread_mutex_unlock(&net.mu);
+    return 0;
+}
+
+fdb_error_t fdb_stop_network(void)
+{
+    pthread_mutex_lock(&net.mu);
+    if (!net.setup) {
+        pthread_mutex_unlock(&net.mu);
+        return FDB_ERR_NETWORK_NOT_SETUP;
+    }
+    net.stop = 1;
+    pthread_cond_broadcast(&net.cond);
+    pthread_mutex_unlock(&net.mu);
+    return 0;
+}
+
+/* Futures ---------------------------------------------------------------------------------- */
+
+fdb_error_t fdb_future_block_until_ready(FDBFuture *f)
+{
+    /* Nothing completes unless the network thread runs: wait a while for it to start. */
+    pthread_mutex_lock(&net.mu);
+    if (!net.setup) {
+        pthread_mutex_unlock(&net.mu);
+        complain("fdb_future_block_until_ready before fdb_setup_network");
+        return FDB_ERR_NETWORK_NOT_SETUP;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += NETWORK_WAIT_SEC;
+    while (!net.running && !net.finished) {
+        if (pthread_cond_timedwait(&net.cond, &net.mu, &deadline) == ETIMEDOUT) {
+            pthread_mutex_unlock(&net.mu);
+            complain("fdb_future_block_until_ready: nobody called fdb_run_network within %d s",
+                     NETWORK_WAIT_SEC);
+            return FDB_ERR_NETWORK_NOT_SETUP;
+        }
+    }
+    int finished = net.finished;
+    pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&f->mu);
+    if (f->destroyed)
+        misuse("fdb_future_block_until_ready on a destroyed future");
+    if (finished && !f->ready) {
+        pthread_mutex_unlock(&f->mu);
+        complain("fdb_future_block_until_ready after the network was stopped");
+        return FDB_ERR_NETWORK_NOT_SETUP;
+    }
+    while (!f->ready)
+        pthread_cond_wait(&f->cond, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+fdb_error_t fdb_future_set_callback(FDBFuture *f, FDBCallback callback, void *callback_parameter)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->destroyed)
+        misuse("fdb_future_set_callback on a destroyed future");
+    if (f->cb_set) {
+        pthread_mutex_unlock(&f->mu);
+        complain("fdb_future_set_callback called twice on one future");
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
+    }
+    f->cb_set = 1;
+    f->cb = callback;
+    f->cb_arg = callback_parameter;
+    int ready = f->ready;
+    pthread_mutex_unlock(&f->mu);
+    /* A ready future's callback runs at once, in this thread (libfdb_c may do either). */
+    if (ready)
+        callback(f, callback_parameter);
+    return 0;
+}
+
+void fdb_future_cancel(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->ready) {
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
+    f->cancelled = 1;
+    if (f->kw != NULL)
+        kvq_watch_cancel(f->kw); /* wakes the watch's thread */
+    pthread_mutex_unlock(&f->mu);
+    fut_complete(f, FDB_ERR_OPERATION_CANCELLED);
+}
+
+void fdb_future_destroy(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->destroyed)
+        misuse("fdb_future_destroy called twice on one future");
+    f->destroyed = 1;
+    pthread_mutex_unlock(&f->mu);
+    fdb_future_cancel(f);
+    fut_unref(f);
+}
+
+/* Checks that a future may be read as `kind` and returns its error. Called with f->mu held. */
+static fdb_error_t fut_check(FDBFuture *f, int kind, const char *what)
+{
+    if (f->destroyed)
+        misuse("%s on a destroyed future", what);
+    if (!f->ready)
+        return FDB_ERR_FUTURE_NOT_SET;
+    if (f->err != 0)
+        return f->err;
+    if (f->kind != kind)
+        misuse("%s on a future of another kind (%d, not %d)", what, f->kind, kind);
+    return 0;
+}
+
+fdb_error_t fdb_future_get_error(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = f->ready ? f->err : FDB_ERR_FUTURE_NOT_SET;
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_int64(FDBFuture *f, int64_t *out)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_INT64, "fdb_future_get_int64");
+    if (err == 0)
+        *out = f->i64;
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_key(FDBFuture *f, const uint8_t **out_key, int *out_key_length)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_KEY, "fdb_future_get_key");
+    if (err == 0) {
+        *out_key = f->bytes;
+        *out_key_length = f->len;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_value(FDBFuture *f,
+                                 fdb_bool_t *out_present,
+                                 const uint8_t **out_value,
+                                 int *out_value_length)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_VALUE, "fdb_future_get_value");
+    if (err == 0) {
+        *out_present = f->present;
+        *out_value = f->bytes;
+        *out_value_length = f->len;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_keyvalue_array(FDBFuture *f,
+                                          const FDBKeyValue **out_kv,
+                                          int *out_count,
+                                          fdb_bool_t *out_more)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_KV_ARRAY, "fdb_future_get_keyvalue_array");
+    if (err == 0) {
+        *out_kv = f->kvs;
+        *out_count = f->count;
+        *out_more = f->more;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+/* Databases -------------------------------------------------------------------------------- */
+
+struct FDB_database {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int refs;          /* the handle and each transaction */
+    int watch_threads; /* threads waiting on embedded watches */
+    FDBFuture *watches;
+    kvq_db *kdb;
+};
+
+/* The directory of the embedded database: $KVQ_FDB_DOUBLE_DIR, or `double:<dir>` on the first
+ * line of the cluster file. A named cluster file must exist, as for libfdb_c. */
+static fdb_error_t double_dir(const char *cluster_file, char *dir, size_t cap)
+{
+    char line[4096] = "";
+    if (cluster_file != NULL && cluster_file[0] != '\0') {
+        FILE *fp = fopen(cluster_file, "r");
+        if (fp == NULL) {
+            complain("cannot read the cluster file %s: %s", cluster_file, strerror(errno));
+            return FDB_ERR_CONNECTION_STRING_INVALID;
+        }
+        if (fgets(line, sizeof(line), fp) == NULL)
+            line[0] = '\0';
+        fclose(fp);
+        line[strcspn(line, "\r\n")] = '\0';
+    }
+    const char *env = getenv("KVQ_FDB_DOUBLE_DIR");
+    const char *d = NULL;
+    if (env != NULL && env[0] != '\0')
+        d = env;
+    else if (strncmp(line, "double:", 7) == 0 && line[7] != '\0')
+        d = line + 7;
+    if (d == NULL || strlen(d) >= cap) {
+        complain("no database directory: set $KVQ_FDB_DOUBLE_DIR or write `double:<directory>` "
+                 "in the cluster file");
+        return FDB_ERR_CONNECTION_STRING_INVALID;
+    }
+    memcpy(dir, d, strlen(d) + 1);
+    return 0;
+}
+
+fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out_database)
+{
+    *out_database = NULL;
+    pthread_mutex_lock(&net.mu);
+    fdb_error_t err = net.api == 0 ? FDB_ERR_API_VERSION_UNSET
+                      : !net.setup ? FDB_ERR_NETWORK_NOT_SETUP
+                                   : 0;
+    pthread_mutex_unlock(&net.mu);
+    if (err != 0)
+        return err;
+    char dir[4096];
+    err = double_dir(cluster_file_path, dir, sizeof(dir));
+    if (err != 0)
+        return err;
+    FDBDatabase *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return FDB_ERR_INTERNAL_ERROR;
+    int rc = kvq_db_open(&d->kdb, dir, NULL);
+    if (rc != 0) {
+        complain("cannot open the embedded database %s: %s", dir, kvq_last_error());
+        free(d);
+        return rc;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cond, NULL);
+    d->refs = 1;
+    *out_database = d;
+    return 0;
+}
+
+/* Drops a reference; the last one cancels the watches still waiting, waits for their threads
+ * and closes the embedded database. */
+static void db_unref(FDBDatabase *d)
+{
+    pthread_mutex_lock(&d->mu);
+    if (--d->refs > 0) {
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    for (FDBFuture *f = d->watches; f != NULL; f = f->wnext) {
+        pthread_mutex_lock(&f->mu);
+        f->cancelled = 1;
+        if (f->kw != NULL)
+            kvq_watch_cancel(f->kw);
+        pthread_mutex_unlock(&f->mu);
+    }
+    while (d->watch_threads > 0)
+        pthread_cond_wait(&d->cond, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    kvq_db_close(d->kdb);
+    pthread_cond_destroy(&d->cond);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+void fdb_database_destroy(FDBDatabase *d)
+{
+    /* Transactions keep the database alive, as in libfdb_c. */
+    db_unref(d);
+}
+
+/* Transactions ----------------------------------------------------------------------------- */
+
+struct FDB_transaction {
+    FDBDatabase *db;
+    kvq_txn *kt;
+    fdb_error_t deferred; /* the first error of a call that returns nothing */
+    FDBFuture *stamps;    /* versionstamp futures waiting for the commit */
+};
+
+fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
+{
+    *out_transaction = NULL;
+    FDBTransaction *tr = calloc(1, sizeof(*tr));
+    if (tr == NULL)
+        return FDB_ERR_INTERNAL_ERROR;
+    int rc = kvq_txn_create(&tr->kt, d->kdb);
+    if (rc != 0) {
+        free(tr);
+        return rc;
+    }
+    pthread_mutex_lock(&d->mu);
+    d->refs++;
+    pthread_mutex_unlock(&d->mu);
+    tr->db = d;
+    *out_transaction = tr;
+    return 0;
+}
+
+/* Completes the pending versionstamp futures: with the stamp after a successful commit, else
+ * with err. */
+static void stamps_complete(FDBTransaction *tr, fdb_error_t err)
+{
+    while (tr->stamps != NULL) {
+        FDBFuture *f = tr->stamps;
+        tr->stamps = f->next;
+        fdb_error_t e = err;
+        if (e == 0) {
+            uint8_t stamp[10];
+            e = kvq_txn_get_versionstamp(stamp, tr->kt);
+            if (e == 0) {
+                f->bytes = malloc(sizeof(stamp));
+                if (f->bytes == NULL)
+                    misuse("out of memory");
+                memcpy(f->bytes, stamp, sizeof(stamp));
+                f->len = (int)sizeof(stamp);
+            }
+        }
+        fut_complete(f, e);
+        fut_unref(f);
+    }
+}
+
+void fdb_transaction_destroy(FDBTransaction *tr)
+{
+    stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
+    /* Uncommitted watches end with 1025 through the embedded engine. */
+    kvq_txn_destroy(tr->kt);
+    db_unref(tr->db);
+    free(tr);
+}
+
+void fdb_transaction_reset(FDBTransaction *tr)
+{
+    stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
+    kvq_txn_reset(tr->kt);
+    tr->deferred = 0;
+}
+
+fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
+                                       FDBTransactionOption option,
+                                       const uint8_t *value,
+                                       int value_length)
+{
+    switch (option) {
+    case FDB_TR_OPTION_TIMEOUT:
+    case FDB_TR_OPTION_RETRY_LIMIT:
+    case FDB_TR_OPTION_MAX_RETRY_DELAY:
+    case FDB_TR_OPTION_SIZE_LIMIT:
+        break;
+    default:
+        complain("transaction option %d is not one the double knows", (int)option);
+        return FDB_ERR_INVALID_OPTION;
+    }
+    if (value == NULL || value_length != 8)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u |= (uint64_t)value[i] << (8 * i);
+    int64_t v = (int64_t)u;
+    if (option != FDB_TR_OPTION_TIMEOUT)
+        return 0;
+    /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
+    return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
+}
+
+FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
+{
+    if (tr->deferred != 0)
+        return fut_error(FUT_INT64, tr->deferred);
+    FDBFuture *f = fut_new(FUT_INT64);
+    fut_complete(f, kvq_txn_get_read_version(&f->i64, tr->kt));
+    return f;
+}
+
+/* $KVQ_FDB_DOUBLE_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
+static void read_delay(void)
+{
+    const char *env = getenv("KVQ_FDB_DOUBLE_READ_DELAY_MS");
+    long ms = env != NULL ? atol(env) : 0;
+    if (ms > 0) {
+        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+}
+
+static uint8_t *copy_bytes(const uint8_t *p, size_t n)
+{
+    uint8_t *c = malloc(n > 0 ? n : 1);
+    if (c == NULL)
+        misuse("out of memory");
+    if (n > 0)
+        memcpy(c, p, n);
+    return c;
+}
+
+FDBFuture *fdb_transaction_get(FDBTransaction *tr,
+                               const uint8_t *key_name,
+                               int key_name_length,
+                               fdb_bool_t snapshot)
+{
+    if (key_name == NULL || key_name_length < 0)
+        misuse("fdb_transaction_get with a NULL key or a negative length");
+    if (tr->deferred != 0)
+        return fut_error(FUT_VALUE, tr->deferred);
+    read_delay();
+    FDBFuture *f = fut_new(FUT_VALUE);
+    kvq_bytes v;
+    int present = 0;
+    int rc = kvq_txn_get(&v, &present, tr->kt, key_name, (size_t)key_name_length,
+                         snapshot ? KVQ_SNAPSHOT : 0);
+    if (rc == 0 && present) {
+        f->present = 1;
+        f->bytes = copy_bytes(v.data, v.len);
+        f->len = (int)v.len;
+    }
+    fut_complete(f, rc);
+    return f;
+}
+
+/* The key a selector names, for the two forms kvq's binding may use: first_greater_or_equal
+ * (0, 1) is the key itself, first_greater_than (1, 1) the key + 0x00. */
+static int resolve_selector(
+    const uint8_t *key, int len, fdb_bool_t or_equal, int offset, uint8_t **out, size_t *out_len)
+{
+    if (offset != 1 || (or_equal != 0 && or_equal != 1)) {
+        complain("key selector (or_equal %d, offset %d) is not supported by the double", or_equal,
+                 offset);
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
+    }
+    *out = malloc((size_t)len + 1);
+    if (*out == NULL)
+        misuse("out of memory");
+    if (len > 0)
+        memcpy(*out, key, (size_t)len);
+    (*out)[len] = 0;
+    *out_len = (size_t)len + (or_equal ? 1 : 0);
+    return 0;
+}
+
+static int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c < 0 || (c == 0 && alen < blen);
+}
+
+static int page_size(void)
+{
+    const char *env = getenv("KVQ_FDB_DOUBLE_PAGE");
+    int v = env != NULL ? atoi(env) : 0;
+    return v > 0 ? v : DEFAULT_PAGE;
+}
+
+FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
+                                     const uint8_t *begin_key_name,
+                                     int begin_key_name_length,
+                                     fdb_bool_t begin_or_equal,
+                                     int begin_offset,
+                                     const uint8_t *end_key_name,
+                                     int end_key_name_length,
+                                     fdb_bool_t end_or_equal,
+                                     int end_offset,
+                                     int limit,
+                                     int target_bytes,
+                                     FDBStreamingMode mode,
+                                     int iteration,
+                                     fdb_bool_t snapshot,
+                                     fdb_bool_t reverse)
+{
+    (void)target_bytes;
+    (void)iteration;
+    if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
+        end_key_name_length < 0)
+        misuse("fdb_transaction_get_range with a NULL key or a negative length");
+    if (tr->deferred != 0)
+        return fut_error(FUT_KV_ARRAY, tr->deferred);
+    if (limit < 0 || (mode == FDB_STREAMING_MODE_EXACT && limit == 0)) {
+        complain("get_range: limit %d in mode %d", limit, (int)mode);
+        return fut_error(FUT_KV_ARRAY, FDB_ERR_CLIENT_INVALID_OPERATION);
+    }
+    uint8_t *b = NULL, *e = NULL;
+    size_t blen = 0, elen = 0;
+    int rc = resolve_selector(begin_key_name, begin_key_name_length, begin_or_equal, begin_offset,
+                              &b, &blen);
+    if (rc == 0)
+        rc = resolve_selector(end_key_name, end_key_name_length, end_or_equal, end_offset, &e,
+                              &elen);
+    read_delay();
+    FDBFuture *f = fut_new(FUT_KV_ARRAY);
+    /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
+    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size();
+    if (limit > 0 && limit < eff)
+        eff = limit;
+    const kvq_kv *kvs = NULL;
+    size_t n = 0;
+    /* Selectors that meet or cross resolve to an empty range, not an error. */
+    if (rc == 0 && key_less(b, blen, e, elen))
+        rc = kvq_txn_get_range(&kvs, &n, NULL, tr->kt, b, blen, e, elen, eff,
+                               (snapshot ? KVQ_SNAPSHOT : 0) | (reverse ? KVQ_REVERSE : 0));
+    free(b);
+    free(e);
+    if (rc == 0 && n > 0) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += kvs[i].key.len + kvs[i].value.len;
+        f->kvs = malloc(n * sizeof(*f->kvs));
+        f->bytes = malloc(total > 0 ? total : 1);
+        if (f->kvs == NULL || f->bytes == NULL)
+            misuse("out of memory");
+        uint8_t *p = f->bytes;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(p, kvs[i].key.data, kvs[i].key.len);
+            f->kvs[i].key = p;
+            f->kvs[i].key_length = (int)kvs[i].key.len;
+            p += kvs[i].key.len;
+            if (kvs[i].value.len > 0)
+                memcpy(p, kvs[i].value.data, kvs[i].value.len);
+            f->kvs[i].value = p;
+            f->kvs[i].value_length = (int)kvs[i].value.len;
+            p += kvs[i].value.len;
+        }
+        f->count = (int)n;
+        /* As a storage server does: `more` whenever a limit was reached, even if the range
+         * happens to end there. */
+        f->more = (int)n == eff;
+    }
+    fut_complete(f, rc);
+    return f;
+}
+
+static void defer(FDBTransaction *tr, int rc)
+{
+    if (rc != 0 && tr->deferred == 0)
+        tr->deferred = rc;
+}
+
+void fdb_transaction_set(FDBTransaction *tr,
+                         const uint8_t *key_name,
+                         int key_name_length,
+                         const uint8_t *value,
+                         int value_length)
+{
+    if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
+        misuse("fdb_transaction_set with a NULL pointer or a negative length");
+    if (tr->deferred == 0)
+        defer(tr,
+              kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
+}
+
+void fdb_transaction_clear_range(FDBTransaction *tr,
+                                 const uint8_t *begin_key_name,
+                                 int begin_key_name_length,
+                                 const uint8_t *end_key_name,
+                                 int end_key_name_length)
+{
+    if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
+        end_key_name_length < 0)
+        misuse("fdb_transaction_clear_range with a NULL key or a negative length");
+    if (tr->deferred == 0)
+        defer(tr, kvq_txn_clear_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
+                                      end_key_name, (size_t)end_key_name_length));
+}
+
+void fdb_transaction_atomic_op(FDBTransaction *tr,
+                               const uint8_t *key_name,
+                               int key_name_length,
+                               const uint8_t *param,
+                               int param_length,
+                               FDBMutationType operation_type)
+{
+    if (key_name == NULL || param == NULL || key_name_length < 0 || param_length < 0)
+        misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
+    if (tr->deferred == 0)
+        defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
+                                    (size_t)param_length, (kvq_mutation)operation_type));
+}
+
+fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
+                                               const uint8_t *begin_key_name,
+                                               int begin_key_name_length,
+                                               const uint8_t *end_key_name,
+                                               int end_key_name_length,
+                                               FDBConflictRangeType type)
+{
+    if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
+        end_key_name_length < 0)
+        misuse("fdb_transaction_add_conflict_range with a NULL key or a negative length");
+    return kvq_txn_add_conflict_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
+                                      end_key_name, (size_t)end_key_name_length,
+                                      (kvq_conflict_type)type);
+}
+
+FDBFuture *fdb_transaction_commit(FDBTransaction *tr)
+{
+    fdb_error_t err = tr->deferred != 0 ? tr->deferred : kvq_txn_commit(tr->kt);
+    stamps_complete(tr, err);
+    return fut_error(FUT_VOID, err);
+}
+
+fdb_error_t fdb_transaction_get_committed_version(FDBTransaction *tr, int64_t *out_version)
+{
+    /* Read-only (or uncommitted) transactions have -1. */
+    if (kvq_txn_get_committed_version(out_version, tr->kt) != 0)
+        *out_version = -1;
+    return 0;
+}
+
+FDBFuture *fdb_transaction_get_versionstamp(FDBTransaction *tr)
+{
+    FDBFuture *f = fut_new(FUT_KEY);
+    fut_ref(f); /* the transaction's, until the commit */
+    f->next = tr->stamps;
+    tr->stamps = f;
+    return f;
+}
+
+static void *watch_main(void *arg)
+{
+    FDBFuture *f = arg;
+    pthread_mutex_lock(&f->mu);
+    kvq_watch *kw = f->kw;
+    pthread_mutex_unlock(&f->mu);
+    int rc = kvq_watch_wait(kw, -1);
+    pthread_mutex_lock(&f->mu);
+    int cancelled = f->cancelled;
+    f->kw = NULL;
+    pthread_mutex_unlock(&f->mu);
+    kvq_watch_destroy(kw);
+    fut_complete(f, cancelled ? FDB_ERR_OPERATION_CANCELLED : rc);
+    FDBDatabase *d = f->db;
+    pthread_mutex_lock(&d->mu);
+    if (f->wprev != NULL)
+        f->wprev->wnext = f->wnext;
+    else
+        d->watches = f->wnext;
+    if (f->wnext != NULL)
+        f->wnext->wprev = f->wprev;
+    d->watch_threads--;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->mu);
+    fut_unref(f);
+    return NULL;
+}
+
+FDBFuture *fdb_transaction_watch(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+{
+    if (key_name == NULL || key_name_length < 0)
+        misuse("fdb_transaction_watch with a NULL key or a negative length");
+    if (tr->deferred != 0)
+        return fut_error(FUT_VOID, tr->deferred);
+    kvq_watch *kw = NULL;
+    int rc = kvq_txn_watch(&kw, tr->kt, key_name, (size_t)key_name_length);
+    if (rc != 0)
+        return fut_error(FUT_VOID, rc);
+    FDBFuture *f = fut_new(FUT_VOID);
+    f->kw = kw;
+    f->db = tr->db;
+    f->refs++; /* the watch thread's */
+    FDBDatabase *d = tr->db;
+    pthread_mutex_lock(&d->mu);
+    f->wnext = d->watches;
+    if (d->watches != NULL)
+        d->watches->wprev = f;
+    d->watches = f;
+    d->watch_threads++;
+    pthread_mutex_unlock(&d->mu);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    if (pthread_create(&th, &attr, watch_main, f) != 0) {
+        /* No thread to wait: the watch ends at once, as cancelled (1029, as a storage server
+         * that drops a watch says). */
+        kvq_watch_cancel(kw);
+        watch_main(f);
+    }
+    pthread_attr_destroy(&attr);
+    return f;
+}

@@ -1,0 +1,341 @@
+/* Damaged and inaccessible databases: every case ends in a clean error, never a crash, a hang,
+ * wrong data, or an empty database passed off as the old one. Each case runs in a child process
+ * with a time limit. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvq/kvq.h"
+
+static char base[64];
+static int counter;
+
+static void new_dir(char *out, size_t n)
+{
+    snprintf(out, n, "%s/db%d", base, counter++);
+}
+
+#define VALUE_MARK "kvq-value-marker-0123456789"
+
+/* Creates a database holding 50 keys whose values contain VALUE_MARK, checkpointed into the
+ * main file. */
+static void make_db(const char *dir)
+{
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    for (int i = 0; i < 50; i++) {
+        char k[16], v[64];
+        int kn = snprintf(k, sizeof(k), "k%03d", i);
+        int vn = snprintf(v, sizeof(v), "%s-%03d", VALUE_MARK, i);
+        assert_int_equal(kvq_txn_set(t, (uint8_t *)k, (size_t)kn, (uint8_t *)v, (size_t)vn), 0);
+    }
+    assert_int_equal(kvq_txn_commit(t), 0);
+    kvq_txn_destroy(t);
+    kvq_db_close(db); /* closing checkpoints the WAL into data.db */
+}
+
+/* In a child with a 20 s alarm: open the database and read every key. Returns the kvq error
+ * seen first (0 if all went well), or -1 if the child died from a signal. */
+static int probe(const char *dir, int *read_all)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(20);
+        kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+        o.flags |= KVQ_DB_NO_CREATE;
+        kvq_db *db;
+        int res[2] = { 0, 0 };
+        int rc = kvq_db_open(&db, dir, &o);
+        if (rc == 0) {
+            kvq_txn *t;
+            rc = kvq_txn_create(&t, db);
+            const kvq_kv *kvs;
+            size_t n = 0;
+            if (rc == 0)
+                rc = kvq_txn_get_range(&kvs, &n, NULL, t, (const uint8_t *)"k", 1,
+                                       (const uint8_t *)"l", 1, 0, 0);
+            if (rc == 0) {
+                res[1] = n == 50;
+                for (size_t i = 0; i < n && res[1]; i++)
+                    res[1] = kvs[i].value.len == strlen(VALUE_MARK) + 4 &&
+                             memcmp(kvs[i].value.data, VALUE_MARK, strlen(VALUE_MARK)) == 0;
+            }
+            kvq_txn_destroy(t);
+            kvq_db_close(db);
+        }
+        res[0] = rc;
+        if (write(fds[1], res, sizeof(res)) != (ssize_t)sizeof(res))
+            _exit(2);
+        _exit(0);
+    }
+    close(fds[1]);
+    int res[2] = { -1, 0 };
+    ssize_t got = read(fds[0], res, sizeof(res));
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || got != (ssize_t)sizeof(res))
+        return -1;
+    *read_all = res[1];
+    return res[0];
+}
+
+static off_t find(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    size_t nl = strlen(needle);
+    for (size_t i = 0; i + nl <= n; i++)
+        if (memcmp(buf + i, needle, nl) == 0)
+            return (off_t)i;
+    return -1;
+}
+
+static void flip(const char *path, off_t off, uint8_t mask)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, off), 1);
+    b ^= mask;
+    assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+static void test_intact(void **state)
+{
+    (void)state;
+    char dir[128];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+}
+
+static void test_value_bit_flip(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    off_t off = find(file, VALUE_MARK "-017");
+    assert_true(off > 0);
+    flip(file, off + 3, 0x01);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
+static void test_key_bit_flip(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    /* Keys are stored next to their values: find "k023" followed by the marker. */
+    off_t off = find(file, "k023");
+    assert_true(off > 0);
+    flip(file, off + 3, 0x02); /* k023 -> k021: a key that exists elsewhere */
+    int all = 0;
+    int rc = probe(dir, &all);
+    /* Either the checksum or SQLite's own checks catch it; never silent wrong data. */
+    assert_true(rc == KVQ_EDAMAGED);
+}
+
+static void test_header_garbage(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    for (int i = 0; i < 16; i++)
+        flip(file, i, 0x5a);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
+static void test_junk_of_the_right_size(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    struct stat st;
+    assert_int_equal(stat(file, &st), 0);
+    int fd = open(file, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    srand(7);
+    for (off_t i = 0; i < st.st_size; i++) {
+        uint8_t b = (uint8_t)rand();
+        assert_int_equal(write(fd, &b, 1), 1);
+    }
+    close(fd);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
+static void test_wal_garbage(void **state)
+{
+    (void)state;
+    /* A WAL of junk: SQLite's checksums reject its frames, so the committed data (already in
+     * the main file) reads as it was. */
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db-wal", dir);
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    char junk[8192];
+    memset(junk, 0x37, sizeof(junk));
+    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    close(fd);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+}
+
+static void test_shm_garbage(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db-shm", dir);
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    char junk[32768];
+    memset(junk, 0xa5, sizeof(junk));
+    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    close(fd);
+    snprintf(file, sizeof(file), "%s/kvq.shm", dir);
+    fd = open(file, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, junk, 4096), 4096);
+    close(fd);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+}
+
+static void test_marker_damaged(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/kvq.marker", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("something else\n", f);
+    fclose(f);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
+static void test_path_is_a_file(void **state)
+{
+    (void)state;
+    char path[128];
+    new_dir(path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, path, NULL), KVQ_EINVAL);
+    assert_non_null(strstr(kvq_last_error(), "not a directory"));
+    assert_null(db);
+}
+
+static void test_missing_no_create(void **state)
+{
+    (void)state;
+    char dir[128];
+    new_dir(dir, sizeof(dir));
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.flags |= KVQ_DB_NO_CREATE;
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, &o), KVQ_ENOTFOUND);
+    struct stat st;
+    assert_int_not_equal(stat(dir, &st), 0); /* nothing was created */
+}
+
+static void test_unreadable_as_other_user(void **state)
+{
+    (void)state;
+    if (geteuid() != 0 || system("command -v setpriv > /dev/null 2>&1") != 0)
+        skip();
+    char dir[128];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    /* Root ignores permission bits: run the probe as nobody. Files are 0600, owned by root. */
+    chmod(base, 0755);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(9);
+        kvq_db *db;
+        int rc = kvq_db_open(&db, dir, NULL);
+        _exit(rc == KVQ_EPERM ? 0 : (rc == 0 ? 10 : 11));
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(base, sizeof(base), "/tmp/kvq-damage-XXXXXX");
+    return mkdtemp(base) == NULL ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_intact),
+        cmocka_unit_test(test_value_bit_flip),
+        cmocka_unit_test(test_key_bit_flip),
+        cmocka_unit_test(test_header_garbage),
+        cmocka_unit_test(test_junk_of_the_right_size),
+        cmocka_unit_test(test_wal_garbage),
+        cmocka_unit_test(test_shm_garbage),
+        cmocka_unit_test(test_marker_damaged),
+        cmocka_unit_test(test_path_is_a_file),
+        cmocka_unit_test(test_missing_no_create),
+        cmocka_unit_test(test_unreadable_as_other_user),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,196 @@
+/* Unit tests of the embedded engine's in-memory structures: key ranges, the read-your-writes
+ * overlay, and the arithmetic of atomic operations. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/embedded/emb.h"
+
+#define S(x) (const uint8_t *)(x), strlen(x)
+
+static void test_ranges_normalize(void **state)
+{
+    (void)state;
+    emb_ranges r = { 0 };
+    assert_int_equal(emb_ranges_add(&r, S("m"), S("p")), 0);
+    assert_int_equal(emb_ranges_add(&r, S("a"), S("c")), 0);
+    assert_int_equal(emb_ranges_add(&r, S("b"), S("d")), 0); /* overlaps a..c */
+    assert_int_equal(emb_ranges_add(&r, S("d"), S("e")), 0); /* touches a..d */
+    assert_int_equal(emb_ranges_add(&r, S("x"), S("z")), 0);
+    emb_ranges_normalize(&r);
+    assert_int_equal(r.n, 3);
+    assert_memory_equal(r.v[0].b.p, "a", 1);
+    assert_memory_equal(r.v[0].e.p, "e", 1);
+    assert_memory_equal(r.v[1].b.p, "m", 1);
+    assert_memory_equal(r.v[2].e.p, "z", 1);
+    assert_true(emb_ranges_contains(&r, S("a")));
+    assert_true(emb_ranges_contains(&r, S("dz")));
+    assert_false(emb_ranges_contains(&r, S("e")));
+    assert_false(emb_ranges_contains(&r, S("")));
+    assert_true(emb_ranges_intersects(&r, S("0"), S("b")));
+    assert_false(emb_ranges_intersects(&r, S("e"), S("m")));
+    assert_true(emb_ranges_intersects(&r, S("e"), S("m\x01")));
+    assert_true(emb_ranges_intersects(&r, S("n"), S("o")));  /* inside m..p */
+    assert_false(emb_ranges_intersects(&r, S("q"), S("q"))); /* empty */
+    emb_ranges_free(&r);
+}
+
+/* Random ranges against a brute-force model over a small key space. */
+static void test_ranges_random(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)(getenv("KVQ_TEST_SEED") ? strtoul(getenv("KVQ_TEST_SEED"), NULL, 10)
+                                                       : (unsigned long)time(NULL));
+    printf("seed %u (replay: KVQ_TEST_SEED=%u ./test_emb_internal)\n", seed, seed);
+    srand(seed);
+    for (int round = 0; round < 500; round++) {
+        emb_ranges r = { 0 };
+        int in[26] = { 0 };
+        int n = rand() % 6;
+        for (int i = 0; i < n; i++) {
+            int a = rand() % 26, b = rand() % 27;
+            if (a > b) {
+                int t = a;
+                a = b;
+                b = t;
+            }
+            uint8_t ka = (uint8_t)('a' + a), kb = (uint8_t)('a' + b);
+            assert_int_equal(emb_ranges_add(&r, &ka, 1, &kb, 1), 0);
+            for (int k = a; k < b; k++)
+                in[k] = 1;
+        }
+        emb_ranges_normalize(&r);
+        for (int k = 0; k < 26; k++) {
+            uint8_t kk = (uint8_t)('a' + k);
+            assert_int_equal(emb_ranges_contains(&r, &kk, 1), in[k]);
+        }
+        for (int a = 0; a < 26; a++) {
+            for (int b = a; b <= 26; b++) {
+                int expect = 0;
+                for (int k = a; k < b; k++)
+                    expect |= in[k];
+                uint8_t ka = (uint8_t)('a' + a), kb = (uint8_t)('a' + b);
+                assert_int_equal(emb_ranges_intersects(&r, &ka, 1, &kb, 1), expect);
+            }
+        }
+        emb_ranges_free(&r);
+    }
+}
+
+static void le(uint8_t *out, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void test_atomic_ops(void **state)
+{
+    (void)state;
+    kvq_buf out = KVQ_BUF_INIT;
+    uint8_t a[8], b[8];
+    /* ADD: little-endian, carries, truncation to the operand's width. */
+    le(a, 0xff, 2);
+    le(b, 1, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 2, 1, b, 2), 0);
+    assert_int_equal(out.len, 2);
+    assert_int_equal(out.data[0], 0x00);
+    assert_int_equal(out.data[1], 0x01);
+    /* The stored value is longer than the operand: truncated. */
+    le(a, 0x010203040506ULL, 6);
+    le(b, 1, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 6, 1, b, 2), 0);
+    assert_int_equal(out.len, 2);
+    assert_int_equal(out.data[0], 0x07);
+    assert_int_equal(out.data[1], 0x05);
+    /* Shorter: zero-extended. Missing: zero. Wraps at the operand's width. */
+    le(a, 5, 1);
+    le(b, 0xffffffffffffffffULL, 8);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 1, 1, b, 8), 0);
+    uint64_t v = 0;
+    memcpy(&v, out.data, 8);
+    assert_int_equal(v, 4);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, NULL, 0, 0, b, 8), 0);
+    memcpy(&v, out.data, 8);
+    assert_int_equal(v, 0xffffffffffffffffULL);
+    /* MAX and MIN compare unsigned little-endian integers; a missing key takes the operand. */
+    le(a, 0x0100, 2);
+    le(b, 0x00ff, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MAX, a, 2, 1, b, 2), 0);
+    assert_memory_equal(out.data, a, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MIN, a, 2, 1, b, 2), 0);
+    assert_memory_equal(out.data, b, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MIN, NULL, 0, 0, a, 2), 0);
+    assert_memory_equal(out.data, a, 2);
+    /* Bitwise. AND on a missing key takes the operand; OR and XOR see zeros. */
+    le(a, 0x0f0f, 2);
+    le(b, 0x00ff, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_AND, a, 2, 1, b, 2), 0);
+    assert_int_equal(out.data[0], 0x0f);
+    assert_int_equal(out.data[1], 0x00);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_OR, a, 2, 1, b, 2), 0);
+    assert_int_equal(out.data[0], 0xff);
+    assert_int_equal(out.data[1], 0x0f);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_XOR, a, 2, 1, b, 2), 0);
+    assert_int_equal(out.data[0], 0xf0);
+    assert_int_equal(out.data[1], 0x0f);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_AND, NULL, 0, 0, b, 2), 0);
+    assert_memory_equal(out.data, b, 2);
+    /* BYTE_MIN / BYTE_MAX: lexicographic, lengths kept. */
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BYTE_MIN, S("abc"), 1, S("ab")), 0);
+    assert_int_equal(out.len, 2);
+    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BYTE_MAX, S("abc"), 1, S("ab")), 0);
+    assert_int_equal(out.len, 3);
+    assert_int_equal(emb_apply_atomic(&out, 99, S("abc"), 1, S("ab")), KVQ_EINVALID_MUTATION_TYPE);
+    kvq_buf_dispose(&out);
+}
+
+static void test_overlay(void **state)
+{
+    (void)state;
+    emb_overlay ov = { 0 };
+    assert_int_equal(emb_overlay_set(&ov, S("b"), S("1")), 0);
+    assert_int_equal(emb_overlay_set(&ov, S("a"), S("0")), 0);
+    assert_int_equal(emb_overlay_set(&ov, S("d"), S("3")), 0);
+    assert_int_equal(ov.n, 3);
+    assert_memory_equal(ov.v[0]->key.p, "a", 1);
+    /* A clear removes entries and records the range. */
+    assert_int_equal(emb_overlay_clear_range(&ov, S("b"), S("d")), 0);
+    assert_int_equal(ov.n, 2);
+    assert_true(emb_overlay_cleared(&ov, S("c")));
+    assert_false(emb_overlay_cleared(&ov, S("d")));
+    /* An atomic op on a cleared key resolves at once against a missing value. */
+    uint8_t one = 1;
+    assert_int_equal(emb_overlay_atomic(&ov, S("c"), &one, 1, KVQ_MUT_ADD), 0);
+    ov_entry *x = emb_overlay_find(&ov, S("c"), NULL);
+    assert_non_null(x);
+    assert_int_equal(x->kind, OV_SET);
+    assert_int_equal(x->value.n, 1);
+    assert_int_equal(x->value.p[0], 1);
+    /* On a set key it folds into the value; on an unknown key it stays pending. */
+    assert_int_equal(emb_overlay_atomic(&ov, S("c"), &one, 1, KVQ_MUT_ADD), 0);
+    assert_int_equal(x->value.p[0], 2);
+    assert_int_equal(emb_overlay_atomic(&ov, S("z"), &one, 1, KVQ_MUT_ADD), 0);
+    x = emb_overlay_find(&ov, S("z"), NULL);
+    assert_non_null(x);
+    assert_int_equal(x->kind, OV_ATOMIC);
+    assert_int_equal(x->n_ops, 1);
+    assert_int_equal(emb_overlay_unreadable(&ov, S("y")), 0);
+    assert_int_equal(emb_overlay_find(&ov, S("y"), NULL)->kind, OV_UNREADABLE);
+    emb_overlay_free(&ov);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranges_normalize),
+        cmocka_unit_test(test_ranges_random),
+        cmocka_unit_test(test_atomic_ops),
+        cmocka_unit_test(test_overlay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
