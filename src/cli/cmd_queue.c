@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "qops.h"
+#include "util/util.h"
 
 /* Splits argv into the queue name (the first non-option argument) and the rest. Options are
  * parsed by the callers from the remaining arguments. */
@@ -136,6 +137,56 @@ int cmd_queues(cli *c, int argc, char **argv)
     return 0;
 }
 
+/* Lines of standard input are pushed in batches of up to PUSH_BATCH values or PUSH_BATCH_BYTES
+ * bytes: one transaction per batch on a durable queue (all or none of a batch). */
+#define PUSH_BATCH       100
+#define PUSH_BATCH_BYTES (1u << 20)
+
+static int push_lines(cq *q, long long prio, long *pushed)
+{
+    kvq_buf lines[PUSH_BATCH];
+    kvq_bytes views[PUSH_BATCH];
+    memset(lines, 0, sizeof(lines));
+    char *line = NULL;
+    size_t cap = 0, n = 0, bytes = 0;
+    ssize_t len;
+    int err = 0, eof = 0;
+    while (err == 0 && !eof) {
+        len = getline(&line, &cap, stdin);
+        if (len < 0) {
+            eof = 1;
+        } else {
+            if (len > 0 && line[len - 1] == '\n')
+                len--;
+            if ((size_t)len > KVQ_MAX_VALUE_SIZE)
+                err = kvq__error(KVQ_EVALUE_TOO_LARGE,
+                                 "line %ld holds %zd bytes, over the limit of %d per value",
+                                 *pushed + (long)n + 1, len, KVQ_MAX_VALUE_SIZE);
+            if (err == 0) {
+                lines[n].len = 0;
+                err = kvq_buf_append(&lines[n], line, (size_t)len);
+            }
+            if (err == 0) {
+                views[n].data = lines[n].data;
+                views[n].len = (size_t)len;
+                bytes += (size_t)len;
+                n++;
+            }
+        }
+        if (err == 0 && n > 0 && (eof || n == PUSH_BATCH || bytes >= PUSH_BATCH_BYTES)) {
+            size_t done = 0;
+            err = cq_push_many(q, views, n, prio, &done);
+            *pushed += (long)done;
+            n = 0;
+            bytes = 0;
+        }
+    }
+    free(line);
+    for (size_t i = 0; i < PUSH_BATCH; i++)
+        kvq_buf_dispose(&lines[i]);
+    return err;
+}
+
 int cmd_push(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
@@ -143,11 +194,12 @@ int cmd_push(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     long long prio = 0;
-    int first_value = -1, n_values = 0;
+    int first_value = -1, n_values = 0, have_prio = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--priority") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
                 return cli_usage("push", "--priority needs an integer");
+            have_prio = 1;
             i++;
         } else if (strcmp(argv[i], "--") == 0) {
             if (first_value < 0 && i + 1 < argc)
@@ -170,7 +222,7 @@ int cmd_push(cli *c, int argc, char **argv)
     rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
-    if (prio != 0 && type != QT_PRIORITY) {
+    if (have_prio && type != QT_PRIORITY) {
         cq_close(q);
         return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
                          cli_qtype_name(type));
@@ -184,16 +236,7 @@ int cmd_push(cli *c, int argc, char **argv)
             pushed += err == 0;
         }
     } else {
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        while (err == 0 && (len = getline(&line, &cap, stdin)) >= 0) {
-            if (len > 0 && line[len - 1] == '\n')
-                len--;
-            err = cq_push(q, (const uint8_t *)line, (size_t)len, prio);
-            pushed += err == 0;
-        }
-        free(line);
+        err = push_lines(q, prio, &pushed);
     }
     cq_close(q);
     if (c->json)

@@ -17,7 +17,7 @@ static const cli_cmd commands[] = {
       "push values (the arguments, or else one per line of standard input)",
       "  --priority P  the priority (priority queues; an integer, default 0)\n", cmd_push },
     { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
-      "  -n K         pop up to K items in one transaction\n"
+      "  -n K         pop up to K items (1,000 per transaction; with --max, one)\n"
       "  --max        priority queues: pop the highest priority (default: the lowest)\n",
       cmd_pop },
     { "peek", "NAME [--max]", "print the next item without popping it",
@@ -26,11 +26,11 @@ static const cli_cmd commands[] = {
     { "list", "NAME [--limit N]", "print the items in order without popping them",
       "  --limit N    at most N items\n", cmd_list },
     { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
-    { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length",
+    { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length (durable queues)",
       "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },
     { "stats", "NAME", "length, age of the oldest item, push and pop counters", NULL, cmd_stats },
     { "consume", "NAME [--workers N] [--batch K] [--exec CMD] [--drain]",
-      "pop items with N workers and hand each to standard output or a command",
+      "pop items of a durable queue with N workers and hand each to standard output or a command",
       "  --workers N  consumer threads (default 1)\n"
       "  --batch K    items popped per transaction (default 10)\n"
       "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"

@@ -1,4 +1,5 @@
-/* What the command needs of a queue, whatever its type. qops.c maps these onto the layers. */
+/* What the command needs of a queue, whatever its type. qops.c maps these onto the queue layers
+ * (kvq/queue.h). */
 #ifndef KVQ_CLI_QOPS_H
 #define KVQ_CLI_QOPS_H
 
@@ -11,9 +12,14 @@ typedef struct cq cq; /* an open queue of the command */
 int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type);
 void cq_close(cq *q);
 
+/* Pushes one value (priority: priority queues only). Idempotent under 1021. */
 int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority);
-/* Pops up to k items in one transaction; calls fn for each (in order) after the commit.
- * KVQ_ENOTFOUND when the queue was empty. */
+/* Pushes n values: a durable queue in one transaction (all or none), the others one by one;
+ * *done counts those pushed. */
+int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, size_t *done);
+/* Pops up to k items, in transactions of up to 1,000 items (max: the highest priorities, one
+ * per transaction); calls fn for each, in order, after its commit. KVQ_ENOTFOUND when the queue
+ * was empty. */
 int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg);
 int cq_peek(cq *q, int max, kvq_buf *out);
 int cq_len(cq *q, uint64_t *out);
@@ -22,7 +28,8 @@ int cq_list(cq *q, size_t limit, int (*fn)(const uint8_t *v, size_t n, void *arg
 int cq_clear(cq *q);
 /* Removes every key of the queue. */
 int cq_delete(cq *q);
-/* Waits until something is pushed (or timeout_ms passes: KVQ_ETIMED_OUT; -1 waits forever). */
+/* Waits until something is pushed (or timeout_ms passes: KVQ_ETIMED_OUT; -1 waits forever).
+ * Durable queues only (KVQ_EWRONGTYPE else): the recipes keep no counter to watch. */
 int cq_watch(cq *q, int64_t timeout_ms);
 
 typedef struct cq_stats {

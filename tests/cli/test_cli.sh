@@ -99,6 +99,31 @@ wait
 k watch w --timeout 100 >/dev/null; rc=$?
 check "watch times out: exit 1" bash -c "[ $rc = 1 ]"
 
+# FIFO and priority queues, through the recipes' layers.
+k create f --type fifo
+k push f a b
+printf 'c\nd\n' | k push f
+check "fifo: len" bash -c "[ \"\$('$KVQ' --db '$DB' len f)\" = 4 ]"
+check "fifo: pop -n 3 in order" bash -c "[ \"\$('$KVQ' --db '$DB' pop f -n 3 | tr '\n' ,)\" = a,b,c, ]"
+check "fifo: peek leaves the item" bash -c "[ \"\$('$KVQ' --db '$DB' peek f)\" = d ] && [ \"\$('$KVQ' --db '$DB' len f)\" = 1 ]"
+k create p --type priority
+k push p --priority 5 five
+k push p --priority -3 minus3
+k push p --priority 9 nine
+printf 'one\nuno\n' | k push p --priority 1
+check "priority: peek --max" bash -c "[ \"\$('$KVQ' --db '$DB' peek p --max)\" = nine ]"
+check "priority: pop --max" bash -c "[ \"\$('$KVQ' --db '$DB' pop p --max)\" = nine ]"
+check "priority: pop -n 3 lowest first, ties in push order" bash -c "[ \"\$('$KVQ' --db '$DB' pop p -n 3 | tr '\n' ,)\" = minus3,one,uno, ]"
+check "priority: --json stats" bash -c "'$KVQ' --db '$DB' --json stats p | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"type\"]==\"priority\" and v[\"length\"]==1, v'"
+k push f --priority 3 x >/dev/null 2>"$T/err"; rc=$?
+check "--priority on a fifo queue: exit 2 naming the type" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
+k pop f --max >/dev/null 2>"$T/err"; rc=$?
+check "--max on a fifo queue: exit 2" bash -c "[ $rc = 2 ] && grep -q -- --max '$T/err'"
+k consume p --drain >/dev/null 2>"$T/err"; rc=$?
+check "consume on a priority queue: exit 2 naming the type" bash -c "[ $rc = 2 ] && grep -q priority '$T/err'"
+k create f --type durable >/dev/null 2>"$T/err"; rc=$?
+check "create as another type: exit 2 naming the existing one" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
+
 # delete removes the queue and its data.
 k delete w
 k len w >/dev/null 2>&1; rc=$?
