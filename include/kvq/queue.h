@@ -383,6 +383,61 @@ KVQ_API KVQ_NODISCARD int kvq_queue_consume_k_txn(
 KVQ_API KVQ_NODISCARD int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Producers                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Makes one item for kvq_queue_produce, on producer thread `thread` (0 to threads − 1); `seq`
+ * counts that thread's items from 0. Append the value to `value` (it is empty on entry) and, for
+ * a priority queue, set *priority (0 on entry).
+ * @return 0 to push the item; KVQ_ENOTFOUND when this thread has no more items; anything else
+ *         stops every thread and is returned by kvq_queue_produce.
+ */
+typedef int (*kvq_producer_fn)(kvq_buf *value, int64_t *priority, int thread, uint64_t seq,
+                               void *payload);
+
+#define KVQ_PRODUCER_OPTIONS_VERSION 1
+
+/** Options of kvq_queue_produce; initialise with KVQ_PRODUCER_OPTIONS_INIT. */
+typedef struct kvq_producer_options {
+    unsigned int version; /**< KVQ_PRODUCER_OPTIONS_VERSION */
+    int threads;          /**< producer threads, 1 to 1,024 (default 4) */
+    /** Items per transaction, 1 to 10,000 (default 1). Durable queues push a batch with
+     * kvq_queue_push_many; the recipes have no batch push, so FIFO and priority queues push
+     * each item in its own transaction whatever this says. */
+    int batch;
+} kvq_producer_options;
+
+#define KVQ_PRODUCER_OPTIONS_INIT                \
+    {                                            \
+        KVQ_PRODUCER_OPTIONS_VERSION, 4, 1       \
+    }
+
+/** What kvq_queue_produce did. */
+typedef struct kvq_producer_stats {
+    uint64_t items;        /**< items pushed (committed) */
+    uint64_t transactions; /**< push transactions committed */
+} kvq_producer_stats;
+
+/**
+ * Pushes items from many threads: starts opts->threads threads, each calling fn for its next
+ * item and pushing it (idempotent convenience pushes, so every item made is pushed exactly once
+ * even across 1021), and returns once every thread has run out of items or one has failed.
+ * Items of one thread keep their order in the queue (FIFO and durable; within a priority for
+ * priority queues).
+ *
+ * @param stats  receives the counts (may be NULL); filled also on failure
+ * @return 0; KVQ_EINVAL (NULL q or fn, bad options); KVQ_ENOMEM; the first error of fn or of a
+ *         push (the other threads then stop before their next item; items a thread had made
+ *         but not pushed are not pushed).
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_produce(kvq_queue *q,
+                                            kvq_producer_fn fn,
+                                            void *payload,
+                                            const kvq_producer_options *opts,
+                                            kvq_producer_stats *stats);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Idempotency for the caller's own transactions; high-contention upkeep                     */
 /* ---------------------------------------------------------------------------------------- */
 

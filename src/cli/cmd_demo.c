@@ -1,7 +1,6 @@
 /* kvq demo: the erlfdb tutorial's scenario on the embedded engine. Producer threads push items
  * concurrently while consumer workers pop them in batches; then every item is checked to have
  * been consumed exactly once, and in order per producer within each consumer. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,31 +17,18 @@ typedef struct demo {
     int64_t *last_seq; /* consumers x producers: the last sequence each worker saw */
     uint64_t out_of_order, malformed, consumed;
     int push_error;
-    pthread_mutex_t mu;
 } demo;
 
-typedef struct producer {
-    demo *d;
-    int id;
-} producer;
-
-static void *produce(void *arg)
+/* Producer thread `thread` makes its items "pNNN:SSSSSSSSS" in sequence. */
+static int make_item(kvq_buf *value, int64_t *priority, int thread, uint64_t seq, void *payload)
 {
-    producer *p = arg;
-    demo *d = p->d;
+    (void)priority;
+    demo *d = payload;
+    if (seq >= (uint64_t)d->per_producer)
+        return KVQ_ENOTFOUND;
     char buf[64];
-    for (long s = 0; s < d->per_producer; s++) {
-        int n = snprintf(buf, sizeof(buf), "p%03d:%09ld", p->id, s);
-        int rc = cq_push(d->q, (const uint8_t *)buf, (size_t)n, 0);
-        if (rc != 0) {
-            pthread_mutex_lock(&d->mu);
-            if (d->push_error == 0)
-                d->push_error = rc;
-            pthread_mutex_unlock(&d->mu);
-            break;
-        }
-    }
-    return NULL;
+    int n = snprintf(buf, sizeof(buf), "p%03d:%09llu", thread, (unsigned long long)seq);
+    return kvq_buf_append(value, buf, (size_t)n);
 }
 
 static int consume(kvq_bytes v, int worker, void *payload)
@@ -116,7 +102,6 @@ int cmd_demo(cli *c, int argc, char **argv)
     demo d = { .producers = (int)producers, .consumers = (int)consumers };
     d.per_producer = items / producers;
     d.items = d.per_producer * producers;
-    pthread_mutex_init(&d.mu, NULL);
     d.seen = kvq__calloc((size_t)d.items, sizeof(*d.seen));
     d.last_seq = kvq__malloc((size_t)(consumers * producers) * sizeof(*d.last_seq));
     if (d.seen == NULL || d.last_seq == NULL) {
@@ -146,14 +131,10 @@ int cmd_demo(cli *c, int argc, char **argv)
     err = kvq_consumer_start(&cons, c->db, &src, consume, &d, &o);
     if (err != 0)
         return cli_fail(err, "cannot start the consumers");
-    pthread_t *th = kvq__calloc((size_t)producers, sizeof(*th));
-    producer *ps = kvq__calloc((size_t)producers, sizeof(*ps));
-    for (int i = 0; i < d.producers; i++) {
-        ps[i] = (producer){ &d, i };
-        pthread_create(&th[i], NULL, produce, &ps[i]);
-    }
-    for (int i = 0; i < d.producers; i++)
-        pthread_join(th[i], NULL);
+    kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
+    po.threads = d.producers;
+    po.batch = 1; /* one item per transaction, as the tutorial's producers push */
+    d.push_error = kvq_queue_produce(cq_queue(d.q), make_item, &d, &po, NULL);
     int64_t t_push = kvq__mono_us();
     /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
     int64_t deadline = t_push + 120 * 1000000LL;
@@ -203,10 +184,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     if (cq_delete(d.q) == 0)
         (void)cli_registry_delete(c->db, name);
     cq_close(d.q);
-    kvq__free(th);
-    kvq__free(ps);
     kvq__free(d.seen);
     kvq__free(d.last_seq);
-    pthread_mutex_destroy(&d.mu);
     return ok ? 0 : EXIT_DB;
 }

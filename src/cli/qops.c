@@ -58,6 +58,11 @@ void cq_close(cq *q)
     kvq__free(q);
 }
 
+kvq_queue *cq_queue(cq *q)
+{
+    return q->q;
+}
+
 int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority)
 {
     if (q->type == QT_PRIORITY)

@@ -11,6 +11,8 @@ typedef struct cq cq; /* an open queue of the command */
  * and priority queues, as the recipes use strings, and (b"NAME",) for durable queues). */
 int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type);
 void cq_close(cq *q);
+/* The layer's handle, borrowed (valid until cq_close). */
+kvq_queue *cq_queue(cq *q);
 
 /* Pushes one value (priority: priority queues only). Idempotent under 1021. */
 int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority);
