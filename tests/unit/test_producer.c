@@ -63,7 +63,7 @@ static void drain_and_check(kvq_queue *q, uint64_t per_thread, int by_priority)
         if (rc == KVQ_ENOTFOUND)
             break;
         assert_ok(rc);
-        uint32_t th, seq;
+        uint32_t th = 0, seq = 0;
         assert_int_equal(tq_parse(v.data, v.len, &th, &seq), 0);
         assert_true(th < THREADS && seq < per_thread);
         seen[th * per_thread + seq]++;
