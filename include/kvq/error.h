@@ -92,7 +92,10 @@ extern "C" {
     X(NOSPC, 9013, "disk_full", "no space left on the device")                                  \
     X(PERM, 9014, "permission_denied", "permission denied")                                     \
     X(BUSY, 9015, "busy", "the resource is busy")                                               \
-    X(UNSUPPORTED, 9016, "unsupported", "operation not supported by this engine")
+    X(UNSUPPORTED, 9016, "unsupported", "operation not supported by this engine")            \
+    X(LEASE_EXPIRED, 9017, "lease_expired",                                                        \
+      "the lease has expired; the item was or will be delivered again")                          \
+    X(LEASE_SETTLED, 9018, "lease_settled", "the lease was already ended by an ack or a nack")
 
 /** Error codes. 0 is success; every error is a positive number. */
 typedef enum kvq_error {

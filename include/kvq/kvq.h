@@ -11,5 +11,6 @@
 #include "consumer.h"
 #include "tuple.h"
 #include "queue.h"
+#include "workq.h"
 
 #endif /* KVQ_KVQ_H */

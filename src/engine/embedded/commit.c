@@ -269,9 +269,10 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
             req_fail(reqs[i], rc);
         return 0;
     }
-    /* Versions advance with time, about a million a second, as FoundationDB's do. */
-    int64_t now = kvq__now_us();
-    version = now > prev + 1 ? now : prev + 1;
+    /* From here until the SQLite COMMIT or ROLLBACK is done, this commit is marked in flight
+     * in kvq.shm, so that readers never hand out a read version at or above its version unless
+     * their snapshot holds it (rv.c). */
+    version = emb_rv_commit_begin(e, prev);
 
     int skip_check = (e->opts.test_flags & KVQ_TEST_SKIP_CONFLICT_CHECK) != 0;
     uint16_t order = 0;
@@ -358,6 +359,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
     } else if (!sqlite3_get_autocommit(e->writer)) {
         exec_w(e, "ROLLBACK", "rolling back");
     }
+    emb_rv_commit_end(e);
     if (rc == KVQ_ENOSPC && !e->drain_only && emb_reserve_release(e)) {
         /* Retry the whole batch in drain mode, on the space the reserve held. */
         unlock_commit(e);

@@ -7,8 +7,9 @@
  *   kvq.marker              written once the database is complete; with it present, a missing
  *                           or damaged data.db is reported, never re-created empty
  *   kvq.lock                kvq's cross-process commit lock (flock)
- *   kvq.shm                 a shared counter bumped by every commit; watchers sleep on it with a
- *                           futex, so watches work across processes without polling */
+ *   kvq.shm                 a shared page: a counter bumped by every commit, on which watchers
+ *                           sleep with a futex (watches across processes without polling), and
+ *                           the counters that let read versions advance with time (rv.c) */
 #ifndef KVQ_EMB_H
 #define KVQ_EMB_H
 
@@ -41,12 +42,27 @@ typedef struct emb_conn {
     struct emb_conn *next; /* free list of the pool */
 } emb_conn;
 
-/* The shared-memory page behind watches (kvq.shm). */
+/* The shared-memory page of a database (kvq.shm), mapped by every process that opens it. Fields
+ * are only ever accessed with atomic operations. New fields go at the end: the page is zero
+ * filled when created, and zero is every field's starting value. */
 typedef struct emb_shm {
     uint32_t magic;
     uint32_t seq;     /* bumped after every commit; futex word */
     uint32_t waiters; /* processes' watcher threads asleep on seq */
+    uint32_t pad_;
+    /* Read versions that advance with time (rv.c). */
+    uint64_t commit_seq;       /* odd while a commit is between choosing its version and the end
+                                  of its SQLite COMMIT (or ROLLBACK); written by the lock holder */
+    int64_t rv_floor;          /* the maximum of readers' clock readings and commit versions */
+    int64_t inflight_version;  /* the version chosen by the commit in flight... */
+    uint64_t inflight_seq;     /* ...whose odd commit_seq this is */
 } emb_shm;
+
+_Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
+/* Processes share the page's atomics: they must be lock-free, not guarded by a local lock. */
+#if !defined(__GCC_ATOMIC_LLONG_LOCK_FREE) || __GCC_ATOMIC_LLONG_LOCK_FREE != 2
+#error "kvq.shm needs lock-free 64-bit atomics"
+#endif
 
 typedef struct emb_commit_req emb_commit_req;
 
@@ -274,6 +290,23 @@ void emb_watches_abandon(emb_txn *t);
 void emb_notify_commit(emb_db *e);
 void emb_watch_shutdown(emb_db *e);
 int emb_shm_open(emb_db *e);
+
+/* read versions that advance with time (rv.c) */
+typedef struct emb_rv_probe {
+    int published;  /* the reader's clock reading went into rv_floor */
+    int64_t floor;  /* rv_floor once it did */
+    uint64_t seq;   /* commit_seq before the snapshot */
+} emb_rv_probe;
+/* Before a reader's snapshot: publishes the clock and notes the commit counter. */
+void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p);
+/* After the snapshot, whose stored version (of the last commit it sees) is `stored`: the read
+ * version to hand out, >= stored, and below the version of every commit the snapshot misses. */
+int64_t emb_rv_after_snapshot(emb_db *e, const emb_rv_probe *p, int64_t stored);
+/* Committer, with the commit lock held and `prev` the stored version read under BEGIN IMMEDIATE:
+ * marks a commit in flight and returns its version, max(clock, prev + 1, rv_floor). */
+int64_t emb_rv_commit_begin(emb_db *e, int64_t prev);
+/* Committer, after SQLite's COMMIT or ROLLBACK and before the commit lock is released. */
+void emb_rv_commit_end(emb_db *e);
 
 /* the disk-full reserve (reserve.c) */
 void emb_reserve_open(emb_db *e);

@@ -148,6 +148,10 @@ static int ensure_rv(emb_txn *t)
     int rc = emb_conn_acquire(t->e, &t->conn);
     if (rc != 0)
         return rc;
+    /* The snapshot is fixed by the first read after BEGIN, the version's SELECT; the read
+     * version handed out may be later than the stored one, by the clock (rv.c). */
+    emb_rv_probe probe;
+    emb_rv_before_snapshot(t->e, &probe);
     int src = sqlite3_step(t->conn->begin);
     sqlite3_reset(t->conn->begin);
     if (src != SQLITE_DONE) {
@@ -164,8 +168,9 @@ static int ensure_rv(emb_txn *t)
         emb_txn_end_read(t);
         return rc;
     }
-    t->rv = sqlite3_column_int64(t->conn->version, 0);
+    int64_t stored = sqlite3_column_int64(t->conn->version, 0);
     sqlite3_reset(t->conn->version);
+    t->rv = emb_rv_after_snapshot(t->e, &probe, stored);
     t->has_rv = 1;
     t->rv_mono_us = kvq__mono_us();
     return 0;

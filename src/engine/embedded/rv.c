@@ -1,0 +1,122 @@
+/* Read versions that advance with time, even when nothing commits.
+ *
+ * A transaction's snapshot is a SQLite read transaction; the version stored in it (S) is the
+ * version of the last commit the snapshot sees. Handing out S as the read version is correct but
+ * stands still on a quiet database, whereas FoundationDB's read versions advance about a million
+ * a second, and kvq measures time (leases, staging timeouts) in read versions. A read version R
+ * promises: every commit with a version <= R is in the snapshot, and every commit not in it has
+ * a version > R (the conflict check treats versions > R as concurrent, and a versionstamped
+ * key's unreadable range starts at R + 1). So R may exceed S only as far as every commit the
+ * snapshot misses is guaranteed a larger version. Two counters in kvq.shm provide that:
+ *
+ * - rv_floor: readers publish their clock reading into it (an atomic max) before their snapshot;
+ *   every commit picks a version >= rv_floor, read after it marked itself in flight.
+ * - commit_seq: the commit lock holder makes it odd before choosing its version and even again
+ *   after its SQLite COMMIT (or ROLLBACK) is done, before releasing the lock.
+ *
+ * Reader: f = max(rv_floor, clock) (published); s1 = commit_seq; snapshot (S); s2 = commit_seq.
+ * If s1 == s2 and even, no commit was in flight at any time between the two loads, so a commit
+ * the snapshot misses marked itself in flight after s2 was loaded, hence chose its version after
+ * f was published: its version is >= f, and R = max(S, f - 1) is safe. (A commit that ended
+ * before s1 was loaded is in the snapshot: its COMMIT had returned.)
+ *
+ * If s1 == s2 and odd, one commit K was in flight throughout. K publishes its version v (with
+ * its odd counter value as a tag) and raises rv_floor to v before its COMMIT; every commit after
+ * K then gets a version >= v. The snapshot may or may not hold K, so R = max(S, v - 1) is safe
+ * once the tag shows that v is K's (K may not have chosen v yet). Otherwise R = S.
+ *
+ * Every operation is sequentially consistent: the argument is a store-buffering one (the reader
+ * writes rv_floor then reads commit_seq; the committer writes commit_seq then reads rv_floor),
+ * which needs a single total order. The lock holder is the only writer of commit_seq,
+ * inflight_version and inflight_seq. A committer killed while commit_seq is odd leaves it odd:
+ * readers then fall back to its published version (or S), which is safe but stands still, until
+ * the next committer repairs the counter by moving it to the next odd value.
+ *
+ * The clock may step backwards: versions still never do, since a commit's version is also
+ * > the previous one and >= rv_floor, and readers take the maximum published reading. */
+#include "emb.h"
+
+/* Raises *p to at least v; returns the value *p then holds (>= v). */
+static int64_t atomic_max(int64_t *p, int64_t v)
+{
+    int64_t cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (cur < v) {
+        if (__atomic_compare_exchange_n(p, &cur, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return v;
+    }
+    return cur;
+}
+
+void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p)
+{
+    p->published = 0;
+    p->floor = 0;
+    p->seq = 0;
+    emb_shm *m = e->shm;
+    if (m == NULL)
+        return;
+    /* A read-only handle maps the page read-only: it cannot publish, and so its read versions
+     * advance with time only while a commit is in flight (below). */
+    if (!(e->opts.flags & KVQ_DB_READ_ONLY)) {
+        p->floor = atomic_max(&m->rv_floor, kvq__now_us());
+        p->published = 1;
+    }
+    p->seq = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+}
+
+int64_t emb_rv_after_snapshot(emb_db *e, const emb_rv_probe *p, int64_t stored)
+{
+    emb_shm *m = e->shm;
+    if (m == NULL)
+        return stored;
+    uint64_t s2 = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+    if (s2 != p->seq)
+        return stored; /* a commit started or ended meanwhile: it may be in the snapshot or not */
+    int64_t rv = stored;
+    if ((s2 & 1) == 0) {
+        if (p->published && p->floor - 1 > rv)
+            rv = p->floor - 1;
+        return rv;
+    }
+    /* One commit in flight throughout: use its version once it has published it. */
+    uint64_t tag = __atomic_load_n(&m->inflight_seq, __ATOMIC_SEQ_CST);
+    int64_t v = __atomic_load_n(&m->inflight_version, __ATOMIC_SEQ_CST);
+    uint64_t s3 = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+    if (tag == s2 && s3 == s2 && v - 1 > rv)
+        rv = v - 1;
+    return rv;
+}
+
+int64_t emb_rv_commit_begin(emb_db *e, int64_t prev)
+{
+    /* Versions advance with time, about a million a second, as FoundationDB's do. */
+    int64_t version = kvq__now_us();
+    if (version < prev + 1)
+        version = prev + 1;
+    emb_shm *m = e->shm;
+    if (m == NULL)
+        return version;
+    /* The next odd value: from an even counter, +1; from an odd one (a committer died in its
+     * commit), +2, which also repairs it. */
+    uint64_t mine = (__atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST) + 1) | 1;
+    __atomic_store_n(&m->commit_seq, mine, __ATOMIC_SEQ_CST);
+    int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
+    if (version < floor)
+        version = floor;
+    /* Commits after this one get a larger or equal version even if this one fails and the
+     * clock steps back: readers that saw it in flight rely on that. */
+    atomic_max(&m->rv_floor, version);
+    __atomic_store_n(&m->inflight_version, version, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&m->inflight_seq, mine, __ATOMIC_SEQ_CST);
+    return version;
+}
+
+void emb_rv_commit_end(emb_db *e)
+{
+    emb_shm *m = e->shm;
+    if (m == NULL)
+        return;
+    uint64_t s = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+    if (s & 1)
+        __atomic_store_n(&m->commit_seq, s + 1, __ATOMIC_SEQ_CST);
+}

@@ -1,0 +1,651 @@
+/* Work-queue layer (kvq/workq.h), single-threaded: leases, ack, nack, extend, stale tokens,
+ * dead letters and redrive, delayed items, dedup windows, metrics against a model, bad input.
+ *
+ * Timing: leases are a few hundred ms; every wait polls with a bound of 20 s and no test asserts
+ * that something happened quickly. "Not before" checks allow 50 ms of tolerance between the
+ * database's versions and this process's clock (both read CLOCK_REALTIME on the embedded
+ * engine). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "test_queue_common.h"
+
+#define WAIT_US 20000000LL
+
+/* On the embedded engine the read version moves only when something commits (until versions
+ * advance with time): a tiny unrelated commit makes "now" current before a time-relative step. */
+static int tick_body(kvq_txn *txn, void *arg)
+{
+    (void)arg;
+    static const uint8_t one[8] = { 1 };
+    return kvq_txn_atomic_op(txn, (const uint8_t *)"tick", 4, one, 8, KVQ_MUT_ADD);
+}
+
+static void tick(kvq_db *db)
+{
+    assert_ok(kvq_db_transact(db, tick_body, NULL));
+}
+
+typedef struct wq_env {
+    kvq_db *db;
+    kvq_queue *q;
+    kvq_workq *w;
+} wq_env;
+
+static wq_env env_open(kvq_queue_type type, const kvq_workq_options *wo)
+{
+    wq_env e;
+    tq_mkdir();
+    e.db = tq_open_db(0, 0, 0);
+    assert_ok(kvq_queue_open(&e.q, e.db, type, NULL, NULL));
+    assert_ok(kvq_workq_open(&e.w, e.q, wo));
+    tick(e.db);
+    return e;
+}
+
+static void env_close(wq_env *e)
+{
+    kvq_workq_close(e->w);
+    kvq_queue_close(e->q);
+    kvq_db_close(e->db);
+    tq_rmdir();
+}
+
+static void push_str(kvq_workq *w, const char *s, const kvq_workq_push_options *po, int want)
+{
+    int enq = -1;
+    assert_ok(kvq_workq_push(w, (const uint8_t *)s, strlen(s), po, &enq));
+    assert_int_equal(enq, want);
+}
+
+static void expect_recv(kvq_workq *w, const char *want, kvq_workq_lease *l, int64_t lease_ms)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    assert_ok(kvq_workq_receive(w, &b, l, lease_ms));
+    assert_bytes(b.data, b.len, (const uint8_t *)want, strlen(want));
+    kvq_buf_dispose(&b);
+}
+
+static void expect_empty(kvq_workq *w)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    kvq_workq_lease l;
+    int rc = kvq_workq_receive(w, &b, &l, 0);
+    if (rc != KVQ_ENOTFOUND)
+        fail_msg("expected an empty work queue, got %s (%.*s)", kvq_errname(rc), (int)b.len,
+                 (const char *)b.data);
+    kvq_buf_dispose(&b);
+}
+
+/* Receives, running recover between tries, until something comes or WAIT_US passes. */
+static int recv_wait(kvq_workq *w, kvq_buf *b, kvq_workq_lease *l, int64_t lease_ms)
+{
+    int64_t end = kvq__mono_us() + WAIT_US;
+    for (;;) {
+        assert_ok(kvq_workq_recover(w, NULL));
+        int rc = kvq_workq_receive(w, b, l, lease_ms);
+        if (rc != KVQ_ENOTFOUND || kvq__mono_us() > end)
+            return rc;
+        kvq__sleep_us(20000);
+    }
+}
+
+static void expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed,
+                           int64_t dead)
+{
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(w, &m));
+    if (m.ready != ready || m.inflight != inflight || m.delayed != delayed || m.dead != dead)
+        fail_msg("metrics ready %lld inflight %lld delayed %lld dead %lld, want %lld %lld %lld "
+                 "%lld",
+                 (long long)m.ready, (long long)m.inflight, (long long)m.delayed,
+                 (long long)m.dead, (long long)ready, (long long)inflight, (long long)delayed,
+                 (long long)dead);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    kvq_workq *w = NULL;
+    kvq_queue *fifo;
+    assert_int_equal(kvq_workq_open(NULL, e.q, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_open(&w, NULL, NULL), KVQ_EINVAL);
+    assert_null(w);
+    assert_ok(kvq_queue_open(&fifo, e.db, KVQ_QUEUE_FIFO, NULL, NULL));
+    assert_int_equal(kvq_workq_open(&w, fifo, NULL), KVQ_EWRONGTYPE);
+    kvq_queue_close(fifo);
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    o.lease_ms = 0;
+    assert_int_equal(kvq_workq_open(&w, e.q, &o), KVQ_EINVAL);
+    o = (kvq_workq_options)KVQ_WORKQ_OPTIONS_INIT;
+    o.version = 99;
+    assert_int_equal(kvq_workq_open(&w, e.q, &o), KVQ_EINVAL);
+    o = (kvq_workq_options)KVQ_WORKQ_OPTIONS_INIT;
+    o.dedup_window_ms = -1;
+    assert_int_equal(kvq_workq_open(&w, e.q, &o), KVQ_EINVAL);
+
+    kvq_buf b = KVQ_BUF_INIT;
+    kvq_workq_lease l;
+    memset(&l, 0, sizeof(l));
+    int enq;
+    assert_int_equal(kvq_workq_push(NULL, (const uint8_t *)"x", 1, NULL, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(e.w, NULL, 1, NULL, &enq), KVQ_EINVAL);
+    static uint8_t big[KVQ_MAX_VALUE_SIZE + 1];
+    assert_int_equal(kvq_workq_push(e.w, big, sizeof(big), NULL, &enq), KVQ_EVALUE_TOO_LARGE);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.priority = 3;
+    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EWRONGTYPE);
+    po = (kvq_workq_push_options)KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.delay_ms = -5;
+    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    po = (kvq_workq_push_options)KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.dedup_len = 3;
+    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    po.dedup_key = big;
+    po.dedup_len = 1001;
+    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    po.version = 0;
+    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(NULL, &b, &l, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(e.w, NULL, &l, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(e.w, &b, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(e.w, &b, &l, -1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_txn(e.w, NULL, NULL, &l, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack(NULL, &l), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack(e.w, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack_txn(e.w, NULL, &l), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_nack(e.w, &l, -1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_nack(e.w, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_extend(e.w, &l, -3), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_extend(NULL, &l, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_recover(NULL, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_dlq_list(e.w, NULL, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_dlq_redrive(NULL, NULL), KVQ_EINVAL);
+    kvq_workq_metrics m;
+    assert_int_equal(kvq_workq_get_metrics(e.w, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_get_metrics(NULL, &m), KVQ_EINVAL);
+    /* A token nobody issued: not a lease of this queue. */
+    assert_int_equal(kvq_workq_ack(e.w, &l), KVQ_ELEASE_EXPIRED);
+    kvq_workq_close(NULL);
+    env_close(&e);
+}
+
+static void lease_ack_case(kvq_queue_type type)
+{
+    wq_env e = env_open(type, NULL);
+    push_str(e.w, "a", NULL, 1);
+    push_str(e.w, "b", NULL, 1);
+    kvq_workq_lease la, lb;
+    expect_recv(e.w, "a", &la, 0);
+    assert_int_equal(la.deliveries, 1);
+    expect_metrics(e.w, 1, 1, 0, 0);
+    expect_recv(e.w, "b", &lb, 0);
+    expect_empty(e.w);
+    assert_ok(kvq_workq_ack(e.w, &lb));
+    assert_int_equal(kvq_workq_ack(e.w, &lb), KVQ_ELEASE_SETTLED);
+    assert_int_equal(kvq_workq_nack(e.w, &lb, 0), KVQ_ELEASE_SETTLED);
+    assert_int_equal(kvq_workq_extend(e.w, &lb, 0), KVQ_ELEASE_SETTLED);
+    /* nack now: back at its place, one more delivery. */
+    assert_ok(kvq_workq_nack(e.w, &la, 0));
+    assert_int_equal(kvq_workq_ack(e.w, &la), KVQ_ELEASE_SETTLED);
+    expect_metrics(e.w, 1, 0, 0, 0);
+    uint64_t len;
+    assert_ok(kvq_queue_len(e.q, &len));
+    assert_int_equal(len, 1);
+    kvq_workq_lease la2;
+    expect_recv(e.w, "a", &la2, 0);
+    assert_int_equal(la2.deliveries, 2);
+    assert_ok(kvq_workq_extend(e.w, &la2, 60000));
+    assert_ok(kvq_workq_ack(e.w, &la2));
+    expect_metrics(e.w, 0, 0, 0, 0);
+    expect_empty(e.w);
+    env_close(&e);
+}
+
+static void test_lease_ack_durable(void **state)
+{
+    (void)state;
+    lease_ack_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_lease_ack_priority(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_PRIORITY, NULL);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    const int prios[] = { 5, -2, 9, 0 };
+    for (int i = 0; i < 4; i++) {
+        char s[8];
+        snprintf(s, sizeof(s), "p%d", prios[i]);
+        po.priority = prios[i];
+        push_str(e.w, s, &po, 1);
+    }
+    kvq_workq_lease l[4];
+    expect_recv(e.w, "p-2", &l[0], 0);
+    assert_int_equal(l[0].priority, -2);
+    expect_recv(e.w, "p0", &l[1], 0);
+    assert_ok(kvq_workq_nack(e.w, &l[0], 0)); /* back at priority -2 */
+    expect_recv(e.w, "p-2", &l[0], 0);
+    assert_int_equal(l[0].deliveries, 2);
+    expect_recv(e.w, "p5", &l[2], 0);
+    expect_recv(e.w, "p9", &l[3], 0);
+    expect_metrics(e.w, 0, 4, 0, 0);
+    for (int i = 0; i < 4; i++)
+        assert_ok(kvq_workq_ack(e.w, &l[i]));
+    expect_metrics(e.w, 0, 0, 0, 0);
+    env_close(&e);
+    lease_ack_case(KVQ_QUEUE_PRIORITY);
+}
+
+/* A consumer that received and never acks: the item comes back after its lease, once, and the
+ * old token can no longer ack, nack or extend it (and deletes nothing). */
+static void test_redelivery_and_late_ack(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    push_str(e.w, "job", NULL, 1);
+    kvq_workq_lease l1, l2;
+    tick(e.db);
+    int64_t t0 = kvq__now_us();
+    expect_recv(e.w, "job", &l1, 300);
+    expect_empty(e.w);
+    kvq_buf b = KVQ_BUF_INIT;
+    assert_ok(recv_wait(e.w, &b, &l2, 60000));
+    /* Not before the lease's end (50 ms tolerance between clocks). */
+    assert_true(kvq__now_us() - t0 >= 300000 - 50000);
+    assert_bytes(b.data, b.len, (const uint8_t *)"job", 3);
+    assert_int_equal(l2.deliveries, 2);
+    assert_memory_not_equal(l1.id, l2.id, 16);
+    /* The late ack fails and deletes nothing. */
+    assert_int_equal(kvq_workq_ack(e.w, &l1), KVQ_ELEASE_EXPIRED);
+    assert_int_equal(kvq_workq_nack(e.w, &l1, 0), KVQ_ELEASE_EXPIRED);
+    assert_int_equal(kvq_workq_extend(e.w, &l1, 0), KVQ_ELEASE_EXPIRED);
+    expect_metrics(e.w, 0, 1, 0, 0);
+    /* Redelivered once: nobody else gets it while l2 holds. */
+    expect_empty(e.w);
+    assert_ok(kvq_workq_recover(e.w, NULL));
+    expect_empty(e.w);
+    assert_ok(kvq_workq_ack(e.w, &l2));
+    expect_metrics(e.w, 0, 0, 0, 0);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
+/* An expired lease that nobody returned yet: ack fails, the item stays, recover returns it. */
+static void test_expired_not_returned(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_PRIORITY, NULL);
+    push_str(e.w, "x", NULL, 1);
+    kvq_workq_lease l;
+    tick(e.db);
+    expect_recv(e.w, "x", &l, 200);
+    kvq__sleep_us(300000);
+    tick(e.db);
+    assert_int_equal(kvq_workq_ack(e.w, &l), KVQ_ELEASE_EXPIRED);
+    expect_metrics(e.w, 0, 1, 0, 0);
+    uint64_t moved = 0;
+    assert_ok(kvq_workq_recover(e.w, &moved));
+    assert_int_equal(moved, 1);
+    expect_metrics(e.w, 1, 0, 0, 0);
+    expect_recv(e.w, "x", &l, 0);
+    assert_int_equal(l.deliveries, 2);
+    env_close(&e);
+}
+
+static void test_extend(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    push_str(e.w, "long", NULL, 1);
+    kvq_workq_lease l;
+    expect_recv(e.w, "long", &l, 300);
+    int64_t d0 = l.deadline;
+    assert_ok(kvq_workq_extend(e.w, &l, 30000));
+    assert_true(l.deadline > d0);
+    kvq__sleep_us(500000);
+    assert_ok(kvq_workq_recover(e.w, NULL));
+    expect_empty(e.w);
+    assert_ok(kvq_workq_ack(e.w, &l));
+    env_close(&e);
+}
+
+typedef struct dlq_seen {
+    int n;
+    uint32_t deliv;
+    char val[32];
+} dlq_seen;
+
+static int dlq_cb(kvq_bytes v, uint32_t deliveries, void *payload)
+{
+    dlq_seen *s = payload;
+    s->n++;
+    s->deliv = deliveries;
+    snprintf(s->val, sizeof(s->val), "%.*s", (int)v.len, (const char *)v.data);
+    return 0;
+}
+
+/* A poison message: dead-lettered after max deliveries (by nack and by expiry); redrive brings
+ * it back with a fresh count. */
+static void poison_case(kvq_queue_type type)
+{
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    o.max_deliveries = 3;
+    wq_env e = env_open(type, &o);
+    push_str(e.w, "poison", NULL, 1);
+    push_str(e.w, "fine", NULL, 1);
+    kvq_workq_lease l, lf;
+    expect_recv(e.w, "poison", &l, 0);
+    assert_ok(kvq_workq_nack(e.w, &l, 0));
+    expect_recv(e.w, "poison", &l, 0);
+    assert_ok(kvq_workq_nack(e.w, &l, 0));
+    expect_recv(e.w, "poison", &l, 200); /* the third delivery expires */
+    assert_int_equal(l.deliveries, 3);
+    expect_recv(e.w, "fine", &lf, 0);
+    kvq_buf b = KVQ_BUF_INIT;
+    kvq_workq_lease lx;
+    int64_t end = kvq__mono_us() + WAIT_US;
+    kvq_workq_metrics m;
+    do {
+        kvq__sleep_us(50000);
+        assert_ok(kvq_workq_recover(e.w, NULL));
+        assert_ok(kvq_workq_get_metrics(e.w, &m));
+    } while (m.dead == 0 && kvq__mono_us() < end);
+    expect_metrics(e.w, 0, 1, 0, 1);
+    assert_int_equal(kvq_workq_receive(e.w, &b, &lx, 0), KVQ_ENOTFOUND);
+    dlq_seen s = { 0, 0, "" };
+    assert_ok(kvq_workq_dlq_list(e.w, dlq_cb, &s));
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.deliv, 3);
+    assert_string_equal(s.val, "poison");
+    uint64_t moved = 0;
+    assert_ok(kvq_workq_dlq_redrive(e.w, &moved));
+    assert_int_equal(moved, 1);
+    expect_metrics(e.w, 1, 1, 0, 0);
+    expect_recv(e.w, "poison", &l, 0);
+    assert_int_equal(l.deliveries, 1);
+    assert_ok(kvq_workq_ack(e.w, &l));
+    assert_ok(kvq_workq_ack(e.w, &lf));
+    s.n = 0;
+    assert_ok(kvq_workq_dlq_list(e.w, dlq_cb, &s));
+    assert_int_equal(s.n, 0);
+    expect_metrics(e.w, 0, 0, 0, 0);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
+static void test_poison_durable(void **state)
+{
+    (void)state;
+    poison_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_poison_priority(void **state)
+{
+    (void)state;
+    poison_case(KVQ_QUEUE_PRIORITY);
+}
+
+/* Delayed items are invisible before their time and visible after (tolerance: 50 ms early by
+ * this process's clock; late by at most the 20 s wait bound). */
+static void delayed_case(kvq_queue_type type)
+{
+    wq_env e = env_open(type, NULL);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.delay_ms = 600;
+    if (type == KVQ_QUEUE_PRIORITY)
+        po.priority = -10; /* would come first if it were visible */
+    tick(e.db);
+    int64_t t0 = kvq__now_us();
+    push_str(e.w, "later", &po, 1);
+    kvq_workq_push_options pn = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    push_str(e.w, "now", &pn, 1);
+    expect_metrics(e.w, 1, 0, 1, 0);
+    kvq_workq_lease l1, l2;
+    kvq_buf b = KVQ_BUF_INIT;
+    assert_ok(kvq_workq_receive(e.w, &b, &l1, 0));
+    if (b.len == 5 && memcmp(b.data, "later", 5) == 0)
+        assert_true(kvq__now_us() - t0 >= 600000 - 50000);
+    else
+        assert_bytes(b.data, b.len, (const uint8_t *)"now", 3);
+    /* Poll: while it is not visible, it must not be due yet. */
+    int64_t end = kvq__mono_us() + WAIT_US;
+    int rc;
+    for (;;) {
+        int64_t before = kvq__now_us();
+        assert_ok(kvq_workq_recover(e.w, NULL));
+        rc = kvq_workq_receive(e.w, &b, &l2, 0);
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, KVQ_ENOTFOUND);
+        (void)before;
+        assert_true(kvq__mono_us() < end);
+        kvq__sleep_us(20000);
+    }
+    assert_true(kvq__now_us() - t0 >= 600000 - 50000);
+    assert_bytes(b.data, b.len, (const uint8_t *)"later", 5);
+    expect_metrics(e.w, 0, 2, 0, 0);
+    /* nack with a delay: invisible, then back. */
+    tick(e.db);
+    int64_t t1 = kvq__now_us();
+    assert_ok(kvq_workq_nack(e.w, &l2, 400));
+    expect_metrics(e.w, 0, 1, 1, 0);
+    rc = kvq_workq_receive(e.w, &b, &l2, 0);
+    if (rc == 0)
+        assert_true(kvq__now_us() - t1 >= 400000 - 50000);
+    else
+        assert_int_equal(rc, KVQ_ENOTFOUND);
+    if (rc != 0)
+        assert_ok(recv_wait(e.w, &b, &l2, 0));
+    assert_true(kvq__now_us() - t1 >= 400000 - 50000);
+    assert_bytes(b.data, b.len, (const uint8_t *)"later", 5);
+    assert_int_equal(l2.deliveries, 2);
+    if (type == KVQ_QUEUE_PRIORITY)
+        assert_int_equal(l2.priority, -10);
+    assert_ok(kvq_workq_ack(e.w, &l2));
+    assert_ok(kvq_workq_ack(e.w, &l1));
+    expect_metrics(e.w, 0, 0, 0, 0);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
+static void test_delayed_durable(void **state)
+{
+    (void)state;
+    delayed_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_delayed_priority(void **state)
+{
+    (void)state;
+    delayed_case(KVQ_QUEUE_PRIORITY);
+}
+
+/* An absolute not_before version. */
+static void test_not_before(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.not_before = kvq__now_us() + 400000;
+    push_str(e.w, "at", &po, 1);
+    kvq_workq_lease l;
+    kvq_buf b = KVQ_BUF_INIT;
+    assert_ok(recv_wait(e.w, &b, &l, 0));
+    assert_true(kvq__now_us() >= po.not_before - 50000);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
+/* The same dedup key within the window enqueues once; after it, again. */
+static void test_dedup(void **state)
+{
+    (void)state;
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    o.dedup_window_ms = 400;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, &o);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.dedup_key = (const uint8_t *)"order-17";
+    po.dedup_len = 8;
+    tick(e.db);
+    int64_t t0 = kvq__now_us();
+    push_str(e.w, "v1", &po, 1);
+    int enq = -1;
+    assert_ok(kvq_workq_push(e.w, (const uint8_t *)"v2", 2, &po, &enq));
+    if (enq != 0)
+        assert_true(kvq__now_us() - t0 >= 400000); /* only if the machine stalled */
+    /* Another key is independent. */
+    kvq_workq_push_options p2 = po;
+    p2.dedup_key = (const uint8_t *)"order-18";
+    push_str(e.w, "w", &p2, 1);
+    kvq__sleep_us(600000);
+    assert_ok(kvq_workq_recover(e.w, NULL)); /* prunes, and moves versions on */
+    push_str(e.w, "v3", &po, 1);
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    assert_int_equal(m.ready, enq == 0 ? 3 : 4);
+    kvq_workq_lease l;
+    expect_recv(e.w, "v1", &l, 0);
+    env_close(&e);
+}
+
+/* Metrics after a random mixed workload match a model of the truth. */
+static void test_metrics_model(void **state)
+{
+    (void)state;
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    o.max_deliveries = 2;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, &o);
+    kvq__rng rng = { tq_seed ^ 0x77 };
+    kvq_workq_lease held[64];
+    size_t nheld = 0;
+    int64_t ready = 0, delayed = 0, dead = 0;
+    kvq_buf b = KVQ_BUF_INIT;
+    for (int i = 0; i < 300; i++) {
+        unsigned op = (unsigned)(kvq__rng_next(&rng) % 6);
+        if (op <= 1) {
+            kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+            if (op == 1)
+                po.delay_ms = 3600000; /* stays delayed for the whole test */
+            int enq;
+            assert_ok(kvq_workq_push(e.w, (const uint8_t *)"m", 1, &po, &enq));
+            if (op == 1)
+                delayed++;
+            else
+                ready++;
+        } else if (op == 2 && nheld < 64) {
+            int rc = kvq_workq_receive(e.w, &b, &held[nheld], 60000);
+            if (rc == KVQ_ENOTFOUND) {
+                assert_int_equal(ready, 0);
+                continue;
+            }
+            assert_ok(rc);
+            nheld++;
+            ready--;
+        } else if (op == 3 && nheld > 0) {
+            assert_ok(kvq_workq_ack(e.w, &held[--nheld]));
+        } else if (op == 4 && nheld > 0) {
+            kvq_workq_lease *l = &held[--nheld];
+            assert_ok(kvq_workq_nack(e.w, l, 0));
+            if (l->deliveries >= 2)
+                dead++;
+            else
+                ready++;
+        } else if (op == 5 && dead > 0 && kvq__rng_next(&rng) % 4 == 0) {
+            uint64_t moved;
+            assert_ok(kvq_workq_dlq_redrive(e.w, &moved));
+            assert_int_equal((int64_t)moved, dead);
+            ready += dead;
+            dead = 0;
+        }
+    }
+    expect_metrics(e.w, ready, (int64_t)nheld, delayed, dead);
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    if (ready > 0)
+        assert_true(m.oldest_ready_age_ms >= 0);
+    else
+        assert_int_equal(m.oldest_ready_age_ms, -1);
+    uint64_t len;
+    assert_ok(kvq_queue_len(e.q, &len));
+    assert_int_equal((int64_t)len, ready);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
+static void test_oldest_age(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    push_str(e.w, "old", NULL, 1);
+    kvq__sleep_us(300000);
+    push_str(e.w, "new", NULL, 1); /* a commit: versions move on */
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    assert_true(m.oldest_ready_age_ms >= 250);
+    assert_true(m.oldest_ready_age_ms < 3600000);
+    env_close(&e);
+}
+
+/* The transaction forms compose with the caller's own writes. */
+static int outbox_body(kvq_txn *txn, void *arg)
+{
+    kvq_workq *w = arg;
+    int enq;
+    int rc = kvq_workq_push_txn(w, txn, (const uint8_t *)"tx", 2, NULL, &enq);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, (const uint8_t *)"app", 3, (const uint8_t *)"1", 1);
+    return rc;
+}
+
+typedef struct ack_arg {
+    kvq_workq *w;
+    kvq_workq_lease *l;
+} ack_arg;
+
+static int ack_abort_body(kvq_txn *txn, void *arg)
+{
+    ack_arg *a = arg;
+    int rc = kvq_workq_ack_txn(a->w, txn, a->l);
+    return rc != 0 ? rc : KVQ_EUSER; /* the caller's effect failed: nothing commits */
+}
+
+static void test_txn_forms(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    assert_ok(kvq_db_transact(e.db, outbox_body, e.w));
+    kvq_workq_lease l;
+    expect_recv(e.w, "tx", &l, 0);
+    ack_arg a = { e.w, &l };
+    assert_int_equal(kvq_db_transact(e.db, ack_abort_body, &a), KVQ_EUSER);
+    expect_metrics(e.w, 0, 1, 0, 0);
+    assert_ok(kvq_workq_ack(e.w, &l));
+    env_close(&e);
+}
+
+int main(int argc, char **argv)
+{
+    tq_seed_init(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_lease_ack_durable),
+        cmocka_unit_test(test_lease_ack_priority),
+        cmocka_unit_test(test_redelivery_and_late_ack),
+        cmocka_unit_test(test_expired_not_returned),
+        cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_poison_durable),
+        cmocka_unit_test(test_poison_priority),
+        cmocka_unit_test(test_delayed_durable),
+        cmocka_unit_test(test_delayed_priority),
+        cmocka_unit_test(test_not_before),
+        cmocka_unit_test(test_dedup),
+        cmocka_unit_test(test_metrics_model),
+        cmocka_unit_test(test_oldest_age),
+        cmocka_unit_test(test_txn_forms),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
