@@ -593,8 +593,9 @@ static int64_t bucket_of(const kvq_queue *q, int64_t version)
 }
 
 /* Fixes the bucket of an operation from its first attempt: the read version's bucket, but never
- * older than the clock (a read version can lag: on the embedded engine it is the last commit's
- * version, so after an idle period it is old). *fresh = 0 when the queue has no clock yet. */
+ * older than the clock (a read version can lag: on the embedded engine it advances with time,
+ * but is the last commit's version when it was taken during a commit, and after an idle period
+ * that is old). *fresh = 0 when the queue has no clock yet. */
 static int first_bucket(kvq_queue *q, kvq_txn *txn, int64_t rv, int64_t *out, int *fresh)
 {
     int64_t clock;

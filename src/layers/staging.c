@@ -629,10 +629,10 @@ static int tick_body(kvq_txn *txn, void *arg)
 
 int kvq__hc_sweep(kvq_queue *q, uint64_t *returned)
 {
-    /* Ages are measured in database versions. A read version is the last commit's version
-     * (on the embedded engine it does not move while nothing commits), so commit a tick first:
-     * the sweep's read version is then at least the present. The tick is an atomic add: it
-     * never conflicts. */
+    /* Ages are measured in database versions. A read version advances with time, but on the
+     * embedded engine one taken while a commit is in flight may be the last commit's version,
+     * old after an idle period; so commit a tick first: the sweep's read version is then at
+     * least the tick's version, the present. The tick is an atomic add: it never conflicts. */
     int rc = kvq_db_transact(q->db, tick_body, q);
     sweep_arg a = { q, 0 };
     if (rc == 0)

@@ -190,8 +190,7 @@ static void conflict_rounds(kvq_db *db, const char *p, write_fn wr, writer *w)
 
         int64_t cv = wr(w, (uint64_t)i);
         if (cv <= rv)
-            fail_msg("round %d: a commit made after read version %" PRId64
-                     " got version %" PRId64,
+            fail_msg("round %d: a commit made after read version %" PRId64 " got version %" PRId64,
                      i, rv, cv);
         last_cv = cv;
 
@@ -206,8 +205,7 @@ static void conflict_rounds(kvq_db *db, const char *p, write_fn wr, writer *w)
         /* And a read version taken now is at least the writer's. */
         int64_t after = read_version(db);
         if (after < cv)
-            fail_msg("round %d: read version %" PRId64 " after a commit at %" PRId64, i, after,
-                     cv);
+            fail_msg("round %d: read version %" PRId64 " after a commit at %" PRId64, i, after, cv);
     }
     /* The point of the test: read versions were ahead of the stored version, by the clock. */
     print_message("%d of %d read versions were ahead of the last commit\n", ahead, ROUNDS);
@@ -362,8 +360,8 @@ static void test_conflict_writer_process(void **state)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, down[0], 3);
     posix_spawn_file_actions_adddup2(&fa, up[1], 4);
-    char *argv[] = { cf_self, (char *)"--cf-child", (char *)"writer", cf_url, (char *)p,
-                     (char *)"3",  (char *)"4",          NULL };
+    char *argv[] = { cf_self,   (char *)"--cf-child", (char *)"writer", cf_url,
+                     (char *)p, (char *)"3",          (char *)"4",      NULL };
     fflush(stdout);
     fflush(stderr);
     pid_t pid = 0;

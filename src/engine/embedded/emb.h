@@ -51,11 +51,11 @@ typedef struct emb_shm {
     uint32_t waiters; /* processes' watcher threads asleep on seq */
     uint32_t pad_;
     /* Read versions that advance with time (rv.c). */
-    uint64_t commit_seq;       /* odd while a commit is between choosing its version and the end
-                                  of its SQLite COMMIT (or ROLLBACK); written by the lock holder */
-    int64_t rv_floor;          /* the maximum of readers' clock readings and commit versions */
-    int64_t inflight_version;  /* the version chosen by the commit in flight... */
-    uint64_t inflight_seq;     /* ...whose odd commit_seq this is */
+    uint64_t commit_seq;      /* odd while a commit is between choosing its version and the end
+                                 of its SQLite COMMIT (or ROLLBACK); written by the lock holder */
+    int64_t rv_floor;         /* the maximum of readers' clock readings and commit versions */
+    int64_t inflight_version; /* the version chosen by the commit in flight... */
+    uint64_t inflight_seq;    /* ...whose odd commit_seq this is */
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
@@ -293,9 +293,9 @@ int emb_shm_open(emb_db *e);
 
 /* read versions that advance with time (rv.c) */
 typedef struct emb_rv_probe {
-    int published;  /* the reader's clock reading went into rv_floor */
-    int64_t floor;  /* rv_floor once it did */
-    uint64_t seq;   /* commit_seq before the snapshot */
+    int published; /* the reader's clock reading went into rv_floor */
+    int64_t floor; /* rv_floor once it did */
+    uint64_t seq;  /* commit_seq before the snapshot */
 } emb_rv_probe;
 /* Before a reader's snapshot: publishes the clock and notes the commit counter. */
 void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p);

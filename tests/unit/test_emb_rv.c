@@ -1,0 +1,190 @@
+/* The embedded engine's read versions that advance with time (src/engine/embedded/rv.c), driven
+ * through the counters in kvq.shm, which this test maps itself to play the part of another
+ * process: a committer killed in the middle of a commit (the counter left odd, with or without
+ * its version published), and a clock that stepped backwards. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/embedded/emb.h"
+#include "kvq/kvq.h"
+
+static char dir[64];
+static kvq_db *db;
+static emb_shm *shm;
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/kvq-emb-rv-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        return -1;
+    strcat(dir, "/db");
+    if (kvq_db_open(&db, dir, NULL) != 0)
+        return -1;
+    char p[96];
+    snprintf(p, sizeof(p), "%s/kvq.shm", dir);
+    int fd = open(p, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return -1;
+    shm = m;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    munmap(shm, 4096);
+    kvq_db_close(db);
+    char cmd[128];
+    dir[strlen(dir) - 3] = '\0';
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+#define K(s) (const uint8_t *)(s), strlen(s)
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t read_version(void)
+{
+    kvq_txn *t;
+    int64_t rv = 0;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    assert_int_equal(kvq_txn_get_read_version(&rv, t), 0);
+    kvq_txn_destroy(t);
+    return rv;
+}
+
+static int64_t commit_set(const char *k, const char *v)
+{
+    kvq_txn *t;
+    int64_t cv = 0;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    assert_int_equal(kvq_txn_set(t, K(k), K(v)), 0);
+    assert_int_equal(kvq_txn_commit(t), 0);
+    assert_int_equal(kvq_txn_get_committed_version(&cv, t), 0);
+    kvq_txn_destroy(t);
+    return cv;
+}
+
+static uint64_t load_seq(void)
+{
+    return __atomic_load_n(&shm->commit_seq, __ATOMIC_SEQ_CST);
+}
+
+static void test_counter_even_after_commits(void **state)
+{
+    (void)state;
+    uint64_t s0 = load_seq();
+    assert_true((s0 & 1) == 0);
+    int64_t cv = commit_set("a", "1");
+    uint64_t s1 = load_seq();
+    assert_true((s1 & 1) == 0);
+    assert_true(s1 > s0);
+    assert_true(__atomic_load_n(&shm->rv_floor, __ATOMIC_SEQ_CST) >= cv);
+    /* With nothing in flight, read versions run ahead of the last commit with the clock. */
+    sleep_ms(2);
+    int64_t rv = read_version();
+    assert_true(rv > cv);
+}
+
+/* A committer killed after marking itself in flight: read versions stop advancing but stay
+ * correct; the next commit repairs the counter. */
+static void test_killed_committer(void **state)
+{
+    (void)state;
+    int64_t cv0 = commit_set("k", "0");
+    uint64_t even = load_seq();
+    assert_true((even & 1) == 0);
+
+    /* Killed before publishing its version: the stored version, standing still. */
+    __atomic_store_n(&shm->commit_seq, even + 1, __ATOMIC_SEQ_CST);
+    assert_int_equal(read_version(), cv0);
+    sleep_ms(2);
+    assert_int_equal(read_version(), cv0);
+
+    /* Killed after publishing it (and raising the floor to it, as a committer does): read
+     * versions stop just below it. */
+    int64_t v = now_us() + 5000;
+    __atomic_store_n(&shm->rv_floor, v, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&shm->inflight_version, v, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&shm->inflight_seq, even + 1, __ATOMIC_SEQ_CST);
+    assert_int_equal(read_version(), v - 1);
+
+    /* A reader at v - 1 that read k conflicts with the next commit, which repairs the counter
+     * and takes a version >= v. */
+    kvq_txn *r;
+    kvq_bytes val;
+    int present;
+    int64_t rv = 0;
+    assert_int_equal(kvq_txn_create(&r, db), 0);
+    assert_int_equal(kvq_txn_get(&val, &present, r, K("k"), 0), 0);
+    assert_int_equal(kvq_txn_get_read_version(&rv, r), 0);
+    assert_int_equal(rv, v - 1);
+    int64_t cv1 = commit_set("k", "1");
+    assert_true(cv1 >= v);
+    uint64_t s = load_seq();
+    assert_true((s & 1) == 0);
+    assert_true(s > even + 1);
+    assert_int_equal(kvq_txn_set(r, K("x"), K("1")), 0);
+    assert_int_equal(kvq_txn_commit(r), KVQ_ENOT_COMMITTED);
+    kvq_txn_destroy(r);
+
+    /* Repaired: read versions advance with time again. */
+    sleep_ms(2);
+    int64_t rv2 = read_version();
+    assert_true(rv2 >= cv1);
+    sleep_ms(10);
+    assert_true(read_version() > rv2);
+}
+
+/* The clock steps back by a minute (played by a floor a minute ahead): versions never go back. */
+static void test_clock_steps_back(void **state)
+{
+    (void)state;
+    int64_t ahead = now_us() + 60 * 1000000LL;
+    __atomic_store_n(&shm->rv_floor, ahead, __ATOMIC_SEQ_CST);
+    int64_t rv = read_version();
+    assert_true(rv >= ahead - 1);
+    int64_t cv = commit_set("c", "1");
+    assert_true(cv >= ahead);
+    int64_t cv2 = commit_set("c", "2");
+    assert_true(cv2 > cv);
+    assert_true(read_version() >= cv2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counter_even_after_commits),
+        cmocka_unit_test(test_killed_committer),
+        cmocka_unit_test(test_clock_steps_back),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
