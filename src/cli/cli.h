@@ -50,9 +50,17 @@ void cli_print_value(FILE *f, const uint8_t *p, size_t n);
 typedef enum cli_qtype { QT_NONE = 0, QT_FIFO = 1, QT_PRIORITY = 2, QT_DURABLE = 3 } cli_qtype;
 const char *cli_qtype_name(cli_qtype t);
 int cli_qtype_parse(const char *s, cli_qtype *out);
+/* A queue's entry: its type and its work-queue settings (0: the library's defaults). */
+typedef struct cli_qinfo {
+    cli_qtype type;
+    int64_t lease_ms;
+    uint32_t max_deliveries;
+} cli_qinfo;
 /* Looks a queue up; KVQ_ENOTFOUND when it does not exist. */
 int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out);
+int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out);
 int cli_registry_create(kvq_db *db, const char *name, cli_qtype type);
+int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info);
 int cli_registry_delete(kvq_db *db, const char *name);
 /* Calls fn for each queue in name order. */
 int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);

@@ -8,7 +8,7 @@
 
 /* Splits argv into the queue name (the first non-option argument) and the rest. Options are
  * parsed by the callers from the remaining arguments. */
-static int need_name(const char *cmd, int argc, char **argv, const char **name)
+int cli_need_name(const char *cmd, int argc, char **argv, const char **name)
 {
     if (argc < 2 || argv[1][0] == '-')
         return cli_usage(cmd, "missing the queue NAME");
@@ -19,47 +19,71 @@ static int need_name(const char *cmd, int argc, char **argv, const char **name)
 }
 
 /* Opens the database and the named queue, checking that it exists. */
-static int open_queue(cli *c, const char *name, cq **q, cli_qtype *type)
+int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
 {
     int rc = cli_open(c);
     if (rc != 0)
         return rc;
-    cli_qtype t;
-    int err = cli_registry_get(c->db, name, &t);
+    cli_qinfo qi;
+    int err = cli_registry_info(c->db, name, &qi);
     if (err == KVQ_ENOTFOUND) {
         fprintf(stderr, "kvq: no queue named '%s' (create it with 'kvq create %s')\n", name, name);
         return EXIT_EMPTY;
     }
     if (err != 0)
         return cli_fail(err, "cannot read the queue registry");
-    err = cq_open(q, c->db, name, t);
+    err = cq_open(q, c->db, name, qi.type);
     if (err != 0)
         return cli_fail(err, "cannot open the queue");
-    if (type != NULL)
-        *type = t;
+    if (info != NULL)
+        *info = qi;
     return 0;
+}
+
+static int open_queue(cli *c, const char *name, cq **q, cli_qtype *type)
+{
+    cli_qinfo qi;
+    int rc = cli_open_queue(c, name, q, &qi);
+    if (rc == 0 && type != NULL)
+        *type = qi.type;
+    return rc;
 }
 
 int cmd_create(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("create", argc, argv, &name);
+    int rc = cli_need_name("create", argc, argv, &name);
     if (rc != 0)
         return rc;
+    cli_qinfo info = { QT_DURABLE, 0, 0 };
     cli_qtype type = QT_DURABLE;
     for (int i = 2; i < argc; i++) {
+        long long v;
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
             if (cli_qtype_parse(argv[++i], &type) != 0)
                 return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
                                  argv[i]);
+        } else if (strcmp(argv[i], "--lease") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 86400000, &v) != 0)
+                return cli_usage("create", "--lease needs milliseconds from 1 to 86400000");
+            info.lease_ms = v;
+            i++;
+        } else if (strcmp(argv[i], "--max-deliveries") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, UINT32_MAX, &v) != 0)
+                return cli_usage("create", "--max-deliveries needs a count (0: never)");
+            info.max_deliveries = (uint32_t)v;
+            i++;
         } else {
             return cli_usage("create", "unexpected argument '%s'", argv[i]);
         }
     }
+    if (type == QT_FIFO && (info.lease_ms != 0 || info.max_deliveries != 0))
+        return cli_usage("create", "--lease and --max-deliveries need a durable or priority queue");
+    info.type = type;
     rc = cli_open(c);
     if (rc != 0)
         return rc;
-    int err = cli_registry_create(c->db, name, type);
+    int err = cli_registry_create_info(c->db, name, &info);
     if (err == KVQ_EEXISTS) {
         fprintf(stderr, "kvq: queue '%s' already exists\n", name);
         return EXIT_USAGE;
@@ -82,7 +106,7 @@ int cmd_create(cli *c, int argc, char **argv)
 int cmd_delete(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("delete", argc, argv, &name);
+    int rc = cli_need_name("delete", argc, argv, &name);
     if (rc != 0)
         return rc;
     if (argc > 2)
@@ -190,7 +214,7 @@ static int push_lines(cq *q, long long prio, long *pushed)
 int cmd_push(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("push", argc, argv, &name);
+    int rc = cli_need_name("push", argc, argv, &name);
     if (rc != 0)
         return rc;
     long long prio = 0;
@@ -268,7 +292,7 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
 int cmd_pop(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("pop", argc, argv, &name);
+    int rc = cli_need_name("pop", argc, argv, &name);
     if (rc != 0)
         return rc;
     long long k = 1;
@@ -314,7 +338,7 @@ int cmd_pop(cli *c, int argc, char **argv)
 int cmd_peek(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("peek", argc, argv, &name);
+    int rc = cli_need_name("peek", argc, argv, &name);
     if (rc != 0)
         return rc;
     int max = 0;
@@ -356,7 +380,7 @@ int cmd_peek(cli *c, int argc, char **argv)
 int cmd_len(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("len", argc, argv, &name);
+    int rc = cli_need_name("len", argc, argv, &name);
     if (rc != 0)
         return rc;
     if (argc > 2)
@@ -380,7 +404,7 @@ int cmd_len(cli *c, int argc, char **argv)
 int cmd_list(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("list", argc, argv, &name);
+    int rc = cli_need_name("list", argc, argv, &name);
     if (rc != 0)
         return rc;
     long long limit = 0;
@@ -412,7 +436,7 @@ int cmd_list(cli *c, int argc, char **argv)
 int cmd_clear(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("clear", argc, argv, &name);
+    int rc = cli_need_name("clear", argc, argv, &name);
     if (rc != 0)
         return rc;
     if (argc > 2)
@@ -431,7 +455,7 @@ int cmd_clear(cli *c, int argc, char **argv)
 int cmd_watch(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("watch", argc, argv, &name);
+    int rc = cli_need_name("watch", argc, argv, &name);
     if (rc != 0)
         return rc;
     long long timeout = -1;
@@ -470,7 +494,7 @@ int cmd_watch(cli *c, int argc, char **argv)
 int cmd_stats(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = need_name("stats", argc, argv, &name);
+    int rc = cli_need_name("stats", argc, argv, &name);
     if (rc != 0)
         return rc;
     if (argc > 2)

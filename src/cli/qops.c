@@ -11,6 +11,7 @@ struct cq {
     kvq_db *db;
     cli_qtype type;
     kvq_queue *q;
+    kvq_workq *w;     /* opened by cq_workq */
     kvq_buf items_lo; /* durable: prefix + (b"val",) + 0x00, for the oldest item's age */
     kvq_buf items_hi; /* durable: prefix + (b"val",) + 0xff */
 };
@@ -52,6 +53,7 @@ void cq_close(cq *q)
 {
     if (q == NULL)
         return;
+    kvq_workq_close(q->w);
     kvq_queue_close(q->q);
     kvq_buf_dispose(&q->items_lo);
     kvq_buf_dispose(&q->items_hi);
@@ -61,6 +63,27 @@ void cq_close(cq *q)
 kvq_queue *cq_queue(cq *q)
 {
     return q->q;
+}
+
+int cq_workq(cq *q, const cli_qinfo *info, kvq_workq **out)
+{
+    *out = NULL;
+    if (q->type == QT_FIFO)
+        return kvq__error(KVQ_EWRONGTYPE,
+                          "leases, delays and dedup need a durable or priority queue; this one "
+                          "is a fifo queue");
+    if (q->w == NULL) {
+        kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+        if (info != NULL && info->lease_ms > 0)
+            o.lease_ms = info->lease_ms;
+        if (info != NULL)
+            o.max_deliveries = info->max_deliveries;
+        int rc = kvq_workq_open(&q->w, q->q, &o);
+        if (rc != 0)
+            return rc;
+    }
+    *out = q->w;
+    return 0;
 }
 
 int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority)

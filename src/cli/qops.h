@@ -13,6 +13,9 @@ int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type);
 void cq_close(cq *q);
 /* The layer's handle, borrowed (valid until cq_close). */
 kvq_queue *cq_queue(cq *q);
+/* The work-queue handle (leases, delays, dedup, dead letters) with the queue's registered
+ * settings, opened on first use and borrowed; KVQ_EWRONGTYPE for a fifo queue. */
+int cq_workq(cq *q, const cli_qinfo *info, kvq_workq **out);
 
 /* Pushes one value (priority: priority queues only). Idempotent under 1021. */
 int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority);
@@ -45,5 +48,11 @@ int cq_stats_get(cq *q, cq_stats *out);
 
 /* The consumer runtime's source for this queue (durable queues only: KVQ_EWRONGTYPE else). */
 int cq_source(cq *q, kvq_consumer_source *out);
+
+/* Checks argv[1] as the queue NAME of command cmd (a usage error naming the problem else). */
+int cli_need_name(const char *cmd, int argc, char **argv, const char **name);
+/* Opens the database and the named queue, which must exist (prints the error and returns an
+ * exit code else); info (may be NULL) receives its registry entry. */
+int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info);
 
 #endif /* KVQ_CLI_QOPS_H */

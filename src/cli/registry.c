@@ -1,5 +1,7 @@
-/* The command's registry of queues: name -> type, so that a queue is never read as another type
- * by mistake and `kvq queues` can list them. It lives under keys that start with 0xFE, which no
+/* The command's registry of queues: name -> type (and the work-queue settings), so that a queue
+ * is never read as another type by mistake and `kvq queues` can list them. A value is the type
+ * byte, then optionally the lease in milliseconds (8 bytes, big-endian) and the maximum number
+ * of deliveries (4 bytes, big-endian). It lives under keys that start with 0xFE, which no
  * tuple-encoded key can start with, so it never mixes with queue data. */
 #include <string.h>
 
@@ -59,8 +61,29 @@ static size_t make_key(uint8_t *buf, const char *name)
 typedef struct reg_op {
     const char *name;
     cli_qtype type;
+    int64_t lease_ms;
+    uint32_t max_deliveries;
     int create;
 } reg_op;
+
+#define REG_VALUE_LEN 13
+
+static void decode_value(kvq_bytes v, int present, reg_op *op)
+{
+    op->type = (present && v.len >= 1) ? (cli_qtype)v.data[0] : QT_NONE;
+    op->lease_ms = 0;
+    op->max_deliveries = 0;
+    if (present && v.len == REG_VALUE_LEN) {
+        uint64_t l = 0;
+        uint32_t m = 0;
+        for (int i = 0; i < 8; i++)
+            l = l << 8 | v.data[1 + i];
+        for (int i = 0; i < 4; i++)
+            m = m << 8 | v.data[9 + i];
+        op->lease_ms = (int64_t)l;
+        op->max_deliveries = m;
+    }
+}
 
 static int get_fn(kvq_txn *txn, void *arg)
 {
@@ -72,37 +95,66 @@ static int get_fn(kvq_txn *txn, void *arg)
     int rc = kvq_txn_get(&v, &present, txn, key, kn, 0);
     if (rc != 0)
         return rc;
-    op->type = (present && v.len == 1) ? (cli_qtype)v.data[0] : QT_NONE;
+    decode_value(v, present, op);
     return 0;
 }
 
-int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out)
+int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out)
 {
     reg_op op = { .name = name };
     int rc = kvq_db_transact(db, get_fn, &op);
     if (rc != 0)
         return rc;
-    *out = op.type;
+    out->type = op.type;
+    out->lease_ms = op.lease_ms;
+    out->max_deliveries = op.max_deliveries;
     return op.type == QT_NONE ? KVQ_ENOTFOUND : 0;
+}
+
+int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out)
+{
+    cli_qinfo info = { QT_NONE, 0, 0 };
+    int rc = cli_registry_info(db, name, &info);
+    *out = info.type;
+    return rc;
 }
 
 static int create_fn(kvq_txn *txn, void *arg)
 {
     reg_op *op = arg;
-    cli_qtype want = op->type;
+    reg_op want = *op;
     int rc = get_fn(txn, op);
     if (rc != 0)
         return rc;
     if (op->type != QT_NONE) {
-        op->create = op->type == want ? 0 : -1;
+        op->create = op->type == want.type ? 0 : -1;
         return 0;
     }
     uint8_t key[PREFIX_LEN + 256];
     size_t kn = make_key(key, op->name);
-    uint8_t t = (uint8_t)want;
-    op->type = want;
+    uint8_t v[REG_VALUE_LEN];
+    v[0] = (uint8_t)want.type;
+    for (int i = 0; i < 8; i++)
+        v[1 + i] = (uint8_t)((uint64_t)want.lease_ms >> (56 - 8 * i));
+    for (int i = 0; i < 4; i++)
+        v[9 + i] = (uint8_t)(want.max_deliveries >> (24 - 8 * i));
+    *op = want;
     op->create = 1;
-    return kvq_txn_set(txn, key, kn, &t, 1);
+    return kvq_txn_set(txn, key, kn, v, sizeof(v));
+}
+
+int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info)
+{
+    reg_op op = { .name = name,
+                  .type = info->type,
+                  .lease_ms = info->lease_ms,
+                  .max_deliveries = info->max_deliveries };
+    int rc = kvq_db_transact(db, create_fn, &op);
+    if (rc != 0)
+        return rc;
+    if (op.create < 0)
+        return KVQ_EWRONGTYPE;
+    return op.create == 0 ? KVQ_EEXISTS : 0;
 }
 
 int cli_registry_create(kvq_db *db, const char *name, cli_qtype type)
@@ -158,8 +210,9 @@ int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void 
                 continue;
             memcpy(name, kvs[i].key.data + PREFIX_LEN, nl);
             name[nl] = '\0';
-            cli_qtype t = kvs[i].value.len == 1 ? (cli_qtype)kvs[i].value.data[0] : QT_NONE;
-            rc = fn(name, t, arg);
+            reg_op op;
+            decode_value(kvs[i].value, 1, &op);
+            rc = fn(name, op.type, arg);
         }
         if (rc != 0 || !more || n == 0)
             break;
