@@ -3,9 +3,11 @@
  * A child process commits transactions and writes "ACK n" to its standard output after each
  * commit returns. It runs under strace, which records (with file names) every write to the WAL,
  * every fsync/fdatasync, and the acknowledgements. The checker then requires, for every ACK, a
- * sync of the WAL after the last WAL write that precedes it. The same checker run on a relaxed
- * database (which does not sync each commit) must fail: a checker that cannot fail proves
- * nothing. The test is skipped when strace is not installed. */
+ * sync of the WAL after the last WAL write that precedes it. The same checker must fail on a
+ * relaxed database (which does not sync each commit) and on a "durable" database broken with the
+ * test-only knob KVQ_TEST_ACK_BEFORE_SYNC: a checker that cannot fail proves nothing. The test
+ * is skipped (and says so, "syncorder: ... skipped=strace") when strace is not installed.
+ * Prints "syncorder: acks=... unsynced_acks=0 ...". */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -20,11 +22,14 @@
 
 static const char *self;
 
-static int child(const char *dir, int relaxed)
+/* mode 0: durable; 1: relaxed; 2: durable, broken with KVQ_TEST_ACK_BEFORE_SYNC. */
+static int child(const char *dir, int mode)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    if (relaxed)
+    if (mode == 1)
         o.flags |= KVQ_DB_RELAXED;
+    if (mode == 2)
+        o.test_flags |= KVQ_TEST_ACK_BEFORE_SYNC;
     kvq_db *db;
     if (kvq_db_open(&db, dir, &o) != 0)
         return 3;
@@ -50,7 +55,7 @@ static int child(const char *dir, int relaxed)
 
 /* Runs the child under strace; returns the number of acknowledgements that were not preceded by
  * a sync of the WAL (after the WAL's last write), or -1 on failure to run. */
-static int run_and_check(int relaxed, int *acks_out)
+static int run_and_check(int mode, int *acks_out)
 {
     char dir[] = "/tmp/kvq-sync-XXXXXX";
     if (mkdtemp(dir) == NULL)
@@ -63,7 +68,7 @@ static int run_and_check(int relaxed, int *acks_out)
              "ASAN_OPTIONS=detect_leaks=0 "
              "strace -f -qq -y -s 16 -e trace=pwrite64,pwritev,write,fsync,fdatasync -o %s "
              "%s child %s %d > /dev/null",
-             log, self, db, relaxed);
+             log, self, db, mode);
     if (system(cmd) != 0)
         return -1;
     FILE *f = fopen(log, "r");
@@ -93,14 +98,22 @@ static int run_and_check(int relaxed, int *acks_out)
     return bad;
 }
 
+static int have_strace(void)
+{
+    if (system("command -v strace > /dev/null 2>&1") == 0)
+        return 1;
+    printf("syncorder: skipped=strace_missing\n");
+    return 0;
+}
+
 static void test_ack_after_sync(void **state)
 {
     (void)state;
-    if (system("command -v strace > /dev/null 2>&1") != 0)
+    if (!have_strace())
         skip();
     int acks = 0;
     int bad = run_and_check(0, &acks);
-    printf("durable: %d acknowledgements, %d before their sync\n", acks, bad);
+    printf("syncorder: mode=durable acks=%d unsynced_acks=%d\n", acks, bad);
     assert_int_equal(acks, 20);
     assert_int_equal(bad, 0);
 }
@@ -108,11 +121,27 @@ static void test_ack_after_sync(void **state)
 static void test_checker_catches_relaxed(void **state)
 {
     (void)state;
-    if (system("command -v strace > /dev/null 2>&1") != 0)
+    if (!have_strace())
         skip();
     int acks = 0;
     int bad = run_and_check(1, &acks);
-    printf("relaxed: %d acknowledgements, %d before their sync\n", acks, bad);
+    printf("syncorder: mode=relaxed acks=%d unsynced_acks=%d (the checker must see them)\n", acks,
+           bad);
+    assert_int_equal(acks, 20);
+    assert_true(bad > 0);
+}
+
+/* The broken engine: durable in name, acknowledging before the sync. */
+static void test_checker_catches_ack_before_sync(void **state)
+{
+    (void)state;
+    if (!have_strace())
+        skip();
+    int acks = 0;
+    int bad = run_and_check(2, &acks);
+    printf("syncorder: mode=broken_ack_before_sync acks=%d unsynced_acks=%d (the checker must see "
+           "them)\n",
+           acks, bad);
     assert_int_equal(acks, 20);
     assert_true(bad > 0);
 }
@@ -125,6 +154,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ack_after_sync),
         cmocka_unit_test(test_checker_catches_relaxed),
+        cmocka_unit_test(test_checker_catches_ack_before_sync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
