@@ -196,8 +196,8 @@ static int scan_page(kvq_txn *txn, void *arg)
     done_scan *d = arg;
     const kvq_kv *kvs;
     size_t n;
-    int rc = kvq_txn_get_range(&kvs, &n, &d->more, txn, d->begin, d->blen,
-                               (const uint8_t *)"done0", 5, 1000, KVQ_SNAPSHOT);
+    int rc = kvq_txn_get_range(&kvs, &n, &d->more, txn, d->begin, d->blen, (const uint8_t *)"done0",
+                               5, 1000, KVQ_SNAPSHOT);
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < n; i++) {
@@ -339,8 +339,8 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            "popped=%zu drained=%zu lost=%zu unexpected=%zu duplicated=%zu broken_engine=%s "
            "seed=%" PRIu64 "\n",
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.recovered, r.popped,
-           r.drained, r.lost, r.unexpected, r.duplicated,
-           test_flags ? "skip_conflict_check" : "no", tq_seed);
+           r.drained, r.lost, r.unexpected, r.duplicated, test_flags ? "skip_conflict_check" : "no",
+           tq_seed);
     fflush(stdout);
     free(inv);
     free(ack);
@@ -381,8 +381,8 @@ static void test_priority(void **state)
 static void test_checker_catches_broken_engine(void **state)
 {
     (void)state;
-    result r = campaign(KVQ_QUEUE_DURABLE, "queue-durable-broken", 10,
-                        KVQ_TEST_SKIP_CONFLICT_CHECK);
+    result r =
+        campaign(KVQ_QUEUE_DURABLE, "queue-durable-broken", 10, KVQ_TEST_SKIP_CONFLICT_CHECK);
     printf("# the total-queue check %s the broken engine (%zu duplicated)\n",
            r.duplicated ? "caught" : "MISSED", r.duplicated);
     assert_true(r.duplicated > 0);
