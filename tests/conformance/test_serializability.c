@@ -17,9 +17,11 @@
  * KVQ_TEST_SKIP_CONFLICT_CHECK (and increments that pause between read and write) must produce
  * anomalies. A checker that cannot fail is not a test.
  *
- * $KVQ_TEST_SEED replays the random choices (not the thread interleaving). */
+ * $KVQ_TEST_SEED replays the random choices (not the thread interleaving); $KVQ_TEST_SCALE
+ * multiplies the duration of the mixed workload. Prints "oracle: ... anomalies=0 ...". */
 #include "conformance.h"
 #include "model.h"
+#include "test_scale.h"
 
 #include <pthread.h>
 
@@ -638,7 +640,7 @@ static void test_serializable_history(void **state)
     seed_state(db, &r, &initial);
     struct wstats tot;
     /* 4 threads here and 2 processes of 2 threads. */
-    run_workload(cf_url, seed, MODE_MIXED, 4, 2, 2, 4000, 0, &tot);
+    run_workload(cf_url, seed, MODE_MIXED, 4, 2, 2, kvq_test_scaled(4000), 0, &tot);
     struct check *c = calloc(1, sizeof(*c));
     assert_non_null(c);
     check_history(db, &initial, c);

@@ -4,7 +4,8 @@
  *    one transaction; after draining, every item was processed exactly once, none lost;
  *  - idempotency: convenience pushes and pops (single, pop_k, consume_k, high-contention) under
  *    a fault rate of 0.5: no item pushed twice, none lost, none popped twice.
- * The seed is printed with the command that replays it. */
+ * The seed is printed with the command that replays it; KVQ_TEST_SCALE multiplies the items.
+ * Prints "faults: runs=... injected=... violations=0 ..." at the end. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,6 +13,7 @@
 #include <pthread.h>
 
 #include "test_queue_conc.h"
+#include "test_scale.h"
 
 /* Totals for the summary line printed at the end ("faults: ... violations=0"). */
 static struct {
@@ -29,7 +31,7 @@ static uint64_t seed_for(const char *name)
 
 /* ---- the outbox --------------------------------------------------------------------------- */
 
-#define OUTBOX_ITEMS   1000
+#define OUTBOX_ITEMS   ((uint32_t)kvq_test_scaled(1000))
 #define OUTBOX_WORKERS 4
 
 typedef struct ob {
@@ -228,6 +230,8 @@ static void test_outbox_priority(void **state)
 static int idem_run(conc_cfg c, unsigned int kinds)
 {
     c.stop_on_empty = 1;
+    c.items = (size_t)kvq_test_scaled((long)c.items);
+    c.items -= c.items % (size_t)c.producers;
     tq_mkdir();
     uint64_t seed = seed_for(c.name);
     /* Producers and consumers have their own handles, each with its own fault stream. */
