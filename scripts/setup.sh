@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvq needs to build and test, if any are missing.
 set -euo pipefail
-pkgs=(cmake make gcc clang pkg-config libsqlite3-dev libcmocka-dev strace)
+pkgs=(cmake make gcc clang pkg-config libsqlite3-dev libcmocka-dev strace valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -74,6 +74,13 @@ enum {
 enum {
     /** Skip the read-conflict check at commit (commits never fail with 1020). */
     KVQ_TEST_SKIP_CONFLICT_CHECK = 1u << 0,
+    /** The queue layers' convenience forms neither read nor honour their idempotency markers,
+     * so a retry after a 1021 that had committed pushes twice or pops twice. */
+    KVQ_TEST_DROP_IDEMPOTENCY_MARKER = 1u << 1,
+    /** Embedded engine: commits are applied without waiting for the disk (as KVQ_DB_RELAXED)
+     * while the database claims to be durable, so a commit is acknowledged before its WAL
+     * frames are synced. */
+    KVQ_TEST_ACK_BEFORE_SYNC = 1u << 2,
 };
 
 #define KVQ_DB_OPTIONS_VERSION 1

@@ -12,13 +12,21 @@ enum {
     EXIT_EMPTY = 1, /* empty queue, or no such queue */
     EXIT_USAGE = 2, /* bad command line */
     EXIT_DB = 3,    /* database or I/O error */
+    /* Test-only (parse_only): the command line was parsed and would now open the database. */
+    CLI_PARSED = 64,
 };
 
 typedef struct cli {
     const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
     int json;
     kvq_db *db;
+    /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
+     * returning CLI_PARSED, so that only the parsing of the command line runs. */
+    int parse_only;
 } cli;
+
+/* The kvq command (main() is in entry.c). argv may be reordered. Returns the exit code. */
+int cli_main(cli *c, int argc, char **argv);
 
 typedef struct cli_cmd {
     const char *name;

@@ -78,6 +78,8 @@ static void usage(FILE *f)
 
 int cli_open(cli *c)
 {
+    if (c->parse_only)
+        return CLI_PARSED;
     if (c->db != NULL)
         return 0;
     int rc = kvq_db_open(&c->db, c->db_url, NULL);
@@ -158,9 +160,8 @@ void cli_print_value(FILE *f, const uint8_t *p, size_t n)
     fputc('\n', f);
 }
 
-int main(int argc, char **argv)
+int cli_main(cli *c, int argc, char **argv)
 {
-    cli c = { 0 };
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -173,13 +174,13 @@ int main(int argc, char **argv)
             return 0;
         }
         if (strcmp(a, "--json") == 0) {
-            c.json = 1;
+            c->json = 1;
         } else if (strcmp(a, "--db") == 0) {
             if (i + 1 >= argc)
                 return cli_usage(NULL, "--db needs a URL");
-            c.db_url = argv[++i];
+            c->db_url = argv[++i];
         } else if (strncmp(a, "--db=", 5) == 0) {
-            c.db_url = a + 5;
+            c->db_url = a + 5;
         } else if (a[0] == '-') {
             return cli_usage(NULL, "unknown option '%s'", a);
         } else {
@@ -202,19 +203,20 @@ int main(int argc, char **argv)
         }
         /* Global options are accepted after the command too. */
         if (strcmp(argv[j], "--json") == 0) {
-            c.json = 1;
+            c->json = 1;
             memmove(&argv[j], &argv[j + 1], (size_t)(argc - j - 1) * sizeof(*argv));
             argc--;
             j--;
         } else if (strcmp(argv[j], "--db") == 0 && j + 1 < argc) {
-            c.db_url = argv[j + 1];
+            c->db_url = argv[j + 1];
             memmove(&argv[j], &argv[j + 2], (size_t)(argc - j - 2) * sizeof(*argv));
             argc -= 2;
             j--;
         }
     }
-    int rc = cmd->run(&c, argc - i, argv + i);
-    kvq_db_close(c.db);
+    int rc = cmd->run(c, argc - i, argv + i);
+    kvq_db_close(c->db);
+    c->db = NULL;
     if (fflush(stdout) != 0 && rc == 0)
         rc = EXIT_DB;
     return rc;

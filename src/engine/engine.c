@@ -112,6 +112,11 @@ const char *kvq_db_engine(const kvq_db *db)
     return db == NULL ? "none" : db->ops->name;
 }
 
+unsigned int kvq__db_test_flags(const kvq_db *db)
+{
+    return db->opts.test_flags;
+}
+
 int kvq_db_get_stats(kvq_db_stats *out, const kvq_db *db)
 {
     if (out == NULL || db == NULL)

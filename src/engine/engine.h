@@ -120,6 +120,9 @@ void kvq__watch_ref(kvq_watch *w);
  * the KVQ_FAULT_* kinds asked for, counted in the database's stats. */
 unsigned int kvq__choose_fault(kvq_db *db);
 
+/* The handle's KVQ_TEST_* flags (for the layers' test-only knobs). */
+unsigned int kvq__db_test_flags(const kvq_db *db);
+
 /* Validation shared by the engines. */
 int kvq__check_key(const uint8_t *key, size_t len, const char *what);
 

@@ -58,9 +58,9 @@ struct kvq_queue {
 #define KVQ__STAT_ADD(q, field, n) \
     __atomic_add_fetch(&(q)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
 
-/* Test-only: when set, convenience forms never read their markers or slots (so retries after
- * 1021 duplicate pushes and lose pops), to show that the tests' checkers catch it. */
-extern int kvq__queue_test_break_idempotency;
+/* The database's KVQ_TEST_* flags (engine.c): KVQ_TEST_DROP_IDEMPOTENCY_MARKER makes the
+ * convenience forms skip their markers, to show that the tests' checkers catch it. */
+unsigned int kvq__db_test_flags(const kvq_db *db);
 
 /* ---- key builders (keys.c) ---------------------------------------------------------------- */
 

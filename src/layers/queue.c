@@ -4,8 +4,6 @@
 
 #include "layers/layers_internal.h"
 
-int kvq__queue_test_break_idempotency = 0;
-
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 void kvq__le64_put(uint8_t *p, uint64_t v)
@@ -694,7 +692,7 @@ int kvq__qop_begin(kvq__qop *o, kvq_txn *txn)
         }
     }
     o->rv = rv;
-    if (o->maybe && !kvq__queue_test_break_idempotency) {
+    if (o->maybe && !(kvq__db_test_flags(q->db) & KVQ_TEST_DROP_IDEMPOTENCY_MARKER)) {
         kvq_bytes v;
         int present = 0, expired = 0;
         rc = read_mark(q, txn, o->tag, o->bucket, o->id, &v, &present, &expired);

@@ -17,9 +17,11 @@
  * KVQ_TEST_SKIP_CONFLICT_CHECK (and increments that pause between read and write) must produce
  * anomalies. A checker that cannot fail is not a test.
  *
- * $KVQ_TEST_SEED replays the random choices (not the thread interleaving). */
+ * $KVQ_TEST_SEED replays the random choices (not the thread interleaving); $KVQ_TEST_SCALE
+ * multiplies the duration of the mixed workload. Prints "oracle: ... anomalies=0 ...". */
 #include "conformance.h"
 #include "model.h"
+#include "test_scale.h"
 
 #include <pthread.h>
 
@@ -638,7 +640,7 @@ static void test_serializable_history(void **state)
     seed_state(db, &r, &initial);
     struct wstats tot;
     /* 4 threads here and 2 processes of 2 threads. */
-    run_workload(cf_url, seed, MODE_MIXED, 4, 2, 2, 4000, 0, &tot);
+    run_workload(cf_url, seed, MODE_MIXED, 4, 2, 2, kvq_test_scaled(4000), 0, &tot);
     struct check *c = calloc(1, sizeof(*c));
     assert_non_null(c);
     check_history(db, &initial, c);
@@ -648,6 +650,13 @@ static void test_serializable_history(void **state)
                   "%ld final mismatches; counter %" PRIu64 " / %" PRIu64 " increments\n",
                   tot.committed, tot.conflicts, tot.other_retryable, c->txns, c->reads_checked,
                   c->anomalies, c->final_mismatches, counter, tot.increments);
+    printf("oracle: engine=%s txns=%" PRIu64 " committed=%ld 1020=%" PRIu64
+           " other_retryable=%" PRIu64 " reads_checked=%ld anomalies=%ld final_mismatches=%ld "
+           "lost_increments=%" PRId64 " broken_engine=no seed=%" PRIu64 "\n",
+           kvq_db_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
+           tot.conflicts, tot.other_retryable, c->reads_checked, c->anomalies, c->final_mismatches,
+           (int64_t)(tot.increments - counter), seed);
+    fflush(stdout);
     if (c->anomalies != 0)
         fail_msg("%ld anomalies (seed %" PRIu64 "); the first: %s", c->anomalies, seed, c->first);
     assert_int_equal(c->final_mismatches, 0);
@@ -684,6 +693,13 @@ static void test_checker_catches_broken_engine(void **state)
                   " conflicts; %ld anomalies (first: %s); counter %" PRIu64 " / %" PRIu64
                   " increments\n",
                   tot.committed, tot.conflicts, c->anomalies, c->first, counter, tot.increments);
+    printf("oracle: engine=%s txns=%" PRIu64 " committed=%ld 1020=%" PRIu64
+           " reads_checked=%ld anomalies=%ld final_mismatches=%ld lost_increments=%" PRId64
+           " broken_engine=skip_conflict_check seed=%" PRIu64 "\n",
+           kvq_db_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
+           tot.conflicts, c->reads_checked, c->anomalies, c->final_mismatches,
+           (int64_t)(tot.increments - counter), seed);
+    fflush(stdout);
     assert_int_equal(tot.conflicts, 0);
     if (c->anomalies == 0)
         fail_msg("the checker found no anomaly with the conflict check off (%" PRIu64

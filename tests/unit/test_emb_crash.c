@@ -6,8 +6,12 @@
  *   - rotates three links of a ring of keys (FoundationDB's cycle workload: read, then write,
  *     relying on conflict detection).
  * Afterwards: every acknowledged record is present, the counter equals the number of records
- * (all-or-nothing commits), and the ring is still one cycle. Seeds are printed; KVQ_TEST_SEED
- * replays, KVQ_SOAK=1 runs twenty times as many cycles. */
+ * (all-or-nothing commits), and the ring is still one cycle. Each log transaction is announced
+ * ("i writer seq") before it starts and acknowledged ("o writer seq") after it returned, so the
+ * check also counts records nobody attempted (unexpected) and unacknowledged attempts that did
+ * commit (recovered). It prints one line, "crash: workload=engine ... lost=0 unexpected=0
+ * duplicated=0 seed=...". Seeds are printed; KVQ_TEST_SEED replays, KVQ_TEST_SCALE (or
+ * KVQ_SOAK=1, x20) multiplies the cycles. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -23,12 +27,14 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "test_scale.h"
 
 #define RING    16
 #define PROCS   3
 #define THREADS 2
 
 static char base[64], dbdir[96];
+static const char *self = "test_emb_crash";
 static unsigned worker_test_flags; /* KVQ_TEST_* for the workers: the broken-engine check */
 
 static void ring_key(char *out, int i)
@@ -126,10 +132,13 @@ static void *worker_thread(void *arg)
         int rc;
         if (rand_r(&w->seed) % 2 == 0) {
             log_op op = { writer, seq };
+            char line[64];
+            int n = snprintf(line, sizeof(line), "i %u %u\n", writer, seq);
+            if (write(w->ackfd, line, (size_t)n) != n)
+                _exit(7);
             rc = kvq_db_transact(w->db, log_fn, &op);
             if (rc == 0) {
-                char line[64];
-                int n = snprintf(line, sizeof(line), "%u %u\n", writer, seq);
+                line[0] = 'o';
                 if (write(w->ackfd, line, (size_t)n) != n)
                     _exit(7);
             }
@@ -194,19 +203,26 @@ static int init_ring(kvq_txn *t, void *arg)
 }
 
 typedef struct outcome {
-    size_t acked, lost, dup, records;
+    size_t acked, lost, dup, records, unexpected;
     uint64_t counter;
     int ring_ok;
 } outcome;
 
 static outcome campaign(int cycles);
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void test_crash_campaign(void **state)
 {
     (void)state;
-    outcome o = campaign(getenv("KVQ_SOAK") ? 600 : 30);
+    outcome o = campaign((int)kvq_test_scaled(30));
     assert_true(o.acked > 0);
     assert_int_equal(o.lost, 0);
+    assert_int_equal(o.unexpected, 0);
     assert_int_equal(o.dup, 0);
     assert_int_equal(o.counter, o.records);
     assert_true(o.ring_ok);
@@ -227,7 +243,8 @@ static outcome campaign(int cycles)
 {
     unsigned seed = getenv("KVQ_TEST_SEED") ? (unsigned)strtoul(getenv("KVQ_TEST_SEED"), NULL, 10)
                                             : (unsigned)time(NULL);
-    printf("crash campaign: seed %u, %d cycles (replay: KVQ_TEST_SEED=%u)\n", seed, cycles, seed);
+    printf("crash campaign: seed %u, %d cycles (replay: KVQ_TEST_SEED=%u %s)\n", seed, cycles, seed,
+           self);
     srand(seed);
     snprintf(base, sizeof(base), "/tmp/kvq-crash-XXXXXX");
     assert_non_null(mkdtemp(base));
@@ -318,48 +335,72 @@ static outcome campaign(int cycles)
     kvq_txn_destroy(t);
     kvq_db_close(db);
 
-    size_t acked = 0, lost = 0;
+    /* Records must be unique: sort, count neighbours, then look acknowledgements up. */
+    qsort(logged, n_log, sizeof(*logged), cmp_u64);
+    size_t dup = 0;
+    for (size_t i = 1; i < n_log; i++)
+        dup += logged[i] == logged[i - 1];
+    size_t acked = 0, lost = 0, invoked = 0, cap_inv = 1 << 16, n_inv = 0, n_ack = 0;
+    uint64_t *inv = malloc(cap_inv * sizeof(*inv));
+    uint64_t *ack = malloc(cap_inv * sizeof(*ack));
     for (int p = 0; p < PROCS; p++) {
         char path[160];
         snprintf(path, sizeof(path), "%s/acks.%d", base, p);
         FILE *f = fopen(path, "r");
         if (f == NULL)
             continue;
+        char kind;
         unsigned w, s;
-        while (fscanf(f, "%u %u", &w, &s) == 2) {
-            acked++;
+        while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
             uint64_t key = (uint64_t)w << 32 | s;
-            int found = 0;
-            for (size_t i = 0; i < n_log && !found; i++)
-                found = logged[i] == key;
-            lost += !found;
+            if (n_inv == cap_inv) {
+                cap_inv *= 2;
+                inv = realloc(inv, cap_inv * sizeof(*inv));
+                ack = realloc(ack, cap_inv * sizeof(*ack));
+            }
+            if (kind == 'i') {
+                inv[n_inv++] = key;
+                invoked++;
+            } else {
+                ack[n_ack++] = key;
+                acked++;
+                lost += bsearch(&key, logged, n_log, sizeof(*logged), cmp_u64) == NULL;
+            }
         }
         fclose(f);
     }
-    /* Records must be unique: sort and scan. */
-    size_t dup = 0;
-    for (size_t i = 1; i < n_log; i++)
-        for (size_t j = i; j > 0 && logged[j - 1] > logged[j]; j--) {
-            uint64_t x = logged[j];
-            logged[j] = logged[j - 1];
-            logged[j - 1] = x;
-        }
-    for (size_t i = 1; i < n_log; i++)
-        dup += logged[i] == logged[i - 1];
+    /* A record nobody announced is unexpected; an announced but unacknowledged attempt whose
+     * record exists was recovered (it committed, then its process died before the reply). */
+    qsort(inv, n_inv, sizeof(*inv), cmp_u64);
+    qsort(ack, n_ack, sizeof(*ack), cmp_u64);
+    size_t unexpected = 0, recovered = 0;
+    for (size_t i = 0; i < n_log; i++) {
+        if (bsearch(&logged[i], inv, n_inv, sizeof(*inv), cmp_u64) == NULL)
+            unexpected++;
+        else if (bsearch(&logged[i], ack, n_ack, sizeof(*ack), cmp_u64) == NULL)
+            recovered++;
+    }
+    free(inv);
+    free(ack);
     free(logged);
-    printf("crash: cycles=%d kills=%d acked=%zu records=%zu counter=%llu lost=%zu "
-           "duplicated=%zu ring=%s broken_engine=%s seed=%u\n",
-           cycles, kills, acked, n_log, (unsigned long long)counter, lost, dup,
-           ring_ok ? "ok" : "BROKEN", worker_test_flags ? "yes" : "no", seed);
+    printf("crash: workload=engine cycles=%d kills=%d invoked=%zu acked=%zu info=%zu "
+           "recovered=%zu records=%zu counter=%llu lost=%zu unexpected=%zu duplicated=%zu "
+           "ring=%s broken_engine=%s seed=%u\n",
+           cycles, kills, invoked, acked, invoked - acked, recovered, n_log,
+           (unsigned long long)counter, lost, unexpected, dup, ring_ok ? "ok" : "BROKEN",
+           worker_test_flags ? "skip_conflict_check" : "no", seed);
+    fflush(stdout);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
     assert_int_equal(system(cmd), 0);
-    outcome o = { acked, lost, dup, n_log, counter, ring_ok };
+    outcome o = { acked, lost, dup, n_log, unexpected, counter, ring_ok };
     return o;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    self = argv[0];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_campaign),
         cmocka_unit_test(test_checker_catches_broken_engine),

@@ -1,6 +1,8 @@
 /* Damaged and inaccessible databases: every case ends in a clean error, never a crash, a hang,
  * wrong data, or an empty database passed off as the old one. Each case runs in a child process
- * with a time limit. */
+ * with a time limit, and the damaged main file and marker must be left byte for byte as they
+ * were (kvq reports damage; it never "repairs" it behind the caller's back). The group prints
+ * "badinput: cases=... clean_errors=... opened_intact=... crashes=0 hangs=0 files_changed=0". */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +20,34 @@
 
 static char base[64];
 static int counter;
+
+/* Totals for the summary line. */
+static struct {
+    int cases, clean_errors, intact, crashes, hangs, files_changed;
+} bi;
+
+/* FNV-1a of a file's bytes (0 when it does not exist). */
+static uint64_t file_hash(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    int c;
+    while ((c = getc(f)) != EOF)
+        h = (h ^ (uint8_t)c) * 0x100000001b3ull;
+    fclose(f);
+    return h;
+}
+
+static uint64_t dir_hash(const char *dir)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "%s/data.db", dir);
+    uint64_t h = file_hash(path);
+    snprintf(path, sizeof(path), "%s/kvq.marker", dir);
+    return h * 31 + file_hash(path);
+}
 
 static void new_dir(char *out, size_t n)
 {
@@ -47,7 +77,29 @@ static void make_db(const char *dir)
 
 /* In a child with a 20 s alarm: open the database and read every key. Returns the kvq error
  * seen first (0 if all went well), or -1 if the child died from a signal. */
+static int probe_child(const char *dir, int *read_all, int *hang);
+
 static int probe(const char *dir, int *read_all)
+{
+    uint64_t before = dir_hash(dir);
+    int hang = 0;
+    int rc = probe_child(dir, read_all, &hang);
+    bi.cases++;
+    if (hang)
+        bi.hangs++;
+    else if (rc == -1)
+        bi.crashes++;
+    else if (rc == 0)
+        bi.intact++;
+    else
+        bi.clean_errors++;
+    uint64_t after = dir_hash(dir);
+    bi.files_changed += after != before;
+    assert_true(after == before);
+    return rc;
+}
+
+static int probe_child(const char *dir, int *read_all, int *hang)
 {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
@@ -89,6 +141,7 @@ static int probe(const char *dir, int *read_all)
     close(fds[0]);
     int status;
     waitpid(pid, &status, 0);
+    *hang = WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM;
     if (!WIFEXITED(status) || got != (ssize_t)sizeof(res))
         return -1;
     *read_all = res[1];
@@ -239,6 +292,47 @@ static void test_shm_garbage(void **state)
     assert_true(all);
 }
 
+/* Cuts data.db to `keep` bytes (0: an empty file, which SQLite would open as a new, empty
+ * database: kvq's marker must make that an error). */
+static void truncate_case(long keep_num, long keep_den)
+{
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    struct stat st;
+    assert_int_equal(stat(file, &st), 0);
+    assert_int_equal(truncate(file, st.st_size * keep_num / keep_den), 0);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
+static void test_zero_length_file(void **state)
+{
+    (void)state;
+    truncate_case(0, 1);
+}
+
+static void test_truncated_to_half(void **state)
+{
+    (void)state;
+    truncate_case(1, 2);
+}
+
+static void test_data_file_missing(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    assert_int_equal(unlink(file), 0);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    struct stat st;
+    assert_int_not_equal(stat(file, &st), 0); /* not re-created empty */
+}
+
 static void test_marker_damaged(void **state)
 {
     (void)state;
@@ -263,7 +357,9 @@ static void test_path_is_a_file(void **state)
     assert_non_null(f);
     fclose(f);
     kvq_db *db;
+    bi.cases++;
     assert_int_equal(kvq_db_open(&db, path, NULL), KVQ_EINVAL);
+    bi.clean_errors++;
     assert_non_null(strstr(kvq_last_error(), "not a directory"));
     assert_null(db);
 }
@@ -276,7 +372,9 @@ static void test_missing_no_create(void **state)
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.flags |= KVQ_DB_NO_CREATE;
     kvq_db *db;
+    bi.cases++;
     assert_int_equal(kvq_db_open(&db, dir, &o), KVQ_ENOTFOUND);
+    bi.clean_errors++;
     struct stat st;
     assert_int_not_equal(stat(dir, &st), 0); /* nothing was created */
 }
@@ -303,8 +401,12 @@ static void test_unreadable_as_other_user(void **state)
     }
     int status;
     waitpid(pid, &status, 0);
+    bi.cases++;
+    if (WIFSIGNALED(status))
+        bi.crashes++;
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    bi.clean_errors++;
 }
 
 static int setup(void **state)
@@ -317,6 +419,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    printf("badinput: kind=files cases=%d clean_errors=%d opened_intact=%d crashes=%d hangs=%d "
+           "files_changed=%d\n",
+           bi.cases, bi.clean_errors, bi.intact, bi.crashes, bi.hangs, bi.files_changed);
+    fflush(stdout);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
     return system(cmd) == 0 ? 0 : -1;
@@ -332,6 +438,9 @@ int main(void)
         cmocka_unit_test(test_junk_of_the_right_size),
         cmocka_unit_test(test_wal_garbage),
         cmocka_unit_test(test_shm_garbage),
+        cmocka_unit_test(test_zero_length_file),
+        cmocka_unit_test(test_truncated_to_half),
+        cmocka_unit_test(test_data_file_missing),
         cmocka_unit_test(test_marker_damaged),
         cmocka_unit_test(test_path_is_a_file),
         cmocka_unit_test(test_missing_no_create),

@@ -17,6 +17,7 @@
 static char tq_dir[256];
 static const char *tq_prog = "test";
 static uint64_t tq_seed;
+static unsigned int tq_test_flags; /* KVQ_TEST_* of the handles tq_open_db opens */
 
 static inline int tq_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -89,6 +90,7 @@ static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t
     o.retry_limit = -1;
     o.timeout_ms = 0;
     o.max_retry_delay_ms = 50;
+    o.test_flags = tq_test_flags;
     kvq_db *db = NULL;
     int rc = kvq_db_open(&db, tq_dir, &o);
     if (rc != 0) {

@@ -4,7 +4,8 @@
  *    one transaction; after draining, every item was processed exactly once, none lost;
  *  - idempotency: convenience pushes and pops (single, pop_k, consume_k, high-contention) under
  *    a fault rate of 0.5: no item pushed twice, none lost, none popped twice.
- * The seed is printed with the command that replays it. */
+ * The seed is printed with the command that replays it; KVQ_TEST_SCALE multiplies the items.
+ * Prints "faults: runs=... injected=... violations=0 ..." at the end. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,6 +13,13 @@
 #include <pthread.h>
 
 #include "test_queue_conc.h"
+#include "test_scale.h"
+
+/* Totals for the summary line printed at the end ("faults: ... violations=0"). */
+static struct {
+    int runs, violations, checkers, caught;
+    unsigned long long injected, retries;
+} tot;
 
 static uint64_t seed_for(const char *name)
 {
@@ -23,7 +31,7 @@ static uint64_t seed_for(const char *name)
 
 /* ---- the outbox --------------------------------------------------------------------------- */
 
-#define OUTBOX_ITEMS   1000
+#define OUTBOX_ITEMS   ((uint32_t)kvq_test_scaled(1000))
 #define OUTBOX_WORKERS 4
 
 typedef struct ob {
@@ -166,6 +174,12 @@ static int outbox_run(kvq_queue_type type, const char *name, unsigned int test_f
     bad += c.counter != OUTBOX_ITEMS;
     assert_ok(kvq_queue_len(q, &len));
     bad += len != 0;
+    if (!test_flags) {
+        tot.runs++;
+        tot.violations += bad;
+        tot.injected += st.injected_faults;
+        tot.retries += st.retries;
+    }
     if (!test_flags)
         assert_true(st.injected_faults > 0);
     kvq_queue_close(q);
@@ -185,6 +199,8 @@ static void test_outbox_checker_catches_broken_engine(void **state)
 {
     (void)state;
     int bad = outbox_run(KVQ_QUEUE_FIFO, "outbox-broken", KVQ_TEST_SKIP_CONFLICT_CHECK);
+    tot.checkers++;
+    tot.caught += bad != 0;
     printf("# the outbox checks %s the broken engine (%d problems)\n", bad ? "caught" : "MISSED",
            bad);
     assert_true(bad > 0);
@@ -214,6 +230,8 @@ static void test_outbox_priority(void **state)
 static int idem_run(conc_cfg c, unsigned int kinds)
 {
     c.stop_on_empty = 1;
+    c.items = (size_t)kvq_test_scaled((long)c.items);
+    c.items -= c.items % (size_t)c.producers;
     tq_mkdir();
     uint64_t seed = seed_for(c.name);
     /* Producers and consumers have their own handles, each with its own fault stream. */
@@ -252,6 +270,12 @@ static int idem_run(conc_cfg c, unsigned int kinds)
            c.name, c.items, (unsigned long long)ps.injected_faults, (unsigned long long)ps.retries,
            (unsigned long long)cs.injected_faults, (unsigned long long)cs.retries);
     fflush(stdout);
+    if (kinds == KVQ_FAULT_ALL) {
+        tot.runs++;
+        tot.violations += bad;
+        tot.injected += ps.injected_faults + cs.injected_faults;
+        tot.retries += ps.retries + cs.retries;
+    }
     for (int i = 0; i < c.consumers; i++)
         conc_log_free(&logs[i]);
     kvq_db_close(pdb);
@@ -270,10 +294,12 @@ static void idem(conc_cfg c)
 static void test_checker_catches_broken_idempotency(void **state)
 {
     (void)state;
-    kvq__queue_test_break_idempotency = 1;
+    tq_test_flags = KVQ_TEST_DROP_IDEMPOTENCY_MARKER;
     int bad = idem_run((conc_cfg){ "broken-idem-fifo", KVQ_QUEUE_FIFO, 0, 400, 2, 1, 1, 1, 0 },
                        KVQ_FAULT_UNKNOWN_COMMITTED);
-    kvq__queue_test_break_idempotency = 0;
+    tq_test_flags = 0;
+    tot.checkers++;
+    tot.caught += bad != 0;
     printf("# the checker %s the broken idempotency\n", bad ? "caught" : "MISSED");
     assert_int_equal(bad, 1);
 }
@@ -352,6 +378,10 @@ static void test_hc_concurrent_faults(void **state)
     int bad = conc_check(&c, logs, c.consumers);
     kvq_db_stats cs;
     assert_ok(kvq_db_get_stats(&cs, cdb));
+    tot.runs++;
+    tot.violations += bad;
+    tot.injected += cs.injected_faults;
+    tot.retries += cs.retries;
     printf("# %s: %zu items, %llu faults injected\n", c.name, c.items,
            (unsigned long long)cs.injected_faults);
     for (int i = 0; i < c.consumers; i++)
@@ -377,5 +407,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_checker_catches_broken_idempotency),
         cmocka_unit_test(test_outbox_checker_catches_broken_engine),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    printf("faults: runs=%d kinds=1020,1021_committed,1021_not_committed injected=%llu "
+           "retries=%llu violations=%d broken_checkers_caught=%d/%d failed_tests=%d "
+           "seed=%" PRIu64 "\n",
+           tot.runs, tot.injected, tot.retries, tot.violations, tot.caught, tot.checkers, failed,
+           tq_seed);
+    return failed;
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "test_queue_conc.h"
+#include "test_scale.h"
 
 typedef struct shared {
     size_t consumed;
@@ -60,9 +61,7 @@ static int read_log(const char *path, conc_log *l)
 
 static double scale(void)
 {
-    const char *s = getenv("KVQ_TEST_SCALE");
-    double f = s != NULL ? strtod(s, NULL) : 1.0;
-    return f > 0 ? f : 1.0;
+    return kvq_test_scale();
 }
 
 static void run(conc_cfg c)

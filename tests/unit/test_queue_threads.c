@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "test_queue_conc.h"
+#include "test_scale.h"
 
 typedef struct targ {
     const conc_cfg *c;
@@ -34,9 +35,7 @@ static void *consumer(void *a)
 
 static double scale(void)
 {
-    const char *s = getenv("KVQ_TEST_SCALE");
-    double f = s != NULL ? strtod(s, NULL) : 1.0;
-    return f > 0 ? f : 1.0;
+    return kvq_test_scale();
 }
 
 static void run(conc_cfg c)

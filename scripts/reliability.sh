@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the reliability stages (ctest label "reliability": crash campaigns, the serializability
+# oracle, fault injection, damaged files, sync order, disk full, fuzzing) and prints their
+# machine-readable summary lines together, then ctest's summary.
+#
+#   scripts/reliability.sh [BUILD_DIR]      build (if BUILD_DIR is not given: build-rel, gcc,
+#                                           Release) and run the stages
+#   scripts/reliability.sh --summary LOG    only print the summary lines of a finished ctest
+#                                           run (its Testing/Temporary/LastTest.log)
+#
+# Environment: KVQ_TEST_SCALE multiplies cycles, items and durations (scripts/soak.sh uses 20);
+# KVQ_TEST_SEED replays a seed printed by an earlier run. Broken-engine runs print their lines
+# too, marked broken_engine=...: their violations are the checkers proving that they can fail.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The stages' line prefixes (TESTING.md, "What to report").
+pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|fuzz|valgrind|sanitizers): '
+
+summary() {
+    local log="$1"
+    echo "== reliability summary"
+    # ctest's log keeps each test's output; the fdb double repeats the oracle (engine=fdb).
+    grep -E "$pattern" "$log" || echo "(no summary lines found in $log)"
+}
+
+if [ "${1:-}" = "--summary" ]; then
+    summary "$2"
+    exit 0
+fi
+
+build="${1:-build-rel}"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    CC="${CC:-gcc}" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVQ_WERROR=ON \
+        -DKVQ_BUILD_TESTS=ON >/dev/null
+fi
+cmake --build "$build" -j"$(nproc)" >/dev/null
+status=0
+ctest --test-dir "$build" -L reliability -j"$(nproc)" --output-on-failure \
+    >"$build/reliability.log" 2>&1 || status=$?
+summary "$build/Testing/Temporary/LastTest.log"
+echo "== ctest"
+sed -n '/tests passed/,$p' "$build/reliability.log"
+exit "$status"

@@ -1,0 +1,28 @@
+/* The scale of the randomized and campaign tests: how many cycles, items, seconds they run.
+ *
+ * $KVQ_TEST_SCALE multiplies every count (default 1; scripts/soak.sh sets 20). $KVQ_SOAK=1, the
+ * older spelling, means a scale of 20 when $KVQ_TEST_SCALE is not set. */
+#ifndef KVQ_TEST_SCALE_H
+#define KVQ_TEST_SCALE_H
+
+#include <stdlib.h>
+
+static inline double kvq_test_scale(void)
+{
+    const char *s = getenv("KVQ_TEST_SCALE");
+    if (s != NULL && s[0] != '\0') {
+        double f = strtod(s, NULL);
+        return f > 0 ? f : 1.0;
+    }
+    s = getenv("KVQ_SOAK");
+    return s != NULL && s[0] != '\0' && s[0] != '0' ? 20.0 : 1.0;
+}
+
+/* n scaled, at least 1. */
+static inline long kvq_test_scaled(long n)
+{
+    double v = (double)n * kvq_test_scale();
+    return v < 1 ? 1 : (long)v;
+}
+
+#endif
