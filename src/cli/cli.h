@@ -88,6 +88,11 @@ int cmd_clear(cli *c, int argc, char **argv);
 int cmd_watch(cli *c, int argc, char **argv);
 int cmd_stats(cli *c, int argc, char **argv);
 int cmd_consume(cli *c, int argc, char **argv);
+int cmd_receive(cli *c, int argc, char **argv);
+int cmd_ack(cli *c, int argc, char **argv);
+int cmd_nack(cli *c, int argc, char **argv);
+int cmd_extend(cli *c, int argc, char **argv);
+int cmd_dlq(cli *c, int argc, char **argv);
 int cmd_bench(cli *c, int argc, char **argv);
 int cmd_demo(cli *c, int argc, char **argv);
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "qops.h"
+#include "util/util.h"
 
 extern char **environ;
 
@@ -26,7 +27,7 @@ typedef struct consume_ctx {
  * is close-on-exec and the child is started with posix_spawn, so that commands run by other
  * workers at the same time never inherit this pipe (which would keep its reader from seeing the
  * end of the item). */
-static int run_exec(const char *cmd, kvq_bytes v)
+static pid_t spawn_exec(const char *cmd, kvq_bytes v, int *ok)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
@@ -57,22 +58,35 @@ static int run_exec(const char *cmd, kvq_bytes v)
         return -1;
     }
     size_t off = 0;
-    int ok = 1;
+    *ok = 1;
     while (off < v.len) {
         ssize_t n = write(fds[1], v.data + off, v.len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            ok = 0; /* the command did not read it all */
+            *ok = 0; /* the command did not read it all */
             break;
         }
         off += (size_t)n;
     }
     close(fds[1]);
-    int status;
+    return pid;
+}
+
+static int exit_ok(int status)
+{
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static int run_exec(const char *cmd, kvq_bytes v)
+{
+    int ok = 0, status;
+    pid_t pid = spawn_exec(cmd, v, &ok);
+    if (pid < 0)
+        return -1;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    return ok && exit_ok(status) ? 0 : -1;
 }
 
 static int on_item(kvq_bytes v, int worker, void *payload)
@@ -96,6 +110,166 @@ static int on_item(kvq_bytes v, int worker, void *payload)
     return rc;
 }
 
+/* ---- at-least-once mode (--ack): receive with a lease, ack on success, nack on failure ---- */
+
+typedef struct leased_ctx {
+    cli *c;
+    cq *q;
+    kvq_workq *w;
+    const char *exec;
+    int drain;
+    int64_t lease_ms;  /* the lease each receive takes */
+    int64_t nack_delay_ms;
+    int stop;          /* atomic: set on SIGINT/SIGTERM */
+    int active;        /* atomic: workers still running */
+    uint64_t acked, nacked, lost_leases, errors;
+    pthread_mutex_t out_mu;
+} leased_ctx;
+
+/* Waits for the command, extending the lease every third of it while the command runs (a
+ * heartbeat), so that a long job is not delivered to another worker. 0 if it succeeded. */
+static int run_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
+{
+    int ok = 0, status = 0;
+    pid_t pid = spawn_exec(x->exec, v, &ok);
+    if (pid < 0)
+        return -1;
+    int64_t every_us = x->lease_ms * 1000 / 3, next = kvq__mono_us() + every_us;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            break;
+        if (kvq__mono_us() >= next) {
+            int err = kvq_workq_extend(x->w, lease, x->lease_ms);
+            if (err != 0)
+                fprintf(stderr, "kvq consume: cannot extend a lease: %s (%s)\n",
+                        kvq_strerror(err), kvq_last_error());
+            next = kvq__mono_us() + every_us;
+        }
+        kvq__sleep_us(5000);
+    }
+    return ok && exit_ok(status) ? 0 : -1;
+}
+
+static int deliver_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
+{
+    if (x->exec != NULL)
+        return run_leased(x, v, lease);
+    pthread_mutex_lock(&x->out_mu);
+    if (x->c->json) {
+        cli_json_str(stdout, v.data, v.len);
+        fputc('\n', stdout);
+    } else {
+        cli_print_value(stdout, v.data, v.len);
+    }
+    int rc = fflush(stdout) == 0 ? 0 : -1;
+    pthread_mutex_unlock(&x->out_mu);
+    return rc;
+}
+
+/* Sleeps until something may be ready: a push (the durable queue's watch) or, since delayed
+ * items and expired leases become ready without one, at most 200 ms. */
+static void wait_ready(leased_ctx *x)
+{
+    kvq_watch *wt = NULL;
+    if (kvq_queue_get_type(cq_queue(x->q)) == KVQ_QUEUE_DURABLE &&
+        kvq_queue_watch(cq_queue(x->q), &wt) == 0) {
+        int wrc = kvq_watch_wait(wt, 200); /* a timeout or an error: look again either way */
+        (void)wrc;
+        kvq_watch_destroy(wt);
+        return;
+    }
+    kvq__sleep_us(200 * 1000);
+}
+
+static void *leased_worker(void *arg)
+{
+    leased_ctx *x = arg;
+    kvq_buf v = KVQ_BUF_INIT;
+    while (!__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE)) {
+        kvq_workq_lease lease;
+        int err = kvq_workq_receive(x->w, &v, &lease, x->lease_ms);
+        if (err == KVQ_ENOTFOUND) {
+            if (x->drain)
+                break;
+            wait_ready(x);
+            continue;
+        }
+        if (err != 0) {
+            fprintf(stderr, "kvq consume: receive failed: %s (%s)\n", kvq_strerror(err),
+                    kvq_last_error());
+            __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        kvq_bytes item = { v.data, v.len };
+        int done = deliver_leased(x, item, &lease) == 0;
+        err = done ? kvq_workq_ack(x->w, &lease) : kvq_workq_nack(x->w, &lease, x->nack_delay_ms);
+        if (err == 0) {
+            __atomic_add_fetch(done ? &x->acked : &x->nacked, 1, __ATOMIC_RELAXED);
+            if (!done)
+                fprintf(stderr, "kvq consume: the command failed for an item; it goes back (%u "
+                                "deliveries so far)\n",
+                        lease.deliveries);
+        } else if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED) {
+            /* The lease ended first: the item is (or will be) delivered again. */
+            __atomic_add_fetch(&x->lost_leases, 1, __ATOMIC_RELAXED);
+            fprintf(stderr, "kvq consume: %s: %s\n", kvq_errname(err), kvq_last_error());
+        } else {
+            fprintf(stderr, "kvq consume: %s failed: %s (%s)\n", done ? "ack" : "nack",
+                    kvq_strerror(err), kvq_last_error());
+            __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    kvq_buf_dispose(&v);
+    __atomic_sub_fetch(&x->active, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, const char *exec,
+                          int drain, int64_t nack_delay_ms, const sigset_t *sigs)
+{
+    leased_ctx x = { .c = c, .q = q, .exec = exec, .drain = drain };
+    x.nack_delay_ms = nack_delay_ms;
+    int err = cq_workq(q, info, &x.w);
+    if (err == KVQ_EWRONGTYPE)
+        return cli_usage("consume", "--ack needs a durable or priority queue");
+    if (err != 0)
+        return cli_fail(err, "cannot open the work queue");
+    x.lease_ms = info->lease_ms > 0 ? info->lease_ms : 30000;
+    pthread_mutex_init(&x.out_mu, NULL);
+    pthread_t *th = calloc((size_t)workers, sizeof(*th));
+    if (th == NULL)
+        return cli_fail(KVQ_ENOMEM, "out of memory");
+    int started = 0;
+    x.active = workers;
+    for (; started < workers; started++)
+        if (pthread_create(&th[started], NULL, leased_worker, &x) != 0)
+            break;
+    __atomic_sub_fetch(&x.active, workers - started, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&x.active, __ATOMIC_ACQUIRE) > 0) {
+        struct timespec ts = { 0, 100 * 1000000L };
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
+            __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    pthread_mutex_destroy(&x.out_mu);
+    fprintf(stderr,
+            "kvq consume: %llu items acked, %llu given back after a failed command, %llu leases "
+            "lost to expiry, %llu errors\n",
+            (unsigned long long)x.acked, (unsigned long long)x.nacked,
+            (unsigned long long)x.lost_leases, (unsigned long long)x.errors);
+    if (started < workers)
+        return cli_fail(KVQ_ENOMEM, "cannot start the workers");
+    return x.errors > 0 ? EXIT_DB : 0;
+}
+
 int cmd_consume(cli *c, int argc, char **argv)
 {
     if (argc < 2 || argv[1][0] == '-')
@@ -103,6 +277,8 @@ int cmd_consume(cli *c, int argc, char **argv)
     const char *name = argv[1];
     kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
     const char *exec = NULL;
+    int ack = 0, batch_given = 0;
+    long long nack_delay = 0;
     for (int i = 2; i < argc; i++) {
         long long v;
         if (strcmp(argv[i], "--workers") == 0) {
@@ -114,6 +290,7 @@ int cmd_consume(cli *c, int argc, char **argv)
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 10000, &v) != 0)
                 return cli_usage("consume", "--batch needs a count from 1 to 10000");
             o.batch = (int)v;
+            batch_given = 1;
             i++;
         } else if (strcmp(argv[i], "--max-restarts") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 1000000, &v) != 0)
@@ -126,32 +303,49 @@ int cmd_consume(cli *c, int argc, char **argv)
             exec = argv[++i];
         } else if (strcmp(argv[i], "--drain") == 0) {
             o.drain = 1;
+        } else if (strcmp(argv[i], "--ack") == 0) {
+            ack = 1;
+        } else if (strcmp(argv[i], "--nack-delay") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 86400000, &nack_delay) != 0)
+                return cli_usage("consume", "--nack-delay needs milliseconds from 0 to 86400000");
+            i++;
         } else {
             return cli_usage("consume", "unexpected argument '%s'", argv[i]);
         }
     }
     if (cli_check_name(name) != 0)
         return cli_usage("consume", "invalid queue name '%s'", name);
-    int rc = cli_open(c);
+    if (ack && batch_given)
+        return cli_usage("consume", "--batch does not apply with --ack (one lease per item)");
+    if (!ack && nack_delay != 0)
+        return cli_usage("consume", "--nack-delay applies with --ack only");
+    cq *q;
+    cli_qinfo info;
+    int rc = cli_open_queue(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    cli_qtype type;
-    int err = cli_registry_get(c->db, name, &type);
-    if (err == KVQ_ENOTFOUND) {
-        fprintf(stderr, "kvq: no queue named '%s'\n", name);
-        return EXIT_EMPTY;
+    cli_qtype type = info.type;
+    if (ack ? type == QT_FIFO : type != QT_DURABLE) {
+        cq_close(q);
+        return cli_usage("consume", "%s; '%s' is a %s queue",
+                         ack ? "--ack needs a durable or priority queue"
+                             : "consume works on durable queues (or any but fifo with --ack)",
+                         name, cli_qtype_name(type));
     }
-    if (err != 0)
-        return cli_fail(err, "cannot read the queue registry");
-    if (type != QT_DURABLE)
-        return cli_usage("consume", "consume works on durable queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
-    cq *q;
-    err = cq_open(&q, c->db, name, type);
-    if (err != 0)
-        return cli_fail(err, "cannot open the queue");
+    if (ack) {
+        signal(SIGPIPE, SIG_IGN);
+        sigset_t sigs, old;
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &sigs, &old);
+        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        cq_close(q);
+        return rc;
+    }
     kvq_consumer_source src;
-    err = cq_source(q, &src);
+    int err = cq_source(q, &src);
     if (err != 0) {
         cq_close(q);
         return cli_fail(err, "cannot consume the queue");

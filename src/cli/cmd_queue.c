@@ -217,7 +217,8 @@ int cmd_push(cli *c, int argc, char **argv)
     int rc = cli_need_name("push", argc, argv, &name);
     if (rc != 0)
         return rc;
-    long long prio = 0;
+    long long prio = 0, delay = 0;
+    const char *dedup = NULL;
     int first_value = -1, n_values = 0, have_prio = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--priority") == 0) {
@@ -225,6 +226,14 @@ int cmd_push(cli *c, int argc, char **argv)
                 return cli_usage("push", "--priority needs an integer");
             have_prio = 1;
             i++;
+        } else if (strcmp(argv[i], "--delay") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
+                return cli_usage("push", "--delay needs milliseconds from 0 to 604800000");
+            i++;
+        } else if (strcmp(argv[i], "--dedup") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0' || strlen(argv[i + 1]) > 1000)
+                return cli_usage("push", "--dedup needs a key of 1 to 1000 bytes");
+            dedup = argv[++i];
         } else if (strcmp(argv[i], "--") == 0) {
             if (first_value < 0 && i + 1 < argc)
                 first_value = i + 1;
@@ -241,19 +250,64 @@ int cmd_push(cli *c, int argc, char **argv)
             n_values++;
         }
     }
+    if (dedup != NULL && n_values != 1)
+        return cli_usage("push", "--dedup takes exactly one value, as an argument");
     cq *q;
-    cli_qtype type;
-    rc = open_queue(c, name, &q, &type);
+    cli_qinfo info;
+    rc = cli_open_queue(c, name, &q, &info);
     if (rc != 0)
         return rc;
+    cli_qtype type = info.type;
     if (have_prio && type != QT_PRIORITY) {
         cq_close(q);
         return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
                          cli_qtype_name(type));
     }
-    long pushed = 0;
+    if ((delay > 0 || dedup != NULL) && type == QT_FIFO) {
+        cq_close(q);
+        return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
+                                 "fifo queue", name);
+    }
+    long pushed = 0, duplicates = 0;
     int err = 0;
-    if (n_values > 0) {
+    /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
+     * what goes through them) go through the work-queue layer. */
+    if (delay > 0 || dedup != NULL || type == QT_PRIORITY) {
+        kvq_workq *w = NULL;
+        err = cq_workq(q, &info, &w);
+        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+        po.priority = prio;
+        po.delay_ms = delay;
+        if (dedup != NULL) {
+            po.dedup_key = (const uint8_t *)dedup;
+            po.dedup_len = strlen(dedup);
+        }
+        char *line = NULL;
+        size_t cap = 0;
+        for (int i = 0; err == 0; i++) {
+            const char *v;
+            size_t len;
+            if (n_values > 0) {
+                if (i >= n_values)
+                    break;
+                v = argv[first_value + i];
+                len = strlen(v);
+            } else {
+                ssize_t got = getline(&line, &cap, stdin);
+                if (got < 0)
+                    break;
+                if (got > 0 && line[got - 1] == '\n')
+                    got--;
+                v = line;
+                len = (size_t)got;
+            }
+            int enqueued = 0;
+            err = kvq_workq_push(w, (const uint8_t *)v, len, &po, &enqueued);
+            pushed += err == 0 && enqueued;
+            duplicates += err == 0 && !enqueued;
+        }
+        free(line);
+    } else if (n_values > 0) {
         for (int i = 0; i < n_values && err == 0; i++) {
             const char *v = argv[first_value + i];
             err = cq_push(q, (const uint8_t *)v, strlen(v), prio);
@@ -264,7 +318,10 @@ int cmd_push(cli *c, int argc, char **argv)
     }
     cq_close(q);
     if (c->json)
-        printf("{\"pushed\":%ld}\n", pushed);
+        printf("{\"pushed\":%ld,\"duplicates\":%ld}\n", pushed, duplicates);
+    else if (duplicates > 0)
+        fprintf(stderr, "kvq: dedup key '%s' was pushed within the window: nothing enqueued\n",
+                dedup);
     if (err != 0)
         return cli_fail(err, "push failed");
     return 0;
@@ -500,12 +557,23 @@ int cmd_stats(cli *c, int argc, char **argv)
     if (argc > 2)
         return cli_usage("stats", "unexpected argument '%s'", argv[2]);
     cq *q;
-    cli_qtype type;
-    rc = open_queue(c, name, &q, &type);
+    cli_qinfo info;
+    rc = cli_open_queue(c, name, &q, &info);
     if (rc != 0)
         return rc;
+    cli_qtype type = info.type;
     cq_stats s = { 0 };
     int err = cq_stats_get(q, &s);
+    /* Leases, delays and dead letters, from the work-queue layer's counters. */
+    kvq_workq_metrics m = { 0, 0, 0, 0, -1 };
+    kvq_workq *w = NULL;
+    int has_wq = 0;
+    if (err == 0 && type != QT_FIFO) {
+        err = cq_workq(q, &info, &w);
+        if (err == 0)
+            err = kvq_workq_get_metrics(w, &m);
+        has_wq = err == 0;
+    }
     cq_close(q);
     if (err != 0)
         return cli_fail(err, "stats failed");
@@ -519,6 +587,9 @@ int cmd_stats(cli *c, int argc, char **argv)
                    (unsigned long long)s.pops);
         if (s.has_age)
             printf(",\"oldest_age_seconds\":%.3f", s.oldest_age_s);
+        if (has_wq)
+            printf(",\"in_flight\":%lld,\"delayed\":%lld,\"dead\":%lld",
+                   (long long)m.inflight, (long long)m.delayed, (long long)m.dead);
         printf("}\n");
     } else {
         printf("type\t%s\nlength\t%llu\n", cli_qtype_name(type), (unsigned long long)s.length);
@@ -527,6 +598,9 @@ int cmd_stats(cli *c, int argc, char **argv)
                    (unsigned long long)s.pops);
         if (s.has_age)
             printf("oldest_age_seconds\t%.3f\n", s.oldest_age_s);
+        if (has_wq)
+            printf("in_flight\t%lld\ndelayed\t%lld\ndead\t%lld\n", (long long)m.inflight,
+                   (long long)m.delayed, (long long)m.dead);
     }
     return 0;
 }

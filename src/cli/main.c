@@ -7,15 +7,21 @@
 #include "cli.h"
 
 static const cli_cmd commands[] = {
-    { "create", "NAME [--type fifo|priority|durable]", "create a queue (durable by default)",
+    { "create", "NAME [--type fifo|priority|durable] [--lease MS] [--max-deliveries N]",
+      "create a queue (durable by default)",
       "  --type T     fifo (FoundationDB's queue recipe), priority (the priority queue recipe)\n"
-      "               or durable (versionstamped keys with push and pop counters)\n",
+      "               or durable (versionstamped keys with push and pop counters)\n"
+      "  --lease MS   default lease of receive and consume --ack (default 30000)\n"
+      "  --max-deliveries N  deliveries before an item goes to the dead letters (0: never)\n",
       cmd_create },
     { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
     { "queues", "", "list the queues and their types", NULL, cmd_queues },
-    { "push", "NAME [VALUE...] [--priority P]",
+    { "push", "NAME [--priority P] [--delay MS] [--dedup KEY] [VALUE...]",
       "push values (the arguments, or else one per line of standard input)",
-      "  --priority P  the priority (priority queues; an integer, default 0)\n", cmd_push },
+      "  --priority P  the priority (priority queues; an integer, default 0)\n"
+      "  --delay MS    invisible to receive for MS milliseconds (durable and priority)\n"
+      "  --dedup KEY   enqueue only if KEY was not pushed within the dedup window (one value)\n",
+      cmd_push },
     { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
       "  -n K         pop up to K items (1,000 per transaction; with --max, one)\n"
       "  --max        priority queues: pop the highest priority (default: the lowest)\n",
@@ -28,7 +34,20 @@ static const cli_cmd commands[] = {
     { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
     { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length (durable queues)",
       "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },
-    { "stats", "NAME", "length, age of the oldest item, push and pop counters", NULL, cmd_stats },
+    { "stats", "NAME", "length, age of the oldest item, counters, leases and dead letters", NULL,
+      cmd_stats },
+    { "receive", "NAME [--lease MS]", "receive the next item with a lease; print TOKEN and value",
+      "  --lease MS   the lease (default: the queue's, else 30000); ack, nack or extend it\n"
+      "               with the TOKEN before it ends, or the item is delivered again\n",
+      cmd_receive },
+    { "ack", "NAME TOKEN", "acknowledge a received item: it is deleted", NULL, cmd_ack },
+    { "nack", "NAME TOKEN [--delay MS]", "give a received item back (now or after MS)",
+      "  --delay MS   ready again only after MS milliseconds\n", cmd_nack },
+    { "extend", "NAME TOKEN [--lease MS]", "renew a lease; print the new TOKEN",
+      "  --lease MS   the lease now ends MS milliseconds from now (default: the queue's)\n",
+      cmd_extend },
+    { "dlq", "list|redrive NAME", "list the dead letters, or move them back to the queue", NULL,
+      cmd_dlq },
     { "consume", "NAME [--workers N] [--batch K] [--exec CMD] [--drain]",
       "pop items of a durable queue with N workers and hand each to standard output or a command",
       "  --workers N  consumer threads (default 1)\n"

@@ -17,7 +17,7 @@ k() { "$KVQ" --db "$DB" "$@"; }
 
 # --help everywhere, and the usage errors.
 check "kvq --help" bash -c "'$KVQ' --help | grep -q 'commands:'"
-for c in create delete queues push pop peek len list clear watch stats consume bench demo; do
+for c in create delete queues push pop peek len list clear watch stats consume bench demo receive ack nack extend dlq; do
     check "$c --help" bash -c "'$KVQ' $c --help | grep -q 'usage: kvq'"
 done
 "$KVQ" frobnicate >/dev/null 2>"$T/err"; rc=$?
@@ -123,6 +123,51 @@ k consume p --drain >/dev/null 2>"$T/err"; rc=$?
 check "consume on a priority queue: exit 2 naming the type" bash -c "[ $rc = 2 ] && grep -q priority '$T/err'"
 k create f --type durable >/dev/null 2>"$T/err"; rc=$?
 check "create as another type: exit 2 naming the existing one" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
+
+# Work-queue commands: leases, ack, nack, extend, delays, dedup, dead letters.
+k create wq --lease 400 --max-deliveries 2
+k push wq first second
+line=$(k receive wq); tok=${line%%$'\t'*}
+check "receive: token and value" bash -c "[ '${line#*$'\t'}' = first ] && [ ${#tok} = 88 ]"
+k ack wq "$tok"; rc=$?
+check "ack: exit 0" bash -c "[ $rc = 0 ]"
+k ack wq "$tok" 2>"$T/err"; rc=$?
+check "ack twice: exit 1 saying settled" bash -c "[ $rc = 1 ] && grep -q 'already' '$T/err'"
+line=$(k receive wq --lease 100); tok=${line%%$'\t'*}
+sleep 0.4
+k ack wq "$tok" 2>"$T/err"; rc=$?
+check "late ack after the lease: exit 1 saying expired" bash -c "[ $rc = 1 ] && grep -q expired '$T/err'"
+check "expired item is delivered again, once" bash -c "[ \"\$('$KVQ' --db '$DB' receive wq | cut -f2)\" = second ] && ! '$KVQ' --db '$DB' receive wq >/dev/null 2>&1"
+k ack wq abc >/dev/null 2>"$T/err"; rc=$?
+check "ack with a bad token: exit 2" bash -c "[ $rc = 2 ] && grep -q token '$T/err'"
+k push wq --delay 600 later
+k receive wq >/dev/null 2>&1; rc=$?
+check "delayed item: not visible at once" bash -c "[ $rc = 1 ]"
+sleep 0.8
+check "delayed item: visible after its delay" bash -c "'$KVQ' --db '$DB' receive wq | cut -f2 | grep -qx later"
+k create dd
+k push dd --dedup order-1 payload
+k --json push dd --dedup order-1 payload >"$T/dd.json"
+check "dedup: the second push enqueues nothing" bash -c "[ \"\$('$KVQ' --db '$DB' len dd)\" = 1 ] && grep -q '\"duplicates\":1' '$T/dd.json'"
+k create jobs2 --lease 2000 --max-deliveries 2
+seq 1 10 | k push jobs2
+k consume jobs2 --ack --workers 2 --drain --exec "v=\$(cat); [ \"\$v\" != 4 ] || exit 1; echo \"\$v\" >> '$T/ack.out'" 2>/dev/null; rc=$?
+check "consume --ack: every good item once" bash -c "[ $rc = 0 ] && sort -n '$T/ack.out' | tr '\n' , | grep -qx '1,2,3,5,6,7,8,9,10,'"
+check "consume --ack: the poison item is dead-lettered" bash -c "'$KVQ' --db '$DB' dlq list jobs2 | grep -qx \$'2\t4'"
+check "dlq redrive: back in the queue" bash -c "[ \"\$('$KVQ' --db '$DB' dlq redrive jobs2)\" = 1 ] && [ \"\$('$KVQ' --db '$DB' len jobs2)\" = 1 ]"
+# A consumer killed mid-work: its item comes back after the lease, once.
+k create crash --lease 500
+k push crash survivor
+"$KVQ" --db "$DB" consume crash --ack --exec "cat > '$T/started'; sleep 30" 2>/dev/null &
+pk=$!
+for _ in $(seq 1 100); do [ -s "$T/started" ] && break; sleep 0.05; done
+kill -9 $pk; wait $pk 2>/dev/null
+check "killed consumer: the item was received" bash -c "grep -qx survivor '$T/started'"
+sleep 0.8
+k consume crash --ack --drain >"$T/again" 2>/dev/null
+check "killed consumer: redelivered after the lease, once" bash -c "[ \"\$(cat '$T/again')\" = survivor ] && [ \"\$('$KVQ' --db '$DB' len crash)\" = 0 ]"
+k receive f >/dev/null 2>"$T/err"; rc=$?
+check "receive on a fifo queue: exit 2" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
 
 # delete removes the queue and its data.
 k delete w

@@ -1,0 +1,283 @@
+/* The work-queue commands: receive with a lease, ack, nack, extend, and the dead letters. A lease
+ * travels between commands as a token: the lease's fields in hexadecimal. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qops.h"
+
+/* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
+#define TOKEN_BYTES 44
+
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+}
+
+static uint64_t get_be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void cli_token_format(const kvq_workq_lease *l, char out[2 * TOKEN_BYTES + 1])
+{
+    uint8_t b[TOKEN_BYTES];
+    memcpy(b, l->id, 16);
+    put_be(b + 16, (uint64_t)l->received, 8);
+    put_be(b + 24, (uint64_t)l->deadline, 8);
+    put_be(b + 32, l->deliveries, 4);
+    put_be(b + 36, (uint64_t)l->priority, 8);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[2 * TOKEN_BYTES] = '\0';
+}
+
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* 0, or -1 when s is not a token that `kvq receive` prints. */
+static int token_parse(const char *s, kvq_workq_lease *l)
+{
+    if (strlen(s) != 2 * TOKEN_BYTES)
+        return -1;
+    uint8_t b[TOKEN_BYTES];
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        b[i] = (uint8_t)(hi << 4 | lo);
+    }
+    memcpy(l->id, b, 16);
+    l->received = (int64_t)get_be(b + 16, 8);
+    l->deadline = (int64_t)get_be(b + 24, 8);
+    l->deliveries = (uint32_t)get_be(b + 32, 4);
+    l->priority = (int64_t)get_be(b + 36, 8);
+    return 0;
+}
+
+/* Opens the queue and its work-queue handle; an exit code on failure (printed). */
+static int open_workq(cli *c, const char *cmd, const char *name, cq **q, kvq_workq **w)
+{
+    cli_qinfo info;
+    int rc = cli_open_queue(c, name, q, &info);
+    if (rc != 0)
+        return rc;
+    int err = cq_workq(*q, &info, w);
+    if (err == KVQ_EWRONGTYPE) {
+        cq_close(*q);
+        return cli_usage(cmd, "'%s' is a fifo queue; leases need a durable or priority queue",
+                         name);
+    }
+    if (err != 0) {
+        cq_close(*q);
+        return cli_fail(err, "cannot open the work queue");
+    }
+    return 0;
+}
+
+/* Exit code of a failed ack, nack or extend: a lease that is gone is "not found" (1). */
+static int lease_fail(int err, const char *what)
+{
+    if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED) {
+        fprintf(stderr, "kvq: %s: %s (%s)\n", what, kvq_strerror(err), kvq_last_error());
+        return EXIT_EMPTY;
+    }
+    return cli_fail(err, what);
+}
+
+int cmd_receive(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = cli_need_name("receive", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long lease = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--lease") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 86400000, &lease) != 0)
+                return cli_usage("receive", "--lease needs milliseconds from 1 to 86400000");
+            i++;
+        } else {
+            return cli_usage("receive", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    cq *q;
+    kvq_workq *w;
+    rc = open_workq(c, "receive", name, &q, &w);
+    if (rc != 0)
+        return rc;
+    kvq_buf v = KVQ_BUF_INIT;
+    kvq_workq_lease l;
+    int err = kvq_workq_receive(w, &v, &l, lease);
+    cq_close(q);
+    if (err == KVQ_ENOTFOUND) {
+        if (c->json)
+            printf("null\n");
+        else
+            fprintf(stderr, "kvq: nothing ready in '%s'\n", name);
+        kvq_buf_dispose(&v);
+        return EXIT_EMPTY;
+    }
+    if (err != 0) {
+        kvq_buf_dispose(&v);
+        return cli_fail(err, "receive failed");
+    }
+    char tok[2 * TOKEN_BYTES + 1];
+    cli_token_format(&l, tok);
+    if (c->json) {
+        printf("{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":", tok,
+               l.deliveries, (long long)l.priority);
+        cli_json_str(stdout, v.data, v.len);
+        printf("}\n");
+    } else {
+        printf("%s\t", tok);
+        cli_print_value(stdout, v.data, v.len);
+    }
+    kvq_buf_dispose(&v);
+    return 0;
+}
+
+/* ack, nack and extend: NAME TOKEN [--delay MS | --lease MS]. */
+static int settle(cli *c, const char *cmd, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = cli_need_name(cmd, argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    if (argc < 3 || argv[2][0] == '-')
+        return cli_usage(cmd, "missing the lease TOKEN (printed by 'kvq receive')");
+    kvq_workq_lease l;
+    if (token_parse(argv[2], &l) != 0)
+        return cli_usage(cmd, "'%s' is not a lease token (%d hexadecimal digits)", argv[2],
+                         2 * TOKEN_BYTES);
+    long long ms = 0;
+    const char *opt = strcmp(cmd, "nack") == 0     ? "--delay"
+                      : strcmp(cmd, "extend") == 0 ? "--lease"
+                                                   : NULL;
+    for (int i = 3; i < argc; i++) {
+        if (opt != NULL && strcmp(argv[i], opt) == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 86400000, &ms) != 0)
+                return cli_usage(cmd, "%s needs milliseconds from 0 to 86400000", opt);
+            i++;
+        } else {
+            return cli_usage(cmd, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    cq *q;
+    kvq_workq *w;
+    rc = open_workq(c, cmd, name, &q, &w);
+    if (rc != 0)
+        return rc;
+    int err;
+    if (strcmp(cmd, "ack") == 0)
+        err = kvq_workq_ack(w, &l);
+    else if (strcmp(cmd, "nack") == 0)
+        err = kvq_workq_nack(w, &l, ms);
+    else
+        err = kvq_workq_extend(w, &l, ms);
+    cq_close(q);
+    if (err != 0) {
+        char what[32];
+        snprintf(what, sizeof(what), "%s failed", cmd);
+        return lease_fail(err, what);
+    }
+    if (strcmp(cmd, "extend") == 0) {
+        /* The lease's new end changes the token: print the new one. */
+        char tok[2 * TOKEN_BYTES + 1];
+        cli_token_format(&l, tok);
+        if (c->json)
+            printf("{\"lease\":\"%s\"}\n", tok);
+        else
+            printf("%s\n", tok);
+    }
+    return 0;
+}
+
+int cmd_ack(cli *c, int argc, char **argv)
+{
+    return settle(c, "ack", argc, argv);
+}
+
+int cmd_nack(cli *c, int argc, char **argv)
+{
+    return settle(c, "nack", argc, argv);
+}
+
+int cmd_extend(cli *c, int argc, char **argv)
+{
+    return settle(c, "extend", argc, argv);
+}
+
+typedef struct dlq_ctx {
+    cli *c;
+    long n;
+} dlq_ctx;
+
+static int print_dead(kvq_bytes value, uint32_t deliveries, void *payload)
+{
+    dlq_ctx *d = payload;
+    if (d->c->json) {
+        printf("%s{\"deliveries\":%u,\"value\":", d->n ? "," : "", deliveries);
+        cli_json_str(stdout, value.data, value.len);
+        printf("}");
+    } else {
+        printf("%u\t", deliveries);
+        cli_print_value(stdout, value.data, value.len);
+    }
+    d->n++;
+    return 0;
+}
+
+int cmd_dlq(cli *c, int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "redrive") != 0))
+        return cli_usage("dlq", "expected 'list' or 'redrive', then the queue NAME");
+    const char *what = argv[1];
+    const char *name = NULL;
+    int rc = cli_need_name("dlq", argc - 1, argv + 1, &name);
+    if (rc != 0)
+        return rc;
+    if (argc > 3)
+        return cli_usage("dlq", "unexpected argument '%s'", argv[3]);
+    cq *q;
+    kvq_workq *w;
+    rc = open_workq(c, "dlq", name, &q, &w);
+    if (rc != 0)
+        return rc;
+    int err;
+    if (strcmp(what, "list") == 0) {
+        dlq_ctx d = { c, 0 };
+        if (c->json)
+            printf("[");
+        err = kvq_workq_dlq_list(w, print_dead, &d);
+        if (c->json)
+            printf("]\n");
+    } else {
+        uint64_t moved = 0;
+        err = kvq_workq_dlq_redrive(w, &moved);
+        if (err == 0) {
+            if (c->json)
+                printf("{\"redriven\":%llu}\n", (unsigned long long)moved);
+            else
+                printf("%llu\n", (unsigned long long)moved);
+        }
+    }
+    cq_close(q);
+    if (err != 0)
+        return cli_fail(err, "dlq failed");
+    return 0;
+}
