@@ -41,6 +41,7 @@ const qb_driver qb_kvq_driver = {
 typedef struct kq_state {
     char url[700];
     kvq_queue_type type;
+    int sys; /* the row measured (QB_SYS_KVQ...) */
     pthread_mutex_t mu;
     int refs; /* connections of this process using db and q */
     kvq_db *db;
@@ -71,6 +72,7 @@ static int kq_setup(void **state, const qb_setup *su)
     s->type = su->sys == QB_SYS_KVQ_FIFO       ? KVQ_QUEUE_FIFO
               : su->sys == QB_SYS_KVQ_PRIORITY ? KVQ_QUEUE_PRIORITY
                                                : KVQ_QUEUE_DURABLE;
+    s->sys = su->sys;
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return 0;
@@ -109,15 +111,16 @@ static void kq_release(kq_state *s)
 {
     pthread_mutex_lock(&s->mu);
     if (s->refs > 0 && --s->refs == 0) {
-        /* How well commits were grouped, for the progress log. */
+        /* How well commits were grouped (the group-commit batch actually reached), for the
+         * progress log; with separate processes, one line per process. */
         kvq_db_stats st;
-        if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0 && getenv("QBENCH_VERBOSE"))
+        if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0)
             fprintf(stderr,
-                    "    kvq: %llu commits in %llu storage transactions (%.2f per sync), "
+                    "    %s: %llu commits in %llu storage transactions (%.2f per sync), "
                     "%llu conflicts, %llu retries\n",
-                    (unsigned long long)st.commits, (unsigned long long)st.batches,
-                    (double)st.commits / (double)st.batches, (unsigned long long)st.conflicts,
-                    (unsigned long long)st.retries);
+                    qb_system_names[s->sys], (unsigned long long)st.commits,
+                    (unsigned long long)st.batches, (double)st.commits / (double)st.batches,
+                    (unsigned long long)st.conflicts, (unsigned long long)st.retries);
         kvq_queue_close(s->q);
         kvq_db_close(s->db);
         s->q = NULL;

@@ -888,10 +888,12 @@ int qb_write_table(FILE *f, const qb_results *r)
 
     double sync = qb_cell_median(&r->cell[QB_SYS_DISK][QB_A_PUSH]);
     if (isfinite(sync)) {
-        char rate[64];
+        char rate[32];
         format_value(rate, sizeof(rate), r, QB_SYS_DISK, QB_A_PUSH);
         snprintf(cells[0], sizeof(cells[0]), "ceiling: disk syncs/s × ops per sync");
-        snprintf(cells[1], sizeof(cells[1]), "4 KiB write + fdatasync: %s/s", rate);
+        /* The disk is sampled at the start and the end of each run: say how many. */
+        snprintf(cells[1], sizeof(cells[1]), "4 KiB write + fdatasync: %s/s (median of %d)",
+                 rate, r->cell[QB_SYS_DISK][QB_A_PUSH].n);
         for (int m = 0; m < QB_NMETRICS; m++) {
             if (is_latency(m))
                 snprintf(cells[2 + m], sizeof(cells[0]), "—");
