@@ -9,7 +9,8 @@
  * worker has already popped are still handed to the callback before it exits.
  *
  * Delivery is at most once, as the queue recipes' pop is: an item is removed when its
- * transaction commits. An item whose callback fails is not retried; the runtime counts it
+ * transaction commits. With a source that has a `consume` function (the durable queue's has),
+ * a pop whose commit reported 1021 still delivers what it took. An item whose callback fails is not retried; the runtime counts it
  * (kvq_consumer_stats.undelivered) so that the application can report it.
  */
 #ifndef KVQ_CONSUMER_H
@@ -42,8 +43,16 @@ typedef struct kvq_consumer_source {
     int (*pop)(void *queue, kvq_txn *txn, size_t k, kvq_bytes *values, size_t *n);
     /** The key that changes whenever something is pushed (the durable queue's npush). */
     kvq_bytes wake_key;
-    /** Passed to pop. */
+    /** Passed to pop and consume. */
     void *queue;
+    /**
+     * Optional (NULL: not used). Pops up to k items in its own retry loop, idempotently (a pop
+     * whose commit reported 1021 still returns the items it took), copying them into
+     * outs[0..*n); when fewer than k came back it may also return an armed watch on the wake
+     * key in *watch (the caller destroys it), as kvq_queue_consume_k does. When set, the
+     * runtime uses it instead of pop, so that no popped batch is lost to a 1021.
+     */
+    int (*consume)(void *queue, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch);
 } kvq_consumer_source;
 
 #define KVQ_CONSUMER_OPTIONS_VERSION 1

@@ -124,9 +124,30 @@ static void *worker_main(void *arg)
         return NULL;
     }
     pop_ctx p = { .c = c, .values = values };
+    kvq_buf *bufs = NULL; /* the source's own pops copy into these */
+    if (c->src.consume != NULL) {
+        bufs = kvq__calloc((size_t)c->opts.batch, sizeof(*bufs));
+        if (bufs == NULL)
+            set_error(c, kvq__error(KVQ_ENOMEM, "consumer: out of memory"));
+    }
     while (!stopping(c)) {
-        rc = kvq_txn_run(txn, pop_body, &p);
-        add_stat(c, &c->stats.retries, (uint64_t)kvq_txn_retries(txn));
+        if (bufs != NULL) {
+            /* The source's idempotent pop: a commit that reported 1021 still hands over what
+             * it took, so nothing popped is lost to a retry. */
+            p.n = 0;
+            rc = c->src.consume(c->src.queue, (size_t)c->opts.batch, bufs, &p.n, &p.watch);
+            for (size_t i = 0; rc == 0 && i < p.n; i++) {
+                values[i].data = bufs[i].data;
+                values[i].len = bufs[i].len;
+            }
+            if (rc == 0 && c->opts.drain && p.watch != NULL) {
+                kvq_watch_destroy(p.watch);
+                p.watch = NULL;
+            }
+        } else {
+            rc = kvq_txn_run(txn, pop_body, &p);
+            add_stat(c, &c->stats.retries, (uint64_t)kvq_txn_retries(txn));
+        }
         if (rc != 0) {
             set_error(c, rc);
             break;
@@ -176,6 +197,9 @@ static void *worker_main(void *arg)
     }
     if (p.watch != NULL)
         kvq_watch_destroy(p.watch);
+    for (int i = 0; bufs != NULL && i < c->opts.batch; i++)
+        kvq_buf_dispose(&bufs[i]);
+    kvq__free(bufs);
     kvq_txn_destroy(txn);
     kvq__free(values);
     pthread_mutex_lock(&c->mu);

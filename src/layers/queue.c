@@ -1593,13 +1593,22 @@ static int source_pop(void *queue, kvq_txn *txn, size_t k, kvq_bytes *values, si
     return rc;
 }
 
+/* The runtime's idempotent pop: kvq_queue_consume_k, whose result slots return a batch whose
+ * commit reported 1021 instead of losing it. */
+static int source_consume(void *queue, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch)
+{
+    return kvq_queue_consume_k(queue, k, outs, n, watch);
+}
+
 int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q)
 {
     if (out == NULL || q == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_consumer_source: NULL argument");
     if (q->type != KVQ_QUEUE_DURABLE)
         return wrong_type(q, "kvq_queue_consumer_source");
+    memset(out, 0, sizeof(*out));
     out->pop = source_pop;
+    out->consume = source_consume;
     out->queue = q;
     out->wake_key = bytes_of(&q->npush);
     return 0;

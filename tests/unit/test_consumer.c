@@ -42,6 +42,7 @@ static int toy_pop(void *queue, kvq_txn *txn, size_t k, kvq_bytes *values, size_
 
 static const kvq_consumer_source toy = { toy_pop,
                                          { (const uint8_t *)WAKE, sizeof(WAKE) - 1 },
+                                         NULL,
                                          NULL };
 
 typedef struct push_arg {
@@ -223,6 +224,75 @@ static void test_bad_arguments(void **state)
     kvq_consumer_free(NULL);
 }
 
+/* The durable queue's source under injected commit_unknown_result (1021): every item is
+ * delivered exactly once, because its idempotent consume hands over a batch whose commit
+ * reported 1021. Without that hook (the plain pop in the runtime's own retry loop) the same
+ * faults lose batches, which shows that this check can fail. */
+static uint64_t run_faulty(int use_consume, int *dups)
+{
+    enum { N = 600 };
+    memset(seen, 0, sizeof(seen));
+    fail_every = 0;
+    char path[96];
+    snprintf(path, sizeof(path), "%s/db", dir);
+    kvq_tuple_elem name = kvq_tuple_bytes(use_consume ? "fq1" : "fq0", 3);
+    kvq_subspace *sub;
+    assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &name, 1), 0);
+    kvq_queue *q;
+    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, sub, NULL), 0);
+    for (uint64_t i = 0; i < N; i++)
+        assert_int_equal(kvq_queue_push(q, (const uint8_t *)&i, 8), 0);
+    kvq_queue_close(q);
+    kvq_db_options fo = KVQ_DB_OPTIONS_INIT;
+    fo.fault_rate = 0.3;
+    fo.fault_kinds = KVQ_FAULT_UNKNOWN_COMMITTED;
+    fo.fault_seed = 42;
+    fo.retry_limit = -1;
+    fo.max_retry_delay_ms = 5;
+    kvq_db *faulty;
+    assert_int_equal(kvq_db_open(&faulty, path, &fo), 0);
+    assert_int_equal(kvq_queue_open(&q, faulty, KVQ_QUEUE_DURABLE, sub, NULL), 0);
+    kvq_consumer_source src;
+    assert_int_equal(kvq_queue_consumer_source(&src, q), 0);
+    assert_non_null(src.consume);
+    if (!use_consume)
+        src.consume = NULL;
+    kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
+    o.workers = 3;
+    o.batch = 5;
+    o.drain = 1;
+    kvq_consumer *c;
+    assert_int_equal(kvq_consumer_start(&c, faulty, &src, on_item, NULL, &o), 0);
+    assert_int_equal(kvq_consumer_join(c), 0);
+    kvq_consumer_free(c);
+    kvq_queue_close(q);
+    kvq_db_close(faulty);
+    kvq_subspace_free(sub);
+    uint64_t missing = 0;
+    *dups = 0;
+    for (int i = 0; i < N; i++) {
+        missing += seen[i] == 0;
+        *dups += seen[i] > 1;
+    }
+    return missing;
+}
+
+static void test_durable_source_under_1021(void **state)
+{
+    (void)state;
+    int dups;
+    uint64_t missing = run_faulty(1, &dups);
+    printf("# idempotent consume under 1021: missing=%llu duplicated=%d\n",
+           (unsigned long long)missing, dups);
+    assert_int_equal(missing, 0);
+    assert_int_equal(dups, 0);
+    missing = run_faulty(0, &dups);
+    printf("# plain pop under 1021 (expected to lose batches): missing=%llu duplicated=%d\n",
+           (unsigned long long)missing, dups);
+    assert_true(missing > 0);
+    assert_int_equal(dups, 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -250,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_failing_callbacks),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_durable_source_under_1021),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
