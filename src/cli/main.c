@@ -54,7 +54,10 @@ static const cli_cmd commands[] = {
       "  --batch K    items popped per transaction (default 10)\n"
       "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
       "  --drain      stop once the queue is empty (default: run until SIGINT/SIGTERM)\n"
-      "  --max-restarts N  worker restarts allowed per minute (default 10)\n",
+      "  --max-restarts N  worker restarts allowed per minute (default 10)\n"
+      "  --ack        at least once: receive with a lease, ack when the item is done, nack\n"
+      "               when the command fails (durable and priority queues)\n"
+      "  --nack-delay MS  with --ack: a failed item is ready again after MS milliseconds\n",
       cmd_consume },
     { "bench", "[--quick] [--items N] [--threads N]",
       "measure push and pop throughput of each queue type", NULL, cmd_bench },
