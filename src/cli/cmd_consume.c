@@ -89,6 +89,22 @@ static int run_exec(const char *cmd, kvq_bytes v)
     return ok && exit_ok(status) ? 0 : -1;
 }
 
+/* Prints one item on standard output (a JSON string with --json), whole, under mu so that
+ * workers' lines never interleave. 0, or -1 when standard output failed. */
+static int print_locked(cli *c, pthread_mutex_t *mu, kvq_bytes v)
+{
+    pthread_mutex_lock(mu);
+    if (c->json) {
+        cli_json_str(stdout, v.data, v.len);
+        fputc('\n', stdout);
+    } else {
+        cli_print_value(stdout, v.data, v.len);
+    }
+    int rc = fflush(stdout) == 0 ? 0 : -1;
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
 static int on_item(kvq_bytes v, int worker, void *payload)
 {
     consume_ctx *ctx = payload;
@@ -98,16 +114,7 @@ static int on_item(kvq_bytes v, int worker, void *payload)
             fprintf(stderr, "kvq consume: worker %d: the command failed for an item\n", worker);
         return rc;
     }
-    pthread_mutex_lock(&ctx->out_mu);
-    if (ctx->c->json) {
-        cli_json_str(stdout, v.data, v.len);
-        fputc('\n', stdout);
-    } else {
-        cli_print_value(stdout, v.data, v.len);
-    }
-    int rc = fflush(stdout) == 0 ? 0 : -1;
-    pthread_mutex_unlock(&ctx->out_mu);
-    return rc;
+    return print_locked(ctx->c, &ctx->out_mu, v);
 }
 
 /* ---- at-least-once mode (--ack): receive with a lease, ack on success, nack on failure ---- */
@@ -155,16 +162,7 @@ static int deliver_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
 {
     if (x->exec != NULL)
         return run_leased(x, v, lease);
-    pthread_mutex_lock(&x->out_mu);
-    if (x->c->json) {
-        cli_json_str(stdout, v.data, v.len);
-        fputc('\n', stdout);
-    } else {
-        cli_print_value(stdout, v.data, v.len);
-    }
-    int rc = fflush(stdout) == 0 ? 0 : -1;
-    pthread_mutex_unlock(&x->out_mu);
-    return rc;
+    return print_locked(x->c, &x->out_mu, v);
 }
 
 /* Sleeps until something may be ready: a push (the durable queue's watch) or, since delayed

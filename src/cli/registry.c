@@ -159,13 +159,8 @@ int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info
 
 int cli_registry_create(kvq_db *db, const char *name, cli_qtype type)
 {
-    reg_op op = { .name = name, .type = type };
-    int rc = kvq_db_transact(db, create_fn, &op);
-    if (rc != 0)
-        return rc;
-    if (op.create < 0)
-        return KVQ_EWRONGTYPE;
-    return op.create == 0 ? KVQ_EEXISTS : 0;
+    cli_qinfo info = { type, 0, 0 };
+    return cli_registry_create_info(db, name, &info);
 }
 
 static int delete_fn(kvq_txn *txn, void *arg)
