@@ -112,7 +112,9 @@ static void test_across_processes(void **state)
     printf("watch wake-up across processes: median %lld us, max %lld us (from before the "
            "commit)\n",
            (long long)lat[TRIALS / 2], (long long)lat[TRIALS - 1]);
-    assert_true(lat[TRIALS / 2] < 10000);
+    /* Generous: this says the waiter is woken by the commit, not found by a slow poll (a
+     * one-second poll would put the median near 500 ms); CI runs it on loaded machines. */
+    assert_true(lat[TRIALS / 2] < 100000);
 
     /* A write of the same value does not fire it. */
     put(db, "t/w/same", K("same"));

@@ -173,8 +173,9 @@ static void test_fires_across_processes(void **state)
                   "max %.3f ms\n",
                   (double)lat[0] / 1e6, (double)lat[TRIALS / 2] / 1e6,
                   (double)lat[TRIALS - 1] / 1e6);
-    if (lat[TRIALS / 2] >= 25 * 1000000)
-        fail_msg("median wake-up %.3f ms, expected under 25 ms", (double)lat[TRIALS / 2] / 1e6);
+    /* Generous (loaded CI machines): woken by the commit, not found by a slow poll. */
+    if (lat[TRIALS / 2] >= 100 * 1000000)
+        fail_msg("median wake-up %.3f ms, expected under 100 ms", (double)lat[TRIALS / 2] / 1e6);
     kvq_db_close(db);
 }
 
@@ -229,7 +230,7 @@ static void test_wait_timeout(void **state)
     int64_t t1 = cf_now_ns();
     CF_ERR(kvq_watch_wait(w, 150), KVQ_ETIMED_OUT);
     int64_t t2 = cf_now_ns();
-    if (t1 - t0 > 100 * 1000000)
+    if (t1 - t0 > 1000 * 1000000LL)
         fail_msg("a 0 ms wait took %.1f ms", (double)(t1 - t0) / 1e6);
     if (t2 - t1 < 140 * 1000000 || t2 - t1 > 2000 * 1000000LL)
         fail_msg("a 150 ms wait took %.1f ms", (double)(t2 - t1) / 1e6);
