@@ -125,7 +125,7 @@ k create f --type durable >/dev/null 2>"$T/err"; rc=$?
 check "create as another type: exit 2 naming the existing one" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
 
 # Work-queue commands: leases, ack, nack, extend, delays, dedup, dead letters.
-k create wq --lease 400 --max-deliveries 2
+k create wq --lease 20000 --max-deliveries 2
 k push wq first second
 line=$(k receive wq); tok=${line%%$'\t'*}
 check "receive: token and value" bash -c "[ '${line#*$'\t'}' = first ] && [ ${#tok} = 88 ]"
@@ -140,10 +140,10 @@ check "late ack after the lease: exit 1 saying expired" bash -c "[ $rc = 1 ] && 
 check "expired item is delivered again, once" bash -c "[ \"\$('$KVQ' --db '$DB' receive wq | cut -f2)\" = second ] && ! '$KVQ' --db '$DB' receive wq >/dev/null 2>&1"
 k ack wq abc >/dev/null 2>"$T/err"; rc=$?
 check "ack with a bad token: exit 2" bash -c "[ $rc = 2 ] && grep -q token '$T/err'"
-k push wq --delay 600 later
+k push wq --delay 3000 later
 k receive wq >/dev/null 2>&1; rc=$?
 check "delayed item: not visible at once" bash -c "[ $rc = 1 ]"
-sleep 0.8
+sleep 3.5
 check "delayed item: visible after its delay" bash -c "'$KVQ' --db '$DB' receive wq | cut -f2 | grep -qx later"
 k create dd
 k push dd --dedup order-1 payload
@@ -160,7 +160,7 @@ k create crash --lease 500
 k push crash survivor
 "$KVQ" --db "$DB" consume crash --ack --exec "cat > '$T/started'; sleep 30" 2>/dev/null &
 pk=$!
-for _ in $(seq 1 100); do [ -s "$T/started" ] && break; sleep 0.05; done
+for _ in $(seq 1 400); do [ -s "$T/started" ] && break; sleep 0.05; done
 kill -9 $pk; wait $pk 2>/dev/null
 check "killed consumer: the item was received" bash -c "grep -qx survivor '$T/started'"
 sleep 0.8
