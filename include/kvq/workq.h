@@ -27,8 +27,10 @@
  * other (a deduplicated push conflicts only with another push of the same key).
  *
  * **Mixing.** Plain kvq_queue pushes and pops still work on the queue; items they push are
- * received normally. On a priority queue the metrics' ready count only counts items that went
- * through this API.
+ * received normally. On a priority queue the metrics' ready count and oldest age only count
+ * items that went through this API (the priority recipe keeps no counter and its keys no time);
+ * an item of this API taken with a plain pop leaves its age entry behind, which the metrics skip
+ * and kvq_workq_recover removes.
  *
  * Errors common to every function: KVQ_EINVAL for NULL or invalid arguments, KVQ_EWRONGTYPE for a
  * FIFO queue, and the transaction errors of kvq/db.h (after the retry budget for convenience
@@ -237,8 +239,12 @@ typedef struct kvq_workq_metrics {
     int64_t inflight; /**< leased items (including expired leases not yet returned) */
     int64_t delayed;  /**< items waiting for their time */
     int64_t dead;     /**< dead letters */
-    /** Milliseconds since the oldest ready item was first pushed (durable queues), or -1 when
-     * the queue has no ready item or is a priority queue (not tracked there). */
+    /** Milliseconds since the oldest ready item was first pushed, or -1 when the queue has no
+     * ready item. The time counts from the push (or, for a delayed item, from when it fell due;
+     * for a redriven dead letter, from the redrive) and keeps running while the item is in
+     * flight and after it is given back. Priority queues: only items that went through this API
+     * are seen (a small index of ready versions kept with them; items pushed with a plain
+     * kvq_queue_push_prio count only once they have been given back). */
     int64_t oldest_ready_age_ms;
 } kvq_workq_metrics;
 

@@ -642,6 +642,112 @@ static void test_oldest_age(void **state)
     env_close(&e);
 }
 
+/* A priority queue's oldest ready item is the one pushed first, whatever its priority; it keeps
+ * its age through a lease given back, and the age index skips (and upkeep prunes) entries of
+ * items taken with a plain pop. Bounds are in database versions: the age is at least the time
+ * between a version read after the push and one read before the metrics. */
+static int64_t prio_age(wq_env *e)
+{
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(e->w, &m));
+    assert_true(m.oldest_ready_age_ms < 3600000);
+    return m.oldest_ready_age_ms;
+}
+
+/* How many entries the age index holds (its keys: bk + ("wq","a", ...), see docs/workq.md). */
+typedef struct count_arg {
+    kvq_queue *q;
+    size_t n;
+} count_arg;
+
+static int count_age_body(kvq_txn *txn, void *arg)
+{
+    count_arg *c = arg;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
+    kvq_tuple_elem e[2] = { kvq_tuple_str("wq"), kvq_tuple_str("a") };
+    static const uint8_t z = 0, f = 0xff;
+    int rc = kvq_buf_append(&lo, c->q->bk.data, c->q->bk.len);
+    if (rc == 0)
+        rc = kvq_tuple_pack_buf(&lo, e, 2);
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, lo.data, lo.len);
+    if (rc == 0)
+        rc = kvq_buf_append(&lo, &z, 1);
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, &f, 1);
+    const kvq_kv *kvs;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &c->n, NULL, txn, lo.data, lo.len, hi.data, hi.len, 100,
+                               KVQ_SNAPSHOT);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    return rc;
+}
+
+static size_t age_entries(wq_env *e)
+{
+    count_arg c = { e->q, 0 };
+    assert_ok(kvq_db_transact(e->db, count_age_body, &c));
+    return c.n;
+}
+
+static void test_oldest_age_priority(void **state)
+{
+    (void)state;
+    wq_env e = env_open(KVQ_QUEUE_PRIORITY, NULL);
+    assert_int_equal(prio_age(&e), -1);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.priority = 9; /* received last, but the oldest */
+    push_str(e.w, "old", &po, 1);
+    int64_t t_old = db_now(e.db);
+    kvq__sleep_us(300000);
+    po.priority = 1;
+    push_str(e.w, "new", &po, 1);
+    int64_t t_new = db_now(e.db);
+    int64_t age = prio_age(&e);
+    int64_t lower = (t_new - t_old) / 1000;
+    assert_true(age >= lower);
+    /* Receive both; give "old" back: it keeps its age. */
+    kvq_workq_lease ln, lo;
+    expect_recv(e.w, "new", &ln, 0);
+    expect_recv(e.w, "old", &lo, 0);
+    assert_int_equal(prio_age(&e), -1);
+    assert_ok(kvq_workq_nack(e.w, &lo, 0));
+    assert_true(prio_age(&e) >= lower);
+    /* The same after an expired lease comes back. */
+    expect_recv(e.w, "old", &lo, 200);
+    kvq_buf b = KVQ_BUF_INIT;
+    kvq_workq_lease lo2;
+    assert_ok(recv_wait(e.w, &b, &lo2, 0));
+    assert_bytes(b.data, b.len, (const uint8_t *)"old", 3);
+    assert_ok(kvq_workq_nack(e.w, &lo2, 0));
+    assert_true(prio_age(&e) >= lower);
+    /* Acked: the oldest is now "new" (given back, it too keeps its first age). */
+    expect_recv(e.w, "old", &lo, 0);
+    assert_ok(kvq_workq_nack(e.w, &ln, 0));
+    assert_ok(kvq_workq_ack(e.w, &lo));
+    int64_t t_now = db_now(e.db);
+    age = prio_age(&e);
+    assert_true(age >= 0);
+    assert_true(age >= (t_now - t_new) / 1000);
+    /* A plain pop takes "new" behind the layer's back: its entry is skipped, then pruned. */
+    int64_t prio;
+    assert_ok(kvq_queue_pop_min(e.q, &b, &prio));
+    assert_bytes(b.data, b.len, (const uint8_t *)"new", 3);
+    assert_int_equal(prio_age(&e), -1);
+    push_str(e.w, "newer", &po, 1);
+    assert_true(prio_age(&e) >= 0);
+    assert_int_equal(age_entries(&e), 2);
+    assert_ok(kvq_workq_recover(e.w, NULL));
+    assert_int_equal(age_entries(&e), 1);
+    assert_true(prio_age(&e) >= 0);
+    expect_recv(e.w, "newer", &ln, 0);
+    assert_ok(kvq_workq_ack(e.w, &ln));
+    assert_int_equal(prio_age(&e), -1);
+    kvq_buf_dispose(&b);
+    env_close(&e);
+}
+
 /* The transaction forms compose with the caller's own writes. */
 static int outbox_body(kvq_txn *txn, void *arg)
 {
@@ -699,6 +805,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_metrics_model),
         cmocka_unit_test(test_oldest_age),
+        cmocka_unit_test(test_oldest_age_priority),
         cmocka_unit_test(test_txn_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
