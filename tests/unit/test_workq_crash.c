@@ -3,7 +3,7 @@
  *
  * Two producer processes push numbered items with kvq_workq_push (every fourth with a dedup
  * key); two consumer processes of two threads each receive with a 300 ms lease, "work" (a few ms,
- * or about one time in ten longer than the lease) and ack: thread 0 with kvq_workq_ack, thread 1
+ * or about one time in thirty longer than the lease) and ack: thread 0 with kvq_workq_ack, thread 1
  * with kvq_workq_ack_txn inside its own retry loop, which lets it log the read version at which
  * its ack was refused. The parent SIGKILLs one or more random processes every 50-250 ms (every
  * tenth cycle: all of them) and starts them again, each with posix_spawn of this binary in a
