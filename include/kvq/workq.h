@@ -27,8 +27,10 @@
  * other (a deduplicated push conflicts only with another push of the same key).
  *
  * **Mixing.** Plain kvq_queue pushes and pops still work on the queue; items they push are
- * received normally. On a priority queue the metrics' ready count only counts items that went
- * through this API.
+ * received normally. On a priority queue the metrics' ready count and oldest age only count
+ * items that went through this API (the priority recipe keeps no counter and its keys no time);
+ * an item of this API taken with a plain pop leaves its age entry behind, which the metrics skip
+ * and kvq_workq_recover removes.
  *
  * Errors common to every function: KVQ_EINVAL for NULL or invalid arguments, KVQ_EWRONGTYPE for a
  * FIFO queue, and the transaction errors of kvq/db.h (after the retry budget for convenience
@@ -53,6 +55,15 @@ typedef struct kvq_workq kvq_workq;
 
 #define KVQ_WORKQ_OPTIONS_VERSION 1
 
+/** Test-only knobs (kvq_workq_options.test_flags) that deliberately break the work-queue layer,
+ * so that tests can show their checkers fail. Never use them for anything else. */
+enum {
+    /** Upkeep (kvq_workq_recover, and the pass before each kvq_workq_receive) returns every
+     * in-flight item to the queue, whether its lease has ended or not: an item is delivered
+     * again while a consumer still holds a valid lease on it. */
+    KVQ_WORKQ_TEST_IGNORE_LEASES = 1u << 0,
+};
+
 /** Options of kvq_workq_open. Initialise with KVQ_WORKQ_OPTIONS_INIT. */
 typedef struct kvq_workq_options {
     unsigned int version; /**< KVQ_WORKQ_OPTIONS_VERSION */
@@ -63,11 +74,13 @@ typedef struct kvq_workq_options {
     uint32_t max_deliveries;
     /** Milliseconds a deduplication key is remembered (default 300,000; 1 ms to 7 days). */
     int64_t dedup_window_ms;
+    /** KVQ_WORKQ_TEST_* knobs; 0 in anything but tests. */
+    unsigned int test_flags;
 } kvq_workq_options;
 
-#define KVQ_WORKQ_OPTIONS_INIT                            \
-    {                                                     \
-        KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000       \
+#define KVQ_WORKQ_OPTIONS_INIT                             \
+    {                                                      \
+        KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000, 0     \
     }
 
 /**
@@ -226,8 +239,12 @@ typedef struct kvq_workq_metrics {
     int64_t inflight; /**< leased items (including expired leases not yet returned) */
     int64_t delayed;  /**< items waiting for their time */
     int64_t dead;     /**< dead letters */
-    /** Milliseconds since the oldest ready item was first pushed (durable queues), or -1 when
-     * the queue has no ready item or is a priority queue (not tracked there). */
+    /** Milliseconds since the oldest ready item was first pushed, or -1 when the queue has no
+     * ready item. The time counts from the push (or, for a delayed item, from when it fell due;
+     * for a redriven dead letter, from the redrive) and keeps running while the item is in
+     * flight and after it is given back. Priority queues: only items that went through this API
+     * are seen (a small index of ready versions kept with them; items pushed with a plain
+     * kvq_queue_push_prio count only once they have been given back). */
     int64_t oldest_ready_age_ms;
 } kvq_workq_metrics;
 

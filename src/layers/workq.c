@@ -38,6 +38,7 @@ struct kvq_workq {
     kvq_queue *q;
     kvq_workq_options opts;
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
+    kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
 };
 
@@ -145,10 +146,10 @@ void kvq_workq_close(kvq_workq *w)
 {
     if (w == NULL)
         return;
-    kvq_buf *bufs[] = { &w->base_c,     &w->base_dlq,  &w->base_l,    &w->base_v,
-                        &w->base_x,     &w->base_y,    &w->base_s,    &w->base_dd,
-                        &w->base_ddx,   &w->n_inflight, &w->n_delayed, &w->n_dead,
-                        &w->n_ready,    &w->tick };
+    kvq_buf *bufs[] = { &w->base_c,   &w->base_dlq,   &w->base_l,    &w->base_v,
+                        &w->base_x,   &w->base_y,     &w->base_s,    &w->base_dd,
+                        &w->base_ddx, &w->n_inflight, &w->n_delayed, &w->n_dead,
+                        &w->n_ready,  &w->tick,       &w->base_a,    &w->base_t };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -200,6 +201,10 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
     if (rc == 0)
         rc = make_base(w, &w->base_ddx, "ddx", NULL);
     if (rc == 0)
+        rc = make_base(w, &w->base_a, "a", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_t, "t", NULL);
+    if (rc == 0)
         rc = make_base(w, &w->n_inflight, "n", "inflight");
     if (rc == 0)
         rc = make_base(w, &w->n_delayed, "n", "delayed");
@@ -235,20 +240,166 @@ static int lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
     return 0;
 }
 
+/* Upkeep returns the leases whose deadline is below this bound: the read version, or (test-only
+ * knob) everything, so that a checker can be shown to catch early redeliveries. */
+static int64_t expiry_bound(const kvq_workq *w, int64_t rv)
+{
+    return (w->opts.test_flags & KVQ_WORKQ_TEST_IGNORE_LEASES) ? INT64_MAX : rv;
+}
+
+/* ---- the age of ready items on priority queues --------------------------------------------- */
+
+/* A priority queue's keys carry no time, so the layer keeps one: `since`, the read version at
+ * which an item first became ready through this API (a push, a due delayed item, a redrive). A
+ * ready item has it in its count key (4 LE deliveries, then 8 LE since) and in the age index
+ * bk ("wq","a", since) + suffix, whose first entry is the oldest ready item; while the item is
+ * in flight it is kept in bk ("wq","t", id16), so that an item given back keeps its age (as a
+ * durable item keeps its versionstamp). Only blind writes and clears: no new conflicts. */
+
+/* out = bk ("wq","a", since) + suffix */
+static int age_key(kvq_buf *out, kvq_workq *w, int64_t since, const uint8_t *suffix, size_t slen)
+{
+    kvq_tuple_elem e = kvq_tuple_int(since);
+    int rc = key_of(out, &w->base_a, &e, 1);
+    if (rc == 0 && slen > 0)
+        rc = kvq_buf_append(out, suffix, slen);
+    return rc;
+}
+
+/* Marks a priority item ready since `since` (-1: this transaction's read version): its count
+ * key with its deliveries, and its age index entry. */
+static int age_mark(kvq_workq *w,
+                    kvq_txn *txn,
+                    const uint8_t *suffix,
+                    size_t slen,
+                    uint32_t deliveries,
+                    int64_t since)
+{
+    int rc = since < 0 ? kvq_txn_get_read_version(&since, txn) : 0;
+    uint8_t v[12];
+    for (int i = 0; i < 4; i++)
+        v[i] = (uint8_t)(deliveries >> (8 * i));
+    kvq__le64_put(v + 4, (uint64_t)since);
+    kvq_buf k = KVQ_BUF_INIT;
+    if (rc == 0)
+        rc = key_raw(&k, &w->base_c, suffix, slen);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, v, sizeof(v));
+    if (rc == 0)
+        rc = age_key(&k, w, since, suffix, slen);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
+    kvq_buf_dispose(&k);
+    return rc;
+}
+
+/* A leased priority item's ready version: read and cleared (-1 when it has none: pushed with a
+ * plain kvq_queue push, or before the layer kept ages). */
+static int age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *since)
+{
+    *since = -1;
+    if (w->q->type != KVQ_QUEUE_PRIORITY)
+        return 0;
+    kvq_buf k = KVQ_BUF_INIT;
+    kvq_bytes v;
+    int present = 0;
+    int rc = id_key(&k, &w->base_t, id);
+    if (rc == 0)
+        rc = kvq_txn_get(&v, &present, txn, k.data, k.len, 0);
+    if (rc == 0 && present && v.len == 8)
+        *since = (int64_t)kvq__le_get(v.data, 8);
+    if (rc == 0 && present)
+        rc = kvq_txn_clear(txn, k.data, k.len);
+    kvq_buf_dispose(&k);
+    return rc;
+}
+
+/* Entries of the age index looked at per metrics read or upkeep pass. */
+#define AGE_PROBE 16
+
+/* The ready version of the oldest ready item of a priority queue (-1: none found), from the
+ * first AGE_PROBE entries of the age index (snapshot reads). An entry whose item is gone was
+ * left by a plain pop (kvq_queue_pop_min does not know the index): it is skipped, and with
+ * prune set it is cleared with its count key (the item cannot come back, so no conflict is
+ * needed). */
+static int age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
+{
+    *out = -1;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, k = KVQ_BUF_INIT, keys = KVQ_BUF_INIT;
+    size_t off[AGE_PROBE + 1];
+    const kvq_kv *kvs;
+    size_t got = 0;
+    kvq_tuple *t = NULL;
+    int rc = range_of(&lo, &hi, &w->base_a);
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, AGE_PROBE,
+                               KVQ_SNAPSHOT);
+    /* kvs is borrowed: copy the keys before reading more. */
+    for (size_t i = 0; rc == 0 && i < got; i++) {
+        off[i] = keys.len;
+        rc = kvq_buf_append(&keys, kvs[i].key.data, kvs[i].key.len);
+    }
+    off[got] = keys.len;
+    for (size_t i = 0; rc == 0 && i < got; i++) {
+        const uint8_t *ak = keys.data + off[i];
+        size_t al = off[i + 1] - off[i];
+        rc = kvq_tuple_unpack(&t, ak + w->base_a.len, al - w->base_a.len);
+        if (rc != 0 || kvq_tuple_count(t) < 2 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT) {
+            rc = kvq__error(KVQ_EDAMAGED, "a malformed age index key");
+            break;
+        }
+        int64_t since = kvq_tuple_at(t, 0)->v.i;
+        kvq_tuple_free(t);
+        t = NULL;
+        rc = age_key(&k, w, since, NULL, 0);
+        if (rc != 0)
+            break;
+        const uint8_t *suffix = ak + k.len;
+        size_t slen = al - k.len;
+        kvq_bytes v;
+        int present = 0;
+        rc = key_raw(&k, &w->q->prefix, suffix, slen);
+        if (rc == 0)
+            rc = kvq_txn_get(&v, &present, txn, k.data, k.len, KVQ_SNAPSHOT);
+        if (rc == 0 && present) {
+            *out = since;
+            break;
+        }
+        if (rc == 0 && prune)
+            rc = kvq_txn_clear(txn, ak, al);
+        if (rc == 0 && prune)
+            rc = key_raw(&k, &w->base_c, suffix, slen);
+        if (rc == 0 && prune)
+            rc = kvq_txn_clear(txn, k.data, k.len);
+    }
+    kvq_tuple_free(t);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    kvq_buf_dispose(&k);
+    kvq_buf_dispose(&keys);
+    return rc;
+}
+
 /* ---- moving items -------------------------------------------------------------------------- */
 
-/* Writes a ready item back at prefix + suffix with its delivery count. */
+/* Writes a ready item back at prefix + suffix with its delivery count (and, on a priority queue,
+ * its ready version `since`; -1: from now). */
 static int to_ready(kvq_workq *w,
                     kvq_txn *txn,
                     const uint8_t *suffix,
                     size_t slen,
                     kvq_bytes value,
                     uint32_t deliveries,
+                    int64_t since,
                     kvq_buf *tmp)
 {
     int rc = key_raw(tmp, &w->q->prefix, suffix, slen);
     if (rc == 0)
         rc = kvq_txn_set(txn, tmp->data, tmp->len, value.data, value.len);
+    if (rc == 0 && w->q->type == KVQ_QUEUE_PRIORITY) {
+        rc = age_mark(w, txn, suffix, slen, deliveries, since);
+        return rc == 0 ? ready_add(w, txn, 1) : rc;
+    }
     if (rc == 0)
         rc = key_raw(tmp, &w->base_c, suffix, slen);
     if (rc == 0 && deliveries > 0) {
@@ -294,6 +445,7 @@ static int give_back(kvq_workq *w,
                      size_t slen,
                      kvq_bytes value,
                      uint32_t deliveries,
+                     int64_t since,
                      kvq_buf *tmp,
                      int *dead)
 {
@@ -301,7 +453,7 @@ static int give_back(kvq_workq *w,
     if (dead != NULL)
         *dead = d;
     return d ? to_dead(w, txn, suffix, slen, value, deliveries, tmp)
-             : to_ready(w, txn, suffix, slen, value, deliveries, tmp);
+             : to_ready(w, txn, suffix, slen, value, deliveries, since, tmp);
 }
 
 static int put_delayed(kvq_workq *w,
@@ -327,12 +479,8 @@ static int put_delayed(kvq_workq *w,
 
 /* Pushes a value to the ready queue at a new key (the tail of a durable queue, the end of its
  * priority in a priority queue), with a delivery count. Never reads anything that conflicts. */
-static int push_ready(kvq_workq *w,
-                      kvq_txn *txn,
-                      int64_t prio,
-                      uint32_t deliveries,
-                      kvq_bytes value,
-                      kvq_buf *tmp)
+static int push_ready(
+    kvq_workq *w, kvq_txn *txn, int64_t prio, uint32_t deliveries, kvq_bytes value, kvq_buf *tmp)
 {
     kvq_queue *q = w->q;
     uint8_t d[4];
@@ -379,8 +527,8 @@ static int push_ready(kvq_workq *w,
     int64_t count = 0;
     if (rc == 0 && got == 1) {
         int64_t p, last;
-        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
-                                &p, &last);
+        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len, &p,
+                                &last);
         if (rc == 0 && last == INT64_MAX)
             rc = kvq__error(KVQ_ERANGE, "the priority's last count is the largest integer");
         if (rc == 0)
@@ -392,13 +540,8 @@ static int push_ready(kvq_workq *w,
     if (rc == 0) {
         size_t plen = q->prefix.len;
         rc = kvq_txn_set(txn, tmp->data, tmp->len, value.data, value.len);
-        if (rc == 0 && deliveries > 0) {
-            kvq_buf ck = KVQ_BUF_INIT;
-            rc = key_raw(&ck, &w->base_c, tmp->data + plen, tmp->len - plen);
-            if (rc == 0)
-                rc = kvq_txn_set(txn, ck.data, ck.len, d, 4);
-            kvq_buf_dispose(&ck);
-        }
+        if (rc == 0)
+            rc = age_mark(w, txn, tmp->data + plen, tmp->len - plen, deliveries, -1);
     }
     if (rc == 0)
         rc = counter_add(txn, &w->n_ready, 1);
@@ -555,11 +698,8 @@ static int push_conv_body(kvq_txn *txn, void *arg)
     return push_body_any(c->w, txn, c->value, c->len, &c->o, c->tok.id, &c->enqueued);
 }
 
-int kvq_workq_push(kvq_workq *w,
-                   const uint8_t *value,
-                   size_t len,
-                   const kvq_workq_push_options *po,
-                   int *enqueued)
+int kvq_workq_push(
+    kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po, int *enqueued)
 {
     push_ctx c;
     memset(&c, 0, sizeof(c));
@@ -581,8 +721,12 @@ int kvq_workq_push(kvq_workq *w,
 
 /* ---- receive ------------------------------------------------------------------------------- */
 
-static int lease_meta(kvq_buf *out, int64_t deadline, uint32_t deliv, int64_t received,
-                      const uint8_t *suffix, size_t slen)
+static int lease_meta(kvq_buf *out,
+                      int64_t deadline,
+                      uint32_t deliv,
+                      int64_t received,
+                      const uint8_t *suffix,
+                      size_t slen)
 {
     uint8_t m[20];
     kvq__le64_put(m, (uint64_t)deadline);
@@ -635,7 +779,14 @@ int kvq_workq_receive_txn(
         if (rc != 0)
             break;
         uint32_t deliv = present ? (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4) : 0;
+        int64_t since = present && cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY
+                            ? (int64_t)kvq__le_get(cv.data + 4, 8)
+                            : -1;
         if (present)
+            rc = kvq_txn_clear(txn, k.data, k.len);
+        if (rc == 0 && since >= 0)
+            rc = age_key(&k, w, since, suffix, slen);
+        if (rc == 0 && since >= 0)
             rc = kvq_txn_clear(txn, k.data, k.len);
         if (rc == 0)
             rc = kvq_txn_clear(txn, key.data, key.len);
@@ -669,6 +820,13 @@ int kvq_workq_receive_txn(
             rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
         if (rc == 0)
             rc = counter_add(txn, &w->n_inflight, 1);
+        if (rc == 0 && since >= 0) {
+            uint8_t sv[8];
+            kvq__le64_put(sv, (uint64_t)since);
+            rc = id_key(&k, &w->base_t, id);
+            if (rc == 0)
+                rc = kvq_txn_set(txn, k.data, k.len, sv, sizeof(sv));
+        }
         if (rc == 0) {
             memcpy(lease->id, id, 16);
             lease->received = rv;
@@ -712,7 +870,7 @@ static int upkeep_due(kvq_workq *w, kvq_txn *txn, int *due)
     const kvq_buf *bases[2] = { &w->base_x, &w->base_y };
     *due = 0;
     for (int i = 0; rc == 0 && i < 2 && !*due; i++) {
-        kvq_tuple_elem e = kvq_tuple_int(rv);
+        kvq_tuple_elem e = kvq_tuple_int(i == 0 ? expiry_bound(w, rv) : rv);
         rc = range_of(&lo, &hi, bases[i]);
         if (rc == 0)
             rc = key_of(&hi, bases[i], &e, 1);
@@ -860,6 +1018,9 @@ static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int ki
         rc = x_key(&k, w, deadline, lease->id);
     if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
+    int64_t since = -1;
+    if (rc == 0)
+        rc = age_take(w, txn, lease->id, &since);
     uint8_t outcome = kind == SETTLE_ACK ? OUT_ACK : OUT_NACK;
     if (rc == 0)
         rc = s_key(&k, w, received, lease->id);
@@ -876,9 +1037,8 @@ static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int ki
             int64_t prio = rc == 0 ? kvq__q_key_priority(w->q, k.data, k.len) : 0;
             if (rc == 0)
                 rc = put_delayed(w, txn, rv + arg, prio, deliv, v, &k);
-        }
-        else
-            rc = to_ready(w, txn, suffix, slen, v, deliv, &k);
+        } else
+            rc = to_ready(w, txn, suffix, slen, v, deliv, since, &k);
     }
     kvq_buf_dispose(&val);
 out:
@@ -887,8 +1047,8 @@ out:
     return rc;
 }
 
-static int check_settle(kvq_workq *w, kvq_txn *txn, int need_txn, kvq_workq_lease *lease,
-                        const char *fn)
+static int
+check_settle(kvq_workq *w, kvq_txn *txn, int need_txn, kvq_workq_lease *lease, const char *fn)
 {
     int rc = check_w(w, txn, need_txn, fn);
     if (rc == 0 && lease == NULL)
@@ -1006,11 +1166,12 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     const kvq_kv *kvs;
     size_t got = 0;
     kvq_tuple_elem e = kvq_tuple_int(rv);
+    kvq_tuple_elem ex = kvq_tuple_int(expiry_bound(w, rv));
     /* Expired leases: the range read (not snapshot) makes two recoverers of one lease conflict,
      * and an ack that commits meanwhile (it cannot: the lease has expired) would too. */
     rc = range_of(&lo, &hi, &w->base_x);
     if (rc == 0)
-        rc = key_of(&hi, &w->base_x, &e, 1);
+        rc = key_of(&hi, &w->base_x, &ex, 1);
     if (rc == 0)
         rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH, 0);
     if (rc == 0 && got == BATCH)
@@ -1066,9 +1227,12 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
             continue; /* a stale index entry: cleared */
         uint32_t deliv = (uint32_t)kvq__le_get(m.data + 8, 4);
         kvq_bytes val = { v.data, v.len };
-        rc = counter_add(txn, &w->n_inflight, -1);
+        int64_t since = -1;
+        rc = age_take(w, txn, id, &since);
         if (rc == 0)
-            rc = give_back(w, txn, m.data + 20, m.len - 20, val, deliv, &k, NULL);
+            rc = counter_add(txn, &w->n_inflight, -1);
+        if (rc == 0)
+            rc = give_back(w, txn, m.data + 20, m.len - 20, val, deliv, since, &k, NULL);
         if (rc == 0)
             (*moved)++;
     }
@@ -1085,8 +1249,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         *more = 1;
     for (size_t i = 0; rc == 0 && i < got; i++) {
         /* kvs stays valid: only writes follow. */
-        rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_y.len,
-                              kvs[i].key.len - w->base_y.len);
+        rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_y.len, kvs[i].key.len - w->base_y.len);
         if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT ||
             kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
@@ -1104,7 +1267,11 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         if (rc == 0)
             (*moved)++;
     }
-    /* Prune settled markers and dedup keys. */
+    /* Prune age index entries left by plain pops, settled markers and dedup keys. */
+    if (rc == 0 && w->q->type == KVQ_QUEUE_PRIORITY) {
+        int64_t since;
+        rc = age_head(w, txn, 1, &since);
+    }
     if (rc == 0) {
         int64_t cut = rv / KVQ__BUCKET_VERSIONS - SETTLED_WINDOW_BUCKETS;
         kvq_tuple_elem ce = kvq_tuple_int(cut);
@@ -1122,13 +1289,12 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         if (rc == 0)
             rc = key_of(&hi, &w->base_ddx, &de, 1);
         if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
-                                   BATCH, KVQ_SNAPSHOT);
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
+                                   KVQ_SNAPSHOT);
         for (size_t i = 0; rc == 0 && i < got; i++) {
             rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_ddx.len,
                                   kvs[i].key.len - w->base_ddx.len);
-            if (rc != 0 || kvq_tuple_count(t) != 2 ||
-                kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES) {
+            if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES) {
                 rc = kvq__error(KVQ_EDAMAGED, "a malformed dedup index key");
                 break;
             }
@@ -1207,8 +1373,8 @@ static int dlq_page_body(kvq_txn *txn, void *arg)
     p->n = 0;
     p->more = 0;
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, &p->more, txn, lo.data, lo.len, hi.data, hi.len,
-                               BATCH, KVQ_SNAPSHOT);
+        rc = kvq_txn_get_range(&kvs, &got, &p->more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
+                               KVQ_SNAPSHOT);
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq__buf_set(&p->vals[i], kvs[i].value.data, kvs[i].value.len);
         kvq_bytes cv;
@@ -1282,7 +1448,7 @@ static int redrive_body(kvq_txn *txn, void *arg)
             rc = counter_add(txn, &w->n_dead, -1);
         if (rc == 0)
             rc = to_ready(w, txn, kvs[i].key.data + plen, kvs[i].key.len - plen, kvs[i].value, 0,
-                          &k);
+                          -1, &k);
         if (rc == 0)
             c->moved++;
     }
@@ -1331,8 +1497,15 @@ static int metrics_body(kvq_txn *txn, void *arg)
     c->m.oldest_ready_age_ms = -1;
     if (rc != 0)
         return rc;
-    if (q->type == KVQ_QUEUE_PRIORITY)
-        return read_counter(txn, &w->n_ready, &c->m.ready);
+    if (q->type == KVQ_QUEUE_PRIORITY) {
+        int64_t since = -1;
+        rc = read_counter(txn, &w->n_ready, &c->m.ready);
+        if (rc == 0)
+            rc = age_head(w, txn, 0, &since);
+        if (rc == 0 && since >= 0)
+            c->m.oldest_ready_age_ms = rv - since < 0 ? 0 : (rv - since) / VPM;
+        return rc;
+    }
     int64_t np, nq;
     rc = read_counter(txn, &q->npush, &np);
     if (rc == 0)

@@ -1,0 +1,791 @@
+/* Crash campaign over the work-queue layer in at-least-once mode: Jepsen's total-queue check,
+ * with every duplicate delivery explained (TESTING.md S4, issue 7 item 8).
+ *
+ * Two producer processes push numbered items with kvq_workq_push (every fourth with a dedup
+ * key); two consumer processes of two threads each receive with a 300 ms lease, "work" (a few ms,
+ * or about one time in thirty longer than the lease) and ack: thread 0 with kvq_workq_ack, thread 1
+ * with kvq_workq_ack_txn inside its own retry loop, which lets it log the read version at which
+ * its ack was refused. The parent SIGKILLs one or more random processes every 50-250 ms (every
+ * tenth cycle: all of them) and starts them again, each with posix_spawn of this binary in a
+ * helper mode (no fork of a threaded process).
+ *
+ * Every process appends its history with plain write(2) (the page cache survives kill -9):
+ *   producers   "i w s" before a push, "o w s" after it returned
+ *   consumers   "r w s lease deliveries received deadline" after a receive returned,
+ *               "A lease" before the ack, then "a lease" (acked) or "x lease rv" (refused with
+ *               KVQ_ELEASE_EXPIRED; rv is the refusing read version, or -1 when not known)
+ * At the end the parent kills everyone, then drains with acks (waiting for the leases of killed
+ * consumers to run out), resolves acks whose outcome nobody logged (killed between "A" and "a")
+ * by the lease's settled marker in the database, and checks:
+ *   lost         an acknowledged push, or a delivered item, that was never acked        = 0
+ *   unexpected   a delivered value that no producer ever tried to push                  = 0
+ *   unexplained  a delivery after the item was acked (an item acked twice), a
+ *                redelivery at a read version before the previous lease's deadline, two
+ *                deliveries with one delivery count, or an ack refused as expired at a
+ *                read version before its deadline                                       = 0
+ * Every redelivery must follow a delivery that ended without an ack (its consumer was killed, or
+ * its ack came too late and was refused), at or after that lease's end: the comparison is of
+ * database versions only, so no clock or speed is assumed. Deliveries whose consumer was killed
+ * before it could log them show up as gaps in the delivery counts; the check then requires
+ * lease_ms of versions per missing delivery.
+ *
+ * The checker is shown to fail: consumers whose work queue has KVQ_WORKQ_TEST_IGNORE_LEASES
+ * return every in-flight item at each upkeep, and the check must count unexplained deliveries.
+ *
+ * One line per campaign: "crash: workload=workq-at-least-once... lost=0 unexpected=0
+ * unexplained=0". KVQ_TEST_SEED (or --seed) replays the random choices (not the interleaving);
+ * KVQ_TEST_SCALE multiplies the cycles. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include "test_queue_common.h"
+#include "test_scale.h"
+
+extern char **environ;
+
+#define PRODUCERS 2
+#define CONSUMERS 2
+#define CTHREADS  2
+#define NPROCS    (PRODUCERS + CONSUMERS)
+#define LEASE_MS  300
+#define LEASE_V   (LEASE_MS * KVQ__VERSIONS_PER_MS)
+#define DRAIN_US  120000000LL
+#define NO_ITEM   0xffffffffu
+
+static kvq_db *open_db(const char *dir)
+{
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.retry_limit = -1;
+    o.timeout_ms = 0;
+    o.max_retry_delay_ms = 50;
+    kvq_db *db = NULL;
+    if (kvq_db_open(&db, dir, &o) != 0)
+        return NULL;
+    return db;
+}
+
+static int open_wq(kvq_db *db, kvq_queue_type type, unsigned wflags, kvq_queue **q, kvq_workq **w)
+{
+    kvq_workq_options wo = KVQ_WORKQ_OPTIONS_INIT;
+    wo.lease_ms = LEASE_MS;
+    wo.test_flags = wflags;
+    int rc = kvq_queue_open(q, db, type, NULL, NULL);
+    if (rc == 0)
+        rc = kvq_workq_open(w, *q, &wo);
+    return rc;
+}
+
+static void log_line(int fd, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n <= 0 || (size_t)n >= sizeof(line) || write(fd, line, (size_t)n) != n)
+        _exit(21);
+}
+
+static void hex16(char out[33], const uint8_t id[16])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+static int open_log(const char *dir, const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+}
+
+/* ---- helper processes ---------------------------------------------------------------------- */
+
+static void producer_main(const char *dir, kvq_queue_type type, uint32_t writer, uint64_t seed)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "p.%u", writer);
+    int fd = open_log(dir, name);
+    kvq_db *db = open_db(dir);
+    kvq_queue *q;
+    kvq_workq *w;
+    if (fd < 0 || db == NULL || open_wq(db, type, 0, &q, &w) != 0)
+        _exit(20);
+    kvq__rng rng = { seed * 0x9e3779b97f4a7c15ULL + writer };
+    for (uint32_t s = 0;; s++) {
+        log_line(fd, "i %u %u\n", writer, s);
+        uint8_t v[16];
+        size_t vn = tq_value(v, writer, s);
+        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+        if (type == KVQ_QUEUE_PRIORITY)
+            po.priority = (int64_t)(s % 3);
+        if (s % 4 == 0) {
+            po.dedup_key = v; /* unique per item: exactly once through the dedup key */
+            po.dedup_len = 8;
+        }
+        int enq = 0;
+        int rc = kvq_workq_push(w, v, vn, &po, &enq);
+        if (rc != 0 || enq != 1) {
+            /* The retry loop has no limit here: any error is a failure. */
+            fprintf(stderr, "producer: %s (%s) enqueued=%d\n", kvq_errname(rc), kvq_last_error(),
+                    enq);
+            _exit(22);
+        }
+        log_line(fd, "o %u %u\n", writer, s);
+        kvq__sleep_us((int64_t)(kvq__rng_next(&rng) % 8000));
+    }
+}
+
+typedef struct consumer_arg {
+    const char *dir;
+    kvq_db *db;
+    kvq_workq *w;
+    uint32_t tag;
+    int thread;
+    uint64_t seed;
+} consumer_arg;
+
+typedef struct ack_ctx {
+    kvq_workq *w;
+    kvq_workq_lease *l;
+    int64_t rv;
+} ack_ctx;
+
+static int ack_body(kvq_txn *txn, void *arg)
+{
+    ack_ctx *a = arg;
+    int rc = kvq_txn_get_read_version(&a->rv, txn);
+    if (rc == 0)
+        rc = kvq_workq_ack_txn(a->w, txn, a->l);
+    return rc;
+}
+
+/* Receives, logs, works, acks: the loop of one consumer thread (also the parent's drain). */
+static int consume_one(kvq_db *db,
+                       kvq_workq *w,
+                       int fd,
+                       int use_txn,
+                       kvq__rng *rng,
+                       int64_t lease_ms,
+                       int slow_permille,
+                       kvq_buf *b)
+{
+    kvq_workq_lease l;
+    int rc = kvq_workq_receive(w, b, &l, lease_ms);
+    if (rc != 0)
+        return rc;
+    uint32_t pw = NO_ITEM, ps = NO_ITEM;
+    if (tq_parse(b->data, b->len, &pw, &ps) != 0)
+        pw = ps = NO_ITEM;
+    char id[33];
+    hex16(id, l.id);
+    log_line(fd, "r %u %u %s %u %" PRId64 " %" PRId64 "\n", pw, ps, id, l.deliveries, l.received,
+             l.deadline);
+    if (rng != NULL) {
+        if ((int)(kvq__rng_next(rng) % 1000) < slow_permille) /* too slow: the ack must fail */
+            kvq__sleep_us(LEASE_MS * 1000 + 50000 + (int64_t)(kvq__rng_next(rng) % 150000));
+        else
+            kvq__sleep_us((int64_t)(kvq__rng_next(rng) % 2000));
+    }
+    log_line(fd, "A %s\n", id);
+    int64_t rv = -1;
+    if (use_txn) {
+        ack_ctx a = { w, &l, -1 };
+        rc = kvq_db_transact(db, ack_body, &a);
+        rv = a.rv;
+    } else {
+        rc = kvq_workq_ack(w, &l);
+    }
+    if (rc == 0)
+        log_line(fd, "a %s\n", id);
+    else if (rc == KVQ_ELEASE_EXPIRED)
+        log_line(fd, "x %s %" PRId64 "\n", id, rv);
+    else
+        return rc;
+    return 0;
+}
+
+static void *consumer_thread(void *arg)
+{
+    consumer_arg *c = arg;
+    char name[32];
+    snprintf(name, sizeof(name), "c.%u.%d", c->tag, c->thread);
+    int fd = open_log(c->dir, name);
+    if (fd < 0)
+        _exit(11);
+    kvq__rng rng = { c->seed * 0x9e3779b97f4a7c15ULL + c->tag * 7 + (uint64_t)c->thread + 1 };
+    kvq_buf b = KVQ_BUF_INIT;
+    for (;;) {
+        int rc = consume_one(c->db, c->w, fd, c->thread % 2, &rng, LEASE_MS, 30, &b);
+        if (rc == KVQ_ENOTFOUND) {
+            kvq__sleep_us(2000);
+        } else if (rc != 0) {
+            fprintf(stderr, "consumer: %s (%s)\n", kvq_errname(rc), kvq_last_error());
+            _exit(12);
+        }
+    }
+    return NULL;
+}
+
+static void
+consumer_main(const char *dir, kvq_queue_type type, uint32_t tag, unsigned wflags, uint64_t seed)
+{
+    kvq_db *db = open_db(dir);
+    kvq_queue *q;
+    kvq_workq *w;
+    if (db == NULL || open_wq(db, type, wflags, &q, &w) != 0)
+        _exit(10);
+    pthread_t th[CTHREADS];
+    consumer_arg args[CTHREADS];
+    for (int i = 0; i < CTHREADS; i++) {
+        args[i] = (consumer_arg){ dir, db, w, tag, i, seed };
+        if (pthread_create(&th[i], NULL, consumer_thread, &args[i]) != 0)
+            _exit(13);
+    }
+    for (;;)
+        pause();
+}
+
+/* argv: --wq-crash-child producer|consumer DIR TYPE ID WFLAGS SEED */
+static int child_main(char **argv)
+{
+    const char *dir = argv[3];
+    kvq_queue_type type = (kvq_queue_type)atoi(argv[4]);
+    uint32_t id = (uint32_t)strtoul(argv[5], NULL, 10);
+    unsigned wflags = (unsigned)strtoul(argv[6], NULL, 10);
+    uint64_t seed = strtoull(argv[7], NULL, 10);
+    if (strcmp(argv[2], "producer") == 0)
+        producer_main(dir, type, id, seed);
+    consumer_main(dir, type, id, wflags, seed);
+    return 1;
+}
+
+static kvq_queue_type cur_type;
+static unsigned cur_wflags;
+
+/* Process slot i: producers first. Each incarnation gets a new id (its log files' names). */
+static pid_t spawn(int slot, uint32_t *incarnation)
+{
+    uint32_t id = ((*incarnation)++ << 4) | (uint32_t)slot;
+    char a_type[16], a_id[16], a_flags[16], a_seed[32];
+    snprintf(a_type, sizeof(a_type), "%d", (int)cur_type);
+    snprintf(a_id, sizeof(a_id), "%u", id);
+    snprintf(a_flags, sizeof(a_flags), "%u", slot < PRODUCERS ? 0u : cur_wflags);
+    snprintf(a_seed, sizeof(a_seed), "%" PRIu64, tq_seed);
+    char *args[] = { (char *)tq_prog,
+                     "--wq-crash-child",
+                     slot < PRODUCERS ? "producer" : "consumer",
+                     tq_dir,
+                     a_type,
+                     a_id,
+                     a_flags,
+                     a_seed,
+                     NULL };
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ), 0);
+    return pid;
+}
+
+/* ---- the check ----------------------------------------------------------------------------- */
+
+typedef struct delivery {
+    uint64_t item; /* writer << 32 | seq */
+    uint8_t lid[16];
+    uint32_t deliv;
+    int64_t received, deadline;
+    int ack_invoked, acked, expired;
+    int64_t ack_rv;
+    int acked_final; /* acked, or an unlogged ack that the settled marker shows committed */
+} delivery;
+
+typedef struct history {
+    delivery *d;
+    size_t nd, capd;
+    uint64_t *inv, *ok;
+    size_t ni, no, capi, capo;
+} history;
+
+static void push_u64(uint64_t **a, size_t *n, size_t *cap, uint64_t v)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 4096;
+        *a = realloc(*a, *cap * sizeof(**a));
+        assert_non_null(*a);
+    }
+    (*a)[(*n)++] = v;
+}
+
+static int parse_hex16(uint8_t out[16], const char *s)
+{
+    if (strlen(s) != 32)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static void read_producer_log(history *h, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char kind;
+    unsigned w, s;
+    while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
+        uint64_t id = (uint64_t)w << 32 | s;
+        if (kind == 'i')
+            push_u64(&h->inv, &h->ni, &h->capi, id);
+        else
+            push_u64(&h->ok, &h->no, &h->capo, id);
+    }
+    fclose(f);
+}
+
+/* A consumer's log: each "A", "a", "x" follows the "r" of its own delivery (one thread). A torn
+ * last line (killed mid-write cannot tear a write(2), but be safe) ends the parse. */
+static void read_consumer_log(history *h, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[256];
+    delivery *cur = NULL;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char hex[40];
+        if (line[0] == 'r') {
+            unsigned w, s, dl;
+            int64_t rcv, dead;
+            if (sscanf(line, "r %u %u %39s %u %" SCNd64 " %" SCNd64, &w, &s, hex, &dl, &rcv,
+                       &dead) != 6)
+                break;
+            if (h->nd == h->capd) {
+                h->capd = h->capd ? h->capd * 2 : 4096;
+                h->d = realloc(h->d, h->capd * sizeof(*h->d));
+                assert_non_null(h->d);
+            }
+            cur = &h->d[h->nd++];
+            memset(cur, 0, sizeof(*cur));
+            cur->item = (uint64_t)w << 32 | s;
+            if (parse_hex16(cur->lid, hex) != 0)
+                fail_msg("%s: a bad lease id in \"%s\"", path, line);
+            cur->deliv = dl;
+            cur->received = rcv;
+            cur->deadline = dead;
+            cur->ack_rv = -1;
+            continue;
+        }
+        uint8_t lid[16];
+        int64_t rv = -1;
+        if (sscanf(line, "%*c %39s %" SCNd64, hex, &rv) < 1 || parse_hex16(lid, hex) != 0)
+            break;
+        if (cur == NULL || memcmp(lid, cur->lid, 16) != 0)
+            fail_msg("%s: \"%s\" does not follow its receive", path, line);
+        if (line[0] == 'A')
+            cur->ack_invoked = 1;
+        else if (line[0] == 'a')
+            cur->acked = 1;
+        else if (line[0] == 'x') {
+            cur->expired = 1;
+            cur->ack_rv = rv;
+        }
+    }
+    fclose(f);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_delivery(const void *a, const void *b)
+{
+    const delivery *x = a, *y = b;
+    if (x->item != y->item)
+        return x->item < y->item ? -1 : 1;
+    if (x->deliv != y->deliv)
+        return x->deliv < y->deliv ? -1 : 1;
+    return x->received < y->received ? -1 : x->received > y->received;
+}
+
+/* Acks whose outcome nobody logged: did they commit? Their lease's settled marker says. The
+ * logged acks' markers are looked up too, which shows that the lookup finds what it should. */
+typedef struct marker_ctx {
+    kvq_queue *q;
+    history *h;
+    size_t info, recovered, logged_missing;
+} marker_ctx;
+
+static int marker_body(kvq_txn *txn, void *arg)
+{
+    marker_ctx *c = arg;
+    c->info = c->recovered = c->logged_missing = 0;
+    kvq_buf k = KVQ_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < c->h->nd; i++) {
+        delivery *d = &c->h->d[i];
+        d->acked_final = d->acked;
+        if (!d->ack_invoked || d->expired)
+            continue;
+        kvq_tuple_elem e[4] = { kvq_tuple_str("wq"), kvq_tuple_str("s"),
+                                kvq_tuple_int(d->received / KVQ__BUCKET_VERSIONS),
+                                kvq_tuple_bytes(d->lid, 16) };
+        k.len = 0;
+        rc = kvq_buf_append(&k, c->q->bk.data, c->q->bk.len);
+        if (rc == 0)
+            rc = kvq_tuple_pack_buf(&k, e, 4);
+        kvq_bytes v;
+        int present = 0;
+        if (rc == 0)
+            rc = kvq_txn_get(&v, &present, txn, k.data, k.len, KVQ_SNAPSHOT);
+        int marked = rc == 0 && present && v.len == 1 && v.data[0] == 'a';
+        if (d->acked) {
+            c->logged_missing += !marked;
+            continue;
+        }
+        c->info++;
+        if (marked) {
+            d->acked_final = 1;
+            c->recovered++;
+        }
+    }
+    kvq_buf_dispose(&k);
+    return rc;
+}
+
+typedef struct result {
+    size_t kills, invoked, acked, push_recovered, deliveries, items, consumer_acks, redelivered,
+        explained, ex_killed, ex_late, ex_unlogged, late_acks, ack_info, ack_recovered, drained,
+        lost, unexpected, unexplained;
+} result;
+
+/* The first few violations are printed; the counts say how many there were. */
+static int report_budget;
+
+static void report(const char *fmt, ...)
+{
+    if (report_budget <= 0)
+        return;
+    if (--report_budget == 0) {
+        fputs("(further violations are counted, not printed)\n", stderr);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static void check(history *h, result *r)
+{
+    report_budget = 11;
+    qsort(h->inv, h->ni, sizeof(*h->inv), cmp_u64);
+    qsort(h->ok, h->no, sizeof(*h->ok), cmp_u64);
+    qsort(h->d, h->nd, sizeof(*h->d), cmp_delivery);
+    r->invoked = h->ni;
+    r->acked = h->no;
+    r->deliveries = h->nd;
+    uint64_t *done = NULL; /* items acked at least once */
+    size_t ndone = 0, capdone = 0;
+    for (size_t i = 0; i < h->nd;) {
+        size_t j = i;
+        while (j < h->nd && h->d[j].item == h->d[i].item)
+            j++;
+        const delivery *first = &h->d[i];
+        r->items++;
+        int known = bsearch(&first->item, h->inv, h->ni, sizeof(*h->inv), cmp_u64) != NULL;
+        if (!known) {
+            r->unexpected++;
+            i = j;
+            continue;
+        }
+        if (bsearch(&first->item, h->ok, h->no, sizeof(*h->ok), cmp_u64) == NULL)
+            r->push_recovered++;
+        /* Deliveries before the first logged one: consumers killed before logging them. */
+        if (first->deliv > 1) {
+            r->redelivered += first->deliv - 1;
+            r->explained += first->deliv - 1;
+            r->ex_unlogged += first->deliv - 1;
+        }
+        size_t acks = 0;
+        for (size_t k = i; k < j; k++) {
+            const delivery *d = &h->d[k];
+            acks += (size_t)d->acked_final;
+            r->consumer_acks += (size_t)d->acked_final;
+            if (d->expired) {
+                r->late_acks++;
+                /* Refused as expired: at a read version at or after the deadline. */
+                if (d->ack_rv >= 0 && d->ack_rv < d->deadline) {
+                    r->unexplained++;
+                    report("unexplained: item %u/%u delivery %u refused as expired at version "
+                           "%" PRId64 ", before its deadline %" PRId64 "\n",
+                           (unsigned)(d->item >> 32), (unsigned)d->item, d->deliv, d->ack_rv,
+                           d->deadline);
+                }
+            }
+            if (k == i)
+                continue;
+            const delivery *p = &h->d[k - 1];
+            uint32_t steps = d->deliv - p->deliv;
+            if (d->deliv == p->deliv) {
+                r->redelivered++;
+                r->unexplained++;
+                report("unexplained: item %u/%u delivered twice as delivery %u\n",
+                       (unsigned)(d->item >> 32), (unsigned)d->item, d->deliv);
+                continue;
+            }
+            r->redelivered += steps;
+            const char *why = NULL;
+            if (p->acked_final)
+                why = "after it was acked";
+            else if (d->received < p->deadline + (int64_t)(steps - 1) * LEASE_V)
+                why = "before the previous lease ended";
+            if (why != NULL) {
+                r->unexplained += steps;
+                report("unexplained: item %u/%u delivery %u (received at %" PRId64 ") %s "
+                       "(delivery %u, deadline %" PRId64 ")\n",
+                       (unsigned)(d->item >> 32), (unsigned)d->item, d->deliv, d->received, why,
+                       p->deliv, p->deadline);
+                continue;
+            }
+            r->explained += steps;
+            r->ex_unlogged += steps - 1;
+            if (p->expired)
+                r->ex_late++;
+            else
+                r->ex_killed++;
+        }
+        if (acks == 0) {
+            r->lost++;
+            report("lost: item %u/%u delivered %zu times, never acked\n",
+                   (unsigned)(first->item >> 32), (unsigned)first->item, j - i);
+        } else {
+            push_u64(&done, &ndone, &capdone, first->item);
+            if (acks > 1) {
+                r->unexplained += acks - 1;
+                report("unexplained: item %u/%u acked %zu times\n", (unsigned)(first->item >> 32),
+                       (unsigned)first->item, acks);
+            }
+        }
+        i = j;
+    }
+    /* done is in item order already (deliveries are sorted by item). */
+    for (size_t i = 0; i < h->no; i++) {
+        if (bsearch(&h->ok[i], done, ndone, sizeof(*done), cmp_u64) != NULL)
+            continue;
+        /* Never delivered at all (a delivered one without an ack is counted above). */
+        size_t lo = 0, hi = h->nd;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (h->d[mid].item < h->ok[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == h->nd || h->d[lo].item != h->ok[i]) {
+            r->lost++;
+            report("lost: acknowledged push %u/%u never delivered\n", (unsigned)(h->ok[i] >> 32),
+                   (unsigned)h->ok[i]);
+        }
+    }
+    free(done);
+}
+
+/* ---- the campaign -------------------------------------------------------------------------- */
+
+static result campaign(kvq_queue_type type, const char *name, int cycles, unsigned wflags)
+{
+    cur_type = type;
+    cur_wflags = wflags;
+    uint64_t hs = tq_seed;
+    for (const char *p = name; *p; p++)
+        hs = (hs ^ (uint8_t)*p) * 0x100000001b3ULL;
+    unsigned seed = (unsigned)(hs ^ (hs >> 32));
+    printf("# %s: %d cycles, seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", name, cycles,
+           tq_seed, tq_prog, tq_seed);
+    tq_mkdir();
+    kvq_db *db = open_db(tq_dir);
+    assert_non_null(db);
+    kvq_db_close(db);
+
+    result r;
+    memset(&r, 0, sizeof(r));
+    uint32_t incarnation = 1;
+    pid_t pids[NPROCS];
+    for (int i = 0; i < NPROCS; i++)
+        pids[i] = spawn(i, &incarnation);
+    int failed = 0;
+    for (int c = 0; c < cycles && !failed; c++) {
+        usleep((useconds_t)(50000 + rand_r(&seed) % 200000));
+        int all = c % 10 == 9;
+        int victim = (int)(rand_r(&seed) % NPROCS);
+        for (int i = 0; i < NPROCS; i++) {
+            if (!all && i != victim && rand_r(&seed) % 4 != 0)
+                continue;
+            kill(pids[i], SIGKILL);
+            int status;
+            waitpid(pids[i], &status, 0);
+            if (!WIFSIGNALED(status))
+                failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            r.kills++;
+            pids[i] = spawn(i, &incarnation);
+        }
+    }
+    for (int i = 0; i < NPROCS; i++) {
+        kill(pids[i], SIGKILL);
+        int status;
+        waitpid(pids[i], &status, 0);
+        if (!WIFSIGNALED(status) && failed == 0)
+            failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    if (failed != 0)
+        fail_msg("%s: a worker process failed by itself (exit %d); replay: %s --seed %" PRIu64,
+                 name, failed, tq_prog, tq_seed);
+
+    /* Drain with acks on a correct handle, with long leases; the leases of killed consumers
+     * run out meanwhile and their items come back. */
+    db = open_db(tq_dir);
+    assert_non_null(db);
+    kvq_queue *q;
+    kvq_workq *w;
+    assert_int_equal(open_wq(db, type, 0, &q, &w), 0);
+    int fd = open_log(tq_dir, "c.drain");
+    assert_true(fd >= 0);
+    kvq_buf b = KVQ_BUF_INIT;
+    int64_t end = kvq__mono_us() + DRAIN_US;
+    kvq_workq_metrics m;
+    for (;;) {
+        int rc = consume_one(db, w, fd, 0, NULL, 60000, 0, &b);
+        if (rc == 0) {
+            r.drained++;
+            continue;
+        }
+        if (rc != KVQ_ENOTFOUND)
+            fail_msg("drain: %s (%s)", kvq_errname(rc), kvq_last_error());
+        assert_ok(kvq_workq_get_metrics(w, &m));
+        if (m.ready == 0 && m.inflight == 0 && m.delayed == 0)
+            break;
+        if (kvq__mono_us() > end)
+            fail_msg("drain: still %" PRId64 " ready and %" PRId64 " in flight after %lld s "
+                     "(replay: %s --seed %" PRIu64 ")",
+                     m.ready, m.inflight, DRAIN_US / 1000000, tq_prog, tq_seed);
+        assert_ok(kvq_workq_recover(w, NULL));
+        kvq__sleep_us(20000);
+    }
+    close(fd);
+    kvq_buf_dispose(&b);
+    /* The counters survived the kills: nothing left anywhere. */
+    uint64_t len = 1;
+    assert_ok(kvq_queue_len(q, &len));
+    assert_int_equal(len, 0);
+    assert_int_equal(m.dead, 0);
+
+    /* The histories. */
+    history h;
+    memset(&h, 0, sizeof(h));
+    char path[400];
+    for (uint32_t inc = 1; inc < incarnation; inc++)
+        for (uint32_t slot = 0; slot < NPROCS; slot++) {
+            uint32_t id = inc << 4 | slot;
+            if (slot < PRODUCERS) {
+                snprintf(path, sizeof(path), "%s/p.%u", tq_dir, id);
+                read_producer_log(&h, path);
+                continue;
+            }
+            for (int t = 0; t < CTHREADS; t++) {
+                snprintf(path, sizeof(path), "%s/c.%u.%d", tq_dir, id, t);
+                read_consumer_log(&h, path);
+            }
+        }
+    snprintf(path, sizeof(path), "%s/c.drain", tq_dir);
+    read_consumer_log(&h, path);
+    marker_ctx mc = { q, &h, 0, 0, 0 };
+    assert_ok(kvq_db_transact(db, marker_body, &mc));
+    if (mc.logged_missing > 0)
+        fail_msg("%zu acked leases have no settled marker: the lookup that resolves unlogged "
+                 "acks is wrong",
+                 mc.logged_missing);
+    r.ack_info = mc.info;
+    r.ack_recovered = mc.recovered;
+    kvq_workq_close(w);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    check(&h, &r);
+
+    printf("crash: workload=%s cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu recovered=%zu "
+           "deliveries=%zu items=%zu consumer_acks=%zu redelivered=%zu explained=%zu "
+           "explained_killed=%zu explained_late_ack=%zu explained_unlogged=%zu late_acks=%zu "
+           "ack_info=%zu ack_recovered=%zu drained=%zu lost=%zu unexpected=%zu unexplained=%zu "
+           "broken_engine=%s seed=%" PRIu64 "\n",
+           name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.push_recovered,
+           r.deliveries, r.items, r.consumer_acks, r.redelivered, r.explained, r.ex_killed,
+           r.ex_late, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
+           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", tq_seed);
+    fflush(stdout);
+    free(h.d);
+    free(h.inv);
+    free(h.ok);
+    tq_rmdir();
+    return r;
+}
+
+static void check_clean(result r)
+{
+    assert_true(r.acked > 0);
+    assert_true(r.consumer_acks > 0);
+    assert_int_equal(r.lost, 0);
+    assert_int_equal(r.unexpected, 0);
+    assert_int_equal(r.unexplained, 0);
+    assert_int_equal(r.redelivered, r.explained);
+}
+
+static void test_durable(void **state)
+{
+    (void)state;
+    check_clean(
+        campaign(KVQ_QUEUE_DURABLE, "workq-at-least-once-durable", (int)kvq_test_scaled(20), 0));
+}
+
+static void test_priority(void **state)
+{
+    (void)state;
+    check_clean(
+        campaign(KVQ_QUEUE_PRIORITY, "workq-at-least-once-priority", (int)kvq_test_scaled(10), 0));
+}
+
+/* The check can fail: consumers whose upkeep ignores leases deliver items again early. */
+static void test_checker_catches_broken_leases(void **state)
+{
+    (void)state;
+    result r =
+        campaign(KVQ_QUEUE_DURABLE, "workq-at-least-once-broken", 10, KVQ_WORKQ_TEST_IGNORE_LEASES);
+    printf("# the at-least-once check %s the broken work queue (%zu unexplained)\n",
+           r.unexplained ? "caught" : "MISSED", r.unexplained);
+    assert_true(r.unexplained > 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 8 && strcmp(argv[1], "--wq-crash-child") == 0)
+        return child_main(argv);
+    tq_seed_init(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_durable),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_checker_catches_broken_leases),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
