@@ -158,6 +158,19 @@ static int spawn_child(const char *dir, int extra, const char *out)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char *argv[] = { (char *)self, "child", (char *)dir, extra_s, NULL };
+    /* LeakSanitizer needs descriptors of its own at exit (it reads /proc/self/task): a child
+     * left without any cannot run it, so it runs only where there are descriptors to spare. */
+    static char *saved;
+    static int have_saved;
+    if (!have_saved) {
+        const char *s = getenv("ASAN_OPTIONS");
+        saved = s != NULL ? strdup(s) : NULL;
+        have_saved = 1;
+    }
+    char opts[512];
+    snprintf(opts, sizeof(opts), "%s%sdetect_leaks=%d", saved ? saved : "", saved ? ":" : "",
+             extra >= 200 ? 1 : 0);
+    setenv("ASAN_OPTIONS", opts, 1);
     pid_t pid;
     int rc = posix_spawn(&pid, self, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
