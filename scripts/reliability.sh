@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The stages' line prefixes (TESTING.md, "What to report").
-pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|fuzz|valgrind|sanitizers): '
+pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|storagefaults|resources|pause|fuzz|valgrind|sanitizers): '
 
 summary() {
     local log="$1"

@@ -25,16 +25,21 @@ export -f run_one
 printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one "$@"' _ "$build" "$logs" {}
 errors=0
 failed=0
+skipped=0
 for t in "${tests[@]}"; do
     # The first process's summary is the test's own (forked children write their own lines).
     n="$(grep -o 'ERROR SUMMARY: [0-9]*' "$logs/$t.vg" | awk '{s += $3} END {print s + 0}')"
     rc="$(cat "$logs/$t.rc")"
     errors=$((errors + n))
-    if [ "$rc" != 0 ]; then
+    if [ "$rc" = 77 ]; then
+        # A test with a missing prerequisite reports itself skipped (tests/test_skip.c).
+        skipped=$((skipped + 1))
+        echo "valgrind: $t skipped: $(grep -h 'skipped' "$logs/$t.out" | tail -n 1)"
+    elif [ "$rc" != 0 ]; then
         failed=$((failed + 1))
         echo "valgrind: $t exited $rc ($n errors); its report:"
         cat "$logs/$t.vg" "$logs/$t.out" | tail -n 60
     fi
 done
-echo "valgrind: tests=${#tests[@]} errors=$errors failed=$failed"
+echo "valgrind: tests=${#tests[@]} errors=$errors failed=$failed skipped=$skipped"
 [ "$errors" = 0 ] && [ "$failed" = 0 ]

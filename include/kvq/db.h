@@ -81,6 +81,10 @@ enum {
      * while the database claims to be durable, so a commit is acknowledged before its WAL
      * frames are synced. */
     KVQ_TEST_ACK_BEFORE_SYNC = 1u << 2,
+    /** Embedded engine: a storage error while committing (a failed WAL write or sync, after
+     * which the commit may or may not survive) is reported as the definite KVQ_EIO instead of
+     * KVQ_ECOMMIT_UNKNOWN_RESULT. */
+    KVQ_TEST_IOERR_AS_DEFINITE = 1u << 3,
 };
 
 #define KVQ_DB_OPTIONS_VERSION 1

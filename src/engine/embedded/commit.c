@@ -349,7 +349,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
              * outcome unknown: say so rather than claim either. */
             int prim = src & 0xff;
             rc = emb_sqlite_error(e->writer, src, "committing");
-            if (prim == SQLITE_IOERR)
+            /* KVQ_TEST_IOERR_AS_DEFINITE is the test-only broken engine of the storage-fault
+             * checker (test_emb_storage_faults): it claims a definite failure. */
+            if (prim == SQLITE_IOERR && !(e->opts.test_flags & KVQ_TEST_IOERR_AS_DEFINITE))
                 rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
                                 "the storage failed while committing: %s",
                                 sqlite3_errmsg(e->writer));

@@ -91,6 +91,9 @@ typedef struct emb_db {
     /* Drain mode on a full disk (reserve.c); leader only. */
     int drain_only;
     int64_t drain_checked_us;
+    /* The reserve could not be taken for a reason other than space (no descriptor left, ...):
+     * writes go on without it, and it is taken again at the next chance (reserve.c). */
+    int reserve_missing;
 
     /* Checkpoints run by the leader (ckpt.c). */
     uint64_t n_checkpoints;
@@ -312,7 +315,7 @@ void emb_rv_commit_end(emb_db *e);
 void emb_reserve_open(emb_db *e);
 /* Frees the reserve and enters drain mode; returns 1 if space was freed. */
 int emb_reserve_release(emb_db *e);
-/* In drain mode, takes the reserve back once the disk has room. */
+/* In drain mode, takes the reserve back once the disk has room; takes a missing reserve. */
 void emb_reserve_refresh(emb_db *e);
 /* Does the transaction write keys (rather than only clear or update)? */
 int emb_txn_grows(const emb_txn *t);

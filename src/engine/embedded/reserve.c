@@ -25,20 +25,34 @@ static void reserve_path(emb_db *e, char *buf, size_t n)
     snprintf(buf, n, "%s/kvq.reserve", e->dir);
 }
 
-/* Allocates the reserve file; 0 on success (or when the disk has no room, which leaves the
- * database in drain mode). */
+/* Allocates the reserve file. Returns 0, or the errno of the failure. */
 static int reserve_take(emb_db *e)
 {
     char path[4096];
     reserve_path(e, path, sizeof(path));
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, e->opts.file_mode);
     if (fd < 0)
-        return -1;
+        return errno != 0 ? errno : EIO;
     int rc = posix_fallocate(fd, 0, RESERVE_BYTES);
     if (rc == 0)
         fdatasync(fd);
     close(fd);
-    return rc == 0 ? 0 : -1;
+    return rc;
+}
+
+/* Only a lack of space means the disk is full. Any other failure to take the reserve (no file
+ * descriptor left, EMFILE; a file system that cannot preallocate) must not refuse writes with
+ * "the disk is full": the database goes on without a reserve and tries again later. */
+static void reserve_failed(emb_db *e, int err)
+{
+    e->drain_checked_us = kvq__mono_us();
+    if (err == ENOSPC || err == EDQUOT) {
+        e->drain_only = 1;
+        e->reserve_missing = 0;
+    } else {
+        e->drain_only = 0;
+        e->reserve_missing = 1;
+    }
 }
 
 void emb_reserve_open(emb_db *e)
@@ -50,10 +64,9 @@ void emb_reserve_open(emb_db *e)
     struct stat st;
     if (stat(path, &st) == 0 && st.st_size >= RESERVE_BYTES)
         return;
-    if (reserve_take(e) != 0) {
-        e->drain_only = 1;
-        e->drain_checked_us = kvq__mono_us();
-    }
+    int err = reserve_take(e);
+    if (err != 0)
+        reserve_failed(e, err);
 }
 
 int emb_reserve_release(emb_db *e)
@@ -76,20 +89,27 @@ int emb_reserve_release(emb_db *e)
 
 void emb_reserve_refresh(emb_db *e)
 {
-    if (!e->drain_only)
+    if (!e->drain_only && !e->reserve_missing)
         return;
     int64_t now = kvq__mono_us();
     if (now - e->drain_checked_us < RECHECK_US)
         return;
     e->drain_checked_us = now;
-    struct statvfs vfs;
-    if (statvfs(e->dir, &vfs) != 0)
-        return;
-    unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-    if (avail < RESERVE_BYTES + 1024 * 1024)
-        return;
-    if (reserve_take(e) == 0)
+    if (e->drain_only) {
+        struct statvfs vfs;
+        if (statvfs(e->dir, &vfs) != 0)
+            return;
+        unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+        if (avail < RESERVE_BYTES + 1024 * 1024)
+            return;
+    }
+    int err = reserve_take(e);
+    if (err == 0) {
         e->drain_only = 0;
+        e->reserve_missing = 0;
+    } else {
+        reserve_failed(e, err);
+    }
 }
 
 int emb_txn_grows(const emb_txn *t)

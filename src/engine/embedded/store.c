@@ -19,6 +19,14 @@ int emb_sqlite_error(sqlite3 *db, int src, const char *what)
 {
     int prim = src & 0xff;
     const char *msg = db != NULL ? sqlite3_errmsg(db) : sqlite3_errstr(src);
+    /* SQLite's messages for failed system calls ("unable to open database file", "disk I/O
+     * error") do not say why: add the system's reason (say, "Too many open files"). */
+    char detail[512];
+    int sys = db != NULL ? sqlite3_system_errno(db) : 0;
+    if (sys != 0 && (prim == SQLITE_CANTOPEN || prim == SQLITE_IOERR || prim == SQLITE_FULL)) {
+        snprintf(detail, sizeof(detail), "%s: %s", msg, strerror(sys));
+        msg = detail;
+    }
     switch (prim) {
     case SQLITE_NOMEM:
         return kvq__error(KVQ_ENOMEM, "%s: out of memory (%s)", what, msg);
