@@ -41,9 +41,9 @@ static int read_int(emb_db *e, sqlite3_stmt *st, int64_t *out, const char *what)
 {
     int src = sqlite3_step(st);
     int rc = 0;
-    if (src == SQLITE_ROW)
+    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         *out = sqlite3_column_int64(st, 0);
-    else if (src == SQLITE_DONE)
+    else if (src == SQLITE_ROW || src == SQLITE_DONE)
         rc = kvq__error(KVQ_EDAMAGED, "%s: record missing", what);
     else
         rc = emb_sqlite_error(e->writer, src, what);
@@ -200,6 +200,19 @@ static int log_writes(emb_db *e, emb_txn *t, int64_t version, int64_t *seq)
     return 0;
 }
 
+static int log_empty(emb_db *e, int64_t version)
+{
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st = e->w_wlog_put;
+    sqlite3_bind_int64(st, 1, version);
+    sqlite3_bind_int64(st, 2, 0);
+    sqlite3_bind_blob(st, 3, z, 0, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 4, z, 0, SQLITE_STATIC);
+    return step_done(e, st, "recording the version");
+}
+
+/* Removes the log's entries older than the window. The newest entry is never removed (it is
+ * the database's version): it belongs to this batch, which is younger than the cut. */
 static int prune(emb_db *e, int64_t version)
 {
     int64_t floor = version - WLOG_KEEP_VERSIONS;
@@ -335,8 +348,11 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
         applied++;
     }
     if (rc == 0 && applied > 0) {
-        sqlite3_bind_int64(e->w_set_version, 1, version);
-        rc = step_done(e, e->w_set_version, "recording the version");
+        /* The database's version is the newest version in the log (format 2), so it costs no
+         * page of its own: a batch that logged no range (versionstamped keys only) logs an
+         * empty one, which conflicts with nothing, to record its version. */
+        if (seq == 0)
+            rc = log_empty(e, version);
         if (rc == 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
             e->commits_since_prune = 0;
             rc = prune(e, version);

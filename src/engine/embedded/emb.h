@@ -83,8 +83,8 @@ typedef struct emb_db {
     emb_commit_req *queue_head, *queue_tail;
     int leader_active;
     sqlite3 *writer;
-    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_set_version, *w_wlog_scan,
-        *w_wlog_put, *w_meta_get, *w_meta_put;
+    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_wlog_scan, *w_wlog_put,
+        *w_meta_get, *w_meta_put;
     uint64_t commits_since_prune;
     int64_t wlog_floor;
 
