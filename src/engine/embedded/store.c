@@ -11,10 +11,11 @@
 
 #include "emb.h"
 
-/* The layout of data.db (meta 'format'). 1: the version in a meta row; 2: the version is the
- * newest entry of wlog, so a commit writes no meta page. A database of another format is
- * refused at open (no format before 2 was released). */
-#define FORMAT_VERSION  2
+/* The layout of data.db (meta 'format'). 1: the version in a meta row, one wlog row per write
+ * range; 2: the version is the newest entry of wlog, so a commit writes no meta page; 3: one
+ * wlog row per batch, a rowid table keyed by the version. A database of another format is
+ * refused at open (no format before 3 was released). */
+#define FORMAT_VERSION  3
 #define MARKER_TEXT     "kvq database\nformat 1\n"
 #define BUSY_TIMEOUT_MS 30000
 
@@ -251,10 +252,9 @@ static int prepare_writer(emb_db *e)
     if (rc == 0)
         rc = prepare(db, "SELECT max(version) FROM wlog", &e->w_version);
     if (rc == 0)
-        rc = prepare(db, "SELECT b, e FROM wlog WHERE version > ?1", &e->w_wlog_scan);
+        rc = prepare(db, "SELECT ranges FROM wlog WHERE version > ?1", &e->w_wlog_scan);
     if (rc == 0)
-        rc = prepare(db, "INSERT INTO wlog(version, seq, b, e) VALUES (?1, ?2, ?3, ?4)",
-                     &e->w_wlog_put);
+        rc = prepare(db, "INSERT INTO wlog(version, ranges) VALUES (?1, ?2)", &e->w_wlog_put);
     if (rc == 0)
         rc = prepare(db, "SELECT value FROM meta WHERE name = ?1", &e->w_meta_get);
     if (rc == 0)
@@ -268,11 +268,10 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS kv(key BLOB PRIMARY KEY, value BLOB NOT NULL,"
     " crc INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS wlog(version INTEGER NOT NULL, seq INTEGER NOT NULL,"
-    " b BLOB NOT NULL, e BLOB NOT NULL, PRIMARY KEY(version, seq)) WITHOUT ROWID;"
-    "INSERT OR IGNORE INTO meta(name, value) VALUES ('format', 2);"
+    "CREATE TABLE IF NOT EXISTS wlog(version INTEGER PRIMARY KEY, ranges BLOB NOT NULL);"
+    "INSERT OR IGNORE INTO meta(name, value) VALUES ('format', 3);"
     /* The database's version is the newest version in wlog; this row is version 0. */
-    "INSERT OR IGNORE INTO wlog(version, seq, b, e) VALUES (0, 0, x'', x'');"
+    "INSERT OR IGNORE INTO wlog(version, ranges) VALUES (0, x'');"
     "INSERT OR IGNORE INTO meta(name, value) VALUES ('wlog_floor', 0);"
     "COMMIT;";
 
