@@ -6,7 +6,7 @@
  * the table or index it belongs to. A raw SQLite table queue (bench/compare's: INSERT, and
  * DELETE ... WHERE id = (SELECT min(id)) RETURNING) is measured the same way for comparison.
  *
- *   wal_pages [--n N] [--dir DIR] [--size B] [--only kvq|sqlite]
+ *   wal_pages [--n N] [--dir DIR] [--size B] [--only kvq|sqlite] [--no-scan]
  *
  * Prints, per operation kind, commits per operation, WAL frames per commit and the frames per
  * operation of each table. A checkpoint restarts the WAL; the tool notices the new salt and
@@ -36,6 +36,7 @@ typedef struct walpos {
 } walpos;
 
 static char wal_path[700], db_path[700];
+static int no_scan; /* --no-scan: only run the operations (for strace -c) */
 static uint32_t page_size = 4096;
 
 static uint32_t be32(const uint8_t *p)
@@ -134,6 +135,8 @@ static const char *cell_kind(const uint8_t *pg, uint32_t i)
 /* Counts the frames appended since pos into t. */
 static void scan_wal(sqlite3 *ro, walpos *pos, tally *t)
 {
+    if (no_scan)
+        return;
     int fd = open(wal_path, O_RDONLY);
     if (fd < 0)
         return;
@@ -331,8 +334,10 @@ int main(int argc, char **argv)
             dir = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--no-scan") == 0)
+            no_scan = 1;
         else {
-            fprintf(stderr, "usage: wal_pages [--n N] [--size B] [--dir DIR] [--only kvq|sqlite]\n");
+            fprintf(stderr, "usage: wal_pages [--n N] [--size B] [--dir DIR] [--only kvq|sqlite] [--no-scan]\n");
             return 2;
         }
     }
