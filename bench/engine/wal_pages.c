@@ -9,13 +9,15 @@
  *   wal_pages [--n N] [--dir DIR] [--size B] [--only kvq|sqlite] [--no-scan]
  *
  * Prints, per operation kind, commits per operation, WAL frames per commit and the frames per
- * operation of each table. A checkpoint restarts the WAL; the tool notices the new salt and
+ * operation of each table. With --no-scan it only runs and times the operations, one at a time,
+ * kvq's then raw SQLite's on the same disk (the ratio of the two is the figure to compare). A checkpoint restarts the WAL; the tool notices the new salt and
  * counts from the start again, so nothing is lost or counted twice. */
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvq/kvq.h"
@@ -25,6 +27,7 @@
 typedef struct tally {
     const char *what;
     long ops, commits, frames;
+    double secs; /* time the operations took (with --no-scan: nothing else is timed) */
     char names[MAX_NAMES][64];
     long counts[MAX_NAMES];
     int n_names;
@@ -182,8 +185,20 @@ static void scan_wal(sqlite3 *ro, walpos *pos, tally *t)
     close(fd);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void print_tally(const tally *t)
 {
+    if (no_scan) {
+        printf("%s: %ld operations, %.0f per second\n", t->what, t->ops,
+               (double)t->ops / t->secs);
+        return;
+    }
     printf("\n%s: %ld operations, %.2f commits per operation, %.2f WAL frames (pages) per "
            "commit, %.2f per operation\n",
            t->what, t->ops, (double)t->commits / (double)t->ops,
@@ -240,6 +255,7 @@ static void run_kvq(const char *base, long n, size_t size)
     tally dummy = { 0 }, push = { .what = "kvq durable queue, kvq_queue_push" },
           pop = { .what = "kvq durable queue, kvq_queue_pop" };
     scan_wal(ro, &pos, &dummy);
+    double t0 = now_s();
     for (long i = 0; i < n; i++) {
         memcpy(val, &i, sizeof(i) < size ? sizeof(i) : size);
         if ((rc = kvq_queue_push(q, val, size)) != 0)
@@ -247,12 +263,15 @@ static void run_kvq(const char *base, long n, size_t size)
         push.ops++;
         scan_wal(ro, &pos, &push);
     }
+    double t1 = now_s();
     for (long i = 0; i < n; i++) {
         if ((rc = kvq_queue_pop(q, &out)) != 0)
             die_kvq("pop", rc);
         pop.ops++;
         scan_wal(ro, &pos, &pop);
     }
+    push.secs = t1 - t0;
+    pop.secs = now_s() - t1;
     print_tally(&push);
     print_tally(&pop);
     sqlite3_finalize(owner_st);
@@ -296,6 +315,7 @@ static void run_sqlite(const char *base, long n, size_t size)
     tally dummy = { 0 }, push = { .what = "raw SQLite table queue, INSERT" },
           pop = { .what = "raw SQLite table queue, DELETE ... RETURNING" };
     scan_wal(ro, &pos, &dummy);
+    double t0 = now_s();
     for (long i = 0; i < n; i++) {
         sqlite3_bind_blob(ins, 1, val, (int)size, SQLITE_STATIC);
         sqlite3_step(ins);
@@ -303,12 +323,15 @@ static void run_sqlite(const char *base, long n, size_t size)
         push.ops++;
         scan_wal(ro, &pos, &push);
     }
+    double t1 = now_s();
     for (long i = 0; i < n; i++) {
         sqlite3_step(del);
         sqlite3_reset(del);
         pop.ops++;
         scan_wal(ro, &pos, &pop);
     }
+    push.secs = t1 - t0;
+    pop.secs = now_s() - t1;
     print_tally(&push);
     print_tally(&pop);
     sqlite3_finalize(owner_st);
