@@ -10,7 +10,8 @@
  *
  * Prints, per operation kind, commits per operation, WAL frames per commit and the frames per
  * operation of each table. With --no-scan it only runs and times the operations, one at a time,
- * kvq's then raw SQLite's on the same disk (the ratio of the two is the figure to compare). A checkpoint restarts the WAL; the tool notices the new salt and
+ * kvq's and raw SQLite's interleaved in chunks of 50 on the same disk (the ratio of the two is
+ * the figure to compare); with --only as well, just that system's, untimed by the other. A checkpoint restarts the WAL; the tool notices the new salt and
  * counts from the start again, so nothing is lost or counted twice. */
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -343,6 +344,81 @@ static void run_sqlite(const char *base, long n, size_t size)
     free(val);
 }
 
+/* --no-scan: kvq's queue and raw SQLite's, interleaved in chunks of 50 operations (kvq first in
+ * even chunks, SQLite first in odd ones), so that both see the same disk; each is timed. */
+static void run_interleaved(const char *base, long n, size_t size)
+{
+    char dir[560], raw[560];
+    snprintf(dir, sizeof(dir), "%s/kvq", base);
+    snprintf(raw, sizeof(raw), "%s/raw.db", base);
+    kvq_db *db;
+    kvq_queue *q;
+    int rc = kvq_db_open(&db, dir, NULL);
+    if (rc != 0)
+        die_kvq("open", rc);
+    rc = kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL);
+    if (rc != 0)
+        die_kvq("queue", rc);
+    sqlite3 *sdb;
+    sqlite3_stmt *ins, *del;
+    if (sqlite3_open(raw, &sdb) != SQLITE_OK ||
+        sqlite3_exec(sdb,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                     "CREATE TABLE q (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(sdb, "INSERT INTO q(body) VALUES (?1)", -1, &ins, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(sdb, "DELETE FROM q WHERE id = (SELECT min(id) FROM q) RETURNING body",
+                           -1, &del, NULL) != SQLITE_OK) {
+        fprintf(stderr, "sqlite: %s\n", sqlite3_errmsg(sdb));
+        exit(1);
+    }
+    uint8_t *val = calloc(1, size);
+    kvq_buf out = KVQ_BUF_INIT;
+    tally t[4] = { { .what = "kvq durable queue, kvq_queue_push" },
+                   { .what = "kvq durable queue, kvq_queue_pop" },
+                   { .what = "raw SQLite table queue, INSERT" },
+                   { .what = "raw SQLite table queue, DELETE ... RETURNING" } };
+    const long chunk = 50;
+    for (int phase = 0; phase < 2; phase++) {
+        for (long c = 0; c * chunk < n; c++) {
+            for (int k = 0; k < 2; k++) {
+                int sys = (int)((c + k) % 2); /* 0 kvq, 1 SQLite */
+                tally *x = &t[sys * 2 + phase];
+                double t0 = now_s();
+                for (long i = 0; i < chunk; i++) {
+                    if (sys == 0 && phase == 0)
+                        rc = kvq_queue_push(q, val, size);
+                    else if (sys == 0)
+                        rc = kvq_queue_pop(q, &out);
+                    if (sys == 0 && rc != 0)
+                        die_kvq(phase == 0 ? "push" : "pop", rc);
+                    if (sys == 1) {
+                        sqlite3_stmt *st = phase == 0 ? ins : del;
+                        if (phase == 0)
+                            sqlite3_bind_blob(ins, 1, val, (int)size, SQLITE_STATIC);
+                        if (sqlite3_step(st) == SQLITE_ERROR) {
+                            fprintf(stderr, "sqlite: %s\n", sqlite3_errmsg(sdb));
+                            exit(1);
+                        }
+                        sqlite3_reset(st);
+                    }
+                    x->ops++;
+                }
+                x->secs += now_s() - t0;
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        print_tally(&t[i]);
+    kvq_buf_dispose(&out);
+    free(val);
+    sqlite3_finalize(ins);
+    sqlite3_finalize(del);
+    sqlite3_close(sdb);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+}
+
 int main(int argc, char **argv)
 {
     long n = 2000;
@@ -375,9 +451,13 @@ int main(int argc, char **argv)
     }
     printf("WAL frames written per operation, %zu-byte values, %ld pushes then %ld pops\n", size,
            n, n);
-    if (strcmp(only, "sqlite") != 0)
+    if (no_scan && only[0] == '\0')
+        run_interleaved(base, n, size);
+    else if (strcmp(only, "sqlite") != 0)
         run_kvq(base, n, size);
-    if (strcmp(only, "kvq") != 0)
+    if (!no_scan && strcmp(only, "kvq") != 0)
+        run_sqlite(base, n, size);
+    else if (no_scan && strcmp(only, "sqlite") == 0)
         run_sqlite(base, n, size);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
