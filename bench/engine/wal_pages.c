@@ -11,8 +11,9 @@
  * Prints, per operation kind, commits per operation, WAL frames per commit and the frames per
  * operation of each table. With --no-scan it only runs and times the operations, one at a time,
  * kvq's and raw SQLite's interleaved in chunks of 50 on the same disk (the ratio of the two is
- * the figure to compare); with --only as well, just that system's, untimed by the other. A checkpoint restarts the WAL; the tool notices the new salt and
- * counts from the start again, so nothing is lost or counted twice. */
+ * the figure to compare); with --only as well, just that system's, untimed by the other. A
+ * checkpoint restarts the WAL; the tool notices the new salt and counts from the start again, so
+ * nothing is lost or counted twice. */
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -68,9 +69,8 @@ static sqlite3_stmt *owner_st;
 static void page_owner(sqlite3 *ro, uint32_t pgno, char *out, size_t cap)
 {
     sqlite3_stmt *st = owner_st;
-    if (st == NULL &&
-        sqlite3_prepare_v2(ro, "SELECT name, pagetype FROM dbstat WHERE pageno = ?1", -1, &st,
-                           NULL) != SQLITE_OK) {
+    if (st == NULL && sqlite3_prepare_v2(ro, "SELECT name, pagetype FROM dbstat WHERE pageno = ?1",
+                                         -1, &st, NULL) != SQLITE_OK) {
         fprintf(stderr, "dbstat: %s\n", sqlite3_errmsg(ro));
         exit(1);
     }
@@ -196,8 +196,7 @@ static double now_s(void)
 static void print_tally(const tally *t)
 {
     if (no_scan) {
-        printf("%s: %ld operations, %.0f per second\n", t->what, t->ops,
-               (double)t->ops / t->secs);
+        printf("%s: %ld operations, %.0f per second\n", t->what, t->ops, (double)t->ops / t->secs);
         return;
     }
     printf("\n%s: %ld operations, %.2f commits per operation, %.2f WAL frames (pages) per "
@@ -436,7 +435,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--no-scan") == 0)
             no_scan = 1;
         else {
-            fprintf(stderr, "usage: wal_pages [--n N] [--size B] [--dir DIR] [--only kvq|sqlite] [--no-scan]\n");
+            fprintf(stderr, "usage: wal_pages [--n N] [--size B] [--dir DIR] [--only kvq|sqlite] "
+                            "[--no-scan]\n");
             return 2;
         }
     }
@@ -449,8 +449,8 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
-    printf("WAL frames written per operation, %zu-byte values, %ld pushes then %ld pops\n", size,
-           n, n);
+    printf("WAL frames written per operation, %zu-byte values, %ld pushes then %ld pops\n", size, n,
+           n);
     if (no_scan && only[0] == '\0')
         run_interleaved(base, n, size);
     else if (strcmp(only, "sqlite") != 0)

@@ -361,8 +361,9 @@ static void test_old_format_refused(void **state)
     snprintf(file, sizeof(file), "%s/data.db", dir);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(file, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "UPDATE meta SET value = 1 WHERE name = 'format';"
-                                      "PRAGMA wal_checkpoint(TRUNCATE);",
+    assert_int_equal(sqlite3_exec(db,
+                                  "UPDATE meta SET value = 1 WHERE name = 'format';"
+                                  "PRAGMA wal_checkpoint(TRUNCATE);",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(db);

@@ -577,9 +577,9 @@ static void emb_close(void *ep)
         e->pool = c->next;
         conn_close(c);
     }
-    sqlite3_stmt *stmts[] = { e->w_get,       e->w_put,       e->w_del,      e->w_del_range,
-                              e->w_version,   e->w_wlog_scan, e->w_wlog_put, e->w_meta_get,
-                              e->w_meta_put };
+    sqlite3_stmt *stmts[] = { e->w_get,       e->w_put,      e->w_del,
+                              e->w_del_range, e->w_version,  e->w_wlog_scan,
+                              e->w_wlog_put,  e->w_meta_get, e->w_meta_put };
     for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++)
         sqlite3_finalize(stmts[i]);
     if (e->writer != NULL)
