@@ -3,7 +3,8 @@
  *
  * Files in the database directory:
  *   data.db (+ -wal, -shm)  SQLite, WAL mode: the kv table, kvq's meta table and the log of
- *                           recent write-conflict ranges (wlog)
+ *                           recent write-conflict ranges (wlog, one row per batch, keyed by
+ *                           its version; the newest is the database's version)
  *   kvq.marker              written once the database is complete; with it present, a missing
  *                           or damaged data.db is reported, never re-created empty
  *   kvq.lock                kvq's cross-process commit lock (flock)
