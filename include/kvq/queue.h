@@ -447,11 +447,11 @@ KVQ_API KVQ_NODISCARD int kvq_queue_produce(kvq_queue *q,
  * kvq_queue_token_apply_txn in every attempt.
  */
 typedef struct kvq_queue_token {
-    uint8_t id[16]; /**< random */
+    uint8_t id[16]; /**< the clock's microseconds (8 bytes, big-endian), then 8 random bytes */
     int64_t bucket; /**< the time bucket, fixed by the first attempt (-1 before) */
 } kvq_queue_token;
 
-/** Fills a token with a fresh random id. Returns 0, KVQ_EINVAL or KVQ_EIO. */
+/** Fills a token with a fresh id (time, then random bytes). Returns 0, KVQ_EINVAL or KVQ_EIO. */
 KVQ_API KVQ_NODISCARD int kvq_queue_token_init(kvq_queue_token *tok);
 
 /**

@@ -89,6 +89,15 @@ int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name)
     return put_key(out, prefix, 0, &e, 1);
 }
 
+int kvq__q_new_id(uint8_t id[KVQ__ID_LEN])
+{
+    _Static_assert(KVQ__ID_LEN == 16, "an id is 8 bytes of time and 8 random bytes");
+    uint64_t t = (uint64_t)kvq__now_us();
+    for (int i = 0; i < 8; i++)
+        id[i] = (uint8_t)(t >> (56 - 8 * i));
+    return kvq__random_bytes(id + 8, 8);
+}
+
 int kvq__qk_mark(
     kvq_buf *out, kvq_bytes prefix, const char *tag, int64_t bucket, const uint8_t *id16)
 {

@@ -75,6 +75,10 @@ int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
 /* prefix + pack((priority,)) (the range of one priority is that + 00 .. + FF). */
 int kvq__qk_prio_prefix(kvq_buf *out, kvq_bytes prefix, int64_t priority);
 /* prefix + 0xFF + pack((tag, bucket, id16)), tag "m" or "r". */
+/* A new id for a marker, result slot or token: the clock's microseconds (8 bytes, big-endian)
+ * then 8 random bytes. Ids made later sort later, so a bucket's markers are appended at its end
+ * rather than scattered through it (one B-tree leaf written per push, seldom split). */
+int kvq__q_new_id(uint8_t id[KVQ__ID_LEN]);
 int kvq__qk_mark(
     kvq_buf *out, kvq_bytes prefix, const char *tag, int64_t bucket, const uint8_t *id16);
 /* prefix + 0xFF + pack((tag,)) and prefix + 0xFF + pack((tag, bucket)): pruning bounds. */

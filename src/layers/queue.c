@@ -626,7 +626,7 @@ int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap)
     o->tag = tag;
     o->bucket = -1;
     o->cap = cap;
-    int rc = kvq__random_bytes(o->id, sizeof(o->id));
+    int rc = kvq__q_new_id(o->id);
     if (rc != 0)
         return rc;
     if (cap > 0) {
@@ -1622,7 +1622,7 @@ int kvq_queue_token_init(kvq_queue_token *tok)
     if (tok == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_token_init: tok is NULL");
     tok->bucket = -1;
-    return kvq__random_bytes(tok->id, sizeof(tok->id));
+    return kvq__q_new_id(tok->id);
 }
 
 int kvq_queue_token_apply_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok, int *already)

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "kvq/kvq.h"
 
 static char base[64];
@@ -348,6 +350,66 @@ static void test_marker_damaged(void **state)
     assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
 }
 
+/* A database written by an earlier layout (format 1: the version in a meta row, a log row per
+ * write range) is refused with a clear error, not misread and not converted. */
+static void test_old_format_refused(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(file, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "UPDATE meta SET value = 1 WHERE name = 'format';"
+                                  "PRAGMA wal_checkpoint(TRUNCATE);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EUNSUPPORTED);
+    kvq_db *kdb;
+    assert_int_equal(kvq_db_open(&kdb, dir, NULL), KVQ_EUNSUPPORTED);
+    assert_non_null(strstr(kvq_last_error(), "database format 1"));
+    assert_null(kdb);
+}
+
+/* A malformed entry of the conflict log is reported as damage when a commit reads it, never
+ * read past its end. */
+static void test_log_entry_damaged(void **state)
+{
+    (void)state;
+    char dir[128], file[160];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    int64_t rv;
+    assert_int_equal(kvq_txn_get_read_version(&rv, t), 0);
+    kvq_bytes v;
+    int present;
+    assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)"k001", 4, 0), 0);
+    /* A log entry after the read version whose length field runs past its end. */
+    snprintf(file, sizeof(file), "%s/data.db", dir);
+    sqlite3 *s;
+    assert_int_equal(sqlite3_open(file, &s), SQLITE_OK);
+    char sql[200];
+    snprintf(sql, sizeof(sql), "INSERT INTO wlog(version, ranges) VALUES (%lld, x'ff000000')",
+             (long long)rv + 1000);
+    assert_int_equal(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(s);
+    assert_int_equal(kvq_txn_set(t, (const uint8_t *)"k001", 4, (const uint8_t *)"x", 1), 0);
+    bi.cases++;
+    assert_int_equal(kvq_txn_commit(t), KVQ_EDAMAGED);
+    bi.clean_errors++;
+    assert_non_null(strstr(kvq_last_error(), "conflict log"));
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+}
+
 static void test_path_is_a_file(void **state)
 {
     (void)state;
@@ -442,6 +504,8 @@ int main(void)
         cmocka_unit_test(test_truncated_to_half),
         cmocka_unit_test(test_data_file_missing),
         cmocka_unit_test(test_marker_damaged),
+        cmocka_unit_test(test_old_format_refused),
+        cmocka_unit_test(test_log_entry_damaged),
         cmocka_unit_test(test_path_is_a_file),
         cmocka_unit_test(test_missing_no_create),
         cmocka_unit_test(test_unreadable_as_other_user),

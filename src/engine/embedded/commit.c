@@ -19,6 +19,10 @@
 #define WLOG_KEEP_VERSIONS 6000000
 #define PRUNE_EVERY        512
 #define MAX_BATCH          512
+/* A batch's write ranges are one row of the log: its transactions' sizes (mutations and
+ * conflict ranges, each at most 10 MB) are kept under this, so the row stays far below SQLite's
+ * largest blob. */
+#define MAX_BATCH_BYTES (32u << 20)
 
 static int step_done(emb_db *e, sqlite3_stmt *st, const char *what)
 {
@@ -41,9 +45,9 @@ static int read_int(emb_db *e, sqlite3_stmt *st, int64_t *out, const char *what)
 {
     int src = sqlite3_step(st);
     int rc = 0;
-    if (src == SQLITE_ROW)
+    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         *out = sqlite3_column_int64(st, 0);
-    else if (src == SQLITE_DONE)
+    else if (src == SQLITE_ROW || src == SQLITE_DONE)
         rc = kvq__error(KVQ_EDAMAGED, "%s: record missing", what);
     else
         rc = emb_sqlite_error(e->writer, src, what);
@@ -51,16 +55,78 @@ static int read_int(emb_db *e, sqlite3_stmt *st, int64_t *out, const char *what)
     return rc;
 }
 
-/* Does any write range logged after rv intersect the transaction's read ranges? */
-static int has_conflict(emb_db *e, emb_txn *t, int *conflict)
+/* The log holds one row per batch: its version (the row's key) and the write ranges of every
+ * transaction it accepted, packed into one blob as (u32 LE length, begin, u32 LE length, end)
+ * for each range. One row per batch appends to the log's last page (a rowid table grows by
+ * adding pages at its end), where one row per range in a table keyed by (version, seq)
+ * rebalanced its last pages and rewrote their parent much more often. */
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void le32_put(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int log_append(kvq_buf *log, const emb_ranges *w)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < w->n; i++) {
+        const emb_str *s[2] = { &w->v[i].b, &w->v[i].e };
+        for (int j = 0; rc == 0 && j < 2; j++) {
+            uint8_t len[4];
+            le32_put(len, (uint32_t)s[j]->n);
+            rc = kvq_buf_append(log, len, 4);
+            if (rc == 0 && s[j]->n > 0)
+                rc = kvq_buf_append(log, s[j]->p, s[j]->n);
+        }
+    }
+    return rc == 0 ? 0 : kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+}
+
+/* Does a packed list of ranges intersect reads (normalized)? A malformed list is damage. */
+static int log_intersects(const emb_ranges *reads, const uint8_t *p, size_t n, int *hit)
+{
+    static const uint8_t z[1] = { 0 };
+    size_t off = 0;
+    *hit = 0;
+    while (off < n) {
+        const uint8_t *s[2];
+        size_t sn[2];
+        for (int j = 0; j < 2; j++) {
+            if (n - off < 4 || n - off - 4 < le32(p + off))
+                return kvq__error(KVQ_EDAMAGED,
+                                  "an entry of the conflict log is malformed: the database file "
+                                  "is damaged");
+            sn[j] = le32(p + off);
+            s[j] = sn[j] > 0 ? p + off + 4 : z;
+            off += 4 + sn[j];
+        }
+        if (emb_ranges_intersects(reads, s[0], sn[0], s[1], sn[1])) {
+            *hit = 1;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Does any write range logged after rv intersect the transaction's read ranges? `batch` holds
+ * the ranges of the transactions accepted earlier in this batch (not yet in the log). */
+static int has_conflict(emb_db *e, emb_txn *t, const kvq_buf *batch, int *conflict)
 {
     *conflict = 0;
     if (t->reads.n == 0)
         return 0;
     emb_ranges_normalize(&t->reads);
+    int rc = log_intersects(&t->reads, batch->data, batch->len, conflict);
+    if (rc != 0 || *conflict)
+        return rc;
     sqlite3_stmt *st = e->w_wlog_scan;
     sqlite3_bind_int64(st, 1, t->rv);
-    int rc = 0;
     for (;;) {
         int src = sqlite3_step(st);
         if (src == SQLITE_DONE)
@@ -69,15 +135,11 @@ static int has_conflict(emb_db *e, emb_txn *t, int *conflict)
             rc = emb_sqlite_error(e->writer, src, "checking conflicts");
             break;
         }
-        const uint8_t *b = sqlite3_column_blob(st, 0);
-        size_t bn = (size_t)sqlite3_column_bytes(st, 0);
-        const uint8_t *en = sqlite3_column_blob(st, 1);
-        size_t enn = (size_t)sqlite3_column_bytes(st, 1);
-        static const uint8_t z[1] = { 0 };
-        if (emb_ranges_intersects(&t->reads, b ? b : z, bn, en ? en : z, enn)) {
-            *conflict = 1;
+        const uint8_t *p = sqlite3_column_blob(st, 0);
+        size_t n = (size_t)sqlite3_column_bytes(st, 0);
+        rc = log_intersects(&t->reads, p, n, conflict);
+        if (rc != 0 || *conflict)
             break;
-        }
     }
     sqlite3_reset(st);
     return rc;
@@ -129,11 +191,6 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
     return rc;
 }
 
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Applies the transaction's mutations in the order they were made. */
 static int apply(emb_db *e, emb_txn *t)
 {
@@ -182,24 +239,21 @@ static int apply(emb_db *e, emb_txn *t)
     return rc;
 }
 
-static int log_writes(emb_db *e, emb_txn *t, int64_t version, int64_t *seq)
+/* Logs the batch: one row, keyed by its version, with the write ranges it accepted (none
+ * for a batch of versionstamped keys only: the row still records the database's version). */
+static int log_batch(emb_db *e, int64_t version, const kvq_buf *batch)
 {
     static const uint8_t z[1] = { 0 };
-    emb_ranges_normalize(&t->writes);
-    for (size_t i = 0; i < t->writes.n; i++) {
-        sqlite3_stmt *st = e->w_wlog_put;
-        const emb_range *r = &t->writes.v[i];
-        sqlite3_bind_int64(st, 1, version);
-        sqlite3_bind_int64(st, 2, (*seq)++);
-        sqlite3_bind_blob(st, 3, r->b.n ? r->b.p : z, (int)r->b.n, SQLITE_STATIC);
-        sqlite3_bind_blob(st, 4, r->e.n ? r->e.p : z, (int)r->e.n, SQLITE_STATIC);
-        int rc = step_done(e, st, "logging write ranges");
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
+    sqlite3_stmt *st = e->w_wlog_put;
+    sqlite3_bind_int64(st, 1, version);
+    sqlite3_bind_blob64(st, 2, batch->len ? batch->data : z, batch->len, SQLITE_STATIC);
+    int rc = step_done(e, st, "logging write ranges");
+    sqlite3_clear_bindings(st);
+    return rc;
 }
 
+/* Removes the log's rows older than the window. The newest row is never removed (it is the
+ * database's version): it belongs to this batch, which is younger than the cut. */
 static int prune(emb_db *e, int64_t version)
 {
     int64_t floor = version - WLOG_KEEP_VERSIONS;
@@ -276,7 +330,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
 
     int skip_check = (e->opts.test_flags & KVQ_TEST_SKIP_CONFLICT_CHECK) != 0;
     uint16_t order = 0;
-    int64_t seq = 0;
+    kvq_buf batch = KVQ_BUF_INIT;
     size_t applied = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         emb_commit_req *r = reqs[i];
@@ -290,7 +344,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
             }
             int conflict = 0;
             if (!skip_check) {
-                rc = has_conflict(e, t, &conflict);
+                rc = has_conflict(e, t, &batch, &conflict);
                 if (rc != 0)
                     break;
             }
@@ -321,8 +375,10 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
         s[9] = (uint8_t)order;
         order++;
         rc = apply(e, t);
-        if (rc == 0)
-            rc = log_writes(e, t, version, &seq);
+        if (rc == 0) {
+            emb_ranges_normalize(&t->writes);
+            rc = log_append(&batch, &t->writes);
+        }
         if (rc != 0)
             break;
         t->committed_version = version;
@@ -335,8 +391,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
         applied++;
     }
     if (rc == 0 && applied > 0) {
-        sqlite3_bind_int64(e->w_set_version, 1, version);
-        rc = step_done(e, e->w_set_version, "recording the version");
+        /* The database's version is the newest version in the log, so it costs no page of its
+         * own. */
+        rc = log_batch(e, version, &batch);
         if (rc == 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
             e->commits_since_prune = 0;
             rc = prune(e, version);
@@ -361,6 +418,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
     } else if (!sqlite3_get_autocommit(e->writer)) {
         exec_w(e, "ROLLBACK", "rolling back");
     }
+    kvq_buf_dispose(&batch);
     emb_rv_commit_end(e);
     if (rc == KVQ_ENOSPC && !e->drain_only && emb_reserve_release(e)) {
         /* Retry the whole batch in drain mode, on the space the reserve held. */
@@ -444,7 +502,10 @@ int emb_commit(void *tp)
             e->leader_active = 1;
             emb_commit_req *batch[MAX_BATCH];
             size_t n = 0;
-            while (e->queue_head != NULL && n < MAX_BATCH) {
+            size_t bytes = 0;
+            while (e->queue_head != NULL && n < MAX_BATCH &&
+                   (n == 0 || bytes + e->queue_head->t->size <= MAX_BATCH_BYTES)) {
+                bytes += e->queue_head->t->size;
                 batch[n++] = e->queue_head;
                 e->queue_head = e->queue_head->next;
             }

@@ -3,7 +3,8 @@
  *
  * Files in the database directory:
  *   data.db (+ -wal, -shm)  SQLite, WAL mode: the kv table, kvq's meta table and the log of
- *                           recent write-conflict ranges (wlog)
+ *                           recent write-conflict ranges (wlog, one row per batch, keyed by
+ *                           its version; the newest is the database's version)
  *   kvq.marker              written once the database is complete; with it present, a missing
  *                           or damaged data.db is reported, never re-created empty
  *   kvq.lock                kvq's cross-process commit lock (flock)
@@ -83,8 +84,8 @@ typedef struct emb_db {
     emb_commit_req *queue_head, *queue_tail;
     int leader_active;
     sqlite3 *writer;
-    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_set_version, *w_wlog_scan,
-        *w_wlog_put, *w_meta_get, *w_meta_put;
+    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_wlog_scan, *w_wlog_put,
+        *w_meta_get, *w_meta_put;
     uint64_t commits_since_prune;
     int64_t wlog_floor;
 

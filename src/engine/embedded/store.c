@@ -11,7 +11,11 @@
 
 #include "emb.h"
 
-#define FORMAT_VERSION  1
+/* The layout of data.db (meta 'format'). 1: the version in a meta row, one wlog row per write
+ * range; 2: the version is the newest entry of wlog, so a commit writes no meta page; 3: one
+ * wlog row per batch, a rowid table keyed by the version. A database of another format is
+ * refused at open (no format before 3 was released). */
+#define FORMAT_VERSION  3
 #define MARKER_TEXT     "kvq database\nformat 1\n"
 #define BUSY_TIMEOUT_MS 30000
 
@@ -155,7 +159,7 @@ int emb_conn_acquire(emb_db *e, emb_conn **out)
     if (rc == 0)
         rc = prepare(c->db, "ROLLBACK", &c->rollback);
     if (rc == 0)
-        rc = prepare(c->db, "SELECT value FROM meta WHERE name='version'", &c->version);
+        rc = prepare(c->db, "SELECT max(version) FROM wlog", &c->version);
     if (rc == 0)
         rc = prepare(c->db, "SELECT key, value, crc FROM kv WHERE key = ?1", &c->get);
     if (rc == 0)
@@ -254,14 +258,11 @@ static int prepare_writer(emb_db *e)
     if (rc == 0)
         rc = prepare(db, "DELETE FROM kv WHERE key >= ?1 AND key < ?2", &e->w_del_range);
     if (rc == 0)
-        rc = prepare(db, "SELECT value FROM meta WHERE name='version'", &e->w_version);
+        rc = prepare(db, "SELECT max(version) FROM wlog", &e->w_version);
     if (rc == 0)
-        rc = prepare(db, "UPDATE meta SET value = ?1 WHERE name='version'", &e->w_set_version);
+        rc = prepare(db, "SELECT ranges FROM wlog WHERE version > ?1", &e->w_wlog_scan);
     if (rc == 0)
-        rc = prepare(db, "SELECT b, e FROM wlog WHERE version > ?1", &e->w_wlog_scan);
-    if (rc == 0)
-        rc = prepare(db, "INSERT INTO wlog(version, seq, b, e) VALUES (?1, ?2, ?3, ?4)",
-                     &e->w_wlog_put);
+        rc = prepare(db, "INSERT INTO wlog(version, ranges) VALUES (?1, ?2)", &e->w_wlog_put);
     if (rc == 0)
         rc = prepare(db, "SELECT value FROM meta WHERE name = ?1", &e->w_meta_get);
     if (rc == 0)
@@ -275,10 +276,10 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS kv(key BLOB PRIMARY KEY, value BLOB NOT NULL,"
     " crc INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS wlog(version INTEGER NOT NULL, seq INTEGER NOT NULL,"
-    " b BLOB NOT NULL, e BLOB NOT NULL, PRIMARY KEY(version, seq)) WITHOUT ROWID;"
-    "INSERT OR IGNORE INTO meta(name, value) VALUES ('format', 1);"
-    "INSERT OR IGNORE INTO meta(name, value) VALUES ('version', 0);"
+    "CREATE TABLE IF NOT EXISTS wlog(version INTEGER PRIMARY KEY, ranges BLOB NOT NULL);"
+    "INSERT OR IGNORE INTO meta(name, value) VALUES ('format', 3);"
+    /* The database's version is the newest version in wlog; this row is version 0. */
+    "INSERT OR IGNORE INTO wlog(version, ranges) VALUES (0, x'');"
     "INSERT OR IGNORE INTO meta(name, value) VALUES ('wlog_floor', 0);"
     "COMMIT;";
 
@@ -408,8 +409,11 @@ static int check_meta(emb_db *e)
     int code = 0;
     if (rc == SQLITE_ROW) {
         if (sqlite3_column_int64(st, 0) != FORMAT_VERSION)
-            code = kvq__error(KVQ_EDAMAGED, "%s has format %lld; this kvq reads format %d", e->path,
-                              (long long)sqlite3_column_int64(st, 0), FORMAT_VERSION);
+            code = kvq__error(KVQ_EUNSUPPORTED,
+                              "%s has database format %lld; this kvq reads format %d only (a "
+                              "database written by another version of kvq is refused, never "
+                              "converted)",
+                              e->path, (long long)sqlite3_column_int64(st, 0), FORMAT_VERSION);
     } else if (rc == SQLITE_DONE) {
         code =
             kvq__error(KVQ_EDAMAGED, "%s has no format record: the database is damaged", e->path);
@@ -581,9 +585,9 @@ static void emb_close(void *ep)
         e->pool = c->next;
         conn_close(c);
     }
-    sqlite3_stmt *stmts[] = { e->w_get,      e->w_put,         e->w_del,       e->w_del_range,
-                              e->w_version,  e->w_set_version, e->w_wlog_scan, e->w_wlog_put,
-                              e->w_meta_get, e->w_meta_put };
+    sqlite3_stmt *stmts[] = { e->w_get,       e->w_put,      e->w_del,
+                              e->w_del_range, e->w_version,  e->w_wlog_scan,
+                              e->w_wlog_put,  e->w_meta_get, e->w_meta_put };
     for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++)
         sqlite3_finalize(stmts[i]);
     if (e->writer != NULL)

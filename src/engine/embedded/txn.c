@@ -160,10 +160,13 @@ static int ensure_rv(emb_txn *t)
         t->conn = NULL;
         return rc;
     }
+    /* The stored version is the newest version in the write log (max() of its key: one
+     * descent of the log's B-tree). An empty log has lost its version record. */
     src = sqlite3_step(t->conn->version);
-    if (src != SQLITE_ROW) {
-        rc = src == SQLITE_DONE ? kvq__error(KVQ_EDAMAGED, "the database has no version record")
-                                : emb_sqlite_error(t->conn->db, src, "reading the version");
+    if (src != SQLITE_ROW || sqlite3_column_type(t->conn->version, 0) == SQLITE_NULL) {
+        rc = src == SQLITE_ROW || src == SQLITE_DONE
+                 ? kvq__error(KVQ_EDAMAGED, "the database has no version record")
+                 : emb_sqlite_error(t->conn->db, src, "reading the version");
         sqlite3_reset(t->conn->version);
         emb_txn_end_read(t);
         return rc;
