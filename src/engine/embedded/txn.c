@@ -137,6 +137,9 @@ static int check_state(emb_txn *t)
 }
 
 /* Starts the SQLite read transaction whose snapshot is this transaction's read version. */
+/* How many times a read that SQLite refuses transiently is started again (about 0.4 s). */
+#define READ_START_RETRIES 50
+
 static int ensure_rv(emb_txn *t)
 {
     if (t->has_rv) {
@@ -145,24 +148,38 @@ static int ensure_rv(emb_txn *t)
                               "the transaction's read version is more than 5 seconds old");
         return 0;
     }
-    int rc = emb_conn_acquire(t->e, &t->conn);
-    if (rc != 0)
-        return rc;
-    /* The snapshot is fixed by the first read after BEGIN, the version's SELECT; the read
-     * version handed out may be later than the stored one, by the clock (rv.c). */
+    int rc, src;
     emb_rv_probe probe;
-    emb_rv_before_snapshot(t->e, &probe);
-    int src = sqlite3_step(t->conn->begin);
-    sqlite3_reset(t->conn->begin);
-    if (src != SQLITE_DONE) {
-        rc = emb_sqlite_error(t->conn->db, src, "starting a read");
-        emb_conn_release(t->e, t->conn);
-        t->conn = NULL;
-        return rc;
+    /* SQLite may refuse to start a WAL read for a moment under heavy contention
+     * (SQLITE_PROTOCOL, after its own retries) or while a connection recovers the WAL
+     * (SQLITE_BUSY): both are transient, so try again a few times before reporting them. */
+    for (int attempt = 0;; attempt++) {
+        rc = emb_conn_acquire(t->e, &t->conn);
+        if (rc != 0)
+            return rc;
+        /* The snapshot is fixed by the first read after BEGIN, the version's SELECT; the read
+         * version handed out may be later than the stored one, by the clock (rv.c). */
+        emb_rv_before_snapshot(t->e, &probe);
+        src = sqlite3_step(t->conn->begin);
+        sqlite3_reset(t->conn->begin);
+        if (src != SQLITE_DONE) {
+            rc = emb_sqlite_error(t->conn->db, src, "starting a read");
+            emb_conn_release(t->e, t->conn);
+            t->conn = NULL;
+            return rc;
+        }
+        /* The stored version is the newest version in the write log (max() of its key: one
+         * descent of the log's B-tree). An empty log has lost its version record. */
+        src = sqlite3_step(t->conn->version);
+        int prim = src & 0xff;
+        if ((prim == SQLITE_PROTOCOL || prim == SQLITE_BUSY) && attempt < READ_START_RETRIES) {
+            sqlite3_reset(t->conn->version);
+            emb_txn_end_read(t);
+            kvq__sleep_us(1000 * (attempt < 10 ? attempt + 1 : 10));
+            continue;
+        }
+        break;
     }
-    /* The stored version is the newest version in the write log (max() of its key: one
-     * descent of the log's B-tree). An empty log has lost its version record. */
-    src = sqlite3_step(t->conn->version);
     if (src != SQLITE_ROW || sqlite3_column_type(t->conn->version, 0) == SQLITE_NULL) {
         rc = src == SQLITE_ROW || src == SQLITE_DONE
                  ? kvq__error(KVQ_EDAMAGED, "the database has no version record")
