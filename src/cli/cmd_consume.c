@@ -268,6 +268,18 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
     return x.errors > 0 ? EXIT_DB : 0;
 }
 
+/* SIGINT and SIGTERM are blocked in every thread (the workers inherit the mask) and taken by
+ * the main thread with sigtimedwait; SIGPIPE is ignored (a command that stops reading its item
+ * is a failed item, not the end of kvq). */
+static void block_stop_signals(sigset_t *sigs, sigset_t *old)
+{
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, old);
+}
+
 int cmd_consume(cli *c, int argc, char **argv)
 {
     if (argc < 2 || argv[1][0] == '-')
@@ -331,12 +343,8 @@ int cmd_consume(cli *c, int argc, char **argv)
                          name, cli_qtype_name(type));
     }
     if (ack) {
-        signal(SIGPIPE, SIG_IGN);
         sigset_t sigs, old;
-        sigemptyset(&sigs);
-        sigaddset(&sigs, SIGINT);
-        sigaddset(&sigs, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &sigs, &old);
+        block_stop_signals(&sigs, &old);
         rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         cq_close(q);
@@ -351,12 +359,8 @@ int cmd_consume(cli *c, int argc, char **argv)
 
     /* SIGINT and SIGTERM stop the workers; what they have popped is still delivered. The
      * signals are blocked in every thread and taken here synchronously. */
-    signal(SIGPIPE, SIG_IGN);
     sigset_t sigs, old;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    block_stop_signals(&sigs, &old);
 
     consume_ctx ctx = { .c = c, .exec = exec };
     pthread_mutex_init(&ctx.out_mu, NULL);
