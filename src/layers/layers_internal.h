@@ -102,6 +102,7 @@ int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_
 
 int kvq__q_check_value(const uint8_t *value, size_t len);
 void kvq__le64_put(uint8_t *p, uint64_t v);
+void kvq__le32_put(uint8_t *p, uint32_t v);
 uint64_t kvq__le_get(const uint8_t *p, size_t n);
 /* Appends key + 0x00 (the first key after key) into out (reset first). */
 int kvq__key_after(kvq_buf *out, const uint8_t *key, size_t len);

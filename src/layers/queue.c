@@ -12,6 +12,12 @@ void kvq__le64_put(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+void kvq__le32_put(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 uint64_t kvq__le_get(const uint8_t *p, size_t n)
 {
     uint64_t v = 0;
@@ -720,8 +726,7 @@ int kvq__qop_mark(kvq__qop *o, kvq_txn *txn)
     kvq_buf key = KVQ_BUF_INIT;
     int rc = mark_key(o, &key);
     uint8_t att[4];
-    for (int i = 0; i < 4; i++)
-        att[i] = (uint8_t)(o->attempt >> (8 * i));
+    kvq__le32_put(att, o->attempt);
     if (rc == 0)
         rc = kvq_txn_set(txn, key.data, key.len, att, o->tag[0] == 'r' ? 4 : 0);
     kvq_buf_dispose(&key);

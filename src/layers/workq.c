@@ -277,8 +277,7 @@ static int age_mark(kvq_workq *w,
 {
     int rc = since < 0 ? kvq_txn_get_read_version(&since, txn) : 0;
     uint8_t v[12];
-    for (int i = 0; i < 4; i++)
-        v[i] = (uint8_t)(deliveries >> (8 * i));
+    kvq__le32_put(v, deliveries);
     kvq__le64_put(v + 4, (uint64_t)since);
     kvq_buf k = KVQ_BUF_INIT;
     if (rc == 0)
@@ -404,8 +403,7 @@ static int to_ready(kvq_workq *w,
         rc = key_raw(tmp, &w->base_c, suffix, slen);
     if (rc == 0 && deliveries > 0) {
         uint8_t d[4];
-        for (int i = 0; i < 4; i++)
-            d[i] = (uint8_t)(deliveries >> (8 * i));
+        kvq__le32_put(d, deliveries);
         rc = kvq_txn_set(txn, tmp->data, tmp->len, d, 4);
     } else if (rc == 0) {
         rc = kvq_txn_clear(txn, tmp->data, tmp->len);
@@ -424,8 +422,7 @@ static int to_dead(kvq_workq *w,
                    kvq_buf *tmp)
 {
     uint8_t d[4];
-    for (int i = 0; i < 4; i++)
-        d[i] = (uint8_t)(deliveries >> (8 * i));
+    kvq__le32_put(d, deliveries);
     int rc = key_raw(tmp, &w->base_dlq, suffix, slen);
     if (rc == 0)
         rc = kvq_txn_set(txn, tmp->data, tmp->len, value.data, value.len);
@@ -484,8 +481,7 @@ static int push_ready(
 {
     kvq_queue *q = w->q;
     uint8_t d[4];
-    for (int i = 0; i < 4; i++)
-        d[i] = (uint8_t)(deliveries >> (8 * i));
+    kvq__le32_put(d, deliveries);
     int rc;
     if (q->type == KVQ_QUEUE_DURABLE) {
         uint16_t uv;
@@ -730,8 +726,7 @@ static int lease_meta(kvq_buf *out,
 {
     uint8_t m[20];
     kvq__le64_put(m, (uint64_t)deadline);
-    for (int i = 0; i < 4; i++)
-        m[8 + i] = (uint8_t)(deliv >> (8 * i));
+    kvq__le32_put(m + 8, deliv);
     kvq__le64_put(m + 12, (uint64_t)received);
     out->len = 0;
     int rc = kvq_buf_append(out, m, sizeof(m));
