@@ -577,6 +577,9 @@ int cmd_stats(cli *c, int argc, char **argv)
     cq_close(q);
     if (err != 0)
         return cli_fail(err, "stats failed");
+    /* The oldest item's age, from the metrics (durable queues: its key's versionstamp). */
+    int has_age = has_wq && type == QT_DURABLE && m.oldest_ready_age_ms >= 0;
+    double age_s = (double)m.oldest_ready_age_ms / 1000.0;
     if (c->json) {
         printf("{\"name\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
@@ -585,8 +588,8 @@ int cmd_stats(cli *c, int argc, char **argv)
         if (s.has_counters)
             printf(",\"pushes\":%llu,\"pops\":%llu", (unsigned long long)s.pushes,
                    (unsigned long long)s.pops);
-        if (s.has_age)
-            printf(",\"oldest_age_seconds\":%.3f", s.oldest_age_s);
+        if (has_age)
+            printf(",\"oldest_age_seconds\":%.3f", age_s);
         if (has_wq)
             printf(",\"in_flight\":%lld,\"delayed\":%lld,\"dead\":%lld",
                    (long long)m.inflight, (long long)m.delayed, (long long)m.dead);
@@ -596,8 +599,8 @@ int cmd_stats(cli *c, int argc, char **argv)
         if (s.has_counters)
             printf("pushes\t%llu\npops\t%llu\n", (unsigned long long)s.pushes,
                    (unsigned long long)s.pops);
-        if (s.has_age)
-            printf("oldest_age_seconds\t%.3f\n", s.oldest_age_s);
+        if (has_age)
+            printf("oldest_age_seconds\t%.3f\n", age_s);
         if (has_wq)
             printf("in_flight\t%lld\ndelayed\t%lld\ndead\t%lld\n", (long long)m.inflight,
                    (long long)m.delayed, (long long)m.dead);

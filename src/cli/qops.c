@@ -11,9 +11,7 @@ struct cq {
     kvq_db *db;
     cli_qtype type;
     kvq_queue *q;
-    kvq_workq *w;     /* opened by cq_workq */
-    kvq_buf items_lo; /* durable: prefix + (b"val",) + 0x00, for the oldest item's age */
-    kvq_buf items_hi; /* durable: prefix + (b"val",) + 0xff */
+    kvq_workq *w; /* opened by cq_workq */
 };
 
 int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
@@ -36,10 +34,6 @@ int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
     int rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
     if (rc == 0)
         rc = kvq_queue_open(&q->q, db, qt, sub, NULL);
-    if (rc == 0 && type == QT_DURABLE) {
-        kvq_tuple_elem val = kvq_tuple_bytes("val", 3);
-        rc = kvq_subspace_range(&q->items_lo, &q->items_hi, sub, &val, 1);
-    }
     kvq_subspace_free(sub);
     if (rc != 0) {
         cq_close(q);
@@ -55,8 +49,6 @@ void cq_close(cq *q)
         return;
     kvq_workq_close(q->w);
     kvq_queue_close(q->q);
-    kvq_buf_dispose(&q->items_lo);
-    kvq_buf_dispose(&q->items_hi);
     kvq__free(q);
 }
 
@@ -216,9 +208,7 @@ int cq_watch(cq *q, int64_t timeout_ms)
     return rc;
 }
 
-/* Durable queues: the counters (snapshot reads) and the oldest item's age, whose key starts
- * with the versionstamp of the commit that pushed it; commit versions advance with the clock (a
- * million a second) on both engines. */
+/* Durable queues: the push and pop counters (snapshot reads). */
 static int durable_stats(cq *q, kvq_txn *txn, cq_stats *out)
 {
     kvq_bytes prefix = kvq_queue_prefix(q->q);
@@ -239,26 +229,12 @@ static int durable_stats(cq *q, kvq_txn *txn, cq_stats *out)
             c[i] |= (uint64_t)v.data[j] << (8 * j);
         kvq_buf_dispose(&key);
     }
-    const kvq_kv *kvs;
-    size_t n = 0;
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &n, NULL, txn, q->items_lo.data, q->items_lo.len,
-                               q->items_hi.data, q->items_hi.len, 1, KVQ_SNAPSHOT);
     if (rc != 0)
         return rc;
     out->length = c[0] >= c[1] ? c[0] - c[1] : 0;
     out->has_counters = 1;
     out->pushes = c[0];
     out->pops = c[1];
-    size_t at = q->items_lo.len; /* after prefix + (b"val",) comes 0x33, then the stamp */
-    if (n == 1 && kvs[0].key.len >= at + 10 && kvs[0].key.data[at - 1] == 0x33) {
-        uint64_t version = 0;
-        for (size_t i = 0; i < 8; i++)
-            version = version << 8 | kvs[0].key.data[at + i];
-        int64_t now = kvq__now_us();
-        out->has_age = 1;
-        out->oldest_age_s = now > (int64_t)version ? (double)(now - (int64_t)version) / 1e6 : 0.0;
-    }
     return 0;
 }
 

@@ -41,8 +41,6 @@ typedef struct cq_stats {
     uint64_t length;
     int has_counters;
     uint64_t pushes, pops;
-    int has_age;
-    double oldest_age_s;
 } cq_stats;
 int cq_stats_get(cq *q, cq_stats *out);
 

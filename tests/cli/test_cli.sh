@@ -49,7 +49,10 @@ k push jobs 'a "quoted" value' $'tab\there'
 check "--json list" bash -c "'$KVQ' --db '$DB' --json list jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"a \\\"quoted\\\" value\", v'"
 check "--json stats" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==2 and v[\"pushes\"]==7, v'"
 check "--json queues" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=json.load(sys.stdin); assert {\"name\":\"jobs\",\"type\":\"durable\"} in v, v'"
+sleep 0.3
+check "--json stats: the oldest item's age" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"oldest_age_seconds\"]>=0.25, v'"
 k clear jobs
+check "stats of an empty queue: no age" bash -c "! '$KVQ' --db '$DB' stats jobs | grep -q oldest_age"
 check "clear empties" bash -c "[ \"\$('$KVQ' --db '$DB' len jobs)\" = 0 ]"
 
 # consume --exec hands each item to a command (one short append per item, so that concurrent
