@@ -8,28 +8,14 @@
 /* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
 #define TOKEN_BYTES 44
 
-static void put_be(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-}
-
-static uint64_t get_be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static void cli_token_format(const kvq_workq_lease *l, char out[2 * TOKEN_BYTES + 1])
 {
     uint8_t b[TOKEN_BYTES];
     memcpy(b, l->id, 16);
-    put_be(b + 16, (uint64_t)l->received, 8);
-    put_be(b + 24, (uint64_t)l->deadline, 8);
-    put_be(b + 32, l->deliveries, 4);
-    put_be(b + 36, (uint64_t)l->priority, 8);
+    cli_put_be(b + 16, (uint64_t)l->received, 8);
+    cli_put_be(b + 24, (uint64_t)l->deadline, 8);
+    cli_put_be(b + 32, l->deliveries, 4);
+    cli_put_be(b + 36, (uint64_t)l->priority, 8);
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < TOKEN_BYTES; i++) {
         out[2 * i] = hex[b[i] >> 4];
@@ -62,10 +48,10 @@ static int token_parse(const char *s, kvq_workq_lease *l)
         b[i] = (uint8_t)(hi << 4 | lo);
     }
     memcpy(l->id, b, 16);
-    l->received = (int64_t)get_be(b + 16, 8);
-    l->deadline = (int64_t)get_be(b + 24, 8);
-    l->deliveries = (uint32_t)get_be(b + 32, 4);
-    l->priority = (int64_t)get_be(b + 36, 8);
+    l->received = (int64_t)cli_get_be(b + 16, 8);
+    l->deadline = (int64_t)cli_get_be(b + 24, 8);
+    l->deliveries = (uint32_t)cli_get_be(b + 32, 4);
+    l->priority = (int64_t)cli_get_be(b + 36, 8);
     return 0;
 }
 

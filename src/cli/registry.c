@@ -74,14 +74,8 @@ static void decode_value(kvq_bytes v, int present, reg_op *op)
     op->lease_ms = 0;
     op->max_deliveries = 0;
     if (present && v.len == REG_VALUE_LEN) {
-        uint64_t l = 0;
-        uint32_t m = 0;
-        for (int i = 0; i < 8; i++)
-            l = l << 8 | v.data[1 + i];
-        for (int i = 0; i < 4; i++)
-            m = m << 8 | v.data[9 + i];
-        op->lease_ms = (int64_t)l;
-        op->max_deliveries = m;
+        op->lease_ms = (int64_t)cli_get_be(v.data + 1, 8);
+        op->max_deliveries = (uint32_t)cli_get_be(v.data + 9, 4);
     }
 }
 
@@ -134,10 +128,8 @@ static int create_fn(kvq_txn *txn, void *arg)
     size_t kn = make_key(key, op->name);
     uint8_t v[REG_VALUE_LEN];
     v[0] = (uint8_t)want.type;
-    for (int i = 0; i < 8; i++)
-        v[1 + i] = (uint8_t)((uint64_t)want.lease_ms >> (56 - 8 * i));
-    for (int i = 0; i < 4; i++)
-        v[9 + i] = (uint8_t)(want.max_deliveries >> (24 - 8 * i));
+    cli_put_be(v + 1, (uint64_t)want.lease_ms, 8);
+    cli_put_be(v + 9, want.max_deliveries, 4);
     *op = want;
     op->create = 1;
     return kvq_txn_set(txn, key, kn, v, sizeof(v));
