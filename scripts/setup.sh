@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvq needs to build and test, if any are missing.
 set -euo pipefail
-pkgs=(cmake make gcc clang pkg-config libsqlite3-dev libcmocka-dev strace valgrind)
+# libclang-rt-dev: the sanitizer and libFuzzer runtimes, only "recommended" by clang, which
+# --no-install-recommends below would otherwise leave out.
+pkgs=(cmake make gcc clang libclang-rt-dev pkg-config libsqlite3-dev libcmocka-dev strace valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
