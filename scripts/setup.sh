@@ -3,7 +3,9 @@
 set -euo pipefail
 # libclang-rt-dev: the sanitizer and libFuzzer runtimes, only "recommended" by clang, which
 # --no-install-recommends below would otherwise leave out.
-pkgs=(cmake make gcc clang libclang-rt-dev pkg-config libsqlite3-dev libcmocka-dev strace valgrind)
+# python3: the command-line tests parse its --json output with it.
+pkgs=(cmake make gcc clang libclang-rt-dev pkg-config libsqlite3-dev libcmocka-dev strace valgrind
+      python3)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
