@@ -251,8 +251,10 @@ KVQ_API KVQ_NODISCARD int kvq_txn_atomic_op(kvq_txn *txn,
 /**
  * Sets a key whose 10 bytes at a given offset are replaced at commit by the transaction's
  * versionstamp. `key` ends with that offset as 4 little-endian bytes (so key_len counts them);
- * they are stripped. Adds no write-conflict range; the span of keys the stamp may produce
- * becomes unreadable in this transaction (1036).
+ * they are stripped. Adds no read conflict; at commit the stamped key gets a single-key
+ * write-conflict range, so a transaction that read its range and commits later fails with
+ * 1020 (as on FoundationDB). The span of keys the stamp may produce becomes unreadable in this
+ * transaction (1036).
  * @return as kvq_txn_set, and KVQ_ECLIENT_INVALID_OPERATION for a bad offset.
  */
 KVQ_API KVQ_NODISCARD int kvq_txn_set_versionstamped_key(

@@ -5,7 +5,8 @@
  * T1's commit must fail with not_committed (1020). Read-conflict ranges follow FoundationDB: a
  * get covers its key; a range read the range it covered (with a limit that stopped it, forward
  * up to and including the last key returned, reverse from the last key returned to the end); a
- * snapshot read nothing. Every write adds a write-conflict range except a versionstamped key. */
+ * snapshot read nothing. Every write adds a write-conflict range; a versionstamped key's is its
+ * stamped key, known only at commit. */
 #include "conformance.h"
 
 #include <pthread.h>
@@ -119,10 +120,14 @@ static const struct conflict_case cases[] = {
       NULL, 0 },
     /* A range the limit did not stop covers all of it. */
     { "range within its limit + set near the end", R_RANGE, "a", "z", 10, 0, W_SET, "y", NULL, NC },
-    /* Versionstamped keys add no write-conflict range. */
-    { "range + versionstamped key in it", R_RANGE, "a", "z", 0, 0, W_VS_KEY, "q/", NULL, 0 },
+    /* A versionstamped key gets a single-key write-conflict range on its stamped key, added
+     * at commit (FoundationDB's commit proxy does the same): a reader of its range conflicts. */
+    { "range + versionstamped key in it", R_RANGE, "a", "z", 0, 0, W_VS_KEY, "q/", NULL, NC },
     { "reverse range + versionstamped key in it", R_RANGE, "q/", "q0", 0, KVQ_REVERSE, W_VS_KEY,
-      "q/", NULL, 0 },
+      "q/", NULL, NC },
+    { "range + versionstamped key beside it", R_RANGE, "a", "p", 0, 0, W_VS_KEY, "q/", NULL, 0 },
+    { "get of the prefix + versionstamped key after it", R_GET, "q/", NULL, 0, 0, W_VS_KEY, "q/",
+      NULL, 0 },
     /* Explicit read conflict ranges. */
     { "read conflict range + set in it", R_CONFLICT_READ, "m", "p", 0, 0, W_SET, "n", NULL, NC },
     { "read conflict range + set at its end", R_CONFLICT_READ, "m", "p", 0, 0, W_SET, "p", NULL,
@@ -424,8 +429,8 @@ static void test_threads_atomic_adds(void **state)
     kvq_db_close(db);
 }
 
-/* Two pushers that both read the queue range (non-snapshot) and push a versionstamped key into
- * it: neither conflicts, and both items are there with distinct stamps. */
+/* Pushers read nothing (or only with snapshot reads) and push a versionstamped key into the
+ * queue's range: none conflicts, and every item is there with a distinct stamp. */
 static void test_versionstamped_pushes_no_conflict(void **state)
 {
     (void)state;
@@ -438,8 +443,10 @@ static void test_versionstamped_pushes_no_conflict(void **state)
         t[i] = new_txn(db);
         const kvq_kv *kvs;
         size_t n;
-        CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t[i], q.b, q.n, qe.b, qe.n, 0, 0));
-        assert_int_equal(n, 0);
+        if (i > 0) {
+            CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t[i], q.b, q.n, qe.b, qe.n, 0, KVQ_SNAPSHOT));
+            assert_int_equal(n, 0);
+        }
         uint8_t k[300];
         memcpy(k, q.b, q.n);
         memset(k + q.n, 0, 10);
@@ -456,6 +463,45 @@ static void test_versionstamped_pushes_no_conflict(void **state)
     kvq_txn_destroy(r);
     for (int i = 0; i < 3; i++)
         kvq_txn_destroy(t[i]);
+    kvq_db_close(db);
+}
+
+/* A popper reads the queue's items and clears the whole range; a push lands in that range after
+ * the popper's read version. The popper must fail with 1020 (it never saw the new item), and
+ * the new item must survive: committing would delete it unseen. */
+static void test_clear_after_versionstamped_push_conflicts(void **state)
+{
+    (void)state;
+    const char *p = "confl_vs_clear";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    cf_key q = cf_k(p, "q/"), qe = cf_after_prefix(&q);
+    uint8_t k[300];
+    memcpy(k, q.b, q.n);
+    memset(k + q.n, 0, 10);
+    cf_put_le(k + q.n + 10, (uint64_t)q.n, 4);
+    kvq_txn *first = new_txn(db);
+    CF_OK(kvq_txn_set_versionstamped_key(first, k, q.n + 14, CF_S("old")));
+    CF_OK(kvq_txn_commit(first));
+    kvq_txn_destroy(first);
+
+    kvq_txn *popper = new_txn(db);
+    const kvq_kv *kvs;
+    size_t n;
+    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, popper, q.b, q.n, qe.b, qe.n, 0, 0));
+    assert_int_equal(n, 1);
+    kvq_txn *pusher = new_txn(db);
+    CF_OK(kvq_txn_set_versionstamped_key(pusher, k, q.n + 14, CF_S("new")));
+    CF_OK(kvq_txn_commit(pusher));
+    kvq_txn_destroy(pusher);
+    CF_OK(kvq_txn_clear_range(popper, q.b, q.n, qe.b, qe.n));
+    assert_int_equal(kvq_txn_commit(popper), KVQ_ENOT_COMMITTED);
+    kvq_txn_destroy(popper);
+
+    kvq_txn *r = new_txn(db);
+    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, r, q.b, q.n, qe.b, qe.n, 0, 0));
+    assert_int_equal(n, 2);
+    kvq_txn_destroy(r);
     kvq_db_close(db);
 }
 
@@ -960,6 +1006,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_concurrent_atomic_adds),
         cmocka_unit_test(test_threads_atomic_adds),
         cmocka_unit_test(test_versionstamped_pushes_no_conflict),
+        cmocka_unit_test(test_clear_after_versionstamped_push_conflicts),
         cmocka_unit_test(test_transact_retries_conflicts),
         cmocka_unit_test(test_transact_body_errors),
         cmocka_unit_test(test_on_error),

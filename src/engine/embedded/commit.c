@@ -210,12 +210,19 @@ static int apply(emb_db *e, emb_txn *t)
         case KVQ_MUT_SET_VERSIONSTAMPED_KEY: {
             size_t kn = m->a.n - 4;
             uint32_t off = le32(m->a.p + kn);
-            uint8_t *k = kvq__malloc(kn);
+            uint8_t *k = kvq__malloc(kn + 1);
             if (k == NULL)
                 return kvq__error(KVQ_ENOMEM, "out of memory");
             memcpy(k, m->a.p, kn);
             memcpy(k + off, t->stamp, 10);
+            k[kn] = 0;
             rc = put_row(e, k, kn, m->b.p, m->b.n);
+            /* The stamped key is a write like any other for the transactions that read its
+             * range: it gets a single-key write-conflict range, [k, k + 0x00), once its stamp
+             * is known. The transaction itself still reads nothing, so pushes never conflict
+             * with each other. */
+            if (rc == 0)
+                rc = emb_ranges_add(&t->writes, k, kn, k, kn + 1);
             kvq__free(k);
             break;
         }
