@@ -448,11 +448,14 @@ static void test_bad_options(void **state)
 
 /* ---- transaction_too_old ------------------------------------------------------------------- */
 
-/* SLOW: one real wait of 5.6 seconds. t_old reads at 0 s; t_young and t_conf read at 1 s, and
- * another transaction writes what t_conf read at 1.2 s; t_blind only writes. At 5.6 s t_old's
- * reads and commit fail with 1007; t_young (4.6 s old) still reads and commits; t_conf, as old,
- * must still see its conflict (1020: the engine may not forget writes inside the window); and
- * t_blind, which never took a read version, commits. */
+/* SLOW: one real wait of 5.6 seconds. t_old reads at 0 s; t_old2 takes a read version at 0 s
+ * and only writes; t_snap reads with a snapshot read at 0 s and writes; t_young and t_conf read
+ * at 1 s, and another transaction writes what t_conf read at 1.2 s; t_blind only writes. At
+ * 5.6 s t_old's reads fail with 1007; t_old2 and t_snap commit, since a transaction without
+ * read-conflict ranges is never too old to commit (FoundationDB's resolver checks the age only
+ * of transactions that have read ranges); t_young (4.6 s old) still reads and commits; t_conf,
+ * as old, must still see its conflict (1020: the engine may not forget writes inside the
+ * window); and t_blind, which never took a read version, commits. */
 static void test_transaction_too_old_slow(void **state)
 {
     (void)state;
@@ -460,9 +463,9 @@ static void test_transaction_too_old_slow(void **state)
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     cf_key k = cf_k(p, "k"), blind = cf_k(p, "blind"), k2 = cf_k(p, "k2");
-    cf_key y_out = cf_k(p, "young"), c_out = cf_k(p, "conf");
+    cf_key y_out = cf_k(p, "young"), c_out = cf_k(p, "conf"), s_out = cf_k(p, "snap");
     kvq_txn *t_old = new_txn(db), *t_old2 = new_txn(db), *t_young = new_txn(db),
-            *t_blind = new_txn(db), *t_conf = new_txn(db);
+            *t_blind = new_txn(db), *t_conf = new_txn(db), *t_snap = new_txn(db);
     kvq_bytes v;
     int present;
     int64_t rv;
@@ -470,6 +473,7 @@ static void test_transaction_too_old_slow(void **state)
     CF_OK(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0));
     CF_OK(kvq_txn_get_read_version(&rv, t_old2));
     CF_OK(kvq_txn_set(t_old2, k.b, k.n, CF_S("late")));
+    CF_OK(kvq_txn_get(&v, &present, t_snap, k.b, k.n, KVQ_SNAPSHOT));
     CF_OK(kvq_txn_set(t_blind, blind.b, blind.n, CF_S("blind")));
     cf_sleep_ms(1000);
     CF_OK(kvq_txn_get(&v, &present, t_young, k.b, k.n, 0));
@@ -478,19 +482,24 @@ static void test_transaction_too_old_slow(void **state)
     cf_write_key(db, k2.b, k2.n, "changed", 7);
     cf_sleep_ms(4400);
     CF_ERR(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0), KVQ_ETRANSACTION_TOO_OLD);
-    CF_ERR(kvq_txn_commit(t_old2), KVQ_ETRANSACTION_TOO_OLD);
     CF_OK(kvq_txn_get(&v, &present, t_young, k.b, k.n, KVQ_SNAPSHOT));
     CF_OK(kvq_txn_set(t_young, y_out.b, y_out.n, CF_S("y")));
     CF_OK(kvq_txn_commit(t_young));
+    /* After t_young, which read k: t_old2's write of k would be a conflict for it. */
+    CF_OK(kvq_txn_commit(t_old2));
+    CF_OK(kvq_txn_set(t_snap, s_out.b, s_out.n, CF_S("s")));
+    CF_OK(kvq_txn_commit(t_snap));
+    assert_int_equal(cf_read_key(db, s_out.b, s_out.n, NULL, 0), 1);
     CF_OK(kvq_txn_set(t_conf, c_out.b, c_out.n, CF_S("c")));
     CF_ERR(kvq_txn_commit(t_conf), KVQ_ENOT_COMMITTED);
     CF_OK(kvq_txn_commit(t_blind));
-    assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), -1);
+    assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), 4);
     /* 1007 is retryable: on_error resets the transaction, which then works. */
     assert_true(kvq_error_retryable(KVQ_ETRANSACTION_TOO_OLD));
     CF_OK(kvq_txn_on_error(t_old, KVQ_ETRANSACTION_TOO_OLD));
     CF_OK(kvq_txn_get(&v, &present, t_old, blind.b, blind.n, 0));
     assert_int_equal(present, 1);
+    kvq_txn_destroy(t_snap);
     kvq_txn_destroy(t_conf);
     kvq_txn_destroy(t_blind);
     kvq_txn_destroy(t_young);

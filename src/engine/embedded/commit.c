@@ -472,7 +472,10 @@ int emb_commit(void *tp)
     emb_db *e = t->e;
     if (t->committing || t->committed)
         return kvq__error(KVQ_EUSED_DURING_COMMIT, "the transaction was already committed");
-    if (t->has_rv && kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+    /* Only a transaction with read-conflict ranges can be too old to commit: one that wrote
+     * blindly or read only with snapshot reads is checked against nothing (FoundationDB's
+     * resolver, likewise, judges the age only of transactions that have read ranges). */
+    if (t->has_rv && t->reads.n > 0 && kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
         emb_txn_end_read(t);
         int rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "the transaction's read version is more than 5 seconds old");
