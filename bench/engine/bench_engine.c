@@ -199,6 +199,33 @@ static double kvq_proc_rate(const char *path, int procs)
     return sum;
 }
 
+/* Seconds to buffer n point writes (clears, or sets for the baseline) in one transaction, in
+ * key order as a batch pop clears its items; nothing is committed. */
+static double buffer_time(const char *path, int n, int clears)
+{
+    kvq_db *db = NULL;
+    kvq_txn *t = NULL;
+    if (kvq_db_open(&db, path, NULL) != 0 || kvq_txn_create(&t, db) != 0) {
+        fprintf(stderr, "bench_engine: %s\n", kvq_last_error());
+        exit(1);
+    }
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        int kn = snprintf(k, sizeof(k), "clear/%08d", i);
+        int rc = clears ? kvq_txn_clear(t, (const uint8_t *)k, (size_t)kn)
+                        : kvq_txn_set(t, (const uint8_t *)k, (size_t)kn, (const uint8_t *)"", 0);
+        if (rc != 0) {
+            fprintf(stderr, "bench_engine: %s\n", kvq_last_error());
+            exit(1);
+        }
+    }
+    double dt = now_s() - t0;
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+    return dt;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -246,6 +273,13 @@ int main(int argc, char **argv)
     double pr = kvq_proc_rate(path, 2);
     printf("| kvq, 2 processes | %.0f | %.2f x raw, %.2f x 1 thread |\n", pr, pr / raw,
            one > 0 ? pr / one : 0.0);
+    snprintf(path, sizeof(path), "%s/kvq-clears", base);
+    int nclear = seconds < 1.0 ? 2000 : 10000;
+    double ts = buffer_time(path, nclear, 0), tc = buffer_time(path, nclear, 1);
+    printf("| kvq, %d point clears in one transaction (buffering only) | %.0f ms | %.2f x "
+           "as many sets |\n",
+           nclear, tc * 1e3, ts > 0 ? tc / ts : 0.0);
+    rmrf(path);
     rmrf(base);
     return 0;
 }

@@ -1082,6 +1082,54 @@ static void expect_model_range(
     free(idx);
 }
 
+/* 20,000 point clears in one transaction, in key order as a batch pop makes them, after its
+ * first read: its reads see them all, and it commits inside the 5 s window (each clear costs a
+ * binary search, not a sort of every range cleared so far, which took longer than the window). */
+static void test_many_point_clears(void **state)
+{
+    (void)state;
+    const char *p = "basic_clears";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    enum { N = 20000, STORED_EVERY = 20 };
+    kvq_txn *t = new_txn(db);
+    for (unsigned i = 0; i < N; i += STORED_EVERY) {
+        char ks[32];
+        snprintf(ks, sizeof(ks), "c%05u", i);
+        cf_key k = cf_k(p, ks);
+        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("v")));
+    }
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    cf_key b = cf_k(p, "c"), e = cf_k(p, "d");
+    const kvq_kv *kvs;
+    size_t n;
+    int more;
+    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_int_equal(n, N / STORED_EVERY);
+    for (unsigned i = 0; i < N; i++) {
+        char ks[32];
+        snprintf(ks, sizeof(ks), "c%05u", i);
+        cf_key k = cf_k(p, ks);
+        CF_OK(kvq_txn_clear(t, k.b, k.n));
+        if (i % 4000 == 3999) {
+            /* Everything up to here reads as cleared, the rest as stored. */
+            CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+            assert_int_equal(n, (N - (i + 1)) / STORED_EVERY);
+            kvq_bytes v;
+            int present;
+            CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+            assert_int_equal(present, 0);
+        }
+    }
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_int_equal(n, 0);
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+}
+
 static void test_large_ranges(void **state)
 {
     (void)state;
@@ -1452,6 +1500,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_versionstamp_bad_offsets),
         cmocka_unit_test(test_user_versions),
         cmocka_unit_test(test_large_ranges),
+        cmocka_unit_test(test_many_point_clears),
         cmocka_unit_test(test_read_only_handle),
         cmocka_unit_test(test_no_create),
         cmocka_unit_test(test_stats),

@@ -41,6 +41,52 @@ static void test_ranges_normalize(void **state)
 }
 
 /* Random ranges against a brute-force model over a small key space. */
+/* emb_ranges_insert keeps ranges normalized: after every insertion of a random range (short keys
+ * over a small alphabet, so that ranges overlap, touch and nest), the ranges equal those of
+ * adding everything and normalizing once. */
+static void test_ranges_insert_random(void **state)
+{
+    (void)state;
+    srand(12345);
+    for (int round = 0; round < 200; round++) {
+        emb_ranges inc = { 0 }, all = { 0 };
+        int n = 1 + rand() % 40;
+        for (int i = 0; i < n; i++) {
+            char b[4] = { 0 }, e[4] = { 0 };
+            size_t bn = 1 + (size_t)(rand() % 3), en = 1 + (size_t)(rand() % 3);
+            for (size_t j = 0; j < bn; j++)
+                b[j] = (char)('a' + rand() % 4);
+            for (size_t j = 0; j < en; j++)
+                e[j] = (char)('a' + rand() % 4);
+            if (rand() % 3 == 0) { /* a point: [b, b + 0x00) */
+                memcpy(e, b, bn);
+                e[bn] = 0;
+                en = bn + 1;
+            }
+            assert_int_equal(
+                emb_ranges_insert(&inc, (const uint8_t *)b, bn, (const uint8_t *)e, en), 0);
+            assert_int_equal(emb_ranges_add(&all, (const uint8_t *)b, bn, (const uint8_t *)e, en),
+                             0);
+            emb_ranges copy = { 0 };
+            for (size_t k = 0; k < all.n; k++)
+                assert_int_equal(
+                    emb_ranges_add(&copy, all.v[k].b.p, all.v[k].b.n, all.v[k].e.p, all.v[k].e.n),
+                    0);
+            emb_ranges_normalize(&copy);
+            assert_int_equal(inc.n, copy.n);
+            for (size_t k = 0; k < inc.n; k++) {
+                assert_int_equal(inc.v[k].b.n, copy.v[k].b.n);
+                assert_memory_equal(inc.v[k].b.p, copy.v[k].b.p, copy.v[k].b.n);
+                assert_int_equal(inc.v[k].e.n, copy.v[k].e.n);
+                assert_memory_equal(inc.v[k].e.p, copy.v[k].e.p, copy.v[k].e.n);
+            }
+            emb_ranges_free(&copy);
+        }
+        emb_ranges_free(&inc);
+        emb_ranges_free(&all);
+    }
+}
+
 static void test_ranges_random(void **state)
 {
     (void)state;
@@ -189,6 +235,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranges_normalize),
         cmocka_unit_test(test_ranges_random),
+        cmocka_unit_test(test_ranges_insert_random),
         cmocka_unit_test(test_atomic_ops),
         cmocka_unit_test(test_overlay),
     };

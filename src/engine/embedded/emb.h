@@ -202,6 +202,10 @@ void emb_ranges_free(emb_ranges *r);
 void emb_ranges_clear(emb_ranges *r);
 /* Sorts and merges overlapping or touching ranges in place. */
 void emb_ranges_normalize(emb_ranges *r);
+/* Adds [b, e) to normalized ranges, keeping them normalized (sorted, disjoint, not touching):
+ * a binary search, then a merge with the neighbours it overlaps; O(1) moves when ranges come
+ * in key order. */
+int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
 /* With r normalized: does [b, e) intersect any range? */
 int emb_ranges_intersects(
     const emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);

@@ -127,6 +127,63 @@ static long last_begin_le(const emb_ranges *r, const uint8_t *k, size_t kn)
     return (long)lo - 1;
 }
 
+int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (cmp(b, bn, e, en) >= 0)
+        return 0; /* an empty range covers nothing */
+    /* The ranges that overlap or touch [b, e) are s..j: the last one beginning at or before b
+     * (if it reaches b), and every one beginning in (b, e]. */
+    long i = last_begin_le(r, b, bn);
+    size_t s = (i >= 0 && cmp(b, bn, r->v[i].e.p, r->v[i].e.n) <= 0) ? (size_t)i : (size_t)(i + 1);
+    long j = last_begin_le(r, e, en);
+    if (j < (long)s) {
+        /* Nothing to merge with: insert at s (at the end when clears come in key order). */
+        size_t n = r->n;
+        int rc = emb_ranges_add(r, b, bn, e, en);
+        if (rc != 0)
+            return rc;
+        if (s < n) {
+            emb_range x = r->v[n];
+            memmove(&r->v[s + 1], &r->v[s], (n - s) * sizeof(*r->v));
+            r->v[s] = x;
+        }
+        return 0;
+    }
+    emb_range *m = &r->v[s];
+    if (cmp(b, bn, m->b.p, m->b.n) < 0) {
+        emb_str nb;
+        if (emb_str_set(&nb, b, bn) != 0)
+            return KVQ_ENOMEM;
+        emb_str_free(&m->b);
+        m->b = nb;
+    }
+    const emb_str *last_e = &r->v[j].e;
+    int take_new = cmp(e, en, last_e->p, last_e->n) > 0;
+    emb_str ne = { NULL, 0 };
+    if (take_new && emb_str_set(&ne, e, en) != 0)
+        return KVQ_ENOMEM;
+    if ((size_t)j > s) {
+        if (!take_new) {
+            /* Keep the end of range j: move it into m before range j is freed. */
+            ne = r->v[j].e;
+            r->v[j].e.p = NULL;
+            r->v[j].e.n = 0;
+            take_new = 1;
+        }
+        for (size_t x = s + 1; x <= (size_t)j; x++) {
+            emb_str_free(&r->v[x].b);
+            emb_str_free(&r->v[x].e);
+        }
+        memmove(&r->v[s + 1], &r->v[j + 1], (r->n - (size_t)j - 1) * sizeof(*r->v));
+        r->n -= (size_t)j - s;
+    }
+    if (take_new) {
+        emb_str_free(&m->e);
+        m->e = ne;
+    }
+    return 0;
+}
+
 int emb_ranges_contains(const emb_ranges *r, const uint8_t *k, size_t kn)
 {
     long i = last_begin_le(r, k, kn);
@@ -276,11 +333,8 @@ int emb_overlay_clear_range(
         memmove(&ov->v[i], &ov->v[j], (ov->n - j) * sizeof(*ov->v));
         ov->n -= j - i;
     }
-    int rc = emb_ranges_add(&ov->cleared, b, bn, e, en);
-    if (rc != 0)
-        return rc;
-    emb_ranges_normalize(&ov->cleared);
-    return 0;
+    /* The cleared ranges stay sorted and merged: one insertion, not a sort per clear. */
+    return emb_ranges_insert(&ov->cleared, b, bn, e, en);
 }
 
 int emb_overlay_atomic(
