@@ -206,6 +206,9 @@ void emb_ranges_normalize(emb_ranges *r);
  * a binary search, then a merge with the neighbours it overlaps; O(1) moves when ranges come
  * in key order. */
 int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+/* Removes [b, e) from ranges (normalized or not); a range it cuts in two leaves its right part
+ * at the end. */
+int emb_ranges_subtract(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
 /* With r normalized: does [b, e) intersect any range? */
 int emb_ranges_intersects(
     const emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);

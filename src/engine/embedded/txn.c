@@ -695,6 +695,10 @@ int emb_clear_range(
         rc = emb_ranges_add(&t->writes, begin, begin_len, end, end_len);
     if (rc == 0)
         rc = emb_overlay_clear_range(&t->ov, begin, begin_len, end, end_len);
+    /* What a clear covers reads as empty, even inside the span a versionstamped key made
+     * unreadable (FoundationDB's read-your-writes map does the same). */
+    if (rc == 0 && t->unreadable.n > 0)
+        rc = emb_ranges_subtract(&t->unreadable, begin, begin_len, end, end_len);
     return rc;
 }
 

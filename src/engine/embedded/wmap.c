@@ -184,6 +184,46 @@ int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t 
     return 0;
 }
 
+int emb_ranges_subtract(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (cmp(b, bn, e, en) >= 0)
+        return 0;
+    size_t n = r->n;
+    for (size_t i = 0; i < n; i++) {
+        emb_range *x = &r->v[i];
+        if (cmp(x->e.p, x->e.n, b, bn) <= 0 || cmp(e, en, x->b.p, x->b.n) <= 0)
+            continue; /* disjoint */
+        int keep_left = cmp(x->b.p, x->b.n, b, bn) < 0;
+        int keep_right = cmp(e, en, x->e.p, x->e.n) < 0;
+        if (keep_left && keep_right) {
+            /* [xb, b) stays here, [e, xe) is added at the end. */
+            int rc = emb_ranges_add(r, e, en, r->v[i].e.p, r->v[i].e.n);
+            if (rc != 0)
+                return rc;
+            x = &r->v[i];
+        }
+        if (keep_left) {
+            emb_str nb;
+            if (emb_str_set(&nb, b, bn) != 0)
+                return KVQ_ENOMEM;
+            emb_str_free(&x->e);
+            x->e = nb;
+        } else if (keep_right) {
+            emb_str ne;
+            if (emb_str_set(&ne, e, en) != 0)
+                return KVQ_ENOMEM;
+            emb_str_free(&x->b);
+            x->b = ne;
+        } else {
+            /* Wholly covered: leave an empty range, which normalizing drops. */
+            emb_str_free(&x->e);
+            if (emb_str_set(&x->e, x->b.p, x->b.n) != 0)
+                return KVQ_ENOMEM;
+        }
+    }
+    return 0;
+}
+
 int emb_ranges_contains(const emb_ranges *r, const uint8_t *k, size_t kn)
 {
     long i = last_begin_le(r, k, kn);
@@ -299,6 +339,10 @@ int emb_overlay_set(emb_overlay *ov, const uint8_t *k, size_t kn, const uint8_t 
     int rc = entry_get(ov, k, kn, &x);
     if (rc != 0)
         return rc;
+    /* A key whose value carries this transaction's versionstamp stays unreadable when it is set
+     * again (as on FoundationDB): only a clear makes it readable. */
+    if (x->kind == OV_UNREADABLE)
+        return 0;
     entry_reset(x);
     x->kind = OV_SET;
     return emb_str_set(&x->value, v, vn);
