@@ -40,14 +40,18 @@ extern "C" {
     X(CLUSTER_VERSION_CHANGED, 1039, "cluster_version_changed",                                    \
       "the protocol version of the cluster has changed")                                           \
     X(OPERATION_CANCELLED, 1101, "operation_cancelled", "asynchronous operation cancelled")     \
-    X(PROXY_MEMORY_LIMIT_EXCEEDED, 1042, "proxy_memory_limit_exceeded",                            \
+    X(PROXY_MEMORY_LIMIT_EXCEEDED, 1042, "commit_proxy_memory_limit_exceeded",                     \
       "the cluster's commit proxies are out of memory")                                           \
     X(BATCH_TRANSACTION_THROTTLED, 1051, "batch_transaction_throttled",                            \
       "batch priority transaction throttled")                                                      \
     X(GRV_PROXY_MEMORY_LIMIT_EXCEEDED, 1078, "grv_proxy_memory_limit_exceeded",                    \
       "the cluster's read version proxies are out of memory")                                     \
     X(TAG_THROTTLED, 1213, "tag_throttled", "transaction tag is being throttled")               \
-    X(TRANSACTION_REJECTED_RANGE_LOCKED, 1223, "transaction_rejected_range_locked",                \
+    X(PROXY_TAG_THROTTLED, 1223, "proxy_tag_throttled",                                            \
+      "exceeded the longest time a proxy may throttle a transaction's tag")                       \
+    X(TRANSACTION_THROTTLED_HOT_SHARD, 1235, "transaction_throttled_hot_shard",                    \
+      "transaction throttled because it writes to a hot shard")                                    \
+    X(TRANSACTION_REJECTED_RANGE_LOCKED, 1242, "transaction_rejected_range_locked",                \
       "transaction rejected because a range is locked")                                            \
     X(CLIENT_INVALID_OPERATION, 2000, "client_invalid_operation", "invalid API call")           \
     X(KEY_OUTSIDE_LEGAL_RANGE, 2004, "key_outside_legal_range",                                    \
@@ -127,7 +131,8 @@ KVQ_API int kvq_last_error_code(void);
 
 /**
  * Retryable: the transaction may be retried after kvq_txn_on_error (1007, 1009, 1020, 1021,
- * 1037, 1038, 1039, 1042, 1051, 1078, 1213, 1223, 2137), as FoundationDB's predicate says.
+ * 1037, 1038, 1039, 1042, 1051, 1078, 1213, 1223, 1235, 1242, 2137): the union of what
+ * FoundationDB's predicates (7.1 to 7.4) and its on_error retry.
  */
 KVQ_API int kvq_error_retryable(int err);
 

@@ -505,6 +505,28 @@ int kvq_txn_retries(const kvq_txn *txn)
     return txn == NULL ? 0 : txn->retries;
 }
 
+int64_t kvq__retry_delay_us(
+    int64_t *backoff_us, int err, int64_t max_delay_us, int64_t initial_us, double unit)
+{
+    if (max_delay_us < 0)
+        max_delay_us = 0;
+    if (err == KVQ_ETRANSACTION_TOO_OLD || err == KVQ_EFUTURE_VERSION)
+        /* A fixed short pause, and the backoff does not grow: a newer read version is all it
+         * takes. */
+        return initial_us < max_delay_us ? initial_us : max_delay_us;
+    if (*backoff_us <= 0)
+        *backoff_us = initial_us < max_delay_us ? initial_us : max_delay_us;
+    int64_t sleep_us = (int64_t)(unit * (double)*backoff_us);
+    /* Resource-constrained clusters get up to 30 s whatever max_retry_delay says. */
+    int64_t cap = max_delay_us;
+    if (err == KVQ_EPROXY_MEMORY_LIMIT_EXCEEDED || err == KVQ_EGRV_PROXY_MEMORY_LIMIT_EXCEEDED ||
+        err == KVQ_ETRANSACTION_THROTTLED_HOT_SHARD ||
+        err == KVQ_ETRANSACTION_REJECTED_RANGE_LOCKED)
+        cap = KVQ__RESOURCE_MAX_BACKOFF_US;
+    *backoff_us = *backoff_us * 2 < cap ? *backoff_us * 2 : cap;
+    return sleep_us;
+}
+
 int kvq_txn_on_error(kvq_txn *txn, int err)
 {
     if (txn == NULL)
@@ -513,14 +535,10 @@ int kvq_txn_on_error(kvq_txn *txn, int err)
         return err;
     if (txn->retry_limit >= 0 && txn->retries >= txn->retry_limit)
         return err;
-    /* Exponential backoff with full jitter: 1 ms doubling to the cap, as FoundationDB's
-     * on_error does, so that conflicting clients spread out instead of colliding again. */
-    int64_t cap = txn->max_retry_delay_ms * 1000;
-    txn->backoff_us = txn->backoff_us == 0 ? 1000 : txn->backoff_us * 2;
-    if (txn->backoff_us > cap)
-        txn->backoff_us = cap;
-    int64_t sleep_us =
-        txn->backoff_us > 0 ? (int64_t)(kvq__rng_unit(&txn->rng) * (double)txn->backoff_us) : 0;
+    int fdb = strcmp(txn->db->ops->name, "fdb") == 0;
+    int64_t sleep_us = kvq__retry_delay_us(
+        &txn->backoff_us, err, txn->max_retry_delay_ms * 1000,
+        fdb ? KVQ__FDB_INITIAL_BACKOFF_US : KVQ__EMB_INITIAL_BACKOFF_US, kvq__rng_unit(&txn->rng));
     if (txn->timeout_ms > 0) {
         int64_t left = txn->timeout_ms * 1000 - (kvq__mono_us() - txn->start_mono_us);
         if (left <= 0)

@@ -129,4 +129,16 @@ int kvq__check_key(const uint8_t *key, size_t len, const char *what);
 extern const kvq__engine_ops kvq__embedded_ops;
 extern const kvq__engine_ops kvq__fdb_ops;
 
+/* The retry loop's backoff, FoundationDB's on_error rules: a backoff that starts at initial_us
+ * (10 ms on the fdb engine, as FoundationDB's client; 1 ms on the embedded engine, whose
+ * commits take far less than a cluster's) and doubles after each retry up to max_delay_us
+ * (30 s for 1042, 1078, 1235 and 1242); each retry sleeps a random fraction `unit` (in [0, 1))
+ * of it. 1007 and 1009 sleep a fixed min(initial_us, max_delay_us) and leave it unchanged.
+ * Returns the sleep and updates *backoff_us (0: not started). */
+#define KVQ__FDB_INITIAL_BACKOFF_US  10000
+#define KVQ__EMB_INITIAL_BACKOFF_US  1000
+#define KVQ__RESOURCE_MAX_BACKOFF_US 30000000
+int64_t kvq__retry_delay_us(
+    int64_t *backoff_us, int err, int64_t max_delay_us, int64_t initial_us, double unit);
+
 #endif /* KVQ_ENGINE_H */
