@@ -28,12 +28,16 @@
  * Every operation is sequentially consistent: the argument is a store-buffering one (the reader
  * writes rv_floor then reads commit_seq; the committer writes commit_seq then reads rv_floor),
  * which needs a single total order. The lock holder is the only writer of commit_seq,
- * inflight_version and inflight_seq. A committer killed while commit_seq is odd leaves it odd:
- * readers then fall back to its published version (or S), which is safe but stands still, until
- * the next committer repairs the counter by moving it to the next odd value.
+ * inflight_version and inflight_seq. A committer killed while commit_seq is odd leaves it odd,
+ * with the commit lock free: the next reader that finds it so takes the lock for a moment and
+ * makes the counter even (repair_dead_commit), and the next committer moves it to the next odd
+ * value in any case. Until then readers fall back to its published version (or S), which is
+ * safe but stands still.
  *
  * The clock may step backwards: versions still never do, since a commit's version is also
  * > the previous one and >= rv_floor, and readers take the maximum published reading. */
+#include <sys/file.h>
+
 #include "emb.h"
 
 /* Raises *p to at least v; returns the value *p then holds (>= v). */
@@ -45,6 +49,30 @@ static int64_t atomic_max(int64_t *p, int64_t v)
             return v;
     }
     return cur;
+}
+
+/* An odd commit_seq with the commit lock free means its committer died between marking itself
+ * in flight and the end of its commit: a live one holds the lock throughout. Whatever it did,
+ * its SQLite transaction is now committed or rolled back, and every later commit takes a
+ * version at least its published one (rv_floor was raised to it first), so ending its in-flight
+ * mark is safe; without it, read versions would stand still until some process commits. The
+ * commit lock is also what this process's own leader holds while it commits, and flock does not
+ * exclude two holders of one descriptor: the leader flag, under gc_mu, tells that case apart.
+ * Returns the counter as it then stands. */
+static uint64_t repair_dead_commit(emb_db *e)
+{
+    emb_shm *m = e->shm;
+    if (e->lock_fd >= 0) {
+        pthread_mutex_lock(&e->gc_mu);
+        if (!e->leader_active && flock(e->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+            uint64_t s = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+            if (s & 1)
+                __atomic_store_n(&m->commit_seq, s + 1, __ATOMIC_SEQ_CST);
+            flock(e->lock_fd, LOCK_UN);
+        }
+        pthread_mutex_unlock(&e->gc_mu);
+    }
+    return __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
 }
 
 void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p)
@@ -62,6 +90,8 @@ void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p)
         p->published = 1;
     }
     p->seq = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+    if ((p->seq & 1) && p->published)
+        p->seq = repair_dead_commit(e);
 }
 
 int64_t emb_rv_after_snapshot(emb_db *e, const emb_rv_probe *p, int64_t stored)
