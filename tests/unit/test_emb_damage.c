@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -22,6 +23,7 @@
 
 static char base[64];
 static int counter;
+static unsigned probe_flags; /* extra kvq_db_options flags of the probing child */
 
 /* Totals for the summary line. */
 static struct {
@@ -111,7 +113,7 @@ static int probe_child(const char *dir, int *read_all, int *hang)
         close(fds[0]);
         alarm(20);
         kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-        o.flags |= KVQ_DB_NO_CREATE;
+        o.flags |= KVQ_DB_NO_CREATE | probe_flags;
         kvq_db *db;
         int res[2] = { 0, 0 };
         int rc = kvq_db_open(&db, dir, &o);
@@ -292,6 +294,94 @@ static void test_shm_garbage(void **state)
     int all = 0;
     assert_int_equal(probe(dir, &all), 0);
     assert_true(all);
+}
+
+/* Writes kvq.shm: `len` bytes of `fill`, then (if floor > 0) a kvq-looking layout whose
+ * rv_floor is `floor`. */
+static void write_shm(const char *dir, size_t len, int fill, uint32_t magic, int64_t floor)
+{
+    char file[160];
+    snprintf(file, sizeof(file), "%s/kvq.shm", dir);
+    int fd = open(file, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    uint8_t page[4096];
+    memset(page, fill, sizeof(page));
+    if (magic != 0)
+        memcpy(page, &magic, 4);
+    if (floor > 0)
+        memcpy(page + 24, &floor, 8); /* emb_shm's rv_floor */
+    if (len > 0)
+        assert_int_equal(write(fd, page, len), (ssize_t)len);
+    close(fd);
+}
+
+/* A short or foreign kvq.shm opened read-only: a clean error (it cannot be mended read-only),
+ * never SIGBUS from reading past the end of the file. */
+static void test_shm_short_or_foreign_read_only(void **state)
+{
+    (void)state;
+    static const size_t lens[] = { 0, 100, 4095 };
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        char dir[128];
+        new_dir(dir, sizeof(dir));
+        make_db(dir);
+        write_shm(dir, lens[i], 0, 0, 0);
+        int all = 0;
+        probe_flags = KVQ_DB_READ_ONLY;
+        int rc = probe(dir, &all);
+        probe_flags = 0;
+        assert_int_equal(rc, KVQ_EDAMAGED);
+    }
+    char dir[128];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    write_shm(dir, 4096, 0x5a, 0x12345678u, 0);
+    int all = 0;
+    probe_flags = KVQ_DB_READ_ONLY;
+    int rc = probe(dir, &all);
+    probe_flags = 0;
+    assert_int_equal(rc, KVQ_EDAMAGED);
+    /* A read-write open rebuilds it; read-only opens work again afterwards. */
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+    probe_flags = KVQ_DB_READ_ONLY;
+    rc = probe(dir, &all);
+    probe_flags = 0;
+    assert_int_equal(rc, 0);
+    assert_true(all);
+}
+
+/* A short kvq.shm, or one that is not kvq's, opened read-write: rebuilt from zeros. Garbage in
+ * it must not leak into versions: a foreign page whose rv_floor field holds a time ten days
+ * ahead does not push commit versions there. */
+static void test_shm_short_or_foreign_rebuilt(void **state)
+{
+    (void)state;
+    char dir[128];
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    write_shm(dir, 100, 0x11, 0, 0);
+    int all = 0;
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+
+    new_dir(dir, sizeof(dir));
+    make_db(dir);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    write_shm(dir, 4096, 0, 0x0badf00du, now + 10LL * 86400 * 1000000);
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    assert_int_equal(kvq_txn_set(t, (const uint8_t *)"x", 1, (const uint8_t *)"1", 1), 0);
+    assert_int_equal(kvq_txn_commit(t), 0);
+    int64_t cv = 0;
+    assert_int_equal(kvq_txn_get_committed_version(&cv, t), 0);
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+    assert_true(cv < now + 3600LL * 1000000);
 }
 
 /* Cuts data.db to `keep` bytes (0: an empty file, which SQLite would open as a new, empty
@@ -500,6 +590,8 @@ int main(void)
         cmocka_unit_test(test_junk_of_the_right_size),
         cmocka_unit_test(test_wal_garbage),
         cmocka_unit_test(test_shm_garbage),
+        cmocka_unit_test(test_shm_short_or_foreign_read_only),
+        cmocka_unit_test(test_shm_short_or_foreign_rebuilt),
         cmocka_unit_test(test_zero_length_file),
         cmocka_unit_test(test_truncated_to_half),
         cmocka_unit_test(test_data_file_missing),

@@ -11,7 +11,9 @@
 #include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,7 +42,24 @@ int emb_shm_open(emb_db *e)
         kvq__free(p);
         return rc;
     }
-    if (!ro && ftruncate(fd, 4096) != 0) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = kvq__error(KVQ_EIO, "cannot stat %s: %s", p, strerror(errno));
+        close(fd);
+        kvq__free(p);
+        return rc;
+    }
+    /* A read-only handle cannot mend the page; a short one would fault when read (SIGBUS). */
+    if (ro && st.st_size < 4096) {
+        int rc = kvq__error(KVQ_EDAMAGED,
+                            "%s is %lld bytes, not kvq's 4096: open the database read-write once "
+                            "to rebuild it",
+                            p, (long long)st.st_size);
+        close(fd);
+        kvq__free(p);
+        return rc;
+    }
+    if (!ro && st.st_size != 4096 && ftruncate(fd, 4096) != 0) {
         int rc = kvq__error(KVQ_EIO, "cannot size %s: %s", p, strerror(errno));
         close(fd);
         kvq__free(p);
@@ -53,11 +72,35 @@ int emb_shm_open(emb_db *e)
         kvq__free(p);
         return rc;
     }
+    emb_shm *shm = m;
+    uint32_t magic = __atomic_load_n(&shm->magic, __ATOMIC_SEQ_CST);
+    if (ro && magic != SHM_MAGIC && magic != 0) {
+        int rc = kvq__error(KVQ_EDAMAGED,
+                            "%s is not kvq's (magic 0x%08x): open the database read-write once to "
+                            "rebuild it",
+                            p, (unsigned)magic);
+        munmap(m, 4096);
+        close(fd);
+        kvq__free(p);
+        return rc;
+    }
+    if (!ro && magic != SHM_MAGIC) {
+        /* New, or not kvq's (junk, another program's file): every process of this kvq marks the
+         * page when it opens it, so nobody is using this one. Start it from zeros, every
+         * field's starting value, under the commit lock so that two first openers agree. */
+        if (e->lock_fd >= 0)
+            while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+            }
+        if (__atomic_load_n(&shm->magic, __ATOMIC_SEQ_CST) != SHM_MAGIC) {
+            memset(m, 0, 4096);
+            __atomic_store_n(&shm->magic, SHM_MAGIC, __ATOMIC_SEQ_CST);
+        }
+        if (e->lock_fd >= 0)
+            flock(e->lock_fd, LOCK_UN);
+    }
     kvq__free(p);
     e->shm = m;
     e->shm_fd = fd;
-    if (!ro)
-        __atomic_store_n(&e->shm->magic, SHM_MAGIC, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -69,6 +112,9 @@ void emb_notify_commit(emb_db *e)
     if (__atomic_load_n(&e->shm->waiters, __ATOMIC_SEQ_CST) > 0)
         futex(&e->shm->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
+
+/* watch_key_changed's answer when SQLite refused the read transiently. */
+#define WATCH_READ_AGAIN 1
 
 static int watch_key_changed(emb_db *e, emb_watch *ew, int *changed)
 {
@@ -84,6 +130,10 @@ static int watch_key_changed(emb_db *e, emb_watch *ew, int *changed)
         *changed = !ew->present || kvq__bytes_cmp(v, vn, ew->value.p, ew->value.n) != 0;
     } else if (src == SQLITE_DONE) {
         *changed = ew->present;
+    } else if ((src & 0xff) == SQLITE_BUSY || (src & 0xff) == SQLITE_PROTOCOL) {
+        /* The scan's snapshot could not start for a moment (the first read of a WAL read
+         * transaction): transient, not the watch's error. */
+        rc = WATCH_READ_AGAIN;
     } else {
         rc = emb_sqlite_error(c->db, src, "reading a watched key");
     }
@@ -110,6 +160,14 @@ static void scan(emb_db *e)
         emb_watch *ew = w->engine_data;
         int changed = 0;
         int rc = watch_key_changed(e, ew, &changed);
+        if (rc == WATCH_READ_AGAIN) {
+            /* Scan again in a moment, from a new snapshot; the watches stay armed. */
+            sqlite3_step(c->rollback);
+            sqlite3_reset(c->rollback);
+            kvq__sleep_us(1000);
+            e->watch_rescan = 1;
+            return;
+        }
         pthread_mutex_lock(&w->mu);
         int done = w->state == KVQ__WATCH_DONE;
         pthread_mutex_unlock(&w->mu);
