@@ -12,19 +12,20 @@
  * | 0x01      | bytes (00 escaped as 00 FF, ended 00)  | KVQ_TUPLE_BYTES         |
  * | 0x02      | UTF-8 string, escaped like bytes       | KVQ_TUPLE_STRING        |
  * | 0x05      | nested tuple, ended by 00              | KVQ_TUPLE_NESTED        |
- * | 0x0b-0x1d | integer                                | KVQ_TUPLE_INT, _UINT    |
+ * | 0x0b-0x1d | integer                                | KVQ_TUPLE_INT, _UINT, _NEG_UINT |
  * | 0x20      | float (IEEE binary32)                  | KVQ_TUPLE_FLOAT         |
  * | 0x21      | double (IEEE binary64)                 | KVQ_TUPLE_DOUBLE        |
  * | 0x26/0x27 | false / true                           | KVQ_TUPLE_BOOL          |
  * | 0x30      | UUID (16 bytes)                        | KVQ_TUPLE_UUID          |
  * | 0x33      | 96-bit versionstamp (10 + 2 bytes)     | KVQ_TUPLE_VERSIONSTAMP  |
  *
- * **Integers.** Every int64 and uint64. +/-(2^64-1) use the 8-byte codes (`1c ffx8`), as the Java,
- * Go and erlfdb bindings write them; the decoder also accepts the long codes 0x1d/0x0b (Python
- * writes 2^64-1 as `1d 08 ffx8`) and non-minimal lengths (`16 00 05` is 5), as every binding's
- * decoder does; kvq itself only writes minimal forms. Positive values above INT64_MAX decode as
- * KVQ_TUPLE_UINT, all others as KVQ_TUPLE_INT. Values a 64-bit integer cannot hold -- above
- * UINT64_MAX, or below INT64_MIN, which includes -(2^64-1) in either form -- are KVQ_ERANGE.
+ * **Integers.** Every integer from -(2^64-1) to 2^64-1. +/-(2^64-1) use the 8-byte codes
+ * (`1c ffx8`, `0c 00x8`), as the Java, Go and erlfdb bindings write them; the decoder also
+ * accepts the long codes 0x1d/0x0b (Python writes 2^64-1 as `1d 08 ffx8` and -(2^64-1) as
+ * `0b f7 00x8`) and non-minimal lengths (`16 00 05` is 5), as every binding's decoder does; kvq
+ * itself only writes minimal forms. Positive values above INT64_MAX decode as KVQ_TUPLE_UINT,
+ * negative values below INT64_MIN as KVQ_TUPLE_NEG_UINT (the magnitude), all others as
+ * KVQ_TUPLE_INT. Values beyond 64 bits of magnitude are KVQ_ERANGE.
  *
  * **Floats** keep their exact bits: -0.0 and NaN payloads round-trip.
  *
@@ -59,16 +60,19 @@ extern "C" {
 /** Element types. */
 typedef enum kvq_tuple_type {
     KVQ_TUPLE_NULL = 0,
-    KVQ_TUPLE_BYTES,       /**< v.bytes */
-    KVQ_TUPLE_STRING,      /**< v.bytes: UTF-8, not NUL-terminated, may contain U+0000 */
-    KVQ_TUPLE_NESTED,      /**< v.nested */
-    KVQ_TUPLE_INT,         /**< v.i: an int64 */
-    KVQ_TUPLE_UINT,        /**< v.u: a uint64; decoding gives it only for values above INT64_MAX */
-    KVQ_TUPLE_FLOAT,       /**< v.f */
-    KVQ_TUPLE_DOUBLE,      /**< v.d */
-    KVQ_TUPLE_BOOL,        /**< v.b: 0 or 1 (packing takes any nonzero as true) */
-    KVQ_TUPLE_UUID,        /**< v.uuid: 16 bytes in network order */
-    KVQ_TUPLE_VERSIONSTAMP /**< v.vs */
+    KVQ_TUPLE_BYTES,        /**< v.bytes */
+    KVQ_TUPLE_STRING,       /**< v.bytes: UTF-8, not NUL-terminated, may contain U+0000 */
+    KVQ_TUPLE_NESTED,       /**< v.nested */
+    KVQ_TUPLE_INT,          /**< v.i: an int64 */
+    KVQ_TUPLE_UINT,         /**< v.u: a uint64; decoding gives it only for values above INT64_MAX */
+    KVQ_TUPLE_FLOAT,        /**< v.f */
+    KVQ_TUPLE_DOUBLE,       /**< v.d */
+    KVQ_TUPLE_BOOL,         /**< v.b: 0 or 1 (packing takes any nonzero as true) */
+    KVQ_TUPLE_UUID,         /**< v.uuid: 16 bytes in network order */
+    KVQ_TUPLE_VERSIONSTAMP, /**< v.vs */
+    /** v.u: the magnitude of a negative integer, -v.u; decoding gives it only for values below
+     * INT64_MIN, down to -(2^64-1) */
+    KVQ_TUPLE_NEG_UINT
 } kvq_tuple_type;
 
 /**
@@ -123,6 +127,14 @@ static inline kvq_tuple_elem kvq_tuple_uint(uint64_t v)
     kvq_tuple_elem e;
     e.type = KVQ_TUPLE_UINT;
     e.v.u = v;
+    return e;
+}
+/** The integer -magnitude (any magnitude up to 2^64-1: -(2^64-1) .. 0). */
+static inline kvq_tuple_elem kvq_tuple_neg_uint(uint64_t magnitude)
+{
+    kvq_tuple_elem e;
+    e.type = KVQ_TUPLE_NEG_UINT;
+    e.v.u = magnitude;
     return e;
 }
 /** Bytes p[0..n); p may be NULL when n is 0. */

@@ -144,18 +144,27 @@ static void put_uint(writer *w, uint64_t v)
     put_be(w, v, n);
 }
 
-/* 0x14 - n and the one's complement of the magnitude in n bytes, so that -1 is 13 FE. */
+/* The integer -m: 0x14 - n and the one's complement of the magnitude m in n bytes, so that -1
+ * is 13 FE and -(2^64-1) is 0c 00x8 (the 8-byte form the Java, Go and erlfdb bindings write). */
+static void put_neg(writer *w, uint64_t m)
+{
+    if (m == 0) {
+        put_uint(w, 0);
+        return;
+    }
+    unsigned n = byte_len(m);
+    uint64_t mask = n == 8 ? UINT64_MAX : (((uint64_t)1 << (8 * n)) - 1u);
+    put(w, (uint8_t)(CODE_ZERO - n));
+    put_be(w, mask - m, n);
+}
+
 static void put_int(writer *w, int64_t v)
 {
     if (v >= 0) {
         put_uint(w, (uint64_t)v);
         return;
     }
-    uint64_t m = (uint64_t)(-(v + 1)) + 1u; /* the magnitude, without overflow at INT64_MIN */
-    unsigned n = byte_len(m);
-    uint64_t mask = n == 8 ? UINT64_MAX : (((uint64_t)1 << (8 * n)) - 1u);
-    put(w, (uint8_t)(CODE_ZERO - n));
-    put_be(w, mask - m, n);
+    put_neg(w, (uint64_t)(-(v + 1)) + 1u); /* the magnitude, without overflow at INT64_MIN */
 }
 
 /* IEEE bits, transformed so that unsigned order is numeric order: a set sign bit flips every
@@ -226,6 +235,9 @@ static int pack_elem(writer *w, const kvq_tuple_elem *e, int depth)
         return 0;
     case KVQ_TUPLE_UINT:
         put_uint(w, e->v.u);
+        return 0;
+    case KVQ_TUPLE_NEG_UINT:
+        put_neg(w, e->v.u);
         return 0;
     case KVQ_TUPLE_FLOAT:
         put(w, CODE_FLOAT);
@@ -513,14 +525,16 @@ static int read_magnitude(reader *r, size_t n, size_t at, int negative, uint64_t
     return 0;
 }
 
-static int set_negative(const reader *r, size_t at, uint64_t m, kvq_tuple_elem *e)
+static void set_negative(uint64_t m, kvq_tuple_elem *e)
 {
-    if (m > (uint64_t)INT64_MAX + 1u)
-        return kvq__error(KVQ_ERANGE, "tuple: integer -%llu is below INT64_MIN at byte %zu of %zu",
-                          (unsigned long long)m, at, r->len);
+    if (m > (uint64_t)INT64_MAX + 1u) {
+        /* Below INT64_MIN, down to -(2^64-1): the magnitude. */
+        e->type = KVQ_TUPLE_NEG_UINT;
+        e->v.u = m;
+        return;
+    }
     e->type = KVQ_TUPLE_INT;
     e->v.i = m == (uint64_t)INT64_MAX + 1u ? INT64_MIN : -(int64_t)m;
-    return 0;
 }
 
 static void set_positive(uint64_t v, kvq_tuple_elem *e)
@@ -592,7 +606,9 @@ static int read_elem(reader *r, int depth, kvq_tuple_elem *e)
     if (code >= CODE_NEG_8 && code < CODE_ZERO) {
         uint64_t m;
         int rc = read_magnitude(r, (size_t)(CODE_ZERO - code), at, 1, &m);
-        return rc != 0 ? rc : set_negative(r, at, m, e);
+        if (rc == 0)
+            set_negative(m, e);
+        return rc;
     }
     if (code >= CODE_ZERO && code <= CODE_POS_8) {
         uint64_t v;
@@ -614,8 +630,9 @@ static int read_elem(reader *r, int depth, kvq_tuple_elem *e)
         if (rc != 0)
             return rc;
         if (negative)
-            return set_negative(r, at, v, e);
-        set_positive(v, e);
+            set_negative(v, e);
+        else
+            set_positive(v, e);
         return 0;
     }
     if (code == CODE_FLOAT) {
@@ -787,6 +804,7 @@ static int type_rank(const kvq_tuple_elem *e)
         return CODE_NESTED;
     case KVQ_TUPLE_INT:
     case KVQ_TUPLE_UINT:
+    case KVQ_TUPLE_NEG_UINT:
         return CODE_ZERO;
     case KVQ_TUPLE_FLOAT:
         return CODE_FLOAT;
@@ -808,17 +826,30 @@ static int cmp_u64(uint64_t a, uint64_t b)
     return a < b ? -1 : (a > b ? 1 : 0);
 }
 
+/* An integer element as a sign (-1, 0 or 1) and a magnitude. */
+static int int_parts(const kvq_tuple_elem *e, uint64_t *mag)
+{
+    if (e->type == KVQ_TUPLE_UINT) {
+        *mag = e->v.u;
+    } else if (e->type == KVQ_TUPLE_NEG_UINT) {
+        *mag = e->v.u;
+        return e->v.u == 0 ? 0 : -1;
+    } else if (e->v.i < 0) {
+        *mag = (uint64_t)(-(e->v.i + 1)) + 1u;
+        return -1;
+    } else {
+        *mag = (uint64_t)e->v.i;
+    }
+    return *mag == 0 ? 0 : 1;
+}
+
 static int cmp_int(const kvq_tuple_elem *a, const kvq_tuple_elem *b)
 {
-    int an = a->type == KVQ_TUPLE_INT && a->v.i < 0;
-    int bn = b->type == KVQ_TUPLE_INT && b->v.i < 0;
-    if (an != bn)
-        return an ? -1 : 1;
-    if (an)
-        return a->v.i < b->v.i ? -1 : (a->v.i > b->v.i ? 1 : 0);
-    uint64_t x = a->type == KVQ_TUPLE_INT ? (uint64_t)a->v.i : a->v.u;
-    uint64_t y = b->type == KVQ_TUPLE_INT ? (uint64_t)b->v.i : b->v.u;
-    return cmp_u64(x, y);
+    uint64_t x, y;
+    int sa = int_parts(a, &x), sb = int_parts(b, &y);
+    if (sa != sb)
+        return sa < sb ? -1 : 1;
+    return sa < 0 ? cmp_u64(y, x) : cmp_u64(x, y);
 }
 
 /* The bytes of an element's data, or none when they are missing. */
@@ -859,6 +890,7 @@ static int cmp_elem(const kvq_tuple_elem *a, const kvq_tuple_elem *b, int depth)
                          depth + 1);
     case KVQ_TUPLE_INT:
     case KVQ_TUPLE_UINT:
+    case KVQ_TUPLE_NEG_UINT:
         return cmp_int(a, b);
     case KVQ_TUPLE_FLOAT:
         return cmp_u64(float_key(a->v.f), float_key(b->v.f));

@@ -290,6 +290,59 @@ static void expect_int(const char *h, int64_t want)
     kvq_tuple_free(t);
 }
 
+static void expect_neg_uint(const char *h, uint64_t magnitude)
+{
+    kvq_tuple *t;
+    const kvq_tuple_elem *e = decode_one(&t, h);
+    assert_int_equal(e->type, KVQ_TUPLE_NEG_UINT);
+    assert_true(e->v.u == magnitude);
+    kvq_tuple_free(t);
+}
+
+/* Integers below INT64_MIN, down to -(2^64-1), as other bindings write them: packed in the
+ * 8-byte form, ordered with every other integer, and a magnitude that fits an int64 packs
+ * exactly as that int64. */
+static void test_integers_below_int64_min(void **state)
+{
+    (void)state;
+    ONE(kvq_tuple_neg_uint(UINT64_MAX), "0c 00 00 00 00 00 00 00 00");
+    ONE(kvq_tuple_neg_uint((uint64_t)INT64_MAX + 2), "0c 7f ff ff ff ff ff ff fe");
+    kvq_buf a = KVQ_BUF_INIT, b = KVQ_BUF_INIT;
+    static const uint64_t small[] = {
+        0, 1, 255, 256, (uint64_t)INT64_MAX, (uint64_t)INT64_MAX + 1
+    };
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+        kvq_tuple_elem x = kvq_tuple_neg_uint(small[i]);
+        kvq_tuple_elem y =
+            kvq_tuple_int(small[i] == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)small[i]);
+        assert_int_equal(kvq_tuple_pack_buf(&a, &x, 1), 0);
+        assert_int_equal(kvq_tuple_pack_buf(&b, &y, 1), 0);
+        assert_int_equal(a.len, b.len);
+        assert_memory_equal(a.data, b.data, a.len);
+        assert_int_equal(kvq_tuple_compare(&x, 1, &y, 1), 0);
+    }
+    /* Ascending order, as elements and as packed bytes. */
+    const kvq_tuple_elem order[] = { kvq_tuple_neg_uint(UINT64_MAX),
+                                     kvq_tuple_neg_uint(UINT64_MAX - 1),
+                                     kvq_tuple_neg_uint((uint64_t)INT64_MAX + 2),
+                                     kvq_tuple_int(INT64_MIN),
+                                     kvq_tuple_int(INT64_MIN + 1),
+                                     kvq_tuple_int(-1),
+                                     kvq_tuple_neg_uint(0),
+                                     kvq_tuple_int(1),
+                                     kvq_tuple_uint(UINT64_MAX) };
+    size_t n = sizeof(order) / sizeof(order[0]);
+    for (size_t i = 0; i + 1 < n; i++) {
+        assert_true(kvq_tuple_compare(&order[i], 1, &order[i + 1], 1) < 0);
+        assert_true(kvq_tuple_compare(&order[i + 1], 1, &order[i], 1) > 0);
+        assert_int_equal(kvq_tuple_pack_buf(&a, &order[i], 1), 0);
+        assert_int_equal(kvq_tuple_pack_buf(&b, &order[i + 1], 1), 0);
+        assert_true(kvq__bytes_cmp(a.data, a.len, b.data, b.len) < 0);
+    }
+    kvq_buf_dispose(&a);
+    kvq_buf_dispose(&b);
+}
+
 static void test_integer_decoding_edges(void **state)
 {
     (void)state;
@@ -321,11 +374,12 @@ static void test_integer_decoding_edges(void **state)
     assert_int_equal(unpack_exact(&t, longest, sizeof(longest)), 0);
     assert_int_equal(kvq_tuple_at(t, 1)->v.i, 42);
     kvq_tuple_free(t);
-    /* -(2^64-1) in both forms: below INT64_MIN, so KVQ_ERANGE (documented). */
-    expect_bad("0c 00 00 00 00 00 00 00 00", KVQ_ERANGE, "-18446744073709551615", "byte 0");
-    expect_bad("0b f7 00 00 00 00 00 00 00 00", KVQ_ERANGE, "below INT64_MIN", "byte 0");
-    /* INT64_MIN - 1 = -(2^63+1): 0xffffffffffffffff - 0x8000000000000001 */
-    expect_bad("0c 7f ff ff ff ff ff ff fe", KVQ_ERANGE, "below INT64_MIN", NULL);
+    /* -(2^64-1) in both forms (the 8-byte one of Java, Go and erlfdb, Python's long one), and
+     * INT64_MIN - 1 = -(2^63+1): below INT64_MIN, they decode as magnitudes. */
+    expect_neg_uint("0c 00 00 00 00 00 00 00 00", UINT64_MAX);
+    expect_neg_uint("0b f7 00 00 00 00 00 00 00 00", UINT64_MAX);
+    expect_neg_uint("0c 7f ff ff ff ff ff ff fe", (uint64_t)INT64_MAX + 2);
+    expect_neg_uint("0b f6 ff 7f ff ff ff ff ff ff fe", (uint64_t)INT64_MAX + 2);
     /* -(2^64): 9 magnitude bytes 01 00.., complemented fe ff..; length 9 complemented f6. */
     expect_bad("0b f6 fe ff ff ff ff ff ff ff ff", KVQ_ERANGE, "beyond 64 bits", NULL);
 }
@@ -1422,6 +1476,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bytes_and_strings),
         cmocka_unit_test(test_integers),
         cmocka_unit_test(test_integer_decoding_edges),
+        cmocka_unit_test(test_integers_below_int64_min),
         cmocka_unit_test(test_floats_and_doubles),
         cmocka_unit_test(test_bool_and_uuid),
         cmocka_unit_test(test_versionstamps),
