@@ -766,14 +766,20 @@ static void test_priority(void **state)
         campaign(KVQ_QUEUE_PRIORITY, "workq-at-least-once-priority", (int)kvq_test_scaled(10), 0));
 }
 
-/* The check can fail: consumers whose upkeep ignores leases deliver items again early. */
+/* The check can fail: consumers whose upkeep ignores leases deliver items again early. How
+ * often they do depends on how far the consumers get before the final drain, which a loaded
+ * machine (a sanitizer build beside other tests) can squeeze to almost nothing: up to three
+ * campaigns run, and the check must catch the broken queue in one of them. */
 static void test_checker_catches_broken_leases(void **state)
 {
     (void)state;
-    result r =
-        campaign(KVQ_QUEUE_DURABLE, "workq-at-least-once-broken", 10, KVQ_WORKQ_TEST_IGNORE_LEASES);
-    printf("# the at-least-once check %s the broken work queue (%zu unexplained)\n",
-           r.unexplained ? "caught" : "MISSED", r.unexplained);
+    result r = { 0 };
+    for (int round = 0; round < 3 && r.unexplained == 0; round++) {
+        r = campaign(KVQ_QUEUE_DURABLE, "workq-at-least-once-broken", 10,
+                     KVQ_WORKQ_TEST_IGNORE_LEASES);
+        printf("# the at-least-once check %s the broken work queue (%zu unexplained)\n",
+               r.unexplained ? "caught" : "MISSED", r.unexplained);
+    }
     assert_true(r.unexplained > 0);
 }
 
