@@ -135,10 +135,113 @@ static void test_full_disk_drains(void **state)
            have, have);
 }
 
+static void fill_disk(const char *filler)
+{
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    static char junk[65536];
+    while (write(fd, junk, sizeof(junk)) > 0) {
+    }
+    while (write(fd, junk, 512) > 0) {
+    }
+    close(fd);
+}
+
+/* A durable queue on a full disk is drained by the queue layer's own pops, whose idempotency
+ * result slots are small writes: kvq_queue_pop, then (after reopening the database on the
+ * still-full disk, which must not take the reserve back) kvq_queue_pop_k and
+ * kvq_queue_consume_k, to empty. Pushes are refused throughout, and resume once there is room. */
+static void test_full_disk_queue_pops_drain(void **state)
+{
+    (void)state;
+    if (mnt[0] == '\0') {
+        printf("diskfull: skipped=cannot_mount_tmpfs\n");
+        skip();
+    }
+    char dir[300], filler[300], cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/db", mnt);
+    assert_int_equal(system(cmd), 0);
+    snprintf(dir, sizeof(dir), "%s/dbq", mnt);
+    snprintf(filler, sizeof(filler), "%s/filler-q", mnt);
+    kvq_db *db;
+    kvq_queue *q;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL), 0);
+    enum { N = 300, VLEN = 400 };
+    static uint8_t val[VLEN];
+    memset(val, 'q', sizeof(val));
+    kvq_bytes vals[50];
+    for (int i = 0; i < 50; i++)
+        vals[i] = (kvq_bytes){ val, sizeof(val) };
+    for (int i = 0; i < N / 50; i++)
+        assert_int_equal(kvq_queue_push_many(q, vals, 50), 0);
+
+    fill_disk(filler);
+    int rc = 0;
+    for (int i = 0; i < 5000 && rc == 0; i++)
+        rc = kvq_queue_push(q, val, sizeof(val));
+    assert_int_equal(rc, KVQ_ENOSPC);
+    uint64_t len = 0;
+    assert_int_equal(kvq_queue_len(q, &len), 0);
+    size_t total = (size_t)len, popped = 0;
+    assert_true(total >= N);
+
+    kvq_buf out[50];
+    for (int i = 0; i < 50; i++)
+        out[i] = (kvq_buf)KVQ_BUF_INIT;
+    for (int i = 0; i < 10; i++) {
+        rc = kvq_queue_pop(q, &out[0]);
+        if (rc != 0)
+            fail_msg("pop %d on a full disk: %s (%s)", i, kvq_errname(rc), kvq_last_error());
+        popped++;
+    }
+    kvq_queue_close(q);
+    kvq_db_close(db);
+
+    /* Reopened on the still-full disk: the reserve stays given up, pops go on. */
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL), 0);
+    assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
+    size_t n = 0;
+    while (popped < total / 2) {
+        rc = kvq_queue_pop_k(q, 50, out, &n);
+        if (rc != 0)
+            fail_msg("pop_k on a full disk: %s (%s)", kvq_errname(rc), kvq_last_error());
+        popped += n;
+    }
+    for (;;) {
+        kvq_watch *w = NULL;
+        rc = kvq_queue_consume_k(q, 50, out, &n, &w);
+        kvq_watch_destroy(w);
+        if (rc != 0)
+            fail_msg("consume_k on a full disk: %s (%s)", kvq_errname(rc), kvq_last_error());
+        popped += n;
+        if (n == 0)
+            break;
+    }
+    assert_int_equal(popped, total);
+    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(len, 0);
+    assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
+
+    /* Room again: pushes resume. */
+    assert_int_equal(unlink(filler), 0);
+    usleep(150000);
+    assert_int_equal(kvq_queue_push(q, val, sizeof(val)), 0);
+    for (int i = 0; i < 50; i++)
+        kvq_buf_dispose(&out[i]);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    printf("diskfull: queue items=%zu drained_by_pops=%zu reopened_full=yes pushes_refused=ENOSPC "
+           "resumed=yes\n",
+           total, popped);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_disk_drains),
+        cmocka_unit_test(test_full_disk_queue_pops_drain),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

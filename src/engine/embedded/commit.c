@@ -360,11 +360,17 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
                 continue;
             }
         }
-        if (e->drain_only && emb_txn_grows(t)) {
-            req_fail(r, kvq__error(KVQ_ENOSPC,
-                                   "the disk is full: only transactions that remove data are "
-                                   "accepted until space is freed"));
-            continue;
+        if (e->drain_only) {
+            int grows = 0;
+            rc = emb_txn_grows(e, t, &grows);
+            if (rc != 0)
+                break;
+            if (grows) {
+                req_fail(r, kvq__error(KVQ_ENOSPC,
+                                       "the disk is full: only transactions that free more than "
+                                       "they write are accepted until space is freed"));
+                continue;
+            }
         }
         if (r->fault == KVQ_FAULT_NOT_COMMITTED) {
             req_fail(r, kvq__error(KVQ_ENOT_COMMITTED, "injected fault: not committed"));

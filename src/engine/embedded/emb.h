@@ -325,8 +325,9 @@ void emb_reserve_open(emb_db *e);
 int emb_reserve_release(emb_db *e);
 /* In drain mode, takes the reserve back once the disk has room; takes a missing reserve. */
 void emb_reserve_refresh(emb_db *e);
-/* Does the transaction write keys (rather than only clear or update)? */
-int emb_txn_grows(const emb_txn *t);
+/* Drain mode's test, under the commit lock: *grows = 1 unless the transaction frees more bytes
+ * (stored rows its clears delete) than it writes (keys and values it sets). */
+int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows);
 
 /* checkpoints (ckpt.c) */
 int emb_ckpt_start(emb_db *e);

@@ -3,8 +3,10 @@
  * A delete needs disk space too (SQLite writes the changed pages to the WAL first), so on a full
  * disk a queue could not even be emptied. kvq keeps a preallocated file, kvq.reserve, in the
  * database directory. When a commit fails because the disk is full, the committing process frees
- * the reserve and enters drain mode: transactions that only remove or update data (clears,
- * atomic operations) are accepted, those that write keys are refused with KVQ_ENOSPC. Once the
+ * the reserve and enters drain mode: transactions that free more than they write (the bytes of
+ * the rows their clears delete against the keys and values they set; atomic operations count
+ * nothing) are accepted, the others are refused with KVQ_ENOSPC. A queue's pop, which clears
+ * its items and writes a small result slot, drains; a push does not. Once the
  * file system has room again for the reserve and a megabyte more, the reserve is taken back and
  * writes resume. Every process learns of drain mode the same way: from a full disk, or from the
  * reserve file's size. */
@@ -19,6 +21,8 @@
 
 #define RESERVE_BYTES (8 * 1024 * 1024)
 #define RECHECK_US    100000
+/* Free space beyond the reserve needed before it is taken (back). */
+#define RESERVE_MARGIN (1024 * 1024)
 
 static void reserve_path(emb_db *e, char *buf, size_t n)
 {
@@ -64,6 +68,15 @@ void emb_reserve_open(emb_db *e)
     struct stat st;
     if (stat(path, &st) == 0 && st.st_size >= RESERVE_BYTES)
         return;
+    /* The reserve is missing or was given up to a full disk: take it only with room to spare,
+     * as drain mode does, so that opening a database on a full disk does not take back the
+     * very space its pops need. */
+    struct statvfs vfs;
+    if (statvfs(e->dir, &vfs) == 0 &&
+        (unsigned long long)vfs.f_bavail * vfs.f_frsize < RESERVE_BYTES + RESERVE_MARGIN) {
+        reserve_failed(e, ENOSPC);
+        return;
+    }
     int err = reserve_take(e);
     if (err != 0)
         reserve_failed(e, err);
@@ -100,7 +113,7 @@ void emb_reserve_refresh(emb_db *e)
         if (statvfs(e->dir, &vfs) != 0)
             return;
         unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-        if (avail < RESERVE_BYTES + 1024 * 1024)
+        if (avail < RESERVE_BYTES + RESERVE_MARGIN)
             return;
     }
     int err = reserve_take(e);
@@ -112,13 +125,58 @@ void emb_reserve_refresh(emb_db *e)
     }
 }
 
-int emb_txn_grows(const emb_txn *t)
+/* Bytes of the rows in [b, e), counted until they pass `stop`. */
+static int range_bytes(emb_db *e, const emb_str *b, const emb_str *en, int64_t stop, int64_t *out)
 {
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st;
+    int src = sqlite3_prepare_v2(e->writer,
+                                 "SELECT length(key) + length(value) FROM kv "
+                                 "WHERE key >= ?1 AND key < ?2",
+                                 -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
+    sqlite3_bind_blob(st, 1, b->n ? b->p : z, (int)b->n, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, en->n ? en->p : z, (int)en->n, SQLITE_STATIC);
+    int64_t sum = 0;
+    while (sum <= stop && (src = sqlite3_step(st)) == SQLITE_ROW)
+        sum += sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (src != SQLITE_ROW && src != SQLITE_DONE)
+        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
+    *out = sum;
+    return 0;
+}
+
+int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
+{
+    /* What it writes: every key it sets, with its value (a versionstamped key without its 4
+     * offset bytes, a versionstamped value likewise). Atomic operations update counters in
+     * place and count nothing. */
+    int64_t written = 0;
     for (size_t i = 0; i < t->n_muts; i++) {
-        int op = t->muts[i].op;
-        if (op == EMB_OP_SET || op == KVQ_MUT_SET_VERSIONSTAMPED_KEY ||
-            op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE)
-            return 1;
+        const emb_mut *m = &t->muts[i];
+        if (m->op == EMB_OP_SET)
+            written += (int64_t)(m->a.n + m->b.n);
+        else if (m->op == KVQ_MUT_SET_VERSIONSTAMPED_KEY ||
+                 m->op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE)
+            written += (int64_t)(m->a.n + m->b.n) - 4;
     }
+    *grows = 0;
+    if (written == 0)
+        return 0;
+    /* What it frees: the stored rows its clears cover, counted only as far as needed. */
+    int64_t freed = 0;
+    for (size_t i = 0; i < t->n_muts && freed <= written; i++) {
+        const emb_mut *m = &t->muts[i];
+        if (m->op != EMB_OP_CLEAR_RANGE)
+            continue;
+        int64_t part = 0;
+        int rc = range_bytes(e, &m->a, &m->b, written - freed, &part);
+        if (rc != 0)
+            return rc;
+        freed += part;
+    }
+    *grows = freed <= written;
     return 0;
 }
