@@ -7,9 +7,11 @@
  * extending the file, and a sync that extends a file costs more than one that overwrites it.
  *
  * A passive checkpoint cannot finish while an older reader needs frames; if readers keep it from
- * finishing and the WAL passes CKPT_HARD_PAGES, the leader (which holds kvq's commit lock, so no
- * other commit can start) waits for those readers, at most 5 seconds old by construction, and
- * truncates the WAL. So the WAL stays bounded. */
+ * finishing and the WAL passes CKPT_HARD_PAGES, the leader tries to truncate the WAL without
+ * waiting (it holds kvq's commit lock: waiting on a reader would stall every commit). A reader
+ * stops holding the WAL back when its transaction ends, resets, or is next used after its 5
+ * seconds (its snapshot is then released with transaction_too_old), and a later commit's
+ * checkpoint catches up. */
 #include "emb.h"
 
 /* Pages of WAL (4 KiB each by default) that trigger a checkpoint, and the hard bound. */
@@ -26,10 +28,15 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     __atomic_add_fetch(&e->n_checkpoints, 1, __ATOMIC_RELAXED);
     if ((src == SQLITE_OK && done >= log) || pages < CKPT_HARD_PAGES)
         return SQLITE_OK;
-    sqlite3_busy_timeout(db, (int)(KVQ_MAX_TXN_AGE_US / 1000) + 1000);
-    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    /* Past the hard bound: truncate the WAL if no reader needs it, but never wait for one. The
+     * leader holds the commit lock here, so waiting would stall every commit of every process
+     * for as long as one idle transaction keeps its snapshot. */
+    sqlite3_busy_timeout(db, 0);
+    src = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
     sqlite3_busy_timeout(db, 30000);
     __atomic_add_fetch(&e->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK)
+        __atomic_add_fetch(&e->n_ckpt_blocked, 1, __ATOMIC_RELAXED);
     return SQLITE_OK;
 }
 

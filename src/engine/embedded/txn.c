@@ -143,9 +143,13 @@ static int check_state(emb_txn *t)
 static int ensure_rv(emb_txn *t)
 {
     if (t->has_rv) {
-        if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US)
+        if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+            /* Its snapshot is of no more use: let the WAL be checkpointed past it. */
+            if (t->conn != NULL)
+                emb_txn_end_read(t);
             return kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                               "the transaction's read version is more than 5 seconds old");
+        }
         return 0;
     }
     int rc, src;
