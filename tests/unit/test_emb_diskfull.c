@@ -72,6 +72,19 @@ static size_t count(kvq_db *db)
     return n;
 }
 
+/* Fills what is left of the file system with the file `filler`. */
+static void fill_disk(const char *filler)
+{
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    static char junk[65536];
+    while (write(fd, junk, sizeof(junk)) > 0) {
+    }
+    while (write(fd, junk, 512) > 0) {
+    }
+    close(fd);
+}
+
 static void test_full_disk_drains(void **state)
 {
     (void)state;
@@ -88,14 +101,7 @@ static void test_full_disk_drains(void **state)
         assert_int_equal(put(db, i, 1000), 0);
 
     /* Fill what is left of the file system with another file. */
-    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    static char junk[65536];
-    while (write(fd, junk, sizeof(junk)) > 0) {
-    }
-    while (write(fd, junk, 512) > 0) {
-    }
-    close(fd);
+    fill_disk(filler);
 
     /* Pushes now fail cleanly. */
     int rc = 0;
@@ -133,18 +139,6 @@ static void test_full_disk_drains(void **state)
     printf("diskfull: fs=tmpfs items_before_full=%zu refused_push=ENOSPC drained=%zu "
            "resumed=yes reopened_intact=yes\n",
            have, have);
-}
-
-static void fill_disk(const char *filler)
-{
-    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    static char junk[65536];
-    while (write(fd, junk, sizeof(junk)) > 0) {
-    }
-    while (write(fd, junk, 512) > 0) {
-    }
-    close(fd);
 }
 
 /* A durable queue on a full disk is drained by the queue layer's own pops, whose idempotency
