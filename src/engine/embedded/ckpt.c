@@ -32,11 +32,9 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
      * leader holds the commit lock here, so waiting would stall every commit of every process
      * for as long as one idle transaction keeps its snapshot. */
     sqlite3_busy_timeout(db, 0);
-    src = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
     sqlite3_busy_timeout(db, 30000);
     __atomic_add_fetch(&e->n_checkpoints, 1, __ATOMIC_RELAXED);
-    if (src != SQLITE_OK)
-        __atomic_add_fetch(&e->n_ckpt_blocked, 1, __ATOMIC_RELAXED);
     return SQLITE_OK;
 }
 

@@ -98,7 +98,6 @@ typedef struct emb_db {
 
     /* Checkpoints run by the leader (ckpt.c). */
     uint64_t n_checkpoints;
-    uint64_t n_ckpt_blocked; /* truncations past the hard bound that a reader prevented */
 
     /* Watches. */
     emb_shm *shm;
