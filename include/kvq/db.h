@@ -66,7 +66,13 @@ enum {
     KVQ_FAULT_UNKNOWN_COMMITTED = 1u << 1,
     /** The commit is not applied and reports 1021. */
     KVQ_FAULT_UNKNOWN_NOT_COMMITTED = 1u << 2,
+    /** The 1020 and 1021 kinds above. */
     KVQ_FAULT_ALL = 7u,
+    /** The commit is applied but reports 1031, as a FoundationDB commit does when the
+     * transaction's timeout passes while the commit is in flight. */
+    KVQ_FAULT_TIMED_OUT_COMMITTED = 1u << 3,
+    /** The commit is not applied and reports 1031 from the commit. */
+    KVQ_FAULT_TIMED_OUT_NOT_COMMITTED = 1u << 4,
 };
 
 /** Test-only knobs (kvq_db_options.test_flags) that deliberately break the engine, so that tests

@@ -136,7 +136,9 @@ KVQ_API int kvq_last_error_code(void);
  */
 KVQ_API int kvq_error_retryable(int err);
 
-/** Maybe committed: the transaction may have committed (1021, 1039). */
+/** Maybe committed: the transaction may have committed (1021, 1039). A 1031 returned by
+ * kvq_txn_commit may also have committed on the fdb engine (the timeout passed with the commit
+ * in flight); this predicate cannot tell where a 1031 came from, so check it yourself. */
 KVQ_API int kvq_error_maybe_committed(int err);
 
 /** Retryable and certainly not committed (the retryable codes but 1021 and 1039). */

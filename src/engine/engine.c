@@ -34,7 +34,7 @@ int kvq_db_open(kvq_db **out, const char *url, const kvq_db_options *opts)
         return kvq__error(KVQ_EINVAL, "kvq_db_open: negative timeout or retry delay");
     if (!(opts->fault_rate >= 0.0 && opts->fault_rate <= 1.0))
         return kvq__error(KVQ_EINVAL, "kvq_db_open: fault_rate must be within [0, 1]");
-    if ((opts->fault_kinds & ~(unsigned int)KVQ_FAULT_ALL) != 0 ||
+    if ((opts->fault_kinds & ~(unsigned int)KVQ__FAULT_KNOWN) != 0 ||
         (opts->fault_rate > 0.0 && opts->fault_kinds == 0))
         return kvq__error(KVQ_EINVAL,
                           "kvq_db_open: fault_kinds must name at least one KVQ_FAULT_*");
@@ -93,9 +93,9 @@ unsigned int kvq__choose_fault(kvq_db *db)
     unsigned int fault = 0;
     pthread_mutex_lock(&db->fault_mu);
     if (kvq__rng_unit(&db->fault_rng) < db->opts.fault_rate) {
-        unsigned int kinds[3];
+        unsigned int kinds[5];
         int nk = 0;
-        for (unsigned int k = 1; k <= KVQ_FAULT_UNKNOWN_NOT_COMMITTED; k <<= 1)
+        for (unsigned int k = 1; k <= KVQ_FAULT_TIMED_OUT_NOT_COMMITTED; k <<= 1)
             if (db->opts.fault_kinds & k)
                 kinds[nk++] = k;
         if (nk > 0)
@@ -137,6 +137,13 @@ static void retry_state_init(kvq_txn *txn)
     txn->max_retry_delay_ms = txn->db->opts.max_retry_delay_ms;
     txn->start_mono_us = kvq__mono_us();
     txn->backoff_us = 0;
+    txn->commit_timed_out = 0;
+}
+
+int kvq__txn_maybe_committed(const kvq_txn *txn, int err)
+{
+    return kvq_error_maybe_committed(err) ||
+           (err == KVQ_ETRANSACTION_TIMED_OUT && txn != NULL && txn->commit_timed_out);
 }
 
 int kvq_txn_create(kvq_txn **out, kvq_db *db)
@@ -455,6 +462,9 @@ int kvq_txn_commit(kvq_txn *txn)
     int rc = txn->db->ops->commit(txn->t);
     if (rc == KVQ_ENOT_COMMITTED)
         ATOMIC_INC(&txn->db->n_conflicts);
+    /* The engine's own commit ran out of time: the request may have reached the commit
+     * pipeline, so the transaction may still commit (FoundationDB's client says the same). */
+    txn->commit_timed_out = rc == KVQ_ETRANSACTION_TIMED_OUT;
     return rc;
 }
 
@@ -550,6 +560,7 @@ int kvq_txn_on_error(kvq_txn *txn, int err)
     }
     kvq__sleep_us(sleep_us);
     txn->retries++;
+    txn->commit_timed_out = 0;
     ATOMIC_INC(&txn->db->n_retries);
     txn->db->ops->txn_reset(txn->t);
     return 0;

@@ -92,7 +92,16 @@ struct kvq_txn {
     int64_t backoff_us;
     kvq__rng rng;
     uint32_t next_user_version;
+    int commit_timed_out; /* the last kvq_txn_commit failed with 1031 inside the engine */
 };
+
+/* Whether err, just returned by kvq_txn_commit or an operation of txn, leaves the transaction
+ * possibly committed: 1021 and 1039, and 1031 when it came from the engine's commit. */
+int kvq__txn_maybe_committed(const kvq_txn *txn, int err);
+
+/* Every kind of injected fault. */
+#define KVQ__FAULT_KNOWN                                                                   \
+    (KVQ_FAULT_ALL | KVQ_FAULT_TIMED_OUT_COMMITTED | KVQ_FAULT_TIMED_OUT_NOT_COMMITTED)
 
 /* A watch is shared by the waiter and the engine (which fires it from another thread), so it is
  * reference counted: the caller's handle holds one reference, the engine another while armed. */

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "engine/engine.h"
 #include "kvq/queue.h"
 #include "util/util.h"
 
@@ -145,6 +146,8 @@ typedef struct kvq__qop {
     uint32_t attempt; /* number of the current attempt, from 1 */
     int maybe;        /* an earlier attempt may have committed */
     int expired;      /* the window passed while maybe */
+    int checking;     /* the attempts ran out of time while maybe: only look for the marker */
+    int settled;      /* checking found that no attempt committed, and fenced them */
     int found;        /* this attempt found the marker/slot of an earlier commit */
     uint32_t found_attempt;
     int64_t rv;       /* read version of the current attempt */
@@ -166,6 +169,13 @@ int kvq__qop_mark(kvq__qop *o, kvq_txn *txn);
 int kvq__qop_keep(kvq__qop *o, const kvq_bytes *vals, size_t n, int64_t prio);
 /* After an attempt failed with a maybe-committed error: keeps o->cur as a candidate. */
 int kvq__qop_maybe(kvq__qop *o);
+/* After kvq_txn_on_error gave up with err: when time ran out after an attempt that may have
+ * committed, resets txn, sets o->checking and returns 0 (run one more attempt); else an error.
+ * With o->checking set, kvq__qop_begin settles the operation instead of starting an attempt:
+ * when no attempt committed it fences them (writes the marker, which every attempt holds a
+ * read conflict on, so an attempt still in flight fails), commits, sets o->settled and returns
+ * 1031. */
+int kvq__qop_out_of_time(kvq__qop *o, kvq_txn *txn, int err);
 /* After success: the result that committed (o->cur, or the candidate the slot names), or NULL
  * (KVQ_ECOMMIT_UNKNOWN_RESULT recorded) when the slot names an attempt we do not have. */
 kvq__qres *kvq__qop_result(kvq__qop *o);

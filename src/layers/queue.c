@@ -669,6 +669,25 @@ static int mark_key(kvq__qop *o, kvq_buf *key)
     return kvq__qk_mark(key, bytes_of(&o->q->prefix), o->tag, o->bucket, o->id);
 }
 
+/* No attempt has committed as of this read version. Writing the marker (attempt 0, which no
+ * attempt has) makes any attempt still in flight fail: each holds a read conflict on it. */
+static int qop_fence(kvq__qop *o, kvq_txn *txn)
+{
+    kvq_buf key = KVQ_BUF_INIT;
+    static const uint8_t none[4] = { 0 };
+    int rc = mark_key(o, &key);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, key.data, key.len, none, o->tag[0] == 'r' ? 4 : 0);
+    kvq_buf_dispose(&key);
+    if (rc == 0)
+        rc = kvq_txn_commit(txn);
+    if (rc != 0)
+        return rc;
+    o->settled = 1;
+    return kvq__error(KVQ_ETRANSACTION_TIMED_OUT,
+                      "the queue operation ran out of time and did not take effect");
+}
+
 int kvq__qop_begin(kvq__qop *o, kvq_txn *txn)
 {
     kvq_queue *q = o->q;
@@ -716,6 +735,8 @@ int kvq__qop_begin(kvq__qop *o, kvq_txn *txn)
             o->found = 1;
             o->found_attempt = v.len >= 4 ? (uint32_t)kvq__le_get(v.data, 4) : 0;
             KVQ__STAT_INC(q, dedup);
+        } else if (o->checking) {
+            return qop_fence(o, txn);
         }
     }
     return prune_maybe(q, txn, bucket_of(q, rv));
@@ -729,6 +750,12 @@ int kvq__qop_mark(kvq__qop *o, kvq_txn *txn)
     kvq__le32_put(att, o->attempt);
     if (rc == 0)
         rc = kvq_txn_set(txn, key.data, key.len, att, o->tag[0] == 'r' ? 4 : 0);
+    /* The fence of qop_fence: this attempt cannot commit once the marker has been written. */
+    if (rc == 0 && key.len < KVQ_MAX_KEY_SIZE) {
+        key.data[key.len] = 0;
+        rc = kvq_txn_add_conflict_range(txn, key.data, key.len, key.data, key.len + 1,
+                                        KVQ_CONFLICT_READ);
+    }
     kvq_buf_dispose(&key);
     return rc;
 }
@@ -763,6 +790,20 @@ int kvq__qop_maybe(kvq__qop *o)
     o->cands[o->ncands++] = o->cur;
     memset(&o->cur, 0, sizeof(o->cur));
     o->cur.vals = fresh;
+    return 0;
+}
+
+int kvq__qop_out_of_time(kvq__qop *o, kvq_txn *txn, int err)
+{
+    if (err != KVQ_ETRANSACTION_TIMED_OUT || !o->maybe || o->expired)
+        return err;
+    if (o->checking)
+        return kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                          "the queue operation ran out of time after an attempt that may have "
+                          "committed, and looking for its marker failed too (error %d %s)",
+                          err, kvq_errname(err));
+    o->checking = 1;
+    kvq_txn_reset(txn);
     return 0;
 }
 
@@ -805,9 +846,9 @@ static int qop_run(kvq__qop *o, qop_body body, void *arg)
         rc = body(txn, o, arg);
         if (rc == 0)
             rc = kvq_txn_commit(txn);
-        if (rc == 0 || o->expired)
+        if (rc == 0 || o->expired || o->settled)
             break;
-        if (kvq_error_maybe_committed(rc)) {
+        if (kvq__txn_maybe_committed(txn, rc)) {
             int r2 = kvq__qop_maybe(o);
             if (r2 != 0) {
                 rc = r2;
@@ -816,7 +857,9 @@ static int qop_run(kvq__qop *o, qop_body body, void *arg)
         }
         int rc2 = kvq_txn_on_error(txn, rc);
         if (rc2 != 0) {
-            rc = rc2;
+            rc = kvq__qop_out_of_time(o, txn, rc2);
+            if (rc == 0)
+                continue;
             break;
         }
     }

@@ -493,7 +493,7 @@ int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end)
             phase = next;
             continue;
         }
-        if (o->expired)
+        if (o->expired || o->settled)
             break;
         /* Lost races are the protocol's next step, not retries. */
         if (rc == KVQ_ENOT_COMMITTED && phase == PH_SIMPLE && !h.registering) {
@@ -513,7 +513,7 @@ int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end)
             phase = PH_CHECK;
             continue;
         }
-        int maybe = kvq_error_maybe_committed(rc);
+        int maybe = kvq__txn_maybe_committed(txn, rc);
         if (maybe) {
             int r2 = kvq__qop_maybe(o);
             if (r2 != 0) {
@@ -525,8 +525,9 @@ int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end)
         }
         int rc2 = kvq_txn_on_error(txn, rc);
         if (rc2 != 0) {
-            rc = rc2;
-            break;
+            rc = kvq__qop_out_of_time(o, txn, rc2);
+            if (rc != 0)
+                break;
         }
         rc = 0;
         if (maybe && phase == PH_LEAD)

@@ -677,6 +677,8 @@ typedef struct push_ctx {
     int enqueued;
 } push_ctx;
 
+static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done);
+
 static int push_conv_body(kvq_txn *txn, void *arg)
 {
     push_ctx *c = arg;
@@ -709,7 +711,7 @@ int kvq_workq_push(
     c.w = w;
     c.value = value;
     c.len = len;
-    rc = kvq_db_transact(w->q->db, push_conv_body, &c);
+    rc = run_idempotent(w->q->db, push_conv_body, &c, 0);
     if (enqueued != NULL)
         *enqueued = rc == 0 ? c.enqueued : 0;
     return rc;
@@ -1087,35 +1089,53 @@ static int settle_body(kvq_txn *txn, void *arg)
     return settle_txn(c->w, txn, &c->lease, c->kind, c->arg);
 }
 
-/* The convenience loop: after an attempt that may have committed, a retry that finds the lease
- * settled (ack, nack) or finds nothing to do knows its own commit happened. */
-static int settle_conv(kvq_workq *w, kvq_workq_lease *lease, int kind, int64_t arg)
+/* The retry loop of the idempotent convenience forms: kvq_txn_run's, where after an attempt
+ * that may have committed a retry tells what happened (a push's token is applied; a settle finds
+ * the lease settled: KVQ_ELEASE_SETTLED, which then means done when settled_done is set). When
+ * time runs out with the outcome unknown, one more attempt with a fresh budget settles it: it
+ * reads and writes keys each earlier attempt read, so none still in flight can commit after it. */
+static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done)
 {
     kvq_txn *txn;
-    int rc = kvq_txn_create(&txn, w->q->db);
+    int rc = kvq_txn_create(&txn, db);
     if (rc != 0)
         return rc;
-    settle_ctx c = { w, *lease, kind, arg };
-    int maybe = 0;
+    int maybe = 0, last_try = 0;
     for (;;) {
-        rc = settle_body(txn, &c);
+        rc = body(txn, ctx);
         if (rc == 0)
             rc = kvq_txn_commit(txn);
         if (rc == 0)
             break;
-        if (maybe && rc == KVQ_ELEASE_SETTLED && kind != SETTLE_EXTEND) {
+        if (maybe && rc == KVQ_ELEASE_SETTLED && settled_done) {
             rc = 0;
             break;
         }
-        if (kvq_error_maybe_committed(rc))
+        if (kvq__txn_maybe_committed(txn, rc))
             maybe = 1;
         int rc2 = kvq_txn_on_error(txn, rc);
+        if (rc2 == KVQ_ETRANSACTION_TIMED_OUT && maybe && !last_try) {
+            last_try = 1;
+            kvq_txn_reset(txn);
+            continue;
+        }
         if (rc2 != 0) {
             rc = rc2;
+            if (maybe && rc2 == KVQ_ETRANSACTION_TIMED_OUT)
+                rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                "an attempt may have committed, and the attempt that would tell "
+                                "ran out of time too");
             break;
         }
     }
     kvq_txn_destroy(txn);
+    return rc;
+}
+
+static int settle_conv(kvq_workq *w, kvq_workq_lease *lease, int kind, int64_t arg)
+{
+    settle_ctx c = { w, *lease, kind, arg };
+    int rc = run_idempotent(w->q->db, settle_body, &c, kind != SETTLE_EXTEND);
     if (rc == 0)
         lease->deadline = c.lease.deadline;
     return rc;

@@ -333,6 +333,122 @@ static void test_idem_hc(void **state)
                      1, 1, 0 });
 }
 
+/* ---- commits that time out ------------------------------------------------------------------ */
+
+/* A commit that fails with 1031 may have committed (as a FoundationDB commit whose timeout
+ * passes in flight). The convenience forms settle such an outcome: 0 means it took effect once,
+ * 1031 that it did not, 1021 that it cannot be told. Pushes and pops both go through the faults;
+ * a clean handle drains what is left, and each item must have been delivered exactly as its
+ * push's result says. */
+enum { TO_OK = 0, TO_NOT = 1, TO_UNKNOWN = 2 };
+
+static int timeout_outcome(int rc, const char *what, uint32_t seq)
+{
+    if (rc == 0)
+        return TO_OK;
+    if (rc == KVQ_ETRANSACTION_TIMED_OUT)
+        return TO_NOT;
+    if (rc == KVQ_ECOMMIT_UNKNOWN_RESULT)
+        return TO_UNKNOWN;
+    fail_msg("%s %u: unexpected error %d %s (%s)", what, seq, rc, kvq_strerror(rc),
+             kvq_last_error());
+    return -1;
+}
+
+static void deliver(uint8_t *seen, uint32_t n, const uint8_t *v, size_t len)
+{
+    uint32_t p = 0, s = 0;
+    if (tq_parse(v, len, &p, &s) != 0 || s >= n)
+        fail_msg("a popped value was never pushed");
+    else
+        seen[s]++;
+}
+
+static int timeouts_run(kvq_queue_type type, size_t k, const char *name)
+{
+    const uint32_t n = (uint32_t)kvq_test_scaled(400);
+    tq_mkdir();
+    uint64_t seed = seed_for(name);
+    unsigned int kinds = KVQ_FAULT_TIMED_OUT_COMMITTED | KVQ_FAULT_TIMED_OUT_NOT_COMMITTED;
+    kvq_db *fdb = tq_open_db(0.3, kinds, seed);
+    kvq_db *clean = tq_open_db(0, 0, 0);
+    kvq_queue *q, *cq;
+    assert_ok(kvq_queue_open(&q, fdb, type, NULL, NULL));
+    assert_ok(kvq_queue_open(&cq, clean, type, NULL, NULL));
+    int *pushed = calloc(n, sizeof(int));
+    uint8_t *seen = calloc(n, 1);
+    assert_non_null(pushed);
+    assert_non_null(seen);
+    int counts[3] = { 0, 0, 0 }, pop_counts[3] = { 0, 0, 0 };
+    uint8_t v[16];
+    for (uint32_t s = 0; s < n; s++) {
+        size_t len = tq_value(v, 0, s);
+        pushed[s] = timeout_outcome(kvq_queue_push(q, v, len), "push", s);
+        counts[pushed[s]]++;
+    }
+    kvq_buf outs[8];
+    for (size_t i = 0; i < 8; i++)
+        outs[i] = (kvq_buf)KVQ_BUF_INIT;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t got = 0;
+        int rc = k == 1 ? kvq_queue_pop(q, &outs[0]) : kvq_queue_pop_k(q, k, outs, &got);
+        if (rc == 0 && k == 1)
+            got = 1;
+        if (rc == KVQ_ENOTFOUND)
+            break;
+        pop_counts[timeout_outcome(rc, "pop", i)]++;
+        for (size_t j = 0; rc == 0 && j < got; j++)
+            deliver(seen, n, outs[j].data, outs[j].len);
+    }
+    for (;;) {
+        int rc = kvq_queue_pop(cq, &outs[0]);
+        if (rc == KVQ_ENOTFOUND)
+            break;
+        assert_ok(rc);
+        deliver(seen, n, outs[0].data, outs[0].len);
+    }
+    int bad = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        int ok = pushed[s] == TO_OK ? seen[s] == 1 : pushed[s] == TO_NOT ? seen[s] == 0 : seen[s] <= 1;
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "%s: item %u: push said %s, delivered %u times\n", name, s,
+                    pushed[s] == TO_OK ? "ok" : pushed[s] == TO_NOT ? "timed out" : "unknown",
+                    seen[s]);
+    }
+    kvq_db_stats st;
+    assert_ok(kvq_db_get_stats(&st, fdb));
+    printf("# %s: %u pushes: ok %d, timed out %d, unknown %d; pops: ok %d, timed out %d, "
+           "unknown %d; %llu faults; %d wrong\n",
+           name, n, counts[0], counts[1], counts[2], pop_counts[0], pop_counts[1], pop_counts[2],
+           (unsigned long long)st.injected_faults, bad);
+    fflush(stdout);
+    for (size_t i = 0; i < 8; i++)
+        kvq_buf_dispose(&outs[i]);
+    free(pushed);
+    free(seen);
+    kvq_queue_close(q);
+    kvq_queue_close(cq);
+    kvq_db_close(fdb);
+    kvq_db_close(clean);
+    tq_rmdir();
+    /* Both outcomes of a timed-out commit were met, by pushes and by pops. */
+    assert_true(counts[TO_OK] > 0 && counts[TO_NOT] > 0 && pop_counts[TO_NOT] > 0);
+    return bad;
+}
+
+static void test_commit_timeouts_fifo(void **state)
+{
+    (void)state;
+    assert_int_equal(timeouts_run(KVQ_QUEUE_FIFO, 1, "timeouts-fifo"), 0);
+}
+
+static void test_commit_timeouts_durable(void **state)
+{
+    (void)state;
+    assert_int_equal(timeouts_run(KVQ_QUEUE_DURABLE, 1, "timeouts-durable"), 0);
+    assert_int_equal(timeouts_run(KVQ_QUEUE_DURABLE, 5, "timeouts-durable-k"), 0);
+}
+
 /* High-contention pops with concurrent consumers under faults: the multi-step pop survives a
  * 1021 at every step. */
 typedef struct hcw {
@@ -404,6 +520,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_idem_priority),
         cmocka_unit_test(test_idem_hc),
         cmocka_unit_test(test_hc_concurrent_faults),
+        cmocka_unit_test(test_commit_timeouts_fifo),
+        cmocka_unit_test(test_commit_timeouts_durable),
         cmocka_unit_test(test_checker_catches_broken_idempotency),
         cmocka_unit_test(test_outbox_checker_catches_broken_engine),
     };

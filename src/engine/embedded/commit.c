@@ -381,6 +381,11 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
                                    "injected fault: result unknown (not committed)"));
             continue;
         }
+        if (r->fault == KVQ_FAULT_TIMED_OUT_NOT_COMMITTED) {
+            req_fail(r, kvq__error(KVQ_ETRANSACTION_TIMED_OUT,
+                                   "injected fault: commit timed out (not committed)"));
+            continue;
+        }
         uint8_t *s = t->stamp;
         for (int b = 0; b < 8; b++)
             s[b] = (uint8_t)((uint64_t)version >> (56 - 8 * b));
@@ -398,6 +403,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
         if (r->fault == KVQ_FAULT_UNKNOWN_COMMITTED)
             req_fail(r, kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
                                    "injected fault: result unknown (committed)"));
+        else if (r->fault == KVQ_FAULT_TIMED_OUT_COMMITTED)
+            req_fail(r, kvq__error(KVQ_ETRANSACTION_TIMED_OUT,
+                                   "injected fault: commit timed out (committed)"));
         else
             r->rc = 0;
         r->applied = 1; /* pending the storage commit */

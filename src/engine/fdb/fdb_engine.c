@@ -737,11 +737,15 @@ static int fdb_commit(void *tp)
             return rc;
         }
         fault = kvq__choose_fault(e->db);
-        if (fault == KVQ_FAULT_NOT_COMMITTED || fault == KVQ_FAULT_UNKNOWN_NOT_COMMITTED) {
+        if (fault == KVQ_FAULT_NOT_COMMITTED || fault == KVQ_FAULT_UNKNOWN_NOT_COMMITTED ||
+            fault == KVQ_FAULT_TIMED_OUT_NOT_COMMITTED) {
             rc = fault == KVQ_FAULT_NOT_COMMITTED
                      ? kvq__error(KVQ_ENOT_COMMITTED, "injected fault: not committed")
-                     : kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
-                                  "injected fault: result unknown (not committed)");
+                 : fault == KVQ_FAULT_UNKNOWN_NOT_COMMITTED
+                     ? kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                  "injected fault: result unknown (not committed)")
+                     : kvq__error(KVQ_ETRANSACTION_TIMED_OUT,
+                                  "injected fault: commit timed out (not committed)");
             watches_fail(t, rc);
             return rc;
         }
@@ -767,6 +771,8 @@ static int fdb_commit(void *tp)
     watches_arm(t);
     if (fault == KVQ_FAULT_UNKNOWN_COMMITTED)
         return kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT, "injected fault: result unknown (committed)");
+    if (fault == KVQ_FAULT_TIMED_OUT_COMMITTED)
+        return kvq__error(KVQ_ETRANSACTION_TIMED_OUT, "injected fault: commit timed out (committed)");
     return 0;
 }
 
