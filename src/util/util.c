@@ -49,9 +49,11 @@ static int64_t clock_us(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t kvq__test_wall_step_us;
+
 int64_t kvq__now_us(void)
 {
-    return clock_us(CLOCK_REALTIME);
+    return clock_us(CLOCK_REALTIME) + __atomic_load_n(&kvq__test_wall_step_us, __ATOMIC_RELAXED);
 }
 
 int64_t kvq__mono_us(void)

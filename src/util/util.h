@@ -33,6 +33,8 @@ void kvq__error_clear(void);
 /* Microseconds of CLOCK_REALTIME (shared by every process) and of CLOCK_MONOTONIC. */
 int64_t kvq__now_us(void);
 int64_t kvq__mono_us(void);
+/* Tests only: added to every reading of kvq__now_us, to play a step of the wall clock. */
+extern int64_t kvq__test_wall_step_us;
 /* Sleeps for us microseconds (interrupted sleeps are resumed). */
 void kvq__sleep_us(int64_t us);
 

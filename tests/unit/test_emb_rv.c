@@ -19,6 +19,7 @@
 
 #include "engine/embedded/emb.h"
 #include "kvq/kvq.h"
+#include "util/util.h"
 
 static char dir[64];
 static kvq_db *db;
@@ -204,11 +205,65 @@ static void test_clock_steps_back(void **state)
     assert_true(read_version() >= cv2);
 }
 
+/* The wall clock steps an hour forward, a commit happens, and the step is corrected: read
+ * versions keep advancing with time (about a million a second), rather than standing still
+ * until the wall clock catches up with the hour. */
+static void test_wall_clock_step_forward(void **state)
+{
+    (void)state;
+    int64_t before = read_version();
+    __atomic_store_n(&kvq__test_wall_step_us, 3600 * 1000000LL, __ATOMIC_SEQ_CST);
+    int64_t cv = commit_set("w", "1");
+    int64_t rv_step = read_version();
+    __atomic_store_n(&kvq__test_wall_step_us, 0, __ATOMIC_SEQ_CST);
+    /* During the step, versions did not jump by the hour either. */
+    assert_true(cv < before + 60 * 1000000LL);
+    assert_true(rv_step >= cv);
+    int64_t a = read_version();
+    sleep_ms(300);
+    int64_t b = read_version();
+    printf("# read version advanced %" PRId64 " in 300 ms after a corrected step\n", b - a);
+    assert_true(b - a >= 200000);
+    int64_t cv2 = commit_set("w", "2");
+    assert_true(cv2 > cv && cv2 >= b);
+}
+
+/* A database opened again in this boot keeps the base the first open fixed; a base from
+ * another boot is replaced, and versions still never go back. */
+static void test_clock_base_per_boot(void **state)
+{
+    (void)state;
+    uint64_t g = __atomic_load_n(&shm->vbase_gen, __ATOMIC_SEQ_CST);
+    assert_true(g != 0 && (g & 1) == 0);
+    int64_t base = shm->vbase_version;
+    kvq_db *db2;
+    assert_int_equal(kvq_db_open(&db2, dir, NULL), 0);
+    assert_int_equal(shm->vbase_version, base);
+    kvq_db_close(db2);
+    int64_t cv = commit_set("b", "1");
+    /* Another boot's base, far in the past: the next open fixes a new one. */
+    __atomic_store_n(&shm->vbase_boot[0], shm->vbase_boot[0] ^ 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&shm->vbase_version, 1000, __ATOMIC_SEQ_CST);
+    assert_int_equal(kvq_db_open(&db2, dir, NULL), 0);
+    assert_true(shm->vbase_version > cv);
+    kvq_txn *t;
+    int64_t cv2 = 0;
+    assert_int_equal(kvq_txn_create(&t, db2), 0);
+    assert_int_equal(kvq_txn_set(t, K("b"), K("2")), 0);
+    assert_int_equal(kvq_txn_commit(t), 0);
+    assert_int_equal(kvq_txn_get_committed_version(&cv2, t), 0);
+    kvq_txn_destroy(t);
+    kvq_db_close(db2);
+    assert_true(cv2 > cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counter_even_after_commits),
         cmocka_unit_test(test_killed_committer),
+        cmocka_unit_test(test_wall_clock_step_forward),
+        cmocka_unit_test(test_clock_base_per_boot),
         cmocka_unit_test(test_clock_steps_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -57,6 +57,13 @@ typedef struct emb_shm {
     int64_t rv_floor;         /* the maximum of readers' clock readings and commit versions */
     int64_t inflight_version; /* the version chosen by the commit in flight... */
     uint64_t inflight_seq;    /* ...whose odd commit_seq this is */
+    /* Version time (rv.c): the clock of versions is vbase_version + (CLOCK_MONOTONIC -
+     * vbase_mono), fixed once per boot (vbase_boot) by a read-write open under the commit lock;
+     * vbase_gen is odd while it is written (a seqlock), 0 while unset. */
+    uint64_t vbase_gen;
+    int64_t vbase_version;
+    int64_t vbase_mono;
+    uint64_t vbase_boot[2];
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
@@ -102,6 +109,7 @@ typedef struct emb_db {
     /* Watches. */
     emb_shm *shm;
     int shm_fd;
+    uint64_t boot_id[2]; /* this boot's id (zeros when the system does not say) */
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;
@@ -309,6 +317,12 @@ typedef struct emb_rv_probe {
     uint64_t seq;  /* commit_seq before the snapshot */
 } emb_rv_probe;
 /* Before a reader's snapshot: publishes the clock and notes the commit counter. */
+/* Fixes the version clock's base in kvq.shm unless this boot already did (a read-write open,
+ * before any commit of the handle). */
+void emb_rv_clock_open(emb_db *e);
+/* The version clock: microseconds that advance with CLOCK_MONOTONIC from the shared base, so a
+ * step of the wall clock does not move versions; the wall clock when no base is set. */
+int64_t emb_rv_clock(emb_db *e);
 void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p);
 /* After the snapshot, whose stored version (of the last commit it sees) is `stored`: the read
  * version to hand out, >= stored, and below the version of every commit the snapshot misses. */

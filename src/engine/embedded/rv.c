@@ -34,11 +34,101 @@
  * value in any case. Until then readers fall back to its published version (or S), which is
  * safe but stands still.
  *
- * The clock may step backwards: versions still never do, since a commit's version is also
- * > the previous one and >= rv_floor, and readers take the maximum published reading. */
+ * The clock is not the wall clock but the version clock: vbase_version + (CLOCK_MONOTONIC -
+ * vbase_mono), its base fixed in kvq.shm once per boot from the wall clock (and rv_floor), so
+ * that every process counts from the same origin and a step of the wall clock, forward or back,
+ * does not move versions (a step forward, later corrected, would otherwise hold versions still
+ * for as long as the step, and with them every lease and delay). CLOCK_MONOTONIC is one clock
+ * for the whole machine and starts again at boot, hence the boot id with the base.
+ *
+ * Versions never go back, even across restarts: a commit's version is also > the previous
+ * one (stored in the database) and >= rv_floor, and readers take the maximum published reading. */
+#include <errno.h>
+#include <stdio.h>
 #include <sys/file.h>
 
 #include "emb.h"
+
+/* This boot's id from /proc (a UUID, kept as 128 bits); zeros when it cannot be read. */
+static void read_boot_id(uint64_t out[2])
+{
+    out[0] = out[1] = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f == NULL)
+        return;
+    char buf[64];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    int digits = 0;
+    for (size_t i = 0; i < n && digits < 32; i++) {
+        int d = buf[i] >= '0' && buf[i] <= '9'   ? buf[i] - '0'
+                : buf[i] >= 'a' && buf[i] <= 'f' ? buf[i] - 'a' + 10
+                                                 : -1;
+        if (d < 0)
+            continue;
+        out[digits / 16] = out[digits / 16] << 4 | (uint64_t)d;
+        digits++;
+    }
+}
+
+/* Reads the base if this boot set it: 1 and the base, or 0. */
+static int load_base(const emb_db *e, int64_t *version, int64_t *mono)
+{
+    const emb_shm *m = e->shm;
+    uint64_t g1 = __atomic_load_n(&m->vbase_gen, __ATOMIC_ACQUIRE);
+    if (g1 == 0 || (g1 & 1))
+        return 0;
+    *version = __atomic_load_n(&m->vbase_version, __ATOMIC_RELAXED);
+    *mono = __atomic_load_n(&m->vbase_mono, __ATOMIC_RELAXED);
+    uint64_t b0 = __atomic_load_n(&m->vbase_boot[0], __ATOMIC_RELAXED);
+    uint64_t b1 = __atomic_load_n(&m->vbase_boot[1], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&m->vbase_gen, __ATOMIC_RELAXED) != g1)
+        return 0;
+    return b0 == e->boot_id[0] && b1 == e->boot_id[1];
+}
+
+/* Raises *p to at least v; returns the value *p then holds (>= v). */
+static int64_t atomic_max(int64_t *p, int64_t v);
+
+void emb_rv_clock_open(emb_db *e)
+{
+    read_boot_id(e->boot_id);
+    emb_shm *m = e->shm;
+    int64_t v, mono;
+    if (m == NULL || (e->opts.flags & KVQ_DB_READ_ONLY) || load_base(e, &v, &mono))
+        return;
+    /* Another boot's base, or none: fix this boot's, under the commit lock so that processes
+     * opening together agree (the first one sets it; the others find it set). */
+    if (e->lock_fd >= 0)
+        while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+    if (!load_base(e, &v, &mono)) {
+        int64_t base = kvq__now_us();
+        int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
+        if (base <= floor)
+            base = floor + 1;
+        uint64_t g = __atomic_load_n(&m->vbase_gen, __ATOMIC_RELAXED);
+        g = (g + 1) | 1;
+        __atomic_store_n(&m->vbase_gen, g, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        __atomic_store_n(&m->vbase_version, base, __ATOMIC_RELAXED);
+        __atomic_store_n(&m->vbase_mono, kvq__mono_us(), __ATOMIC_RELAXED);
+        __atomic_store_n(&m->vbase_boot[0], e->boot_id[0], __ATOMIC_RELAXED);
+        __atomic_store_n(&m->vbase_boot[1], e->boot_id[1], __ATOMIC_RELAXED);
+        __atomic_store_n(&m->vbase_gen, g + 1, __ATOMIC_RELEASE);
+    }
+    if (e->lock_fd >= 0)
+        flock(e->lock_fd, LOCK_UN);
+}
+
+int64_t emb_rv_clock(emb_db *e)
+{
+    int64_t v, mono;
+    if (e->shm == NULL || !load_base(e, &v, &mono))
+        return kvq__now_us();
+    return v + (kvq__mono_us() - mono);
+}
 
 /* Raises *p to at least v; returns the value *p then holds (>= v). */
 static int64_t atomic_max(int64_t *p, int64_t v)
@@ -86,7 +176,7 @@ void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p)
     /* A read-only handle maps the page read-only: it cannot publish, and so its read versions
      * advance with time only while a commit is in flight (below). */
     if (!(e->opts.flags & KVQ_DB_READ_ONLY)) {
-        p->floor = atomic_max(&m->rv_floor, kvq__now_us());
+        p->floor = atomic_max(&m->rv_floor, emb_rv_clock(e));
         p->published = 1;
     }
     p->seq = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
@@ -120,7 +210,7 @@ int64_t emb_rv_after_snapshot(emb_db *e, const emb_rv_probe *p, int64_t stored)
 int64_t emb_rv_commit_begin(emb_db *e, int64_t prev)
 {
     /* Versions advance with time, about a million a second, as FoundationDB's do. */
-    int64_t version = kvq__now_us();
+    int64_t version = emb_rv_clock(e);
     if (version < prev + 1)
         version = prev + 1;
     emb_shm *m = e->shm;

@@ -558,6 +558,8 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq_db_option
     if (rc != 0)
         goto fail;
     rc = emb_shm_open(e);
+    if (rc == 0)
+        emb_rv_clock_open(e);
     if (rc == 0 && !(opts->flags & KVQ_DB_READ_ONLY))
         rc = exec(e->writer, "PRAGMA journal_size_limit=67108864;", "limiting the WAL size");
     if (rc == 0)
