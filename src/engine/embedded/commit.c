@@ -160,7 +160,23 @@ static int put_row(emb_db *e, const uint8_t *k, size_t kn, const uint8_t *v, siz
     sqlite3_bind_blob(st, 1, kn ? k : z, (int)kn, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, vn ? v : z, (int)vn, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (int64_t)emb_row_crc(k, kn, v, vn));
+    emb_watch_touch(e, k, kn);
     return step_done(e, st, "writing a key");
+}
+
+/* Deletes [a, b), noting each deleted key for the watch filter (a key that was absent has not
+ * changed, whatever the range). */
+static int delete_range(emb_db *e, const emb_str *a, const emb_str *b)
+{
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st = e->w_del_range;
+    sqlite3_bind_blob(st, 1, a->n ? a->p : z, (int)a->n, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, b->n ? b->p : z, (int)b->n, SQLITE_STATIC);
+    int src;
+    while ((src = sqlite3_step(st)) == SQLITE_ROW)
+        emb_watch_touch(e, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+    sqlite3_reset(st);
+    return src == SQLITE_DONE ? 0 : emb_sqlite_error(e->writer, src, "clearing a range");
 }
 
 static int apply_atomic_row(emb_db *e, const emb_mut *m)
@@ -194,7 +210,6 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
 /* Applies the transaction's mutations in the order they were made. */
 static int apply(emb_db *e, emb_txn *t)
 {
-    static const uint8_t z[1] = { 0 };
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < t->n_muts; i++) {
         const emb_mut *m = &t->muts[i];
@@ -203,9 +218,7 @@ static int apply(emb_db *e, emb_txn *t)
             rc = put_row(e, m->a.p, m->a.n, m->b.p, m->b.n);
             break;
         case EMB_OP_CLEAR_RANGE:
-            sqlite3_bind_blob(e->w_del_range, 1, m->a.n ? m->a.p : z, (int)m->a.n, SQLITE_STATIC);
-            sqlite3_bind_blob(e->w_del_range, 2, m->b.n ? m->b.p : z, (int)m->b.n, SQLITE_STATIC);
-            rc = step_done(e, e->w_del_range, "clearing a range");
+            rc = delete_range(e, &m->a, &m->b);
             break;
         case KVQ_MUT_SET_VERSIONSTAMPED_KEY: {
             size_t kn = m->a.n - 4;
@@ -440,6 +453,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n)
         exec_w(e, "ROLLBACK", "rolling back");
     }
     kvq_buf_dispose(&batch);
+    emb_watch_publish(e);
     emb_rv_commit_end(e);
     if (rc == KVQ_ENOSPC && !e->drain_only && emb_reserve_release(e)) {
         /* Retry the whole batch in drain mode, on the space the reserve held. */

@@ -46,6 +46,8 @@ typedef struct emb_conn {
 /* The shared-memory page of a database (kvq.shm), mapped by every process that opens it. Fields
  * are only ever accessed with atomic operations. New fields go at the end: the page is zero
  * filled when created, and zero is every field's starting value. */
+#define EMB_WATCH_BUCKETS 512
+
 typedef struct emb_shm {
     uint32_t magic;
     uint32_t seq;     /* bumped after every commit; futex word */
@@ -64,6 +66,12 @@ typedef struct emb_shm {
     int64_t vbase_version;
     int64_t vbase_mono;
     uint64_t vbase_boot[2];
+    /* The watch filter (watch.c): a commit adds 1 to the counter of each bucket (a hash of the
+     * key) whose key it wrote or deleted, after its SQLite COMMIT and before its in-flight mark
+     * ends; any_gen moves when a commit's keys are unknown (its committer died in flight). A
+     * watcher re-reads a watched key only when its bucket or any_gen moved. */
+    uint64_t any_gen;
+    uint32_t key_gen[EMB_WATCH_BUCKETS];
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
@@ -118,6 +126,9 @@ typedef struct emb_db {
     int watch_rescan;
     pthread_t watch_thread;
     emb_conn *watch_conn;
+    uint64_t watch_reads, watch_scans; /* keys read and scans made by the watcher (tests) */
+    /* Leader only, under the commit lock: the watch buckets the batch touched. */
+    uint64_t touched[EMB_WATCH_BUCKETS / 64];
 } emb_db;
 
 /* One buffered write, applied in order at commit. */
@@ -189,6 +200,11 @@ typedef struct emb_watch {
     int present;
     emb_str value;
     int linked;
+    /* The filter's counters when the value was last found unchanged (seen_valid), and as
+     * loaded before the current scan's snapshot. */
+    uint32_t bucket, seen_gen, cur_gen;
+    uint64_t seen_any;
+    int seen_valid;
 } emb_watch;
 
 struct emb_commit_req {
@@ -309,6 +325,14 @@ void emb_watches_abandon(emb_txn *t);
 void emb_notify_commit(emb_db *e);
 void emb_watch_shutdown(emb_db *e);
 int emb_shm_open(emb_db *e);
+/* The watch bucket of a key. */
+uint32_t emb_watch_bucket(const uint8_t *key, size_t n);
+/* Leader: notes that the batch wrote or deleted key. */
+void emb_watch_touch(emb_db *e, const uint8_t *key, size_t n);
+/* Leader, after the batch's COMMIT or ROLLBACK, still in flight: publishes the touched buckets. */
+void emb_watch_publish(emb_db *e);
+/* Every watcher must read its keys again (a commit whose keys are unknown). */
+void emb_watch_touch_all(emb_shm *m);
 
 /* read versions that advance with time (rv.c) */
 typedef struct emb_rv_probe {

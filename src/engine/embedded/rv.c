@@ -156,8 +156,12 @@ static uint64_t repair_dead_commit(emb_db *e)
         pthread_mutex_lock(&e->gc_mu);
         if (!e->leader_active && flock(e->lock_fd, LOCK_EX | LOCK_NB) == 0) {
             uint64_t s = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
-            if (s & 1)
+            if (s & 1) {
+                /* Which keys it changed is unknown: every watcher looks again. */
+                emb_watch_touch_all(m);
                 __atomic_store_n(&m->commit_seq, s + 1, __ATOMIC_SEQ_CST);
+                emb_notify_commit(e);
+            }
             flock(e->lock_fd, LOCK_UN);
         }
         pthread_mutex_unlock(&e->gc_mu);
@@ -218,7 +222,10 @@ int64_t emb_rv_commit_begin(emb_db *e, int64_t prev)
         return version;
     /* The next odd value: from an even counter, +1; from an odd one (a committer died in its
      * commit), +2, which also repairs it. */
-    uint64_t mine = (__atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST) + 1) | 1;
+    uint64_t before = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
+    if (before & 1)
+        emb_watch_touch_all(m); /* the dead committer's keys are unknown */
+    uint64_t mine = (before + 1) | 1;
     __atomic_store_n(&m->commit_seq, mine, __ATOMIC_SEQ_CST);
     int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
     if (version < floor)

@@ -256,7 +256,8 @@ static int prepare_writer(emb_db *e)
     if (rc == 0)
         rc = prepare(db, "DELETE FROM kv WHERE key = ?1", &e->w_del);
     if (rc == 0)
-        rc = prepare(db, "DELETE FROM kv WHERE key >= ?1 AND key < ?2", &e->w_del_range);
+        rc = prepare(db, "DELETE FROM kv WHERE key >= ?1 AND key < ?2 RETURNING key",
+                     &e->w_del_range);
     if (rc == 0)
         rc = prepare(db, "SELECT max(version) FROM wlog", &e->w_version);
     if (rc == 0)

@@ -113,6 +113,41 @@ void emb_notify_commit(emb_db *e)
         futex(&e->shm->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+/* ---- the watch filter --------------------------------------------------------------------- */
+
+uint32_t emb_watch_bucket(const uint8_t *key, size_t n)
+{
+    /* FNV-1a: the same in every process, as the buckets are shared. */
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ key[i]) * 0x100000001b3ULL;
+    return (uint32_t)((h ^ (h >> 32)) % EMB_WATCH_BUCKETS);
+}
+
+void emb_watch_touch(emb_db *e, const uint8_t *key, size_t n)
+{
+    uint32_t b = emb_watch_bucket(key, n);
+    e->touched[b / 64] |= 1ULL << (b % 64);
+}
+
+void emb_watch_publish(emb_db *e)
+{
+    for (uint32_t w = 0; w < EMB_WATCH_BUCKETS / 64; w++) {
+        uint64_t bits = e->touched[w];
+        e->touched[w] = 0;
+        while (bits != 0 && e->shm != NULL) {
+            uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            __atomic_add_fetch(&e->shm->key_gen[b], 1, __ATOMIC_SEQ_CST);
+        }
+    }
+}
+
+void emb_watch_touch_all(emb_shm *m)
+{
+    __atomic_add_fetch(&m->any_gen, 1, __ATOMIC_SEQ_CST);
+}
+
 /* watch_key_changed's answer when SQLite refused the read transiently. */
 #define WATCH_READ_AGAIN 1
 
@@ -141,10 +176,34 @@ static int watch_key_changed(emb_db *e, emb_watch *ew, int *changed)
     return rc;
 }
 
-/* Reads every armed watch's key and fires the changed ones. Called with watch_mu held. */
+/* Whether the filter lets this watch's key be skipped: its value was found unchanged when the
+ * counters were as they are now. */
+static int filter_skips(const emb_watch *ew, uint64_t any)
+{
+    return ew->seen_valid && ew->cur_gen == ew->seen_gen && ew->seen_any == any;
+}
+
+/* Reads the key of every armed watch whose bucket moved and fires the changed ones. Called with
+ * watch_mu held.
+ *
+ * The counters are loaded before the scan's snapshot starts, and a commit moves them after its
+ * own COMMIT: so a commit missing from the snapshot moves them after they were loaded, and the
+ * next scan (its wake-up comes after that) reads the key again. */
 static void scan(emb_db *e)
 {
     if (e->watches == NULL)
+        return;
+    uint64_t any = __atomic_load_n(&e->shm->any_gen, __ATOMIC_SEQ_CST);
+    int need = 0;
+    for (kvq_watch *w = e->watches; w != NULL; w = w->next) {
+        emb_watch *ew = w->engine_data;
+        ew->cur_gen = __atomic_load_n(&e->shm->key_gen[ew->bucket], __ATOMIC_SEQ_CST);
+        pthread_mutex_lock(&w->mu);
+        int done = w->state == KVQ__WATCH_DONE;
+        pthread_mutex_unlock(&w->mu);
+        need |= done || !filter_skips(ew, any);
+    }
+    if (!need)
         return;
     if (e->watch_conn == NULL && emb_conn_acquire(e, &e->watch_conn) != 0)
         return;
@@ -154,12 +213,21 @@ static void scan(emb_db *e)
         return;
     }
     sqlite3_reset(c->begin);
+    e->watch_scans++;
     kvq_watch *w = e->watches;
     while (w != NULL) {
         kvq_watch *next = w->next;
         emb_watch *ew = w->engine_data;
+        pthread_mutex_lock(&w->mu);
+        int done = w->state == KVQ__WATCH_DONE;
+        pthread_mutex_unlock(&w->mu);
+        if (!done && filter_skips(ew, any)) {
+            w = next;
+            continue;
+        }
         int changed = 0;
-        int rc = watch_key_changed(e, ew, &changed);
+        int rc = done ? 0 : watch_key_changed(e, ew, &changed);
+        e->watch_reads += !done;
         if (rc == WATCH_READ_AGAIN) {
             /* Scan again in a moment, from a new snapshot; the watches stay armed. */
             sqlite3_step(c->rollback);
@@ -168,9 +236,11 @@ static void scan(emb_db *e)
             e->watch_rescan = 1;
             return;
         }
-        pthread_mutex_lock(&w->mu);
-        int done = w->state == KVQ__WATCH_DONE;
-        pthread_mutex_unlock(&w->mu);
+        if (rc == 0 && !changed && !done) {
+            ew->seen_gen = ew->cur_gen;
+            ew->seen_any = any;
+            ew->seen_valid = 1;
+        }
         if (rc != 0 || changed || done) {
             /* Unlink and drop the engine's reference. */
             if (w->prev != NULL)
@@ -244,6 +314,7 @@ int emb_watch_create(void *tp, kvq_watch *w, const uint8_t *key, size_t key_len)
         return KVQ_ENOMEM;
     }
     ew->present = present;
+    ew->bucket = emb_watch_bucket(key, key_len);
     w->engine_data = ew;
     if (t->n_pending == t->cap_pending) {
         size_t cap = t->cap_pending ? t->cap_pending * 2 : 4;
