@@ -9,9 +9,11 @@
 /* Exit codes a script can rely on. */
 enum {
     EXIT_OK_ = 0,
-    EXIT_EMPTY = 1, /* empty queue, or no such queue */
-    EXIT_USAGE = 2, /* bad command line */
-    EXIT_DB = 3,    /* database or I/O error */
+    EXIT_EMPTY = 1,   /* the queue is empty (or watch timed out) */
+    EXIT_USAGE = 2,   /* bad command line */
+    EXIT_DB = 3,      /* database or I/O error */
+    EXIT_NOQUEUE = 4, /* no such queue, or no database at the path */
+    EXIT_FAILED = 5,  /* the work failed: a consumed item's command, the demo's check */
     /* Test-only (parse_only): the command line was parsed and would now open the database. */
     CLI_PARSED = 64,
 };
@@ -19,6 +21,7 @@ enum {
 typedef struct cli {
     const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
     int json;
+    int create_db; /* cli_open may create the database (create, demo, bench); else never */
     kvq_db *db;
     /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
      * returning CLI_PARSED, so that only the parsing of the command line runs. */

@@ -88,6 +88,7 @@ int cmd_bench(cli *c, int argc, char **argv)
             return cli_usage("bench", "unexpected argument '%s'", argv[i]);
         }
     }
+    c->create_db = 1;
     int rc = cli_open(c);
     if (rc != 0)
         return rc;

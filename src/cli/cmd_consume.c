@@ -265,7 +265,7 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
             (unsigned long long)x.lost_leases, (unsigned long long)x.errors);
     if (started < workers)
         return cli_fail(KVQ_ENOMEM, "cannot start the workers");
-    return x.errors > 0 ? EXIT_DB : 0;
+    return x.errors > 0 ? EXIT_FAILED : 0;
 }
 
 /* SIGINT and SIGTERM are blocked in every thread (the workers inherit the mask) and taken by
@@ -395,5 +395,5 @@ int cmd_consume(cli *c, int argc, char **argv)
             (unsigned long long)s.undelivered, (unsigned long long)s.restarts);
     if (err != 0)
         return cli_fail(err, "consume stopped");
-    return s.undelivered > 0 ? EXIT_DB : 0;
+    return s.undelivered > 0 ? EXIT_FAILED : 0;
 }

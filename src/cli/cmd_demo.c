@@ -89,6 +89,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     }
     if (items < producers)
         return cli_usage("demo", "--items must be at least --producers");
+    c->create_db = 1;
     int rc = cli_open(c);
     if (rc != 0)
         return rc;
@@ -186,5 +187,5 @@ int cmd_demo(cli *c, int argc, char **argv)
     cq_close(d.q);
     kvq__free(d.seen);
     kvq__free(d.last_seq);
-    return ok ? 0 : EXIT_DB;
+    return ok ? 0 : EXIT_FAILED;
 }

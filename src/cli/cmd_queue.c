@@ -28,7 +28,7 @@ int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
     int err = cli_registry_info(c->db, name, &qi);
     if (err == KVQ_ENOTFOUND) {
         fprintf(stderr, "kvq: no queue named '%s' (create it with 'kvq create %s')\n", name, name);
-        return EXIT_EMPTY;
+        return EXIT_NOQUEUE;
     }
     if (err != 0)
         return cli_fail(err, "cannot read the queue registry");
@@ -80,6 +80,7 @@ int cmd_create(cli *c, int argc, char **argv)
     if (type == QT_FIFO && (info.lease_ms != 0 || info.max_deliveries != 0))
         return cli_usage("create", "--lease and --max-deliveries need a durable or priority queue");
     info.type = type;
+    c->create_db = 1;
     rc = cli_open(c);
     if (rc != 0)
         return rc;
@@ -221,7 +222,10 @@ int cmd_push(cli *c, int argc, char **argv)
     const char *dedup = NULL;
     int first_value = -1, n_values = 0, have_prio = 0;
     for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--priority") == 0) {
+        if (first_value >= 0) {
+            /* After the first value every argument is a value, whatever it looks like. */
+            n_values++;
+        } else if (strcmp(argv[i], "--priority") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
                 return cli_usage("push", "--priority needs an integer");
             have_prio = 1;
@@ -240,13 +244,12 @@ int cmd_push(cli *c, int argc, char **argv)
             n_values += argc - i - 1;
             break;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return cli_usage("push", "unknown option '%s'", argv[i]);
+            return cli_usage("push",
+                             "unknown option '%s' (to push values that start with '-', put "
+                             "them after '--')",
+                             argv[i]);
         } else {
-            /* Values must come together; options may come before them. */
-            if (first_value < 0)
-                first_value = i;
-            else if (first_value + n_values != i)
-                return cli_usage("push", "options must come before the values");
+            first_value = i;
             n_values++;
         }
     }

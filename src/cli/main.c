@@ -95,7 +95,11 @@ static void usage(FILE *f)
                "$KVQ_DB or ./kvq-data) or fdb:[cluster-file].\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nexit codes: 0 ok, 1 empty or not found, 2 usage, 3 database or I/O error\n");
+    fprintf(f, "\nexit codes: 0 ok, 1 empty queue (or timed out), 2 usage, 3 database or I/O error,\n"
+               "4 no such queue (or no database), 5 the work failed (a command of consume --exec,\n"
+               "the demo's check)\n\n"
+               "Options go before a command's values: after the first value of push, every\n"
+               "argument is a value; '--' ends the options (kvq push q -- -h pushes \"-h\").\n");
 }
 
 int cli_open(cli *c)
@@ -104,7 +108,17 @@ int cli_open(cli *c)
         return CLI_PARSED;
     if (c->db != NULL)
         return 0;
-    int rc = kvq_db_open(&c->db, c->db_url, NULL);
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    if (!c->create_db)
+        o.flags |= KVQ_DB_NO_CREATE;
+    int rc = kvq_db_open(&c->db, c->db_url, &o);
+    if (rc == KVQ_ENOTFOUND && !c->create_db) {
+        fprintf(stderr, "kvq: %s (create a queue with 'kvq create NAME' to start one)\n",
+                kvq_last_error());
+        return EXIT_NOQUEUE;
+    }
+    if (rc == KVQ_ENOTFOUND)
+        rc = KVQ_EIO; /* the path cannot be created */
     if (rc != 0)
         return cli_fail(rc, "cannot open the database");
     return 0;
@@ -118,7 +132,7 @@ int cli_fail(int rc, const char *what)
     else
         fprintf(stderr, "kvq: %s: %s (%s)\n", what, kvq_strerror(rc), kvq_errname(rc));
     if (rc == KVQ_ENOTFOUND)
-        return EXIT_EMPTY;
+        return EXIT_NOQUEUE;
     if (rc == KVQ_EINVAL || rc == KVQ_EWRONGTYPE || rc == KVQ_EEXISTS || rc == KVQ_EKEY_TOO_LARGE ||
         rc == KVQ_EVALUE_TOO_LARGE)
         return EXIT_USAGE;
@@ -230,10 +244,22 @@ int cli_main(cli *c, int argc, char **argv)
     const cli_cmd *cmd = cli_find(argv[i]);
     if (cmd == NULL)
         return cli_usage(NULL, "unknown command '%s'", argv[i]);
+    /* Global options and --help are also taken after the command, but never from a push's
+     * values: after NAME, the first argument that is not an option (or an option's argument)
+     * starts them, and from there on every argument is a value. */
+    int is_push = strcmp(cmd->name, "push") == 0, operands = 0;
     for (int j = i + 1; j < argc; j++) {
         if (strcmp(argv[j], "--") == 0)
             break;
-        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
+        if (is_push && argv[j][0] != '-' && ++operands == 2)
+            break;
+        if (is_push && (strcmp(argv[j], "--priority") == 0 || strcmp(argv[j], "--delay") == 0 ||
+                        strcmp(argv[j], "--dedup") == 0)) {
+            j++;
+            continue;
+        }
+        if ((strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) &&
+            !(is_push && operands > 0)) {
             cli_help(stdout, cmd);
             return 0;
         }

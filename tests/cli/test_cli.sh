@@ -36,7 +36,7 @@ check "pop into a pipe" bash -c "'$KVQ' --db '$DB' pop jobs -n 10 | grep -qx fiv
 k pop jobs >/dev/null 2>"$T/err"; rc=$?
 check "pop on empty: exit 1" bash -c "[ $rc = 1 ] && grep -q empty '$T/err'"
 k len nosuch >/dev/null 2>"$T/err"; rc=$?
-check "unknown queue: exit 1 naming it" bash -c "[ $rc = 1 ] && grep -q nosuch '$T/err'"
+check "unknown queue: exit 4 naming it" bash -c "[ $rc = 4 ] && grep -q nosuch '$T/err'"
 k pop jobs -n zero >/dev/null 2>"$T/err"; rc=$?
 check "bad -n: exit 2" bash -c "[ $rc = 2 ] && grep -q -- '-n' '$T/err'"
 k create jobs >/dev/null 2>&1; rc=$?
@@ -175,7 +175,7 @@ check "receive on a fifo queue: exit 2" bash -c "[ $rc = 2 ] && grep -q fifo '$T
 # delete removes the queue and its data.
 k delete w
 k len w >/dev/null 2>&1; rc=$?
-check "delete: the queue is gone" bash -c "[ $rc = 1 ]"
+check "delete: the queue is gone" bash -c "[ $rc = 4 ]"
 
 # A missing or damaged database gives a clear error.
 : > "$DB/data.db"
@@ -185,6 +185,34 @@ check "damaged database: exit 3 saying so" bash -c "[ $rc = 3 ] && grep -q damag
 touch "$T/afile"
 "$KVQ" --db "$T/afile" len jobs >/dev/null 2>"$T/err"; rc=$?
 check "database path is a file: clear error" bash -c "[ $rc != 0 ] && grep -q 'not a directory' '$T/err'"
+
+# Values that look like options are never taken as global options or help.
+DB2="$T/db2"
+k2() { "$KVQ" --db "$DB2" "$@"; }
+k2 create opts >/dev/null
+k2 push opts -h >/dev/null 2>"$T/err"; rc=$?
+check "push q -h: exit 2, nothing pushed" bash -c "[ $rc = 2 ] && grep -q -- '--' '$T/err' && [ \"\$('$KVQ' --db '$DB2' len opts)\" = 0 ]"
+k2 push opts hello --db "$T/elsewhere" --json -h >/dev/null
+check "push q v --db X: values, no database at X" bash -c "[ ! -e '$T/elsewhere' ] && [ \"\$('$KVQ' --db '$DB2' pop opts -n 9 | tr '\n' ,)\" = 'hello,--db,$T/elsewhere,--json,-h,' ]"
+k2 push opts -- -h --help >/dev/null
+check "push q -- -h: pushes -h" bash -c "[ \"\$('$KVQ' --db '$DB2' pop opts -n 9 | tr '\n' ,)\" = '-h,--help,' ]"
+check "push --json q v: a global option before the values" bash -c "'$KVQ' --db '$DB2' push --json opts v | grep -q pushed"
+
+# Exit codes, and read-only commands never create a database.
+mkdir "$T/notdb"
+for c in "len q" "list q" "peek q" "queues" "stats q" "watch q --timeout 10" "pop q" "push q v"; do
+    "$KVQ" --db "$T/none" $c >/dev/null 2>&1; rc=$?
+    "$KVQ" --db "$T/notdb" $c >/dev/null 2>&1; rc2=$?
+    check "$c: no database: exit 4, nothing created" bash -c "[ $rc = 4 ] && [ $rc2 = 4 ] && [ ! -e '$T/none' ] && [ -z \"\$(ls -A '$T/notdb')\" ]"
+done
+"$KVQ" --db /proc/kvq-cannot/db create q >/dev/null 2>&1; rc=$?
+check "a database path that cannot be created: exit 3" bash -c "[ $rc = 3 ]"
+k2 pop opts -n 100 >/dev/null 2>&1
+k2 pop opts >/dev/null 2>&1; rc=$?
+check "empty queue: exit 1" bash -c "[ $rc = 1 ]"
+k2 push opts x >/dev/null
+k2 consume opts --drain --exec 'exit 7' >/dev/null 2>&1; rc=$?
+check "consume --exec that fails: exit 5" bash -c "[ $rc = 5 ]"
 
 # The demo runs and verifies (small).
 check "demo verifies exactly once" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 | grep -q 'every item consumed exactly once'"
