@@ -14,6 +14,9 @@ enum {
     EXIT_DB = 3,      /* database or I/O error */
     EXIT_NOQUEUE = 4, /* no such queue, or no database at the path */
     EXIT_FAILED = 5,  /* the work failed: a consumed item's command, the demo's check */
+    /* consume stopped because its standard output was closed (as a process killed by SIGPIPE
+     * reports it: 128 + 13). */
+    EXIT_OUTPUT_GONE = 141,
     /* Test-only (parse_only): the command line was parsed and would now open the database. */
     CLI_PARSED = 64,
 };

@@ -8,6 +8,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@ typedef struct consume_ctx {
     cli *c;
     const char *exec;
     pthread_mutex_t out_mu;
+    int out_gone; /* atomic: standard output failed; the main thread stops the consumer */
 } consume_ctx;
 
 /* Runs the command with the item on its standard input; 0 if it exited with status 0. The pipe
@@ -114,7 +118,10 @@ static int on_item(kvq_bytes v, int worker, void *payload)
             fprintf(stderr, "kvq consume: worker %d: the command failed for an item\n", worker);
         return rc;
     }
-    return print_locked(ctx->c, &ctx->out_mu, v);
+    int rc = print_locked(ctx->c, &ctx->out_mu, v);
+    if (rc != 0)
+        __atomic_store_n(&ctx->out_gone, 1, __ATOMIC_RELEASE);
+    return rc;
 }
 
 /* ---- at-least-once mode (--ack): receive with a lease, ack on success, nack on failure ---- */
@@ -127,7 +134,9 @@ typedef struct leased_ctx {
     int drain;
     int64_t lease_ms;  /* the lease each receive takes */
     int64_t nack_delay_ms;
-    int stop;          /* atomic: set on SIGINT/SIGTERM */
+    int stop;          /* atomic: set on SIGINT/SIGTERM, or when standard output is gone */
+    int out_gone;      /* atomic: standard output was closed */
+    int pipe;          /* standard output is a pipe */
     int active;        /* atomic: workers still running */
     uint64_t acked, nacked, lost_leases, errors;
     pthread_mutex_t out_mu;
@@ -158,11 +167,54 @@ static int run_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
     return ok && exit_ok(status) ? 0 : -1;
 }
 
+/* Whether standard output is a pipe (then an item counts as handed over once the reader has
+ * read it, not once it is written: a reader that exits, as head does, leaves unread bytes). */
+static int stdout_is_pipe(void)
+{
+    struct stat st;
+    return fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/* Waits until the pipe on standard output holds no unread byte (0), or its reader is gone or
+ * the wait is cut short by a stop (-1). */
+static int pipe_drained(leased_ctx *x)
+{
+    for (;;) {
+        int unread = 0;
+        if (ioctl(STDOUT_FILENO, FIONREAD, &unread) != 0)
+            return 0; /* cannot tell: count it as handed over, as for a file */
+        if (unread == 0)
+            return 0;
+        struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)))
+            return -1;
+        if (__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE))
+            return -1;
+        kvq__sleep_us(1000);
+    }
+}
+
+/* 0: handed over; -1: the command failed; -2: standard output is gone (stop everything). */
 static int deliver_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
 {
     if (x->exec != NULL)
         return run_leased(x, v, lease);
-    return print_locked(x->c, &x->out_mu, v);
+    pthread_mutex_lock(&x->out_mu);
+    int rc = 0;
+    if (x->c->json) {
+        cli_json_str(stdout, v.data, v.len);
+        fputc('\n', stdout);
+    } else {
+        cli_print_value(stdout, v.data, v.len);
+    }
+    if (fflush(stdout) != 0) {
+        rc = -2;
+        clearerr(stdout);
+    } else if (x->pipe && pipe_drained(x) != 0) {
+        rc = -2;
+    }
+    pthread_mutex_unlock(&x->out_mu);
+    return rc;
 }
 
 /* Sleeps until something may be ready: a push (the durable queue's watch) or, since delayed
@@ -200,7 +252,19 @@ static void *leased_worker(void *arg)
             break;
         }
         kvq_bytes item = { v.data, v.len };
-        int done = deliver_leased(x, item, &lease) == 0;
+        int drc = deliver_leased(x, item, &lease);
+        int done = drc == 0;
+        if (drc == -2) {
+            /* Standard output is gone (kvq consume q | head -1): give the item back at once,
+             * uncounted as a failure of the item, and stop every worker. */
+            if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
+                fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+            __atomic_store_n(&x->stop, 1, __ATOMIC_RELEASE);
+            err = kvq_workq_nack(x->w, &lease, 0);
+            if (err != 0 && err != KVQ_ELEASE_EXPIRED && err != KVQ_ELEASE_SETTLED)
+                __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
+            break;
+        }
         err = done ? kvq_workq_ack(x->w, &lease) : kvq_workq_nack(x->w, &lease, x->nack_delay_ms);
         if (err == 0) {
             __atomic_add_fetch(done ? &x->acked : &x->nacked, 1, __ATOMIC_RELAXED);
@@ -235,6 +299,7 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
     if (err != 0)
         return cli_fail(err, "cannot open the work queue");
     x.lease_ms = info->lease_ms > 0 ? info->lease_ms : 30000;
+    x.pipe = exec == NULL && stdout_is_pipe();
     pthread_mutex_init(&x.out_mu, NULL);
     pthread_t *th = calloc((size_t)workers, sizeof(*th));
     if (th == NULL)
@@ -265,7 +330,9 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
             (unsigned long long)x.lost_leases, (unsigned long long)x.errors);
     if (started < workers)
         return cli_fail(KVQ_ENOMEM, "cannot start the workers");
-    return x.errors > 0 ? EXIT_FAILED : 0;
+    if (x.errors > 0 || x.nacked > 0)
+        return EXIT_FAILED;
+    return x.out_gone ? EXIT_OUTPUT_GONE : 0;
 }
 
 /* SIGINT and SIGTERM are blocked in every thread (the workers inherit the mask) and taken by
@@ -287,8 +354,8 @@ int cmd_consume(cli *c, int argc, char **argv)
     const char *name = argv[1];
     kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
     const char *exec = NULL;
-    int ack = 0, batch_given = 0;
-    long long nack_delay = 0;
+    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0;
+    long long nack_delay = 1000;
     for (int i = 2; i < argc; i++) {
         long long v;
         if (strcmp(argv[i], "--workers") == 0) {
@@ -314,10 +381,13 @@ int cmd_consume(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--drain") == 0) {
             o.drain = 1;
         } else if (strcmp(argv[i], "--ack") == 0) {
-            ack = 1;
+            ack_given = 1;
+        } else if (strcmp(argv[i], "--at-most-once") == 0) {
+            ack = 0;
         } else if (strcmp(argv[i], "--nack-delay") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 86400000, &nack_delay) != 0)
                 return cli_usage("consume", "--nack-delay needs milliseconds from 0 to 86400000");
+            nack_given = 1;
             i++;
         } else {
             return cli_usage("consume", "unexpected argument '%s'", argv[i]);
@@ -325,10 +395,13 @@ int cmd_consume(cli *c, int argc, char **argv)
     }
     if (cli_check_name(name) != 0)
         return cli_usage("consume", "invalid queue name '%s'", name);
+    if (ack_given && !ack)
+        return cli_usage("consume", "--ack and --at-most-once exclude each other");
     if (ack && batch_given)
-        return cli_usage("consume", "--batch does not apply with --ack (one lease per item)");
-    if (!ack && nack_delay != 0)
-        return cli_usage("consume", "--nack-delay applies with --ack only");
+        return cli_usage("consume", "--batch applies with --at-most-once (at least once, the "
+                                    "default, takes one lease per item)");
+    if (!ack && nack_given)
+        return cli_usage("consume", "--nack-delay does not apply with --at-most-once");
     cq *q;
     cli_qinfo info;
     int rc = cli_open_queue(c, name, &q, &info);
@@ -338,8 +411,9 @@ int cmd_consume(cli *c, int argc, char **argv)
     if (ack ? type == QT_FIFO : type != QT_DURABLE) {
         cq_close(q);
         return cli_usage("consume", "%s; '%s' is a %s queue",
-                         ack ? "--ack needs a durable or priority queue"
-                             : "consume works on durable queues (or any but fifo with --ack)",
+                         ack ? "consume (at least once) needs a durable or priority queue; a "
+                               "fifo queue takes --at-most-once"
+                             : "--at-most-once works on durable queues",
                          name, cli_qtype_name(type));
     }
     if (ack) {
@@ -373,7 +447,12 @@ int cmd_consume(cli *c, int argc, char **argv)
     }
     /* Wait for a signal, or for the workers to end by themselves (drain, failure). */
     while (!kvq_consumer_finished(cons)) {
-        struct timespec ts = { 0, 100 * 1000000L };
+        if (__atomic_load_n(&ctx.out_gone, __ATOMIC_ACQUIRE)) {
+            fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+            kvq_consumer_stop(cons);
+            break;
+        }
+        struct timespec ts = { 0, 10 * 1000000L };
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
@@ -395,5 +474,7 @@ int cmd_consume(cli *c, int argc, char **argv)
             (unsigned long long)s.undelivered, (unsigned long long)s.restarts);
     if (err != 0)
         return cli_fail(err, "consume stopped");
-    return s.undelivered > 0 ? EXIT_FAILED : 0;
+    if (s.undelivered > 0)
+        return EXIT_FAILED;
+    return ctx.out_gone ? EXIT_OUTPUT_GONE : 0;
 }

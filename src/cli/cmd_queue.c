@@ -55,7 +55,10 @@ int cmd_create(cli *c, int argc, char **argv)
     int rc = cli_need_name("create", argc, argv, &name);
     if (rc != 0)
         return rc;
-    cli_qinfo info = { QT_DURABLE, 0, 0 };
+    /* Safe defaults: a lease of 30 s, and an item that fails 5 deliveries goes to the dead
+     * letters rather than coming back forever. */
+    cli_qinfo info = { QT_DURABLE, 30000, 5 };
+    int settings_given = 0;
     cli_qtype type = QT_DURABLE;
     for (int i = 2; i < argc; i++) {
         long long v;
@@ -67,18 +70,22 @@ int cmd_create(cli *c, int argc, char **argv)
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 86400000, &v) != 0)
                 return cli_usage("create", "--lease needs milliseconds from 1 to 86400000");
             info.lease_ms = v;
+            settings_given = 1;
             i++;
         } else if (strcmp(argv[i], "--max-deliveries") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, UINT32_MAX, &v) != 0)
                 return cli_usage("create", "--max-deliveries needs a count (0: never)");
             info.max_deliveries = (uint32_t)v;
+            settings_given = 1;
             i++;
         } else {
             return cli_usage("create", "unexpected argument '%s'", argv[i]);
         }
     }
-    if (type == QT_FIFO && (info.lease_ms != 0 || info.max_deliveries != 0))
+    if (type == QT_FIFO && settings_given)
         return cli_usage("create", "--lease and --max-deliveries need a durable or priority queue");
+    if (type == QT_FIFO)
+        info.lease_ms = info.max_deliveries = 0;
     info.type = type;
     c->create_db = 1;
     rc = cli_open(c);
@@ -99,8 +106,24 @@ int cmd_create(cli *c, int argc, char **argv)
     }
     if (err != 0)
         return cli_fail(err, "cannot create the queue");
-    if (c->json)
-        printf("{\"created\":\"%s\",\"type\":\"%s\"}\n", name, cli_qtype_name(type));
+    if (c->json) {
+        printf("{\"created\":");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf(",\"type\":\"%s\"", cli_qtype_name(type));
+        if (type != QT_FIFO)
+            printf(",\"lease_ms\":%lld,\"max_deliveries\":%u", (long long)info.lease_ms,
+                   info.max_deliveries);
+        printf("}\n");
+    } else if (type != QT_FIFO) {
+        printf("created %s queue '%s': lease %lld ms, ", cli_qtype_name(type), name,
+               (long long)info.lease_ms);
+        if (info.max_deliveries > 0)
+            printf("dead letter after %u deliveries\n", info.max_deliveries);
+        else
+            printf("items are delivered again without limit\n");
+    } else {
+        printf("created fifo queue '%s'\n", name);
+    }
     return 0;
 }
 

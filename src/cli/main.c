@@ -48,16 +48,21 @@ static const cli_cmd commands[] = {
       cmd_extend },
     { "dlq", "list|redrive NAME", "list the dead letters, or move them back to the queue", NULL,
       cmd_dlq },
-    { "consume", "NAME [--workers N] [--batch K] [--exec CMD] [--drain]",
-      "pop items of a durable queue with N workers and hand each to standard output or a command",
+    { "consume", "NAME [--workers N] [--exec CMD] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
+      "hand each item to standard output or a command, at least once (durable and priority queues)",
       "  --workers N  consumer threads (default 1)\n"
-      "  --batch K    items popped per transaction (default 10)\n"
       "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
-      "  --drain      stop once the queue is empty (default: run until SIGINT/SIGTERM)\n"
-      "  --max-restarts N  worker restarts allowed per minute (default 10)\n"
-      "  --ack        at least once: receive with a lease, ack when the item is done, nack\n"
-      "               when the command fails (durable and priority queues)\n"
-      "  --nack-delay MS  with --ack: a failed item is ready again after MS milliseconds\n",
+      "  --drain      stop once nothing is ready (default: run until SIGINT/SIGTERM)\n"
+      "  --nack-delay MS  a failed item is ready again after MS milliseconds (default 1000);\n"
+      "               after the queue's max deliveries (create prints it) it goes to the dead\n"
+      "               letters\n"
+      "  --ack        at least once, the default: each item is received with a lease and acked\n"
+      "               once its command succeeded (or, to a pipe, once the reader has read it)\n"
+      "  --at-most-once  pop batches instead (durable queues): faster, but an item popped is\n"
+      "               gone even if its command fails or kvq is killed\n"
+      "  --batch K    with --at-most-once: items popped per transaction (default 10)\n"
+      "  --max-restarts N  with --at-most-once: worker restarts allowed per minute (default 10)\n"
+      "exit: 0; 5 when an item's command failed; 141 when standard output was closed\n",
       cmd_consume },
     { "bench", "[--quick] [--items N] [--threads N]",
       "measure push and pop throughput of each queue type", NULL, cmd_bench },

@@ -59,14 +59,14 @@ check "clear empties" bash -c "[ \"\$('$KVQ' --db '$DB' len jobs)\" = 0 ]"
 # workers' lines never interleave).
 k create work
 seq 1 200 | k push work
-k consume work --workers 3 --batch 7 --drain --exec "v=\$(cat); echo \"\$v\" >> '$T/exec.out'" 2>/dev/null
+k consume work --at-most-once --workers 3 --batch 7 --drain --exec "v=\$(cat); echo \"\$v\" >> '$T/exec.out'" 2>/dev/null
 check "consume --exec got every item once" bash -c "sort -n '$T/exec.out' | grep -v '^$' | diff - <(seq 1 200) >/dev/null"
 
 # Two consumer processes on one queue: no duplicates, nothing missing. Both start first and
 # sleep on the watch; then the items arrive while both are running.
-"$KVQ" --db "$DB" consume work --workers 2 --batch 10 >"$T/c1" 2>/dev/null &
+"$KVQ" --db "$DB" consume work --at-most-once --workers 2 --batch 10 >"$T/c1" 2>/dev/null &
 p1=$!
-"$KVQ" --db "$DB" consume work --workers 2 --batch 10 >"$T/c2" 2>/dev/null &
+"$KVQ" --db "$DB" consume work --at-most-once --workers 2 --batch 10 >"$T/c2" 2>/dev/null &
 p2=$!
 sleep 0.3
 seq 1 3000 | k push work
@@ -80,7 +80,7 @@ check "two consumer processes: exactly once" bash -c "cat '$T/c1' '$T/c2' | sort
 
 # SIGTERM during consume loses nothing: what was consumed plus what is left is everything.
 seq 1 5000 | k push work
-"$KVQ" --db "$DB" consume work --workers 2 --batch 5 --exec "v=\$(cat); echo \"\$v\" >> '$T/slow.out'" 2>"$T/term.err" &
+"$KVQ" --db "$DB" consume work --at-most-once --workers 2 --batch 5 --exec "v=\$(cat); echo \"\$v\" >> '$T/slow.out'" 2>"$T/term.err" &
 pc=$!
 # Signal once the consumer is mid-stream (it has handed over at least one item).
 for _ in $(seq 1 200); do
@@ -122,7 +122,7 @@ k push f --priority 3 x >/dev/null 2>"$T/err"; rc=$?
 check "--priority on a fifo queue: exit 2 naming the type" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
 k pop f --max >/dev/null 2>"$T/err"; rc=$?
 check "--max on a fifo queue: exit 2" bash -c "[ $rc = 2 ] && grep -q -- --max '$T/err'"
-k consume p --drain >/dev/null 2>"$T/err"; rc=$?
+k consume p --at-most-once --drain >/dev/null 2>"$T/err"; rc=$?
 check "consume on a priority queue: exit 2 naming the type" bash -c "[ $rc = 2 ] && grep -q priority '$T/err'"
 k create f --type durable >/dev/null 2>"$T/err"; rc=$?
 check "create as another type: exit 2 naming the existing one" bash -c "[ $rc = 2 ] && grep -q fifo '$T/err'"
@@ -154,8 +154,8 @@ k --json push dd --dedup order-1 payload >"$T/dd.json"
 check "dedup: the second push enqueues nothing" bash -c "[ \"\$('$KVQ' --db '$DB' len dd)\" = 1 ] && grep -q '\"duplicates\":1' '$T/dd.json'"
 k create jobs2 --lease 2000 --max-deliveries 2
 seq 1 10 | k push jobs2
-k consume jobs2 --ack --workers 2 --drain --exec "v=\$(cat); [ \"\$v\" != 4 ] || exit 1; echo \"\$v\" >> '$T/ack.out'" 2>/dev/null; rc=$?
-check "consume --ack: every good item once" bash -c "[ $rc = 0 ] && sort -n '$T/ack.out' | tr '\n' , | grep -qx '1,2,3,5,6,7,8,9,10,'"
+k consume jobs2 --ack --nack-delay 0 --workers 2 --drain --exec "v=\$(cat); [ \"\$v\" != 4 ] || exit 1; echo \"\$v\" >> '$T/ack.out'" 2>/dev/null; rc=$?
+check "consume --ack: every good item once, exit 5 for the failed one" bash -c "[ $rc = 5 ] && sort -n '$T/ack.out' | tr '\n' , | grep -qx '1,2,3,5,6,7,8,9,10,'"
 check "consume --ack: the poison item is dead-lettered" bash -c "'$KVQ' --db '$DB' dlq list jobs2 | grep -qx \$'2\t4'"
 check "dlq redrive: back in the queue" bash -c "[ \"\$('$KVQ' --db '$DB' dlq redrive jobs2)\" = 1 ] && [ \"\$('$KVQ' --db '$DB' len jobs2)\" = 1 ]"
 # A consumer killed mid-work: its item comes back after the lease, once.
@@ -213,6 +213,24 @@ check "empty queue: exit 1" bash -c "[ $rc = 1 ]"
 k2 push opts x >/dev/null
 k2 consume opts --drain --exec 'exit 7' >/dev/null 2>&1; rc=$?
 check "consume --exec that fails: exit 5" bash -c "[ $rc = 5 ]"
+
+# consume is at least once by default: a reader that goes away (head) loses nothing, and a
+# poison item ends in the dead letters after create's default of 5 deliveries.
+k2 create safe >/dev/null
+seq 1 20 | k2 push safe
+first=$("$KVQ" --db "$DB2" consume safe 2>"$T/head.err" | head -1)
+check "consume | head -1: prints the first item" bash -c "[ '$first' = 1 ]"
+check "consume | head -1: stops, saying why" bash -c "grep -q 'standard output was closed' '$T/head.err'"
+check "consume | head -1: the other 19 are still there" bash -c "[ \"\$('$KVQ' --db '$DB2' len safe)\" = 19 ] && [ \"\$('$KVQ' --db '$DB2' pop safe -n 100 | sort -n | tr '\n' ,)\" = \"\$(seq 2 20 | tr '\n' ,)\" ]"
+k2 create poison >"$T/create.out"
+check "create prints the lease and max deliveries" grep -q 'lease 30000 ms, dead letter after 5 deliveries' "$T/create.out"
+k2 push poison bad
+for _ in 1 2 3 4 5 6; do
+    k2 consume poison --drain --nack-delay 0 --exec 'exit 1' >/dev/null 2>&1
+done
+check "a poison item is dead-lettered after 5 deliveries" bash -c "'$KVQ' --db '$DB2' dlq list poison | grep -q bad && [ \"\$('$KVQ' --db '$DB2' len poison)\" = 0 ]"
+k2 consume poison --at-most-once --batch 3 --drain >/dev/null 2>&1; rc=$?
+check "consume --at-most-once: allowed on durable queues" bash -c "[ $rc = 0 ]"
 
 # The demo runs and verifies (small).
 check "demo verifies exactly once" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 | grep -q 'every item consumed exactly once'"
