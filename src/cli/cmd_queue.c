@@ -28,6 +28,7 @@ int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
     int err = cli_registry_info(c->db, name, &qi);
     if (err == KVQ_ENOTFOUND) {
         fprintf(stderr, "kvq: no queue named '%s' (create it with 'kvq create %s')\n", name, name);
+        cli_json_error(KVQ_ENOTFOUND, "no_such_queue", name);
         return EXIT_NOQUEUE;
     }
     if (err != 0)
@@ -94,6 +95,7 @@ int cmd_create(cli *c, int argc, char **argv)
     int err = cli_registry_create_info(c->db, name, &info);
     if (err == KVQ_EEXISTS) {
         fprintf(stderr, "kvq: queue '%s' already exists\n", name);
+        cli_json_error(KVQ_EEXISTS, "already_exists", name);
         return EXIT_USAGE;
     }
     if (err == KVQ_EWRONGTYPE) {
@@ -102,6 +104,7 @@ int cmd_create(cli *c, int argc, char **argv)
             have = QT_NONE;
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
                 cli_qtype_name(have));
+        cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
         return EXIT_USAGE;
     }
     if (err != 0)

@@ -80,6 +80,7 @@ static int lease_fail(int err, const char *what)
 {
     if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED) {
         fprintf(stderr, "kvq: %s: %s (%s)\n", what, kvq_strerror(err), kvq_last_error());
+        cli_json_error(err, kvq_errname(err), kvq_last_error());
         return EXIT_EMPTY;
     }
     return cli_fail(err, what);

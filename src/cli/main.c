@@ -120,6 +120,7 @@ int cli_open(cli *c)
     if (rc == KVQ_ENOTFOUND && !c->create_db) {
         fprintf(stderr, "kvq: %s (create a queue with 'kvq create NAME' to start one)\n",
                 kvq_last_error());
+        cli_json_error(rc, "no_database", kvq_last_error());
         return EXIT_NOQUEUE;
     }
     if (rc == KVQ_ENOTFOUND)
@@ -132,10 +133,12 @@ int cli_open(cli *c)
 int cli_fail(int rc, const char *what)
 {
     const char *detail = kvq_last_error();
-    if (detail[0] != '\0' && kvq_last_error_code() == rc)
-        fprintf(stderr, "kvq: %s: %s (%s)\n", what, detail, kvq_errname(rc));
-    else
-        fprintf(stderr, "kvq: %s: %s (%s)\n", what, kvq_strerror(rc), kvq_errname(rc));
+    if (!(detail[0] != '\0' && kvq_last_error_code() == rc))
+        detail = kvq_strerror(rc);
+    fprintf(stderr, "kvq: %s: %s (%s)\n", what, detail, kvq_errname(rc));
+    char msg[1200];
+    snprintf(msg, sizeof(msg), "%s: %s", what, detail);
+    cli_json_error(rc, kvq_errname(rc), msg);
     if (rc == KVQ_ENOTFOUND)
         return EXIT_NOQUEUE;
     if (rc == KVQ_EINVAL || rc == KVQ_EWRONGTYPE || rc == KVQ_EEXISTS || rc == KVQ_EKEY_TOO_LARGE ||
@@ -148,10 +151,11 @@ int cli_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "kvq%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    char msg[1200];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fprintf(stderr, "kvq%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
+    cli_json_error(EXIT_USAGE, "usage", msg);
     if (cmd != NULL)
         fprintf(stderr, "try 'kvq %s --help'\n", cmd);
     else
@@ -186,11 +190,53 @@ int cli_parse_int(const char *s, long long min, long long max, long long *out)
     return 0;
 }
 
+/* Length of the valid UTF-8 sequence at p (1 to 4 bytes; no overlongs, surrogates or code
+ * points past U+10FFFF), or 0 when the byte at p does not start one. */
+static size_t utf8_len(const uint8_t *p, size_t n)
+{
+    uint8_t b = p[0];
+    size_t len;
+    uint32_t cp;
+    if (b < 0x80)
+        return 1;
+    if (b >= 0xc2 && b <= 0xdf) {
+        len = 2;
+        cp = b & 0x1f;
+    } else if (b >= 0xe0 && b <= 0xef) {
+        len = 3;
+        cp = b & 0x0f;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        len = 4;
+        cp = b & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
 void cli_json_str(FILE *f, const uint8_t *p, size_t n)
 {
     fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char ch = p[i];
+        size_t len = utf8_len(p + i, n - i);
+        if (len == 0) {
+            /* A byte that is not UTF-8: U+DC80 to U+DCFF, as Python's surrogateescape reads
+             * it, so the value's bytes can be recovered exactly (docs/kvq.1, JSON OUTPUT). */
+            fprintf(f, "\\udc%02x", ch);
+            i++;
+            continue;
+        }
         if (ch == '"' || ch == '\\')
             fprintf(f, "\\%c", ch);
         else if (ch == '\n')
@@ -199,14 +245,27 @@ void cli_json_str(FILE *f, const uint8_t *p, size_t n)
             fputs("\\t", f);
         else if (ch == '\r')
             fputs("\\r", f);
-        else if (ch < 0x20 || ch == 0x7f || ch >= 0x80)
-            /* Bytes outside printable ASCII are escaped one by one, so any value round-trips
-             * as a string of code points 0-255. */
+        else if (ch < 0x20 || ch == 0x7f)
             fprintf(f, "\\u%04x", ch);
         else
-            fputc(ch, f);
+            fwrite(p + i, 1, len, f);
+        i += len;
     }
     fputc('"', f);
+}
+
+/* --json: errors are one JSON value on standard output too (and the message on stderr). */
+static int json_errors;
+
+void cli_json_error(int code, const char *name, const char *message)
+{
+    if (!json_errors)
+        return;
+    printf("{\"error\":{\"code\":%d,\"name\":", code);
+    cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+    printf(",\"message\":");
+    cli_json_str(stdout, (const uint8_t *)message, strlen(message));
+    printf("}}\n");
 }
 
 void cli_print_value(FILE *f, const uint8_t *p, size_t n)
@@ -242,6 +301,7 @@ int cli_main(cli *c, int argc, char **argv)
             break;
         }
     }
+    json_errors = c->json;
     if (i >= argc) {
         usage(stderr);
         return EXIT_USAGE;
@@ -281,6 +341,7 @@ int cli_main(cli *c, int argc, char **argv)
             j--;
         }
     }
+    json_errors = c->json;
     int rc = cmd->run(c, argc - i, argv + i);
     kvq_db_close(c->db);
     c->db = NULL;

@@ -214,6 +214,20 @@ k2 push opts x >/dev/null
 k2 consume opts --drain --exec 'exit 7' >/dev/null 2>&1; rc=$?
 check "consume --exec that fails: exit 5" bash -c "[ $rc = 5 ]"
 
+# --json: one valid JSON value from every command, errors included; UTF-8 as it is, bytes that
+# are not UTF-8 as surrogate escapes (Python's surrogateescape gives the bytes back).
+k2 create js >/dev/null
+printf 'caf\xc3\xa9\n\xff\xferaw\n' | k2 push js
+check "--json list: UTF-8 kept, invalid bytes recoverable" bash -c "'$KVQ' --db '$DB2' --json list js | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"caf\u00e9\", v; assert v[1].encode(\"utf-8\",\"surrogateescape\")==b\"\\xff\\xferaw\", v'"
+"$KVQ" --db "$DB2" --json create 'we"ird\name' >"$T/j" 2>/dev/null
+check "--json create escapes the name" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"created\"]==\"we\\\"ird\\\\name\", v' < '$T/j'"
+for cmd in "len js" "peek js" "stats js" "queues" "len nosuch" "pop nosuch" "push" "create js" "frob" "pop js -n 5" "pop js" "receive js"; do
+    "$KVQ" --db "$DB2" --json $cmd >"$T/j" 2>/dev/null
+    check "--json $cmd: one JSON value" bash -c "python3 -c 'import json,sys; json.loads(sys.stdin.read())' < '$T/j'"
+done
+"$KVQ" --db "$T/none" --json len q >"$T/j" 2>/dev/null
+check "--json with no database: a JSON error" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"error\"][\"name\"]==\"no_database\", v' < '$T/j'"
+
 # consume is at least once by default: a reader that goes away (head) loses nothing, and a
 # poison item ends in the dead letters after create's default of 5 deliveries.
 k2 create safe >/dev/null
