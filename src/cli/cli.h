@@ -61,7 +61,7 @@ int cli_parse_int(const char *s, long long min, long long max, long long *out);
 /* With --json, prints {"error":{"code":..,"name":..,"message":..}} on standard output. */
 void cli_json_error(int code, const char *name, const char *message);
 /* Writes bytes as a JSON string (with quotes): UTF-8 as it is, a byte that is not UTF-8 as
- * \udc80 + its value (Python's surrogateescape). */
+ * U+DC00 + its value, \udc80 to \udcff (Python's surrogateescape). */
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);
 /* Writes bytes as text: as they are if printable UTF-8 without newlines, else escaped. */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);

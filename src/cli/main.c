@@ -231,8 +231,8 @@ void cli_json_str(FILE *f, const uint8_t *p, size_t n)
         unsigned char ch = p[i];
         size_t len = utf8_len(p + i, n - i);
         if (len == 0) {
-            /* A byte that is not UTF-8: U+DC80 to U+DCFF, as Python's surrogateescape reads
-             * it, so the value's bytes can be recovered exactly (docs/kvq.1, JSON OUTPUT). */
+            /* A byte that is not UTF-8: U+DC00 + the byte (U+DC80 to U+DCFF), as Python's
+             * surrogateescape reads it, so the value's bytes can be recovered exactly (docs/kvq.1, JSON OUTPUT). */
             fprintf(f, "\\udc%02x", ch);
             i++;
             continue;
