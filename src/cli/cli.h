@@ -57,6 +57,9 @@ void cli_put_be(uint8_t *p, uint64_t v, int n);
 uint64_t cli_get_be(const uint8_t *p, int n);
 /* Parses a decimal integer in [min, max]; 0 on success. */
 int cli_parse_int(const char *s, long long min, long long max, long long *out);
+/* Parses a duration in milliseconds, within [min, max]: an integer (milliseconds) or one with
+ * a unit, ms, s, m or h (500ms, 30s, 5m, 1h); 0 on success. */
+int cli_parse_ms(const char *s, long long min, long long max, long long *out);
 
 /* With --json, prints {"error":{"code":..,"name":..,"message":..}} on standard output. */
 void cli_json_error(int code, const char *name, const char *message);
@@ -82,6 +85,10 @@ int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out);
 int cli_registry_create(kvq_db *db, const char *name, cli_qtype type);
 int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info);
 int cli_registry_delete(kvq_db *db, const char *name);
+/* Changes a durable or priority queue's lease and max deliveries (-1: keep); *out gets the
+ * settings now stored. KVQ_ENOTFOUND, or KVQ_EWRONGTYPE for a fifo queue. */
+int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries,
+                       cli_qinfo *out);
 /* Calls fn for each queue in name order. */
 int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);
 /* Checks a queue name: 1 to 200 bytes, no NUL, printable. 0 or KVQ_EINVAL with a detail. */
@@ -90,6 +97,7 @@ int cli_check_name(const char *name);
 /* The commands (main.c's table). */
 int cmd_create(cli *c, int argc, char **argv);
 int cmd_delete(cli *c, int argc, char **argv);
+int cmd_alter(cli *c, int argc, char **argv);
 int cmd_queues(cli *c, int argc, char **argv);
 int cmd_push(cli *c, int argc, char **argv);
 int cmd_pop(cli *c, int argc, char **argv);

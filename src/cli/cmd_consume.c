@@ -385,8 +385,8 @@ int cmd_consume(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--at-most-once") == 0) {
             ack = 0;
         } else if (strcmp(argv[i], "--nack-delay") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 86400000, &nack_delay) != 0)
-                return cli_usage("consume", "--nack-delay needs milliseconds from 0 to 86400000");
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 86400000, &nack_delay) != 0)
+                return cli_usage("consume", "--nack-delay needs a duration from 0 to 24h (500ms, 30s, 5m)");
             nack_given = 1;
             i++;
         } else {

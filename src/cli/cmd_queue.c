@@ -59,7 +59,7 @@ int cmd_create(cli *c, int argc, char **argv)
     /* Safe defaults: a lease of 30 s, and an item that fails 5 deliveries goes to the dead
      * letters rather than coming back forever. */
     cli_qinfo info = { QT_DURABLE, 30000, 5 };
-    int settings_given = 0;
+    int settings_given = 0, if_not_exists = 0;
     cli_qtype type = QT_DURABLE;
     for (int i = 2; i < argc; i++) {
         long long v;
@@ -68,8 +68,8 @@ int cmd_create(cli *c, int argc, char **argv)
                 return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
                                  argv[i]);
         } else if (strcmp(argv[i], "--lease") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 86400000, &v) != 0)
-                return cli_usage("create", "--lease needs milliseconds from 1 to 86400000");
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &v) != 0)
+                return cli_usage("create", "--lease needs a duration from 1ms to 24h (500ms, 30s, 5m)");
             info.lease_ms = v;
             settings_given = 1;
             i++;
@@ -79,6 +79,8 @@ int cmd_create(cli *c, int argc, char **argv)
             info.max_deliveries = (uint32_t)v;
             settings_given = 1;
             i++;
+        } else if (strcmp(argv[i], "--if-not-exists") == 0) {
+            if_not_exists = 1;
         } else {
             return cli_usage("create", "unexpected argument '%s'", argv[i]);
         }
@@ -93,6 +95,17 @@ int cmd_create(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     int err = cli_registry_create_info(c->db, name, &info);
+    if (err == KVQ_EEXISTS && if_not_exists) {
+        /* Idempotent: the queue is there, with the type asked for; its settings stay. */
+        if (c->json) {
+            printf("{\"exists\":");
+            cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+            printf(",\"type\":\"%s\"}\n", cli_qtype_name(type));
+        } else {
+            printf("%s queue '%s' exists already\n", cli_qtype_name(type), name);
+        }
+        return 0;
+    }
     if (err == KVQ_EEXISTS) {
         fprintf(stderr, "kvq: queue '%s' already exists\n", name);
         cli_json_error(KVQ_EEXISTS, "already_exists", name);
@@ -126,6 +139,55 @@ int cmd_create(cli *c, int argc, char **argv)
             printf("items are delivered again without limit\n");
     } else {
         printf("created fifo queue '%s'\n", name);
+    }
+    return 0;
+}
+
+int cmd_alter(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = cli_need_name("alter", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    long long lease = -1, maxd = -1;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--lease") == 0) {
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &lease) != 0)
+                return cli_usage("alter", "--lease needs a duration from 1ms to 24h");
+            i++;
+        } else if (strcmp(argv[i], "--max-deliveries") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, UINT32_MAX, &maxd) != 0)
+                return cli_usage("alter", "--max-deliveries needs a count (0: never)");
+            i++;
+        } else {
+            return cli_usage("alter", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (lease < 0 && maxd < 0)
+        return cli_usage("alter", "nothing to change: give --lease or --max-deliveries");
+    rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    cli_qinfo info;
+    int err = cli_registry_alter(c->db, name, lease, maxd, &info);
+    if (err == KVQ_ENOTFOUND) {
+        fprintf(stderr, "kvq: no queue named '%s'\n", name);
+        cli_json_error(err, "no_such_queue", name);
+        return EXIT_NOQUEUE;
+    }
+    if (err == KVQ_EWRONGTYPE)
+        return cli_usage("alter", "'%s' is a fifo queue: it has no lease or deliveries", name);
+    if (err != 0)
+        return cli_fail(err, "cannot change the queue");
+    if (c->json) {
+        printf("{\"altered\":");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf(",\"lease_ms\":%lld,\"max_deliveries\":%u}\n", (long long)info.lease_ms,
+               info.max_deliveries);
+    } else {
+        printf("%s queue '%s': lease %lld ms, max deliveries %u%s\n", cli_qtype_name(info.type),
+               name, (long long)info.lease_ms, info.max_deliveries,
+               info.max_deliveries == 0 ? " (never dead-lettered)" : "");
     }
     return 0;
 }
@@ -257,8 +319,8 @@ int cmd_push(cli *c, int argc, char **argv)
             have_prio = 1;
             i++;
         } else if (strcmp(argv[i], "--delay") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
-                return cli_usage("push", "--delay needs milliseconds from 0 to 604800000");
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
+                return cli_usage("push", "--delay needs a duration from 0 to 7 days (500ms, 30s, 5m)");
             i++;
         } else if (strcmp(argv[i], "--dedup") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '\0' || strlen(argv[i + 1]) > 1000)
@@ -547,8 +609,8 @@ int cmd_watch(cli *c, int argc, char **argv)
     long long timeout = -1;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--timeout") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, INT64_MAX, &timeout) != 0)
-                return cli_usage("watch", "--timeout needs milliseconds");
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, INT64_MAX, &timeout) != 0)
+                return cli_usage("watch", "--timeout needs a duration (500ms, 30s, 5m)");
             i++;
         } else {
             return cli_usage("watch", "unexpected argument '%s'", argv[i]);

@@ -95,8 +95,8 @@ int cmd_receive(cli *c, int argc, char **argv)
     long long lease = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--lease") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 86400000, &lease) != 0)
-                return cli_usage("receive", "--lease needs milliseconds from 1 to 86400000");
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &lease) != 0)
+                return cli_usage("receive", "--lease needs a duration from 1ms to 24h (500ms, 30s, 5m)");
             i++;
         } else {
             return cli_usage("receive", "unexpected argument '%s'", argv[i]);
@@ -157,8 +157,8 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
                                                    : NULL;
     for (int i = 3; i < argc; i++) {
         if (opt != NULL && strcmp(argv[i], opt) == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 86400000, &ms) != 0)
-                return cli_usage(cmd, "%s needs milliseconds from 0 to 86400000", opt);
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 86400000, &ms) != 0)
+                return cli_usage(cmd, "%s needs a duration from 0 to 24h (500ms, 30s, 5m)", opt);
             i++;
         } else {
             return cli_usage(cmd, "unexpected argument '%s'", argv[i]);

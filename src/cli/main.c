@@ -7,13 +7,21 @@
 #include "cli.h"
 
 static const cli_cmd commands[] = {
-    { "create", "NAME [--type fifo|priority|durable] [--lease MS] [--max-deliveries N]",
+    { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--if-not-exists]",
       "create a queue (durable by default)",
       "  --type T     fifo (FoundationDB's queue recipe), priority (the priority queue recipe)\n"
       "               or durable (versionstamped keys with push and pop counters)\n"
-      "  --lease MS   default lease of receive and consume --ack (default 30000)\n"
-      "  --max-deliveries N  deliveries before an item goes to the dead letters (0: never)\n",
+      "  --lease D    lease of receive and consume (default 30s)\n"
+      "  --max-deliveries N  deliveries before an item goes to the dead letters (default 5;\n"
+      "               0: never)\n"
+      "  --if-not-exists  succeed if the queue exists with this type (its settings stay)\n"
+      "durations: milliseconds, or with a unit: 500ms, 30s, 5m, 1h\n",
       cmd_create },
+    { "alter", "NAME [--lease D] [--max-deliveries N]",
+      "change a durable or priority queue's lease and max deliveries",
+      "  --lease D    the lease of receive and consume from now on (500ms, 30s, 5m)\n"
+      "  --max-deliveries N  deliveries before the dead letters (0: never)\n",
+      cmd_alter },
     { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
     { "queues", "", "list the queues and their types", NULL, cmd_queues },
     { "push", "NAME [--priority P] [--delay MS] [--dedup KEY] [VALUE...]",
@@ -222,6 +230,35 @@ static size_t utf8_len(const uint8_t *p, size_t n)
         (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
         return 0;
     return len;
+}
+
+int cli_parse_ms(const char *s, long long min, long long max, long long *out)
+{
+    if (s == NULL || *s == '\0' || *s == '-' || *s == '+')
+        return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s)
+        return -1;
+    long long unit = 1;
+    if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0)
+        unit = 1;
+    else if (strcmp(end, "s") == 0)
+        unit = 1000;
+    else if (strcmp(end, "m") == 0)
+        unit = 60000;
+    else if (strcmp(end, "h") == 0)
+        unit = 3600000;
+    else
+        return -1;
+    if (v > max / unit)
+        return -1;
+    v *= unit;
+    if (v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 void cli_json_str(FILE *f, const uint8_t *p, size_t n)

@@ -155,6 +155,48 @@ int cli_registry_create(kvq_db *db, const char *name, cli_qtype type)
     return cli_registry_create_info(db, name, &info);
 }
 
+typedef struct alter_op {
+    reg_op r;
+    int64_t lease_ms;    /* -1: keep */
+    int64_t max_deliveries; /* -1: keep */
+} alter_op;
+
+static int alter_fn(kvq_txn *txn, void *arg)
+{
+    alter_op *a = arg;
+    int rc = get_fn(txn, &a->r);
+    if (rc != 0 || a->r.type == QT_NONE || a->r.type == QT_FIFO)
+        return rc;
+    if (a->lease_ms >= 0)
+        a->r.lease_ms = a->lease_ms;
+    if (a->max_deliveries >= 0)
+        a->r.max_deliveries = (uint32_t)a->max_deliveries;
+    uint8_t key[PREFIX_LEN + 256];
+    size_t kn = make_key(key, a->r.name);
+    uint8_t v[REG_VALUE_LEN];
+    v[0] = (uint8_t)a->r.type;
+    cli_put_be(v + 1, (uint64_t)a->r.lease_ms, 8);
+    cli_put_be(v + 9, a->r.max_deliveries, 4);
+    return kvq_txn_set(txn, key, kn, v, sizeof(v));
+}
+
+int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries,
+                       cli_qinfo *out)
+{
+    alter_op a = { .r = { .name = name }, .lease_ms = lease_ms, .max_deliveries = max_deliveries };
+    int rc = kvq_db_transact(db, alter_fn, &a);
+    if (rc != 0)
+        return rc;
+    if (a.r.type == QT_NONE)
+        return KVQ_ENOTFOUND;
+    if (a.r.type == QT_FIFO)
+        return KVQ_EWRONGTYPE;
+    out->type = a.r.type;
+    out->lease_ms = a.r.lease_ms;
+    out->max_deliveries = a.r.max_deliveries;
+    return 0;
+}
+
 static int delete_fn(kvq_txn *txn, void *arg)
 {
     reg_op *op = arg;

@@ -17,7 +17,7 @@ k() { "$KVQ" --db "$DB" "$@"; }
 
 # --help everywhere, and the usage errors.
 check "kvq --help" bash -c "'$KVQ' --help | grep -q 'commands:'"
-for c in create delete queues push pop peek len list clear watch stats consume bench demo receive ack nack extend dlq; do
+for c in create alter delete queues push pop peek len list clear watch stats consume bench demo receive ack nack extend dlq; do
     check "$c --help" bash -c "'$KVQ' $c --help | grep -q 'usage: kvq'"
 done
 "$KVQ" frobnicate >/dev/null 2>"$T/err"; rc=$?
@@ -227,6 +227,30 @@ for cmd in "len js" "peek js" "stats js" "queues" "len nosuch" "pop nosuch" "pus
 done
 "$KVQ" --db "$T/none" --json len q >"$T/j" 2>/dev/null
 check "--json with no database: a JSON error" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"error\"][\"name\"]==\"no_database\", v' < '$T/j'"
+
+# Durations take units; create is idempotent on request; alter changes the settings.
+k2 create dur --lease 1m --max-deliveries 3 >"$T/j"
+check "create --lease 1m: 60000 ms" grep -q 'lease 60000 ms, dead letter after 3 deliveries' "$T/j"
+k2 create dur --lease 90 >/dev/null 2>&1; rc=$?
+check "create of an existing queue: exit 2" bash -c "[ $rc = 2 ]"
+k2 create dur --if-not-exists >/dev/null; rc=$?
+check "create --if-not-exists of an existing queue: exit 0" bash -c "[ $rc = 0 ]"
+k2 create dur --type fifo --if-not-exists >/dev/null 2>&1; rc=$?
+check "create --if-not-exists with another type: exit 2" bash -c "[ $rc = 2 ]"
+k2 alter dur --lease 500ms --max-deliveries 0 >"$T/j"
+check "alter: new settings printed" grep -q 'lease 500 ms, max deliveries 0' "$T/j"
+k2 push dur x
+k2 receive dur >/dev/null
+sleep 0.8
+check "alter: receive takes the new lease (the item is back after 500ms)" bash -c "'$KVQ' --db '$DB2' receive dur | grep -q x"
+for bad in "5x" "-1s" "1.5s" "s"; do
+    k2 push dur --delay "$bad" v >/dev/null 2>&1; rc=$?
+    check "--delay '$bad': exit 2" bash -c "[ $rc = 2 ]"
+done
+k2 push dur --delay 2s later >/dev/null
+check "--delay 2s: counted as delayed" bash -c "[ \"\$('$KVQ' --db '$DB2' --json stats dur | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"delayed\"])')\" = 1 ]"
+k2 alter nosuch --lease 1s >/dev/null 2>&1; rc=$?
+check "alter of a missing queue: exit 4" bash -c "[ $rc = 4 ]"
 
 # consume is at least once by default: a reader that goes away (head) loses nothing, and a
 # poison item ends in the dead letters after create's default of 5 deliveries.
