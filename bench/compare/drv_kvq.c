@@ -116,10 +116,13 @@ static void kq_release(kq_state *s)
         kvq_db_stats st;
         if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0)
             fprintf(stderr,
-                    "    %s: %llu commits in %llu storage transactions (%.2f per sync), "
-                    "%llu conflicts, %llu retries\n",
+                    "    %s: %llu commits in %llu storage transactions (%.2f per transaction), "
+                    "%llu syncs made by this handle (%.2f commits per sync; another process's "
+                    "sync may cover them), %llu conflicts, %llu retries\n",
                     qb_system_names[s->sys], (unsigned long long)st.commits,
                     (unsigned long long)st.batches, (double)st.commits / (double)st.batches,
+                    (unsigned long long)st.syncs,
+                    st.syncs ? (double)st.commits / (double)st.syncs : 0.0,
                     (unsigned long long)st.conflicts, (unsigned long long)st.retries);
         kvq_queue_close(s->q);
         kvq_db_close(s->db);

@@ -150,6 +150,9 @@ typedef struct kvq_db_stats {
     uint64_t retries;         /**< retries made by kvq_txn_on_error */
     uint64_t batches;         /**< storage transactions that carried those commits */
     uint64_t injected_faults; /**< faults injected by fault_rate */
+    /** Embedded engine: syncs of the disk this handle made. One sync covers the commits of
+     * every process written by then, so a process may see its commits synced by another. */
+    uint64_t syncs;
 } kvq_db_stats;
 
 /** Reads the handle's counters. Returns 0 or KVQ_EINVAL. */

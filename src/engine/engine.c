@@ -126,6 +126,7 @@ int kvq_db_get_stats(kvq_db_stats *out, const kvq_db *db)
     out->retries = __atomic_load_n(&db->n_retries, __ATOMIC_RELAXED);
     out->batches = __atomic_load_n(&db->n_batches, __ATOMIC_RELAXED);
     out->injected_faults = __atomic_load_n(&db->n_faults, __ATOMIC_RELAXED);
+    out->syncs = __atomic_load_n(&db->n_syncs, __ATOMIC_RELAXED);
     return 0;
 }
 

@@ -77,7 +77,7 @@ struct kvq_db {
     pthread_mutex_t fault_mu;
     kvq__rng fault_rng;
     /* Counters; updated with atomic operations. */
-    uint64_t n_commits, n_conflicts, n_retries, n_batches, n_faults;
+    uint64_t n_commits, n_conflicts, n_retries, n_batches, n_faults, n_syncs;
 };
 
 struct kvq_txn {

@@ -8,14 +8,19 @@
  * value and commits.
  *
  * A process paused while holding kvq's commit lock: a committer runs under strace, which stops
- * it with SIGSTOP on entering a sync of a commit (so its WAL frames are written and not synced,
- * and it holds the commit lock: the test checks that the lock is taken). Two other writer
- * processes then wait: none of their commits completes while the holder is stopped, whereas
- * reads go on. Once the holder is resumed (SIGCONT), every process finishes its commits, and the
- * database is intact: every acknowledged commit is there and the counter they all add to equals
- * their number.
+ * it with SIGSTOP on entering a pwrite64 (writing its WAL frames, with the commit lock held: the
+ * test checks that the lock is taken). Two other writer processes then wait: none of their
+ * commits completes while the holder is stopped, whereas reads go on. Once the holder is
+ * resumed (SIGCONT), every process finishes its commits, and the database is intact: every
+ * acknowledged commit is there and the counter they all add to equals their number.
  *
- * Prints "pause: kind=reader ..." and "pause: kind=commit_lock_holder ...". The holder's pause
+ * A process paused while it runs the shared sync (stopped on entering fdatasync, holding the
+ * sync lock on kvq.shm, the commit lock free): the two other writers are not held up (each
+ * syncs for itself once the syncer has kept it waiting 20 ms) and finish all their commits
+ * while it is stopped; reads go on; after the resume, the same checks.
+ *
+ * Prints "pause: kind=reader ...", "pause: kind=commit_lock_holder ..." and
+ * "pause: kind=syncer ...". The holder's pause
  * is 2 s (KVQ_TEST_SCALE multiplies it, up to 30 s). Reports itself skipped (exit 77) when strace
  * cannot trace here; the reader part needs no strace, but one binary is one ctest test. */
 #include <stdarg.h>
@@ -291,10 +296,12 @@ static void test_paused_reader_gets_too_old(void **state)
 }
 
 /* Is kvq's commit lock of the database in `db_path` held by someone? */
-static int commit_lock_held(const char *db_path)
+/* Whether another process holds an flock on db_path/file: kvq.lock is the commit lock, kvq.shm
+ * the shared sync's lock. */
+static int lock_held(const char *db_path, const char *file)
 {
     char p[160];
-    snprintf(p, sizeof(p), "%s/kvq.lock", db_path);
+    snprintf(p, sizeof(p), "%s/%s", db_path, file);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
     int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
@@ -318,9 +325,13 @@ static char proc_state(pid_t pid)
     return r != NULL && r[1] == ' ' ? r[2] : '?';
 }
 
-static void test_paused_lock_holder(void **state)
+/* kind 0: the commit lock holder, stopped while it writes its WAL frames (a pwrite64 under the
+ * lock): the other writers wait; kind 1: the process running the shared sync, stopped on its
+ * fdatasync (the commit lock free): the other writers' commits go on, synced by themselves. */
+static void paused_holder(int kind)
 {
-    (void)state;
+    const char *sys = kind == 0 ? "pwrite64" : "fdatasync";
+    const char *lock_file = kind == 0 ? "kvq.lock" : "kvq.shm";
     double scale = kvq_test_scale();
     int pause_ms = (int)(2000 * scale);
     if (pause_ms > 30000)
@@ -334,7 +345,7 @@ static void test_paused_lock_holder(void **state)
      * commit lock held, depends on how many the opening and a checkpoint take: start at the
      * 4th (inside its second or third commit, after the WAL frames were written) and, if the
      * lock turns out not to be held there, try the next one on a fresh database. */
-    for (int when = 4; !held && when <= 16; when++) {
+    for (int when = 4; !held && when <= 40; when++) {
         if (db != NULL) {
             /* The last try stopped outside a commit: end it and start again. */
             kill(holder, SIGKILL);
@@ -352,7 +363,9 @@ static void test_paused_lock_holder(void **state)
         assert_int_equal(kvq_db_open(&db, db_path, NULL), 0);
         put(db, "seed", "1");
         char inject[64];
-        snprintf(inject, sizeof(inject), "inject=fsync,fdatasync:signal=SIGSTOP:when=%d", when);
+        char trace[32];
+        snprintf(trace, sizeof(trace), "trace=%s", sys);
+        snprintf(inject, sizeof(inject), "inject=%s:signal=SIGSTOP:when=%d", sys, when);
         /* LeakSanitizer cannot run under ptrace: switch it off in the traced child. */
         char *hargv[] = { "env",
                           "ASAN_OPTIONS=detect_leaks=0",
@@ -362,7 +375,7 @@ static void test_paused_lock_holder(void **state)
                           "-o",
                           "/dev/null",
                           "-e",
-                          "trace=fsync,fdatasync",
+                          trace,
                           "-e",
                           inject,
                           (char *)self,
@@ -379,13 +392,15 @@ static void test_paused_lock_holder(void **state)
         while (now_ms() - t0 < 20000 && (ps = proc_state(holder)) != 't' && ps != 'T')
             usleep(10000);
         assert_true(ps == 't' || ps == 'T');
-        held = commit_lock_held(db_path);
+        held = lock_held(db_path, lock_file) && (kind == 0 || !lock_held(db_path, "kvq.lock"));
         if (!held)
-            printf("# the holder's sync %d was outside a commit; trying the next one\n", when);
+            printf("# the holder's %s %d was not where this test wants it; trying the next one\n",
+                   sys, when);
     }
     int holder_acked_before = count_prefix(hold_out, "OK ");
 
-    /* Two writers: they must wait while the holder is stopped. */
+    /* Two writers: they must wait while the commit lock holder is stopped, and go on while the
+     * syncer is. */
     pid_t w[2];
     for (int i = 0; i < 2; i++) {
         snprintf(out[i], sizeof(out[i]), "%s/w%d.out", dir, i);
@@ -406,7 +421,7 @@ static void test_paused_lock_holder(void **state)
     int64_t read_ms = now_ms() - r0;
     usleep((useconds_t)pause_ms * 1000);
     int waited_acks = count_prefix(out[0], "OK ") + count_prefix(out[1], "OK ");
-    int still_held = commit_lock_held(db_path);
+    int still_held = lock_held(db_path, lock_file);
 
     /* Resume: everyone progresses. */
     assert_int_equal(kill(holder, SIGCONT), 0);
@@ -445,15 +460,20 @@ static void test_paused_lock_holder(void **state)
                                     (const uint8_t *)"\xff", 1, 0, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
-    printf("pause: kind=commit_lock_holder stopped_ms=%d lock_held=%s holder_acked_before=%d "
+    printf("pause: kind=%s stopped_ms=%d lock_held=%s holder_acked_before=%d "
            "others_acked_while_stopped=%d read_while_stopped_ms=%lld resumed_all_done=%s "
            "acked=%d missing=%d counter=%llu scan=%s\n",
-           pause_ms, held && still_held ? "yes" : "no", holder_acked_before, waited_acks,
+           kind == 0 ? "commit_lock_holder" : "syncer", pause_ms,
+           held && still_held ? "yes" : "no", holder_acked_before, waited_acks,
            (long long)read_ms, holder_ok && writers_ok ? "yes" : "no", acked, missing,
            (unsigned long long)counter, kvq_errname(scan_rc));
     fflush(stdout);
     assert_true(held && still_held);
-    assert_int_equal(waited_acks, 0);
+    if (kind == 0)
+        assert_int_equal(waited_acks, 0);
+    else
+        assert_int_equal(waited_acks, 2 * WRITER_COMMITS);
+    assert_true(read_ms < 1000);
     assert_true(holder_ok && writers_ok);
     assert_int_equal(acked, 3 * WRITER_COMMITS);
     assert_int_equal(missing, 0);
@@ -463,6 +483,18 @@ static void test_paused_lock_holder(void **state)
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+static void test_paused_lock_holder(void **state)
+{
+    (void)state;
+    paused_holder(0);
+}
+
+static void test_paused_syncer(void **state)
+{
+    (void)state;
+    paused_holder(1);
 }
 
 int main(int argc, char **argv)
@@ -479,6 +511,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paused_reader_gets_too_old),
         cmocka_unit_test(test_paused_lock_holder),
+        cmocka_unit_test(test_paused_syncer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,6 +72,11 @@ typedef struct emb_shm {
      * watcher re-reads a watched key only when its bucket or any_gen moved. */
     uint64_t any_gen;
     uint32_t key_gen[EMB_WATCH_BUCKETS];
+    /* The shared sync (sync.c): the newest commit version whose WAL frames are written (set
+     * by the commit lock holder after its COMMIT), and the newest known to be on disk. */
+    int64_t written_version;
+    int64_t synced_version;
+    uint32_t sync_gen; /* futex word: bumped after each sync */
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
@@ -118,6 +123,10 @@ typedef struct emb_db {
     emb_shm *shm;
     int shm_fd;
     uint64_t boot_id[2]; /* this boot's id (zeros when the system does not say) */
+    /* The shared sync (sync.c). */
+    int durable;         /* commits and reads wait for the WAL to be synced */
+    pthread_mutex_t sync_mu;
+    int wal_fd;          /* the WAL, opened for syncing it; -1 until needed */
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;
@@ -325,6 +334,17 @@ void emb_watches_abandon(emb_txn *t);
 void emb_notify_commit(emb_db *e);
 void emb_watch_shutdown(emb_db *e);
 int emb_shm_open(emb_db *e);
+/* Makes sure every commit up to version v (whose WAL frames are written) is on disk: returns at
+ * once when the shared sync already covered it, else syncs the WAL for every process (one
+ * sync covers all the commits written so far) or waits for the process that is syncing.
+ * 0, or KVQ_EIO when the sync failed (the commits' durability is then unknown). */
+int emb_sync_upto(emb_db *e, int64_t v);
+/* Notes, under the commit lock, that commit version v is written. */
+void emb_sync_written(emb_db *e, int64_t v);
+void emb_sync_close(emb_db *e);
+/* Opens the WAL for syncing at open time, so that a lack of descriptors is a clean open error
+ * rather than a commit whose durability is unknown. */
+int emb_sync_open(emb_db *e);
 /* The watch bucket of a key. */
 uint32_t emb_watch_bucket(const uint8_t *key, size_t n);
 /* Leader: notes that the batch wrote or deleted key. */

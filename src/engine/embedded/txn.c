@@ -194,6 +194,13 @@ static int ensure_rv(emb_txn *t)
     }
     int64_t stored = sqlite3_column_int64(t->conn->version, 0);
     sqlite3_reset(t->conn->version);
+    /* Reads see only durable data: a snapshot that holds a commit not yet synced waits for the
+     * shared sync (or runs it). */
+    rc = emb_sync_upto(t->e, stored);
+    if (rc != 0) {
+        emb_txn_end_read(t);
+        return rc;
+    }
     t->rv = emb_rv_after_snapshot(t->e, &probe, stored);
     t->has_rv = 1;
     t->rv_mono_us = kvq__mono_us();
