@@ -52,6 +52,7 @@ struct kvq_queue {
     int64_t pruned_bucket;        /* atomic: the last bucket this handle pruned at */
     int64_t next_sweep;           /* atomic: monotonic µs after which a pop sweeps staging */
     int hc_pressure;              /* atomic: recent simple-path losses (high contention) */
+    int pop_pressure;             /* atomic: recent lost races of durable convenience pops */
     kvq_queue_stats stats;        /* atomic counters */
 };
 
@@ -123,6 +124,11 @@ int kvq__q_head(kvq_queue *q,
 /* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one. */
 int kvq__q_pop_k_end(
     kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n);
+/* A durable queue's pop under contention: up to k consecutive items starting at a position
+ * chosen by seed among the first spread * k (at most 4,096, or k), read as a snapshot, with read
+ * conflicts on exactly the items taken, so that concurrent consumers rarely take the same ones. */
+int kvq__q_pop_spread(kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed,
+                      kvq_bytes *outs, size_t *n);
 /* The priority of an item key of a priority queue (0 for other types or on a parse error). */
 int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
 

@@ -344,6 +344,44 @@ int kvq__q_pop_k_end(
     return 0;
 }
 
+int kvq__q_pop_spread(kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed,
+                      kvq_bytes *outs, size_t *n)
+{
+    *n = 0;
+    size_t window = k * (spread > 0 ? spread : 1);
+    if (window > 4096)
+        window = k > 4096 ? k : 4096;
+    const kvq_kv *kvs;
+    size_t got;
+    int rc = kvq__q_head(q, txn, KVQ__END_MIN, (int)window, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0)
+        return rc;
+    if (got == 0)
+        return KVQ_ENOTFOUND; /* a snapshot read: the empty answer is that of the read version */
+    size_t take = got < k ? got : k;
+    size_t off = (size_t)(seed % (uint64_t)(got - take + 1));
+    const kvq_bytes *first = &kvs[off].key, *last = &kvs[off + take - 1].key;
+    uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+    memcpy(after, last->data, last->len);
+    after[last->len] = 0;
+    /* Pushes append after every item there is (their versionstamps are newer), so nothing can
+     * appear between the items taken: the conflict range and the clear cover exactly them. */
+    rc = kvq_txn_add_conflict_range(txn, first->data, first->len, after, last->len + 1,
+                                    KVQ_CONFLICT_READ);
+    if (rc == 0)
+        rc = kvq_txn_clear_range(txn, first->data, first->len, after, last->len + 1);
+    uint8_t add[8];
+    kvq__le64_put(add, (uint64_t)take);
+    if (rc == 0)
+        rc = kvq_txn_atomic_op(txn, q->npop.data, q->npop.len, add, 8, KVQ_MUT_ADD);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < take; i++)
+        outs[i] = kvs[off + i].value;
+    *n = take;
+    return 0;
+}
+
 /* ---- pushes (transaction forms) ----------------------------------------------------------- */
 
 static int fifo_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len)
@@ -833,6 +871,32 @@ int kvq__qres_deliver(kvq__qres *r, kvq_buf *outs)
 
 typedef int (*qop_body)(kvq_txn *txn, kvq__qop *o, void *arg);
 
+/* A durable pop that lost the race for its items raises the handle's pressure (the next pops
+ * spread out, kvq__q_pop_spread); each pop that commits lowers it, so that a consumer alone
+ * goes back to taking the head, in order. */
+#define POP_PRESSURE_STEP 24
+#define POP_PRESSURE_MAX  512
+
+/* How many runs of k items the spread pop chooses among: more while the races go on. The
+ * pressure settles where about one pop in POP_PRESSURE_STEP + 1 loses (a loss adds the step, a
+ * win takes 1 off), so the window grows until conflicts are that rare. */
+static size_t pop_spread(kvq_queue *q)
+{
+    int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
+    return p / 2 < 8 ? 8 : (size_t)(p / 2);
+}
+
+static void pop_pressure_note(kvq_queue *q, int rc)
+{
+    int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
+    if (rc == KVQ_ENOT_COMMITTED && p < POP_PRESSURE_MAX)
+        __atomic_compare_exchange_n(&q->pop_pressure, &p, p + POP_PRESSURE_STEP, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    else if (rc == 0 && p > 0)
+        __atomic_compare_exchange_n(&q->pop_pressure, &p, p - 1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+}
+
 /* The retry loop of the convenience forms: kvq_txn_run's, plus the bookkeeping of attempts that
  * may have committed. */
 static int qop_run(kvq__qop *o, qop_body body, void *arg)
@@ -846,6 +910,8 @@ static int qop_run(kvq__qop *o, qop_body body, void *arg)
         rc = body(txn, o, arg);
         if (rc == 0)
             rc = kvq_txn_commit(txn);
+        if (o->tag[0] == 'r' && o->q->type == KVQ_QUEUE_DURABLE)
+            pop_pressure_note(o->q, rc);
         if (rc == 0 || o->expired || o->settled)
             break;
         if (kvq__txn_maybe_committed(txn, rc)) {
@@ -1030,7 +1096,17 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
     }
     size_t n = 0;
     int64_t prio = 0;
-    rc = kvq__q_pop_k_end(q, txn, a->end, a->k, a->views, &prio, &n);
+    if (q->type == KVQ_QUEUE_DURABLE && __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED) > 0) {
+        /* Consumers are racing for the head: take items at a position of this attempt's own
+         * (the pop id and the attempt number choose it). */
+        uint64_t seed = kvq__le_get(o->id, 8) ^ ((uint64_t)o->attempt * 0x9e3779b97f4a7c15ULL);
+        seed ^= seed >> 29;
+        seed *= 0xbf58476d1ce4e5b9ULL;
+        seed ^= seed >> 32;
+        rc = kvq__q_pop_spread(q, txn, a->k, pop_spread(q), seed, a->views, &n);
+    } else {
+        rc = kvq__q_pop_k_end(q, txn, a->end, a->k, a->views, &prio, &n);
+    }
     if (rc == KVQ_ENOTFOUND && a->want_watch)
         rc = 0;
     if (rc != 0)

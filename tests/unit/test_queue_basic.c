@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "layers/layers_internal.h"
 #include "test_queue_common.h"
 
 static kvq_db *db;
@@ -523,6 +524,93 @@ static int fail_after_push(kvq_txn *txn, void *arg)
     return rc == 0 ? KVQ_EUSER : rc;
 }
 
+/* Racing consumers of a durable queue spread out (kvq__q_pop_spread): a pop takes k
+ * consecutive items of those present, starting within the first spread * k; two pops
+ * from one read version that take different items both commit, overlapping ones conflict; a
+ * handle under pressure spreads its convenience pops, and goes back to the head once it wins. */
+static int seq_of(kvq_bytes v)
+{
+    return v.len == 4 ? atoi((const char *)v.data + 1) : -1;
+}
+
+static void test_durable_spread(void **state)
+{
+    (void)state;
+    kvq_subspace *sub = tq_sub("spread", 6);
+    kvq_queue *q = NULL;
+    assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, sub, NULL));
+    int present[400], np = 0;
+    char v[8];
+    for (int i = 0; i < 400; i++) {
+        snprintf(v, sizeof(v), "s%03d", i);
+        push_s(q, v);
+        present[np++] = i;
+    }
+    const size_t k = 3;
+    kvq_bytes outs[3];
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        kvq_txn *t;
+        size_t n = 0;
+        assert_ok(kvq_txn_create(&t, db));
+        assert_ok(kvq__q_pop_spread(q, t, k, 32, seed * 7919, outs, &n));
+        assert_int_equal(n, k);
+        int at = -1;
+        for (int i = 0; i < np; i++)
+            if (present[i] == seq_of(outs[0]))
+                at = i;
+        /* Within the window, and consecutive among the items present. */
+        assert_true(at >= 0 && (size_t)at + k <= 32 * k);
+        for (size_t j = 0; j < k; j++)
+            assert_int_equal(seq_of(outs[j]), present[at + (int)j]);
+        assert_ok(kvq_txn_commit(t));
+        kvq_txn_destroy(t);
+        memmove(&present[at], &present[at + (int)k], (size_t)(np - at - (int)k) * sizeof(int));
+        np -= (int)k;
+    }
+    uint64_t len = 0;
+    assert_ok(kvq_queue_len(q, &len));
+    assert_int_equal(len, (uint64_t)np);
+
+    /* Two pops at one read version: disjoint runs both commit, overlapping ones conflict. */
+    for (int overlap = 0; overlap < 2; overlap++) {
+        kvq_txn *a, *b;
+        size_t na = 0, nb = 0;
+        assert_ok(kvq_txn_create(&a, db));
+        assert_ok(kvq_txn_create(&b, db));
+        /* Both read before either commits: concurrent. Seeds 0 and 1 take runs at positions 0
+         * and 1 (overlapping); 0 and 10, disjoint ones. */
+        assert_ok(kvq__q_pop_spread(q, a, k, 32, 0, outs, &na));
+        int first_a = seq_of(outs[0]);
+        assert_ok(kvq__q_pop_spread(q, b, k, 32, overlap ? 1 : 10, outs, &nb));
+        assert_true(na == k && nb == k && seq_of(outs[0]) > first_a);
+        assert_ok(kvq_txn_commit(a));
+        assert_int_equal(kvq_txn_commit(b), overlap ? KVQ_ENOT_COMMITTED : 0);
+        kvq_txn_destroy(a);
+        kvq_txn_destroy(b);
+    }
+
+    /* A handle under pressure spreads its pops; each win lowers the pressure, back to the head. */
+    __atomic_store_n(&q->pop_pressure, 4, __ATOMIC_RELAXED);
+    kvq_buf got = KVQ_BUF_INIT;
+    for (int i = 0; i < 4; i++)
+        assert_ok(kvq_queue_pop(q, &got));
+    assert_int_equal(__atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED), 0);
+    kvq_txn *t;
+    const kvq_kv *kvs;
+    size_t nkv;
+    assert_ok(kvq_txn_create(&t, db));
+    assert_ok(kvq__q_head(q, t, KVQ__END_MIN, 1, KVQ_SNAPSHOT, &kvs, &nkv));
+    assert_int_equal(nkv, 1);
+    int head = seq_of(kvs[0].value);
+    kvq_txn_destroy(t);
+    assert_ok(kvq_queue_pop(q, &got));
+    assert_int_equal(seq_of((kvq_bytes){ got.data, got.len }), head);
+    kvq_buf_dispose(&got);
+    assert_ok(kvq_queue_clear(q));
+    kvq_queue_close(q);
+    kvq_subspace_free(sub);
+}
+
 static void test_txn_forms(void **state)
 {
     (void)state;
@@ -836,7 +924,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_stored_bytes),
         cmocka_unit_test(test_fifo),        cmocka_unit_test(test_priority),
-        cmocka_unit_test(test_durable),     cmocka_unit_test(test_txn_forms),
+        cmocka_unit_test(test_durable),     cmocka_unit_test(test_durable_spread),
+        cmocka_unit_test(test_txn_forms),
         cmocka_unit_test(test_bad_args),    cmocka_unit_test(test_side_by_side),
         cmocka_unit_test(test_iterate),     cmocka_unit_test(test_tokens_and_window),
     };
