@@ -132,6 +132,68 @@ KVQ_API kvq_queue_type kvq_queue_get_type(const kvq_queue *q);
 KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Named queues: the database's registry, shared with the kvq command                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/** A named queue's type and work-queue settings, as `kvq create` (or kvq_queue_create_named)
+ * stores them in the database. */
+typedef struct kvq_queue_settings {
+    kvq_queue_type type;
+    /** Lease of work-queue receives in milliseconds; 0 leaves the library's default (30 s). */
+    int64_t lease_ms;
+    /** Deliveries after which an item goes to the dead letters; 0 never. */
+    uint32_t max_deliveries;
+} kvq_queue_settings;
+
+/** The name of a queue type ("FIFO", "priority", "durable"; "unknown" otherwise). */
+KVQ_API const char *kvq_queue_type_name(kvq_queue_type type);
+
+/** Checks a queue name: 1 to 200 bytes without control characters. 0 or KVQ_EINVAL. */
+KVQ_API int kvq_queue_check_name(const char *name);
+
+/**
+ * Records a named queue in the database (nothing else is written): it then lives in the
+ * subspace `(name,)`, a string element for FIFO and priority queues and a bytes element for
+ * durable ones, as the command line's queues do.
+ * @return 0; KVQ_EEXISTS (it exists with this type; its settings stay); KVQ_EWRONGTYPE (it
+ *         exists with another type); KVQ_EINVAL (name, type, lease up to 1 day, FIFO settings).
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_queue_create_named(kvq_db *db, const char *name, const kvq_queue_settings *settings);
+
+/** Reads a named queue's settings. 0, KVQ_ENOTFOUND, KVQ_EINVAL. */
+KVQ_API KVQ_NODISCARD int kvq_queue_get_named(kvq_db *db, const char *name, kvq_queue_settings *out);
+
+/**
+ * Changes a durable or priority named queue's lease (1 ms to 1 day) and max deliveries; -1
+ * keeps either. *out (may be NULL) receives the settings now stored.
+ * @return 0; KVQ_ENOTFOUND; KVQ_EWRONGTYPE (a FIFO queue); KVQ_EINVAL.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_alter_named(
+    kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries, kvq_queue_settings *out);
+
+/** Removes a name from the registry (not the queue's data: see kvq_queue_delete). */
+KVQ_API KVQ_NODISCARD int kvq_queue_forget_named(kvq_db *db, const char *name);
+
+/** Called for each named queue, in name order; a non-zero return stops the listing and is
+ * returned. */
+typedef int (*kvq_queue_named_fn)(const char *name, const kvq_queue_settings *settings, void *arg);
+
+/** Lists the named queues. */
+KVQ_API KVQ_NODISCARD int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg);
+
+/**
+ * Opens a queue by the name `kvq create` gave it, with its type; kvq_workq_open with NULL
+ * options then takes its stored lease and max deliveries.
+ * @param settings  receives the stored settings (may be NULL)
+ * @return 0; KVQ_ENOTFOUND (no such name); KVQ_EINVAL; KVQ_ENOMEM.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_open_named(kvq_queue **out,
+                                               kvq_db *db,
+                                               const char *name,
+                                               kvq_queue_settings *settings);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Operations on every type                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 

@@ -97,7 +97,8 @@ typedef struct kvq_workq_lease {
 
 /**
  * Opens a work queue over q, which must be a durable or priority queue and must outlive it.
- * Nothing is read or written.
+ * Nothing is read or written. With NULL opts, the defaults, except for a queue opened with
+ * kvq_queue_open_named: its stored lease and max deliveries (`kvq create`, `kvq alter`).
  * @return 0; KVQ_EINVAL (NULL, bad option); KVQ_EWRONGTYPE (a FIFO queue); KVQ_ENOMEM.
  */
 KVQ_API KVQ_NODISCARD int

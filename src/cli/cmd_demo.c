@@ -1,6 +1,8 @@
 /* kvq demo: the erlfdb tutorial's scenario on the embedded engine. Producer threads push items
  * concurrently while consumer workers pop them in batches; then every item is checked to have
- * been consumed exactly once, and in order per producer within each consumer. */
+ * been consumed exactly once. How often one worker saw a producer's item after a newer one is
+ * counted too: consumers that race spread out over the first items of the queue
+ * (docs/queues.md), so that is expected under contention, never a failure. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,7 +48,7 @@ static int consume(kvq_bytes v, int worker, void *payload)
         goto bad;
     __atomic_add_fetch(&d->seen[(size_t)id * (size_t)d->per_producer + (size_t)seq], 1,
                        __ATOMIC_RELAXED);
-    /* One worker sees each producer's items in increasing order: it pops from the head. */
+    /* Out of order for this worker: an item older than one it already saw (racing pops spread). */
     int64_t *last = &d->last_seq[(size_t)worker * (size_t)d->producers + (size_t)id];
     if (seq <= *last)
         __atomic_add_fetch(&d->out_of_order, 1, __ATOMIC_RELAXED);
@@ -160,7 +162,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     }
     double push_s = (double)(t_push - t0) / 1e6, all_s = (double)(t_done - t0) / 1e6;
     int ok = d.push_error == 0 && cerr == 0 && missing == 0 && dup == 0 && d.malformed == 0 &&
-             d.out_of_order == 0 && left == 0;
+             left == 0;
     printf("pushed   %ld items in %.2f s: %.0f pushes/s (one item per transaction)\n", d.items,
            push_s, (double)d.items / push_s);
     printf("consumed %llu items in %.2f s: %.0f items/s, %llu pop transactions (%.1f items "
@@ -168,15 +170,19 @@ int cmd_demo(cli *c, int argc, char **argv)
            (unsigned long long)cs.items, all_s, (double)cs.items / all_s,
            (unsigned long long)cs.batches, cs.batches ? (double)cs.items / (double)cs.batches : 0.0,
            (unsigned long long)cs.empty_waits);
-    printf("conflicts %llu, retries %llu, commits %llu in %llu syncs\n",
+    printf("conflicts %llu, retries %llu, commits %llu in %llu storage transactions and %llu "
+           "syncs\n",
            (unsigned long long)(after.conflicts - before.conflicts),
            (unsigned long long)(after.retries - before.retries),
            (unsigned long long)(after.commits - before.commits),
-           (unsigned long long)(after.batches - before.batches));
-    printf("verified: %ld missing, %ld duplicated, %llu out of order, %llu malformed, %llu left "
-           "in the queue: %s\n",
-           missing, dup, (unsigned long long)d.out_of_order, (unsigned long long)d.malformed,
-           (unsigned long long)left, ok ? "every item consumed exactly once" : "FAILED");
+           (unsigned long long)(after.batches - before.batches),
+           (unsigned long long)(after.syncs - before.syncs));
+    printf("order: %llu items reached a worker after a newer one of the same producer (racing "
+           "consumers spread out over the queue's first items)\n",
+           (unsigned long long)d.out_of_order);
+    printf("verified: %ld missing, %ld duplicated, %llu malformed, %llu left in the queue: %s\n",
+           missing, dup, (unsigned long long)d.malformed, (unsigned long long)left,
+           ok ? "every item consumed exactly once" : "FAILED");
     if (d.push_error != 0)
         cli_fail(d.push_error, "a producer failed");
     if (cerr != 0)

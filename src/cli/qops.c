@@ -28,13 +28,12 @@ int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
         return kvq__error(KVQ_ENOMEM, "out of memory");
     q->db = db;
     q->type = type;
-    kvq_tuple_elem elem = type == QT_DURABLE ? kvq_tuple_bytes(name, strlen(name))
-                                             : kvq_tuple_str(name);
-    kvq_subspace *sub = NULL;
-    int rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
-    if (rc == 0)
-        rc = kvq_queue_open(&q->q, db, qt, sub, NULL);
-    kvq_subspace_free(sub);
+    /* By name, as any program would: the library keeps the name -> subspace rule. */
+    kvq_queue_settings s;
+    int rc = kvq_queue_open_named(&q->q, db, name, &s);
+    if (rc == 0 && s.type != qt)
+        rc = kvq__error(KVQ_EWRONGTYPE, "queue '%s' is now a %s queue", name,
+                        kvq_queue_type_name(s.type));
     if (rc != 0) {
         cq_close(q);
         return rc;

@@ -53,6 +53,8 @@ struct kvq_queue {
     int64_t next_sweep;           /* atomic: monotonic µs after which a pop sweeps staging */
     int hc_pressure;              /* atomic: recent simple-path losses (high contention) */
     int pop_pressure;             /* atomic: recent lost races of durable convenience pops */
+    int is_named;                 /* opened by kvq_queue_open_named: its stored settings */
+    kvq_queue_settings named;
     kvq_queue_stats stats;        /* atomic counters */
 };
 

@@ -79,7 +79,7 @@ static int check_qt(const kvq_queue *q, kvq_txn *txn, const char *fn)
     return 0;
 }
 
-static const char *type_name(kvq_queue_type t)
+const char *kvq_queue_type_name(kvq_queue_type t)
 {
     switch (t) {
     case KVQ_QUEUE_FIFO:
@@ -90,6 +90,11 @@ static const char *type_name(kvq_queue_type t)
         return "durable";
     }
     return "unknown";
+}
+
+static const char *type_name(kvq_queue_type t)
+{
+    return kvq_queue_type_name(t);
 }
 
 static int wrong_type(const kvq_queue *q, const char *fn)

@@ -166,6 +166,12 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         return kvq__error(KVQ_EWRONGTYPE,
                           "work queues apply to durable and priority queues, not FIFO queues");
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    if (opts == NULL && q->is_named) {
+        /* A queue opened by name: the settings `kvq create` stored. */
+        if (q->named.lease_ms > 0)
+            o.lease_ms = q->named.lease_ms;
+        o.max_deliveries = q->named.max_deliveries;
+    }
     if (opts != NULL) {
         if (opts->version != KVQ_WORKQ_OPTIONS_VERSION)
             return kvq__error(KVQ_EINVAL, "kvq_workq_open: options version %u (expected %d)",

@@ -611,6 +611,78 @@ static void test_durable_spread(void **state)
     kvq_subspace_free(sub);
 }
 
+/* Named queues: the registry `kvq create` writes, through the library. */
+static int count_named(const char *name, const kvq_queue_settings *st, void *arg)
+{
+    (void)st;
+    if (strncmp(name, "named-", 6) == 0)
+        (*(int *)arg)++;
+    return 0;
+}
+
+static void test_named(void **state)
+{
+    (void)state;
+    kvq_queue_settings st = { KVQ_QUEUE_DURABLE, 1500, 2 }, got;
+    assert_ok(kvq_queue_create_named(db, "named-jobs", &st));
+    assert_int_equal(kvq_queue_create_named(db, "named-jobs", &st), KVQ_EEXISTS);
+    kvq_queue_settings fifo = { KVQ_QUEUE_FIFO, 0, 0 };
+    assert_int_equal(kvq_queue_create_named(db, "named-jobs", &fifo), KVQ_EWRONGTYPE);
+    assert_ok(kvq_queue_create_named(db, "named-f", &fifo));
+    kvq_queue_settings bad = { KVQ_QUEUE_FIFO, 10, 0 };
+    assert_int_equal(kvq_queue_create_named(db, "named-x", &bad), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_create_named(db, "", &st), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_create_named(db, "bad\nname", &st), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_get_named(db, "named-none", &got), KVQ_ENOTFOUND);
+
+    /* Opened by name: its type, the subspace (b"named-jobs",), and the stored lease. */
+    kvq_queue *q = NULL;
+    assert_ok(kvq_queue_open_named(&q, db, "named-jobs", &got));
+    assert_int_equal(got.type, KVQ_QUEUE_DURABLE);
+    assert_int_equal(got.lease_ms, 1500);
+    assert_int_equal(got.max_deliveries, 2);
+    assert_int_equal(kvq_queue_get_type(q), KVQ_QUEUE_DURABLE);
+    kvq_bytes pre = kvq_queue_prefix(q);
+    static const uint8_t want[] = { 0x01, 'n', 'a', 'm', 'e', 'd', '-', 'j', 'o', 'b', 's', 0x00 };
+    assert_bytes(pre.data, pre.len, want, sizeof(want));
+    push_s(q, "w1");
+    kvq_workq *w = NULL;
+    assert_ok(kvq_workq_open(&w, q, NULL));
+    kvq_buf v = KVQ_BUF_INIT;
+    kvq_workq_lease l;
+    assert_ok(kvq_workq_receive(w, &v, &l, 0));
+    int64_t span = l.deadline - l.received;
+    assert_true(span >= 1400000 && span <= 1600000);
+    /* Two deliveries, then the dead letters. */
+    assert_ok(kvq_workq_nack(w, &l, 0));
+    assert_ok(kvq_workq_receive(w, &v, &l, 0));
+    assert_int_equal(l.deliveries, 2);
+    assert_ok(kvq_workq_nack(w, &l, 0));
+    assert_int_equal(kvq_workq_receive(w, &v, &l, 0), KVQ_ENOTFOUND);
+    kvq_workq_close(w);
+    kvq_buf_dispose(&v);
+    kvq_queue_close(q);
+
+    /* alter, list, forget. */
+    assert_ok(kvq_queue_alter_named(db, "named-jobs", 2000, -1, &got));
+    assert_int_equal(got.lease_ms, 2000);
+    assert_int_equal(got.max_deliveries, 2);
+    assert_int_equal(kvq_queue_alter_named(db, "named-f", 2000, -1, NULL), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_alter_named(db, "named-none", 2000, -1, NULL), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_alter_named(db, "named-jobs", 0, -1, NULL), KVQ_EINVAL);
+    int n = 0;
+    assert_ok(kvq_queue_list_named(db, count_named, &n));
+    assert_int_equal(n, 2);
+    assert_ok(kvq_queue_open_named(&q, db, "named-f", NULL));
+    assert_int_equal(kvq_queue_get_type(q), KVQ_QUEUE_FIFO);
+    assert_int_equal(kvq_workq_open(&w, q, NULL), KVQ_EWRONGTYPE);
+    kvq_queue_close(q);
+    assert_ok(kvq_queue_forget_named(db, "named-f"));
+    assert_int_equal(kvq_queue_open_named(&q, db, "named-f", NULL), KVQ_ENOTFOUND);
+    assert_null(q);
+    assert_int_equal(kvq_queue_open_named(NULL, db, "named-jobs", NULL), KVQ_EINVAL);
+}
+
 static void test_txn_forms(void **state)
 {
     (void)state;
@@ -925,7 +997,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_stored_bytes),
         cmocka_unit_test(test_fifo),        cmocka_unit_test(test_priority),
         cmocka_unit_test(test_durable),     cmocka_unit_test(test_durable_spread),
-        cmocka_unit_test(test_txn_forms),
+        cmocka_unit_test(test_named),       cmocka_unit_test(test_txn_forms),
         cmocka_unit_test(test_bad_args),    cmocka_unit_test(test_side_by_side),
         cmocka_unit_test(test_iterate),     cmocka_unit_test(test_tokens_and_window),
     };

@@ -1,0 +1,310 @@
+/* Named queues: the database's registry of queues by name (name -> type and work-queue
+ * settings), which `kvq create` writes and kvq_queue_open_named reads, so that a program opens a
+ * queue by the name the command line uses, with the type and settings it was created with, and
+ * never reads a queue as another type.
+ *
+ * A registry value is the type byte (1 fifo, 2 priority, 3 durable: kvq_queue_type), then
+ * optionally the lease in milliseconds (8 bytes, big-endian) and the maximum number of
+ * deliveries (4 bytes, big-endian). It lives under keys that start with 0xFE, which no
+ * tuple-encoded key can start with, so it never mixes with queue data. A queue named N lives in
+ * the subspace (N,): a string for FIFO and priority queues (as the recipes name theirs), bytes
+ * for durable ones (as erlfdb does). */
+#include <string.h>
+
+#include "layers/layers_internal.h"
+
+static const char PREFIX[] = "\xfekvq\x00queues\x00";
+#define PREFIX_LEN    (sizeof(PREFIX) - 1)
+#define VALUE_LEN     13
+#define MAX_NAME_LEN  200
+
+int kvq_queue_check_name(const char *name)
+{
+    if (name == NULL)
+        return kvq__error(KVQ_EINVAL, "the queue name is NULL");
+    size_t n = strlen(name);
+    if (n == 0 || n > MAX_NAME_LEN)
+        return kvq__error(KVQ_EINVAL, "a queue name has 1 to %d bytes, not %zu", MAX_NAME_LEN, n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return kvq__error(KVQ_EINVAL, "a queue name has no control characters (byte %zu)",
+                              i);
+    }
+    return 0;
+}
+
+static size_t make_key(uint8_t *buf, const char *name)
+{
+    size_t n = strlen(name);
+    memcpy(buf, PREFIX, PREFIX_LEN);
+    memcpy(buf + PREFIX_LEN, name, n);
+    return PREFIX_LEN + n;
+}
+
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+}
+
+static uint64_t get_be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Decodes a value; type 0 when absent or not one of kvq's. */
+static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    if (!present || v.len < 1 || v.data[0] < KVQ_QUEUE_FIFO || v.data[0] > KVQ_QUEUE_DURABLE)
+        return;
+    s->type = (kvq_queue_type)v.data[0];
+    if (v.len == VALUE_LEN) {
+        s->lease_ms = (int64_t)get_be(v.data + 1, 8);
+        s->max_deliveries = (uint32_t)get_be(v.data + 9, 4);
+    }
+}
+
+static int write_entry(kvq_txn *txn, const char *name, const kvq_queue_settings *s)
+{
+    uint8_t key[PREFIX_LEN + MAX_NAME_LEN];
+    size_t kn = make_key(key, name);
+    uint8_t v[VALUE_LEN];
+    v[0] = (uint8_t)s->type;
+    put_be(v + 1, (uint64_t)s->lease_ms, 8);
+    put_be(v + 9, s->max_deliveries, 4);
+    return kvq_txn_set(txn, key, kn, v, sizeof(v));
+}
+
+static int read_entry(kvq_txn *txn, const char *name, kvq_queue_settings *s)
+{
+    uint8_t key[PREFIX_LEN + MAX_NAME_LEN];
+    size_t kn = make_key(key, name);
+    kvq_bytes v;
+    int present;
+    int rc = kvq_txn_get(&v, &present, txn, key, kn, 0);
+    if (rc == 0)
+        decode(v, present, s);
+    return rc;
+}
+
+static int check_settings(const kvq_queue_settings *s, const char *what)
+{
+    if (s == NULL)
+        return kvq__error(KVQ_EINVAL, "%s: settings are NULL", what);
+    if (s->type < KVQ_QUEUE_FIFO || s->type > KVQ_QUEUE_DURABLE)
+        return kvq__error(KVQ_EINVAL, "%s: unknown queue type %d", what, (int)s->type);
+    if (s->lease_ms < 0 || s->lease_ms > 86400000)
+        return kvq__error(KVQ_EINVAL, "%s: lease of %lld ms is out of range (0 to 1 day)", what,
+                          (long long)s->lease_ms);
+    if (s->type == KVQ_QUEUE_FIFO && (s->lease_ms != 0 || s->max_deliveries != 0))
+        return kvq__error(KVQ_EINVAL, "%s: a FIFO queue has no lease or deliveries", what);
+    return 0;
+}
+
+typedef struct named_op {
+    const char *name;
+    kvq_queue_settings want, have;
+    int64_t lease_ms, max_deliveries; /* alter: -1 keeps */
+    int outcome;                      /* create: 1 created, 0 exists alike, -1 other type */
+} named_op;
+
+static int create_fn(kvq_txn *txn, void *arg)
+{
+    named_op *op = arg;
+    int rc = read_entry(txn, op->name, &op->have);
+    if (rc != 0)
+        return rc;
+    if (op->have.type != 0) {
+        op->outcome = op->have.type == op->want.type ? 0 : -1;
+        return 0;
+    }
+    op->outcome = 1;
+    op->have = op->want;
+    return write_entry(txn, op->name, &op->want);
+}
+
+int kvq_queue_create_named(kvq_db *db, const char *name, const kvq_queue_settings *settings)
+{
+    int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_create_named: db is NULL") : 0;
+    if (rc == 0)
+        rc = kvq_queue_check_name(name);
+    if (rc == 0)
+        rc = check_settings(settings, "kvq_queue_create_named");
+    if (rc != 0)
+        return rc;
+    named_op op = { .name = name, .want = *settings };
+    rc = kvq_db_transact(db, create_fn, &op);
+    if (rc != 0)
+        return rc;
+    if (op.outcome < 0)
+        return kvq__error(KVQ_EWRONGTYPE, "queue '%s' exists as a %s queue", name,
+                          kvq_queue_type_name(op.have.type));
+    if (op.outcome == 0)
+        return kvq__error(KVQ_EEXISTS, "queue '%s' exists", name);
+    return 0;
+}
+
+static int get_fn(kvq_txn *txn, void *arg)
+{
+    named_op *op = arg;
+    return read_entry(txn, op->name, &op->have);
+}
+
+int kvq_queue_get_named(kvq_db *db, const char *name, kvq_queue_settings *out)
+{
+    int rc = db == NULL || out == NULL
+                 ? kvq__error(KVQ_EINVAL, "kvq_queue_get_named: NULL db or out")
+                 : kvq_queue_check_name(name);
+    if (rc != 0)
+        return rc;
+    named_op op = { .name = name };
+    rc = kvq_db_transact(db, get_fn, &op);
+    if (rc != 0)
+        return rc;
+    if (op.have.type == 0)
+        return kvq__error(KVQ_ENOTFOUND, "no queue named '%s'", name);
+    *out = op.have;
+    return 0;
+}
+
+static int alter_fn(kvq_txn *txn, void *arg)
+{
+    named_op *op = arg;
+    int rc = read_entry(txn, op->name, &op->have);
+    if (rc != 0 || op->have.type == 0 || op->have.type == KVQ_QUEUE_FIFO)
+        return rc;
+    if (op->lease_ms >= 0)
+        op->have.lease_ms = op->lease_ms;
+    if (op->max_deliveries >= 0)
+        op->have.max_deliveries = (uint32_t)op->max_deliveries;
+    return write_entry(txn, op->name, &op->have);
+}
+
+int kvq_queue_alter_named(kvq_db *db,
+                          const char *name,
+                          int64_t lease_ms,
+                          int64_t max_deliveries,
+                          kvq_queue_settings *out)
+{
+    int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_alter_named: db is NULL")
+                        : kvq_queue_check_name(name);
+    if (rc == 0 && (lease_ms < -1 || lease_ms == 0 || lease_ms > 86400000))
+        rc = kvq__error(KVQ_EINVAL, "lease of %lld ms is out of range (1 ms to 1 day; -1 keeps)",
+                        (long long)lease_ms);
+    if (rc == 0 && (max_deliveries < -1 || max_deliveries > UINT32_MAX))
+        rc = kvq__error(KVQ_EINVAL, "max deliveries %lld is out of range (-1 keeps)",
+                        (long long)max_deliveries);
+    if (rc != 0)
+        return rc;
+    named_op op = { .name = name, .lease_ms = lease_ms, .max_deliveries = max_deliveries };
+    rc = kvq_db_transact(db, alter_fn, &op);
+    if (rc != 0)
+        return rc;
+    if (op.have.type == 0)
+        return kvq__error(KVQ_ENOTFOUND, "no queue named '%s'", name);
+    if (op.have.type == KVQ_QUEUE_FIFO)
+        return kvq__error(KVQ_EWRONGTYPE, "'%s' is a FIFO queue: it has no lease or deliveries",
+                          name);
+    if (out != NULL)
+        *out = op.have;
+    return 0;
+}
+
+static int forget_fn(kvq_txn *txn, void *arg)
+{
+    named_op *op = arg;
+    uint8_t key[PREFIX_LEN + MAX_NAME_LEN];
+    size_t kn = make_key(key, op->name);
+    return kvq_txn_clear(txn, key, kn);
+}
+
+int kvq_queue_forget_named(kvq_db *db, const char *name)
+{
+    int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_forget_named: db is NULL")
+                        : kvq_queue_check_name(name);
+    if (rc != 0)
+        return rc;
+    named_op op = { .name = name };
+    return kvq_db_transact(db, forget_fn, &op);
+}
+
+int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
+{
+    if (db == NULL || fn == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_queue_list_named: NULL db or fn");
+    kvq_txn *txn;
+    int rc = kvq_txn_create(&txn, db);
+    if (rc != 0)
+        return rc;
+    /* The range of every registry key: the prefix ends with 0x00, so the next prefix ends with
+     * 0x01. Pages of 100, each continuing just after the last key of the one before. */
+    uint8_t begin[PREFIX_LEN + MAX_NAME_LEN + 1], end[PREFIX_LEN];
+    memcpy(begin, PREFIX, PREFIX_LEN);
+    memcpy(end, PREFIX, PREFIX_LEN);
+    end[PREFIX_LEN - 1] = 1;
+    size_t blen = PREFIX_LEN;
+    for (;;) {
+        const kvq_kv *kvs;
+        size_t n;
+        int more;
+        rc = kvq_txn_get_range(&kvs, &n, &more, txn, begin, blen, end, PREFIX_LEN, 100,
+                               KVQ_SNAPSHOT);
+        if (rc != 0)
+            break;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            char name[MAX_NAME_LEN + 1];
+            size_t nl = kvs[i].key.len - PREFIX_LEN;
+            if (nl > MAX_NAME_LEN)
+                continue;
+            memcpy(name, kvs[i].key.data + PREFIX_LEN, nl);
+            name[nl] = '\0';
+            kvq_queue_settings s;
+            decode(kvs[i].value, 1, &s);
+            if (s.type != 0)
+                rc = fn(name, &s, arg);
+        }
+        if (rc != 0 || !more || n == 0)
+            break;
+        const kvq_bytes *last = &kvs[n - 1].key;
+        if (last->len + 1 > sizeof(begin))
+            break;
+        memcpy(begin, last->data, last->len);
+        begin[last->len] = 0;
+        blen = last->len + 1;
+    }
+    kvq_txn_destroy(txn);
+    return rc;
+}
+
+int kvq_queue_open_named(kvq_queue **out,
+                         kvq_db *db,
+                         const char *name,
+                         kvq_queue_settings *settings)
+{
+    if (out == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_queue_open_named: out is NULL");
+    *out = NULL;
+    kvq_queue_settings s;
+    int rc = kvq_queue_get_named(db, name, &s);
+    if (rc != 0)
+        return rc;
+    kvq_tuple_elem elem = s.type == KVQ_QUEUE_DURABLE ? kvq_tuple_bytes(name, strlen(name))
+                                                      : kvq_tuple_str(name);
+    kvq_subspace *sub = NULL;
+    rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
+    if (rc == 0)
+        rc = kvq_queue_open(out, db, s.type, sub, NULL);
+    kvq_subspace_free(sub);
+    if (rc != 0)
+        return rc;
+    (*out)->named = s;
+    (*out)->is_named = 1;
+    if (settings != NULL)
+        *settings = s;
+    return 0;
+}
