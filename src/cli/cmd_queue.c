@@ -213,43 +213,6 @@ int cmd_delete(cli *c, int argc, char **argv)
     return 0;
 }
 
-typedef struct list_ctx {
-    cli *c;
-    int n;
-} list_ctx;
-
-static int print_queue(const char *name, cli_qtype t, void *arg)
-{
-    list_ctx *lc = arg;
-    if (lc->c->json) {
-        printf("%s{\"name\":", lc->n ? "," : "");
-        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf(",\"type\":\"%s\"}", cli_qtype_name(t));
-    } else {
-        printf("%s\t%s\n", name, cli_qtype_name(t));
-    }
-    lc->n++;
-    return 0;
-}
-
-int cmd_queues(cli *c, int argc, char **argv)
-{
-    if (argc > 1)
-        return cli_usage("queues", "unexpected argument '%s'", argv[1]);
-    int rc = cli_open(c);
-    if (rc != 0)
-        return rc;
-    list_ctx lc = { c, 0 };
-    if (c->json)
-        printf("[");
-    int err = cli_registry_list(c->db, print_queue, &lc);
-    if (c->json)
-        printf("]\n");
-    if (err != 0)
-        return cli_fail(err, "cannot list the queues");
-    return 0;
-}
-
 /* Lines of standard input are pushed in batches of up to PUSH_BATCH values or PUSH_BATCH_BYTES
  * bytes: one transaction per batch on a durable queue (all or none of a batch). */
 #define PUSH_BATCH       100
@@ -639,62 +602,3 @@ int cmd_watch(cli *c, int argc, char **argv)
     return 0;
 }
 
-int cmd_stats(cli *c, int argc, char **argv)
-{
-    const char *name = NULL;
-    int rc = cli_need_name("stats", argc, argv, &name);
-    if (rc != 0)
-        return rc;
-    if (argc > 2)
-        return cli_usage("stats", "unexpected argument '%s'", argv[2]);
-    cq *q;
-    cli_qinfo info;
-    rc = cli_open_queue(c, name, &q, &info);
-    if (rc != 0)
-        return rc;
-    cli_qtype type = info.type;
-    cq_stats s = { 0 };
-    int err = cq_stats_get(q, &s);
-    /* Leases, delays and dead letters, from the work-queue layer's counters. */
-    kvq_workq_metrics m = { 0, 0, 0, 0, -1 };
-    kvq_workq *w = NULL;
-    int has_wq = 0;
-    if (err == 0 && type != QT_FIFO) {
-        err = cq_workq(q, &info, &w);
-        if (err == 0)
-            err = kvq_workq_get_metrics(w, &m);
-        has_wq = err == 0;
-    }
-    cq_close(q);
-    if (err != 0)
-        return cli_fail(err, "stats failed");
-    /* The oldest item's age, from the metrics (durable queues: its key's versionstamp). */
-    int has_age = has_wq && type == QT_DURABLE && m.oldest_ready_age_ms >= 0;
-    double age_s = (double)m.oldest_ready_age_ms / 1000.0;
-    if (c->json) {
-        printf("{\"name\":");
-        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf(",\"type\":\"%s\",\"length\":%llu", cli_qtype_name(type),
-               (unsigned long long)s.length);
-        if (s.has_counters)
-            printf(",\"pushes\":%llu,\"pops\":%llu", (unsigned long long)s.pushes,
-                   (unsigned long long)s.pops);
-        if (has_age)
-            printf(",\"oldest_age_seconds\":%.3f", age_s);
-        if (has_wq)
-            printf(",\"in_flight\":%lld,\"delayed\":%lld,\"dead\":%lld",
-                   (long long)m.inflight, (long long)m.delayed, (long long)m.dead);
-        printf("}\n");
-    } else {
-        printf("type\t%s\nlength\t%llu\n", cli_qtype_name(type), (unsigned long long)s.length);
-        if (s.has_counters)
-            printf("pushes\t%llu\npops\t%llu\n", (unsigned long long)s.pushes,
-                   (unsigned long long)s.pops);
-        if (has_age)
-            printf("oldest_age_seconds\t%.3f\n", age_s);
-        if (has_wq)
-            printf("in_flight\t%lld\ndelayed\t%lld\ndead\t%lld\n", (long long)m.inflight,
-                   (long long)m.delayed, (long long)m.dead);
-    }
-    return 0;
-}

@@ -23,7 +23,8 @@ static const cli_cmd commands[] = {
       "  --max-deliveries N  deliveries before the dead letters (0: never)\n",
       cmd_alter },
     { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
-    { "queues", "", "list the queues and their types", NULL, cmd_queues },
+    { "queues", "", "list the queues: type, length, in flight, delayed, dead, oldest age", NULL,
+      cmd_queues },
     { "push", "NAME [--priority P] [--delay MS] [--dedup KEY] [VALUE...]",
       "push values (the arguments, or else one per line of standard input)",
       "  --priority P  the priority (priority queues; an integer, default 0)\n"
@@ -42,7 +43,11 @@ static const cli_cmd commands[] = {
     { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
     { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length (durable queues)",
       "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },
-    { "stats", "NAME", "length, age of the oldest item, counters, leases and dead letters", NULL,
+    { "stats", "[NAME] [--watch] [--prometheus]",
+      "a queue's figures (every queue's without NAME): length, counters, leases, dead letters",
+      "  --watch       refresh every second (with rates) until Ctrl-C\n"
+      "  --prometheus  Prometheus's text exposition format, one sample per queue and figure\n"
+      "with --json, every key is present, null where it does not apply\n",
       cmd_stats },
     { "receive", "NAME [--lease MS]", "receive the next item with a lease; print TOKEN and value",
       "  --lease MS   the lease (default: the queue's, else 30000); ack, nack or extend it\n"

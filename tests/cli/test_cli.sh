@@ -48,7 +48,7 @@ check "bad type: exit 2 naming it" bash -c "[ $rc = 2 ] && grep -q nonsense '$T/
 k push jobs 'a "quoted" value' $'tab\there'
 check "--json list" bash -c "'$KVQ' --db '$DB' --json list jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"a \\\"quoted\\\" value\", v'"
 check "--json stats" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==2 and v[\"pushes\"]==7, v'"
-check "--json queues" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=json.load(sys.stdin); assert {\"name\":\"jobs\",\"type\":\"durable\"} in v, v'"
+check "--json queues" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=json.load(sys.stdin); assert any(q[\"name\"]==\"jobs\" and q[\"type\"]==\"durable\" for q in v), v'"
 sleep 0.3
 check "--json stats: the oldest item's age" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"oldest_age_seconds\"]>=0.25, v'"
 k clear jobs
@@ -251,6 +251,38 @@ k2 push dur --delay 2s later >/dev/null
 check "--delay 2s: counted as delayed" bash -c "[ \"\$('$KVQ' --db '$DB2' --json stats dur | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"delayed\"])')\" = 1 ]"
 k2 alter nosuch --lease 1s >/dev/null 2>&1; rc=$?
 check "alter of a missing queue: exit 4" bash -c "[ $rc = 4 ]"
+
+# The operator's view: queues with their counts, stats with every key, Prometheus, --watch.
+DB3="$T/db3"
+k3() { "$KVQ" --db "$DB3" "$@"; }
+k3 create jobs >/dev/null; k3 create f --type fifo >/dev/null; k3 create 'we"ird' --type priority >/dev/null
+k3 push jobs a b c; k3 push f x; k3 receive jobs >/dev/null
+check "queues: a header and one line per queue with its counts" bash -c "'$KVQ' --db '$DB3' queues | awk 'NR==1 && \$1==\"NAME\" && \$7==\"OLDEST_AGE_S\" {h=1} \$1==\"jobs\" && \$3==2 && \$4==1 {j=1} \$1==\"f\" && \$4==\"-\" {f=1} END {exit !(h && j && f)}'"
+check "--json queues: every key on every queue, null where it does not apply" bash -c "'$KVQ' --db '$DB3' --json queues | python3 -c '
+import json,sys
+v=json.load(sys.stdin)
+keys={\"name\",\"type\",\"length\",\"pushes\",\"pops\",\"in_flight\",\"delayed\",\"dead\",\"oldest_age_seconds\",\"pushes_per_second\",\"pops_per_second\"}
+assert all(set(q)==keys for q in v), v
+f=[q for q in v if q[\"name\"]==\"f\"][0]; assert f[\"in_flight\"] is None and f[\"length\"]==1, f
+j=[q for q in v if q[\"name\"]==\"jobs\"][0]; assert j[\"in_flight\"]==1 and j[\"pushes\"]==3, j
+'"
+cat > "$T/prom_check.py" <<'PYEOF'
+import re, sys
+lines = sys.stdin.read().splitlines()
+samples = [l for l in lines if not l.startswith("#")]
+assert "# TYPE kvq_queue_length gauge" in lines, lines
+pat = re.compile(r'(kvq_[a-z_]+)\{queue="((?:[^"\\]|\\.)*)",type="[a-z]+"\} (\S+)')
+for l in samples:
+    m = pat.fullmatch(l)
+    assert m, l
+    float(m.group(3))
+assert 'kvq_queue_length{queue="we\\"ird",type="priority"} 0' in samples, samples
+assert 'kvq_queue_in_flight{queue="jobs",type="durable"} 1' in samples, samples
+PYEOF
+"$KVQ" --db "$DB3" stats --prometheus >"$T/prom" 2>/dev/null
+check "stats --prometheus: HELP/TYPE and escaped labels, values parse" python3 "$T/prom_check.py" <"$T/prom"
+timeout 2.5 "$KVQ" --db "$DB3" --json stats jobs --watch >"$T/watch" 2>/dev/null
+check "stats --watch: refreshes every second, with rates after the first" bash -c "[ \$(wc -l < '$T/watch') -ge 2 ] && sed -n 2p '$T/watch' | python3 -c 'import json,sys; v=json.load(sys.stdin)[0]; assert v[\"pushes_per_second\"] is not None, v'"
 
 # consume is at least once by default: a reader that goes away (head) loses nothing, and a
 # poison item ends in the dead letters after create's default of 5 deliveries.
