@@ -528,9 +528,15 @@ static int fail_after_push(kvq_txn *txn, void *arg)
  * consecutive items of those present, starting within the first spread * k; two pops
  * from one read version that take different items both commit, overlapping ones conflict; a
  * handle under pressure spreads its convenience pops, and goes back to the head once it wins. */
+/* The number of a value "sNNN" (the value is not NUL-terminated). */
 static int seq_of(kvq_bytes v)
 {
-    return v.len == 4 ? atoi((const char *)v.data + 1) : -1;
+    if (v.len != 4)
+        return -1;
+    int n = 0;
+    for (size_t i = 1; i < 4; i++)
+        n = n * 10 + (v.data[i] - '0');
+    return n;
 }
 
 static void test_durable_spread(void **state)
