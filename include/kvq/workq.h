@@ -234,6 +234,10 @@ KVQ_API KVQ_NODISCARD int kvq_workq_dlq_list(kvq_workq *w, kvq_workq_dlq_fn fn, 
  * @param[out] moved  how many (may be NULL) */
 KVQ_API KVQ_NODISCARD int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved);
 
+/** Deletes every dead letter, a batch per transaction; *purged (may be NULL) gets the count.
+ * @return 0; KVQ_EINVAL; a transaction error (the batches before it are deleted). */
+KVQ_API KVQ_NODISCARD int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged);
+
 /** Counts of a work queue, read from counters (no scans). */
 typedef struct kvq_workq_metrics {
     int64_t ready;    /**< items that can be received now (or once due items are promoted) */

@@ -63,6 +63,9 @@ int cli_parse_ms(const char *s, long long min, long long max, long long *out);
 
 /* With --json, prints {"error":{"code":..,"name":..,"message":..}} on standard output. */
 void cli_json_error(int code, const char *name, const char *message);
+/* Turns the JSON form of errors on or off (a command that reports failures inside its own JSON
+ * value); returns the previous setting. */
+int cli_json_errors(int on);
 /* Writes bytes as a JSON string (with quotes): UTF-8 as it is, a byte that is not UTF-8 as
  * U+DC00 + its value, \udc80 to \udcff (Python's surrogateescape). */
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "qops.h"
+#include "util/util.h"
 
 /* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
 #define TOKEN_BYTES 44
@@ -86,17 +87,62 @@ static int lease_fail(int err, const char *what)
     return cli_fail(err, what);
 }
 
+/* Sleeps until something may be ready or until deadline (monotonic microseconds): a push wakes
+ * a durable queue's watch at once; due delays and ended leases, which need no push, are looked
+ * for every 200 ms. */
+static void wait_ready(cq *q, int64_t deadline)
+{
+    int64_t left = (deadline - kvq__mono_us()) / 1000;
+    if (left <= 0)
+        return;
+    int64_t ms = left < 200 ? left : 200;
+    kvq_watch *wt = NULL;
+    if (kvq_queue_get_type(cq_queue(q)) == KVQ_QUEUE_DURABLE &&
+        kvq_queue_watch(cq_queue(q), &wt) == 0) {
+        int wrc = kvq_watch_wait(wt, ms); /* fired, timed out or failed: look again */
+        (void)wrc;
+        kvq_watch_destroy(wt);
+        return;
+    }
+    kvq__sleep_us(ms * 1000);
+}
+
+static void print_received(cli *c, const kvq_buf *v, const kvq_workq_lease *l, int first)
+{
+    char tok[2 * TOKEN_BYTES + 1];
+    cli_token_format(l, tok);
+    if (c->json) {
+        printf("%s{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":",
+               first ? "" : ",", tok, l->deliveries, (long long)l->priority);
+        cli_json_str(stdout, v->data, v->len);
+        printf("}");
+    } else {
+        printf("%s\t", tok);
+        cli_print_value(stdout, v->data, v->len);
+    }
+}
+
 int cmd_receive(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
     int rc = cli_need_name("receive", argc, argv, &name);
     if (rc != 0)
         return rc;
-    long long lease = 0;
+    long long lease = 0, wait_ms = 0, k = 1;
+    int many = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--lease") == 0) {
             if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &lease) != 0)
                 return cli_usage("receive", "--lease needs a duration from 1ms to 24h (500ms, 30s, 5m)");
+            i++;
+        } else if (strcmp(argv[i], "--wait") == 0) {
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 86400000, &wait_ms) != 0)
+                return cli_usage("receive", "--wait needs a duration from 0 to 24h (500ms, 30s, 5m)");
+            i++;
+        } else if (strcmp(argv[i], "-n") == 0) {
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 10000, &k) != 0)
+                return cli_usage("receive", "-n needs a count from 1 to 10000");
+            many = 1;
             i++;
         } else {
             return cli_usage("receive", "unexpected argument '%s'", argv[i]);
@@ -109,33 +155,89 @@ int cmd_receive(cli *c, int argc, char **argv)
         return rc;
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    int err = kvq_workq_receive(w, &v, &l, lease);
-    cq_close(q);
-    if (err == KVQ_ENOTFOUND) {
-        if (c->json)
-            printf("null\n");
-        else
-            fprintf(stderr, "kvq: nothing ready in '%s'\n", name);
-        kvq_buf_dispose(&v);
-        return EXIT_EMPTY;
+    int64_t deadline = kvq__mono_us() + wait_ms * 1000;
+    long long got = 0;
+    int err = 0;
+    if (c->json && many)
+        printf("[");
+    while (got < k) {
+        err = kvq_workq_receive(w, &v, &l, lease);
+        if (err == KVQ_ENOTFOUND && got == 0 && kvq__mono_us() < deadline) {
+            /* Long poll: only until the first item; then take what is ready. */
+            wait_ready(q, deadline);
+            continue;
+        }
+        if (err != 0)
+            break;
+        print_received(c, &v, &l, got == 0);
+        got++;
     }
-    if (err != 0) {
-        kvq_buf_dispose(&v);
+    if (c->json && many)
+        printf("]\n");
+    else if (c->json && got > 0)
+        printf("\n");
+    cq_close(q);
+    kvq_buf_dispose(&v);
+    if (err != 0 && err != KVQ_ENOTFOUND) {
+        if (got > 0)
+            cli_json_errors(0); /* the items received were printed: no second JSON value */
         return cli_fail(err, "receive failed");
     }
-    char tok[2 * TOKEN_BYTES + 1];
-    cli_token_format(&l, tok);
-    if (c->json) {
-        printf("{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":", tok,
-               l.deliveries, (long long)l.priority);
-        cli_json_str(stdout, v.data, v.len);
-        printf("}\n");
-    } else {
-        printf("%s\t", tok);
-        cli_print_value(stdout, v.data, v.len);
+    if (got == 0) {
+        if (c->json && !many)
+            printf("null\n");
+        else if (!c->json)
+            fprintf(stderr, "kvq: nothing ready in '%s'\n", name);
+        return EXIT_EMPTY;
     }
-    kvq_buf_dispose(&v);
     return 0;
+}
+
+/* ack NAME TOKEN...: each token acknowledged on its own; every failure is reported, and the exit
+ * status is that of the first. */
+static int ack_many(cli *c, const char *name, int argc, char **argv)
+{
+    kvq_workq_lease *ls = calloc((size_t)argc, sizeof(*ls));
+    if (ls == NULL)
+        return cli_fail(KVQ_ENOMEM, "out of memory");
+    for (int i = 2; i < argc; i++)
+        if (token_parse(argv[i], &ls[i]) != 0) {
+            free(ls);
+            return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)", argv[i],
+                             2 * TOKEN_BYTES);
+        }
+    cq *q;
+    kvq_workq *w;
+    int rc = open_workq(c, "ack", name, &q, &w);
+    if (rc != 0) {
+        free(ls);
+        return rc;
+    }
+    int first = 0, acked = 0;
+    if (c->json)
+        printf("{\"acked\":[");
+    for (int i = 2; i < argc; i++) {
+        int err = kvq_workq_ack(w, &ls[i]);
+        if (err == 0) {
+            if (c->json)
+                printf("%s\"%s\"", acked ? "," : "", argv[i]);
+            acked++;
+            continue;
+        }
+        /* One JSON value: failures are counted in it, their messages go to standard error. */
+        int was = cli_json_errors(0);
+        char what[64];
+        snprintf(what, sizeof(what), "ack of %.16s... failed", argv[i]);
+        int code = lease_fail(err, what);
+        cli_json_errors(was);
+        if (first == 0)
+            first = code;
+    }
+    if (c->json)
+        printf("],\"failed\":%d}\n", argc - 2 - acked);
+    cq_close(q);
+    free(ls);
+    return first;
 }
 
 /* ack, nack and extend: NAME TOKEN [--delay MS | --lease MS]. */
@@ -196,6 +298,10 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
 
 int cmd_ack(cli *c, int argc, char **argv)
 {
+    const char *name = NULL;
+    if (argc > 3 && cli_need_name("ack", argc, argv, &name) == 0 && argv[2][0] != '-' &&
+        argv[3][0] != '-')
+        return ack_many(c, name, argc, argv);
     return settle(c, "ack", argc, argv);
 }
 
@@ -231,8 +337,9 @@ static int print_dead(kvq_bytes value, uint32_t deliveries, void *payload)
 
 int cmd_dlq(cli *c, int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "redrive") != 0))
-        return cli_usage("dlq", "expected 'list' or 'redrive', then the queue NAME");
+    if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "redrive") != 0 &&
+                     strcmp(argv[1], "purge") != 0))
+        return cli_usage("dlq", "expected 'list', 'redrive' or 'purge', then the queue NAME");
     const char *what = argv[1];
     const char *name = NULL;
     int rc = cli_need_name("dlq", argc - 1, argv + 1, &name);
@@ -255,10 +362,12 @@ int cmd_dlq(cli *c, int argc, char **argv)
             printf("]\n");
     } else {
         uint64_t moved = 0;
-        err = kvq_workq_dlq_redrive(w, &moved);
+        int purge = strcmp(what, "purge") == 0;
+        err = purge ? kvq_workq_dlq_purge(w, &moved) : kvq_workq_dlq_redrive(w, &moved);
         if (err == 0) {
             if (c->json)
-                printf("{\"redriven\":%llu}\n", (unsigned long long)moved);
+                printf("{\"%s\":%llu}\n", purge ? "purged" : "redriven",
+                       (unsigned long long)moved);
             else
                 printf("%llu\n", (unsigned long long)moved);
         }

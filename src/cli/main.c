@@ -49,18 +49,25 @@ static const cli_cmd commands[] = {
       "  --prometheus  Prometheus's text exposition format, one sample per queue and figure\n"
       "with --json, every key is present, null where it does not apply\n",
       cmd_stats },
-    { "receive", "NAME [--lease MS]", "receive the next item with a lease; print TOKEN and value",
-      "  --lease MS   the lease (default: the queue's, else 30000); ack, nack or extend it\n"
-      "               with the TOKEN before it ends, or the item is delivered again\n",
+    { "receive", "NAME [--lease D] [--wait D] [-n K]",
+      "receive ready items with a lease; print TOKEN and value for each",
+      "  --lease D    the lease (default: the queue's, else 30s); ack, nack or extend it\n"
+      "               with the TOKEN before it ends, or the item is delivered again\n"
+      "  --wait D     when nothing is ready, wait up to D for an item (woken by a push;\n"
+      "               due delays and ended leases are looked for every 200ms)\n"
+      "  -n K         up to K items (one lease each); --json prints an array\n",
       cmd_receive },
-    { "ack", "NAME TOKEN", "acknowledge a received item: it is deleted", NULL, cmd_ack },
+    { "ack", "NAME TOKEN...", "acknowledge received items: they are deleted",
+      "  several TOKENs: each is acknowledged on its own; the exit status is that of the first\n"
+      "  failure, and every failure is reported\n",
+      cmd_ack },
     { "nack", "NAME TOKEN [--delay MS]", "give a received item back (now or after MS)",
       "  --delay MS   ready again only after MS milliseconds\n", cmd_nack },
     { "extend", "NAME TOKEN [--lease MS]", "renew a lease; print the new TOKEN",
       "  --lease MS   the lease now ends MS milliseconds from now (default: the queue's)\n",
       cmd_extend },
-    { "dlq", "list|redrive NAME", "list the dead letters, or move them back to the queue", NULL,
-      cmd_dlq },
+    { "dlq", "list|redrive|purge NAME",
+      "list the dead letters, move them back to the queue, or delete them", NULL, cmd_dlq },
     { "consume", "NAME [--workers N] [--exec CMD] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
       "hand each item to standard output or a command, at least once (durable and priority queues)",
       "  --workers N  consumer threads (default 1)\n"
@@ -298,6 +305,13 @@ void cli_json_str(FILE *f, const uint8_t *p, size_t n)
 
 /* --json: errors are one JSON value on standard output too (and the message on stderr). */
 static int json_errors;
+
+int cli_json_errors(int on)
+{
+    int was = json_errors;
+    json_errors = on;
+    return was;
+}
 
 void cli_json_error(int code, const char *name, const char *message)
 {

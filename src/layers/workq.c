@@ -1446,6 +1446,7 @@ typedef struct redrive_ctx {
     kvq_workq *w;
     uint64_t moved;
     int more;
+    int purge; /* delete the dead letters instead of moving them back */
 } redrive_ctx;
 
 static int redrive_body(kvq_txn *txn, void *arg)
@@ -1467,7 +1468,7 @@ static int redrive_body(kvq_txn *txn, void *arg)
         rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
         if (rc == 0)
             rc = counter_add(txn, &w->n_dead, -1);
-        if (rc == 0)
+        if (rc == 0 && !c->purge)
             rc = to_ready(w, txn, kvs[i].key.data + plen, kvs[i].key.len - plen, kvs[i].value, 0,
                           -1, &k);
         if (rc == 0)
@@ -1479,20 +1480,30 @@ static int redrive_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved)
+static int dlq_drain(kvq_workq *w, uint64_t *moved, int purge)
 {
-    int rc = check_w(w, NULL, 0, "kvq_workq_dlq_redrive");
-    if (rc != 0)
-        return rc;
     if (moved != NULL)
         *moved = 0;
-    redrive_ctx c = { w, 0, 1 };
+    int rc = 0;
+    redrive_ctx c = { w, 0, 1, purge };
     while (rc == 0 && c.more) {
         rc = kvq_db_transact(w->q->db, redrive_body, &c);
         if (rc == 0 && moved != NULL)
             *moved += c.moved;
     }
     return rc;
+}
+
+int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved)
+{
+    int rc = check_w(w, NULL, 0, "kvq_workq_dlq_redrive");
+    return rc != 0 ? rc : dlq_drain(w, moved, 0);
+}
+
+int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged)
+{
+    int rc = check_w(w, NULL, 0, "kvq_workq_dlq_purge");
+    return rc != 0 ? rc : dlq_drain(w, purged, 1);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------- */

@@ -284,6 +284,29 @@ check "stats --prometheus: HELP/TYPE and escaped labels, values parse" python3 "
 timeout 2.5 "$KVQ" --db "$DB3" --json stats jobs --watch >"$T/watch" 2>/dev/null
 check "stats --watch: refreshes every second, with rates after the first" bash -c "[ \$(wc -l < '$T/watch') -ge 2 ] && sed -n 2p '$T/watch' | python3 -c 'import json,sys; v=json.load(sys.stdin)[0]; assert v[\"pushes_per_second\"] is not None, v'"
 
+# Work queues: receive -n, ack of several tokens, receive --wait, dlq purge.
+k3 create wq4 --max-deliveries 1 >/dev/null
+k3 push wq4 a b c d
+k3 receive wq4 -n 3 >"$T/r3"
+check "receive -n 3: three items, one lease each" bash -c "[ \$(cut -f2 '$T/r3' | tr '\n' ,) = a,b,c, ] && [ \$(cut -f1 '$T/r3' | sort -u | wc -l) = 3 ]"
+k3 ack wq4 $(cut -f1 "$T/r3") >/dev/null 2>&1; rc=$?
+check "ack of three tokens: exit 0" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$DB3' --json stats wq4 | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"in_flight\"])')\" = 0 ]"
+k3 ack wq4 $(cut -f1 "$T/r3") >/dev/null 2>"$T/ack.err"; rc=$?
+check "ack of settled tokens: exit 1, each failure reported" bash -c "[ $rc = 1 ] && [ \$(grep -c 'failed' '$T/ack.err') = 3 ]"
+check "--json receive -n: an array" bash -c "'$KVQ' --db '$DB3' --json receive wq4 -n 5 | python3 -c 'import json,sys; v=json.load(sys.stdin); assert [x[\"value\"] for x in v]==[\"d\"], v'"
+( sleep 0.5; "$KVQ" --db "$DB3" push wq4 late ) &
+start=$(date +%s%N)
+got=$("$KVQ" --db "$DB3" receive wq4 --wait 10s | cut -f2); rc=$?
+took=$(( ($(date +%s%N) - start) / 1000000 ))
+wait
+check "receive --wait: woken by a push (in $took ms)" bash -c "[ '$got' = late ] && [ $took -lt 3000 ]"
+"$KVQ" --db "$DB3" receive wq4 --wait 300ms >/dev/null 2>&1; rc=$?
+check "receive --wait 300ms with nothing: exit 1" bash -c "[ $rc = 1 ]"
+k3 push wq4 bad
+t=$("$KVQ" --db "$DB3" receive wq4 | cut -f1)
+k3 nack wq4 "$t"
+check "dlq purge: deletes the dead letters and says how many" bash -c "[ \"\$('$KVQ' --db '$DB3' dlq purge wq4)\" = 1 ] && [ -z \"\$('$KVQ' --db '$DB3' dlq list wq4)\" ]"
+
 # consume is at least once by default: a reader that goes away (head) loses nothing, and a
 # poison item ends in the dead letters after create's default of 5 deliveries.
 k2 create safe >/dev/null

@@ -432,6 +432,22 @@ static void poison_case(kvq_queue_type type)
     assert_ok(kvq_workq_dlq_list(e.w, dlq_cb, &s));
     assert_int_equal(s.n, 0);
     expect_metrics(e.w, 0, 0, 0, 0);
+    /* Purge: dead letters deleted, counted, not moved back; the rest untouched. */
+    push_str(e.w, "poison2", NULL, 1);
+    push_str(e.w, "kept", NULL, 1);
+    for (int i = 0; i < 3; i++) {
+        expect_recv(e.w, "poison2", &l, 0);
+        assert_ok(kvq_workq_nack(e.w, &l, 0));
+    }
+    expect_metrics(e.w, 1, 0, 0, 1);
+    assert_ok(kvq_workq_dlq_purge(e.w, &moved));
+    assert_int_equal(moved, 1);
+    expect_metrics(e.w, 1, 0, 0, 0);
+    assert_ok(kvq_workq_dlq_purge(e.w, NULL));
+    assert_int_equal(kvq_workq_dlq_purge(NULL, NULL), KVQ_EINVAL);
+    expect_recv(e.w, "kept", &l, 0);
+    assert_ok(kvq_workq_ack(e.w, &l));
+    expect_metrics(e.w, 0, 0, 0, 0);
     kvq_buf_dispose(&b);
     env_close(&e);
 }
