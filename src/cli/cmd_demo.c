@@ -3,8 +3,10 @@
  * been consumed exactly once. How often one worker saw a producer's item after a newer one is
  * counted too: consumers that race spread out over the first items of the queue
  * (docs/queues.md), so that is expected under contention, never a failure. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qops.h"
@@ -18,7 +20,11 @@ typedef struct demo {
     uint32_t *seen;    /* producers x per_producer counters */
     int64_t *last_seq; /* consumers x producers: the last sequence each worker saw */
     uint64_t out_of_order, malformed, consumed;
+    uint64_t *made; /* per producer thread: items it has asked for (all but the last pushed) */
     int push_error;
+    int progress_stop; /* atomic: the progress thread ends */
+    pthread_mutex_t progress_mu;
+    pthread_cond_t progress_cv;
 } demo;
 
 /* Producer thread `thread` makes its items "pNNN:SSSSSSSSS" in sequence. */
@@ -26,6 +32,8 @@ static int make_item(kvq_buf *value, int64_t *priority, int thread, uint64_t seq
 {
     (void)priority;
     demo *d = payload;
+    /* One item per transaction and in sequence: asking for item seq means seq items are pushed. */
+    __atomic_store_n(&d->made[thread], seq, __ATOMIC_RELAXED);
     if (seq >= (uint64_t)d->per_producer)
         return KVQ_ENOTFOUND;
     char buf[64];
@@ -59,6 +67,34 @@ bad:
     __atomic_add_fetch(&d->malformed, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&d->consumed, 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+/* Prints a progress line each second until the demo ends. */
+static void *progress(void *arg)
+{
+    demo *d = arg;
+    int64_t t0 = kvq__mono_us();
+    pthread_mutex_lock(&d->progress_mu);
+    for (int sec = 1;; sec++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        while (!d->progress_stop &&
+               pthread_cond_timedwait(&d->progress_cv, &d->progress_mu, &ts) == 0) {
+        }
+        if (d->progress_stop)
+            break;
+        uint64_t pushed = 0;
+        for (int i = 0; i < d->producers; i++)
+            pushed += __atomic_load_n(&d->made[i], __ATOMIC_RELAXED);
+        uint64_t consumed = __atomic_load_n(&d->consumed, __ATOMIC_RELAXED);
+        printf("  %5.1f s: %llu of %ld pushed, %llu consumed\n",
+               (double)(kvq__mono_us() - t0) / 1e6, (unsigned long long)pushed, d->items,
+               (unsigned long long)consumed);
+        fflush(stdout);
+    }
+    pthread_mutex_unlock(&d->progress_mu);
+    return NULL;
 }
 
 int cmd_demo(cli *c, int argc, char **argv)
@@ -107,7 +143,8 @@ int cmd_demo(cli *c, int argc, char **argv)
     d.items = d.per_producer * producers;
     d.seen = kvq__calloc((size_t)d.items, sizeof(*d.seen));
     d.last_seq = kvq__malloc((size_t)(consumers * producers) * sizeof(*d.last_seq));
-    if (d.seen == NULL || d.last_seq == NULL) {
+    d.made = kvq__calloc((size_t)producers, sizeof(*d.made));
+    if (d.seen == NULL || d.last_seq == NULL || d.made == NULL) {
         fprintf(stderr, "kvq demo: out of memory\n");
         return EXIT_DB;
     }
@@ -134,6 +171,10 @@ int cmd_demo(cli *c, int argc, char **argv)
     err = kvq_consumer_start(&cons, c->db, &src, consume, &d, &o);
     if (err != 0)
         return cli_fail(err, "cannot start the consumers");
+    pthread_mutex_init(&d.progress_mu, NULL);
+    pthread_cond_init(&d.progress_cv, NULL);
+    pthread_t progress_thread;
+    int progress_on = pthread_create(&progress_thread, NULL, progress, &d) == 0;
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d.producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */
@@ -145,6 +186,14 @@ int cmd_demo(cli *c, int argc, char **argv)
            kvq__mono_us() < deadline && d.push_error == 0 && !kvq_consumer_finished(cons))
         kvq__sleep_us(2000);
     int64_t t_done = kvq__mono_us();
+    pthread_mutex_lock(&d.progress_mu);
+    d.progress_stop = 1;
+    pthread_cond_signal(&d.progress_cv);
+    pthread_mutex_unlock(&d.progress_mu);
+    if (progress_on)
+        pthread_join(progress_thread, NULL);
+    pthread_cond_destroy(&d.progress_cv);
+    pthread_mutex_destroy(&d.progress_mu);
     kvq_consumer_stop(cons);
     int cerr = kvq_consumer_join(cons);
     kvq_consumer_stats cs;
@@ -193,5 +242,6 @@ int cmd_demo(cli *c, int argc, char **argv)
     cq_close(d.q);
     kvq__free(d.seen);
     kvq__free(d.last_seq);
+    kvq__free(d.made);
     return ok ? 0 : EXIT_FAILED;
 }
