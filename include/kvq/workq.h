@@ -251,6 +251,17 @@ typedef struct kvq_workq_metrics {
      * are seen (a small index of ready versions kept with them; items pushed with a plain
      * kvq_queue_push_prio count only once they have been given back). */
     int64_t oldest_ready_age_ms;
+    /* Totals since the queue was made, counted by this API's operations only (each means one
+     * thing; a plain kvq_queue pop or push is in none of them): */
+    int64_t received;      /**< leases handed out (each delivery once) */
+    int64_t taken;         /**< items receives took off the ready queue: leased, or moved to
+                                the dead letters on the way because they had had their
+                                deliveries */
+    int64_t acked;         /**< leases acknowledged (items done and deleted) */
+    int64_t requeued;      /**< items given back to the ready queue after a delivery: by a
+                                nack (at once, or when its delay fell due), an ended lease, or a
+                                redrive of dead letters */
+    int64_t dead_lettered; /**< items moved to the dead letters */
 } kvq_workq_metrics;
 
 /** Reads the metrics in one read-only transaction of snapshot reads.

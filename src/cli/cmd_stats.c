@@ -9,18 +9,45 @@
 #include "qops.h"
 #include "util/util.h"
 
+/* The counted figures of a queue, each meaning one thing. */
+enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_IN_FLIGHT, F_DELAYED,
+       F_DEAD, NFIELDS };
+
+typedef struct field {
+    const char *key;  /* the text and JSON key */
+    const char *kind; /* "counter" (also gets a rate) or "gauge" */
+    const char *help;
+} field;
+
+static const field FIELDS[NFIELDS] = {
+    { "sent", "counter", "Items pushed by producers, each once (durable queues)." },
+    { "popped", "counter", "Items removed by plain pops, without a lease (durable queues)." },
+    { "received", "counter", "Leases handed out by receive and consume (each delivery once)." },
+    { "acked", "counter", "Leased items acknowledged: done and deleted." },
+    { "requeued", "counter",
+      "Items given back to the queue after a delivery: nack, ended lease or redrive." },
+    { "dead_lettered", "counter", "Items moved to the dead letters." },
+    { "in_flight", "gauge", "Items leased to a consumer and not yet settled." },
+    { "delayed", "gauge", "Items waiting for their delay." },
+    { "dead", "gauge", "Dead letters." },
+};
+
 /* What is known of one queue; a figure that does not apply is absent (JSON null). */
 typedef struct qview {
     char name[256];
     cli_qtype type;
     uint64_t length;
-    int has_counters; /* pushes and pops (durable queues) */
-    uint64_t pushes, pops;
-    int has_wq; /* in-flight, delayed, dead (durable and priority queues) */
-    kvq_workq_metrics m;
+    int has[NFIELDS];
+    uint64_t f[NFIELDS];
     int has_age; /* the oldest ready item's age */
     double age_s;
+    kvq_workq_metrics m;
 } qview;
+
+static uint64_t minus(uint64_t a, int64_t b)
+{
+    return b < 0 ? a : a > (uint64_t)b ? a - (uint64_t)b : 0;
+}
 
 static int gather(cli *c, const char *name, qview *v)
 {
@@ -35,17 +62,30 @@ static int gather(cli *c, const char *name, qview *v)
     cq_stats s = { 0 };
     int err = cq_stats_get(q, &s);
     v->length = s.length;
-    v->has_counters = s.has_counters;
-    v->pushes = s.pushes;
-    v->pops = s.pops;
     if (err == 0 && info.type != QT_FIFO) {
         kvq_workq *w = NULL;
         err = cq_workq(q, &info, &w);
         if (err == 0)
             err = kvq_workq_get_metrics(w, &v->m);
-        v->has_wq = err == 0;
-        v->has_age = v->has_wq && v->m.oldest_ready_age_ms >= 0;
-        v->age_s = (double)v->m.oldest_ready_age_ms / 1000.0;
+        if (err == 0) {
+            const kvq_workq_metrics *m = &v->m;
+            /* The durable queue's push and pop counters also move when the work queue gives
+             * an item back or takes one: what is left is producers' pushes and plain pops
+             * (read a moment apart, so never below 0). */
+            if (s.has_counters) {
+                v->has[F_SENT] = v->has[F_POPPED] = 1;
+                v->f[F_SENT] = minus(s.pushes, m->requeued);
+                v->f[F_POPPED] = minus(s.pops, m->taken);
+            }
+            int64_t wq[] = { m->received, m->acked, m->requeued, m->dead_lettered,
+                             m->inflight, m->delayed, m->dead };
+            for (int i = 0; i < 7; i++) {
+                v->has[F_RECEIVED + i] = 1;
+                v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];
+            }
+            v->has_age = m->oldest_ready_age_ms >= 0;
+            v->age_s = (double)m->oldest_ready_age_ms / 1000.0;
+        }
     }
     cq_close(q);
     if (err != 0)
@@ -61,12 +101,14 @@ static void json_u64(const char *key, int has, uint64_t v)
         printf(",\"%s\":null", key);
 }
 
-static void json_rate(const char *key, int has, double v)
+/* The rate of counter i since prev over secs seconds; 0 when there is none. */
+static int rate_of(const qview *v, const qview *prev, double secs, int i, double *out)
 {
-    if (has)
-        printf(",\"%s\":%.1f", key, v);
-    else
-        printf(",\"%s\":null", key);
+    if (prev == NULL || secs <= 0 || !v->has[i] || !prev->has[i] ||
+        strcmp(FIELDS[i].kind, "counter") != 0)
+        return 0;
+    *out = (double)minus(v->f[i], (int64_t)prev->f[i]) / secs;
+    return 1;
 }
 
 /* rates: per second since the previous view (NULL: none yet). */
@@ -76,35 +118,37 @@ static void print_json(const qview *v, const qview *prev, double secs)
     cli_json_str(stdout, (const uint8_t *)v->name, strlen(v->name));
     printf(",\"type\":\"%s\"", cli_qtype_name(v->type));
     json_u64("length", 1, v->length);
-    json_u64("pushes", v->has_counters, v->pushes);
-    json_u64("pops", v->has_counters, v->pops);
-    json_u64("in_flight", v->has_wq, (uint64_t)v->m.inflight);
-    json_u64("delayed", v->has_wq, (uint64_t)v->m.delayed);
-    json_u64("dead", v->has_wq, (uint64_t)v->m.dead);
+    for (int i = 0; i < NFIELDS; i++)
+        json_u64(FIELDS[i].key, v->has[i], v->f[i]);
     if (v->has_age)
         printf(",\"oldest_age_seconds\":%.3f", v->age_s);
     else
         printf(",\"oldest_age_seconds\":null");
-    int rates = prev != NULL && secs > 0 && v->has_counters;
-    json_rate("pushes_per_second", rates, rates ? (double)(v->pushes - prev->pushes) / secs : 0);
-    json_rate("pops_per_second", rates, rates ? (double)(v->pops - prev->pops) / secs : 0);
+    for (int i = 0; i < NFIELDS; i++) {
+        double r;
+        if (strcmp(FIELDS[i].kind, "counter") != 0)
+            continue;
+        if (rate_of(v, prev, secs, i, &r))
+            printf(",\"%s_per_second\":%.1f", FIELDS[i].key, r);
+        else
+            printf(",\"%s_per_second\":null", FIELDS[i].key);
+    }
     printf("}");
 }
 
 static void print_text(const qview *v, const qview *prev, double secs)
 {
     printf("type\t%s\nlength\t%llu\n", cli_qtype_name(v->type), (unsigned long long)v->length);
-    if (v->has_counters)
-        printf("pushes\t%llu\npops\t%llu\n", (unsigned long long)v->pushes,
-               (unsigned long long)v->pops);
-    if (v->has_wq)
-        printf("in_flight\t%lld\ndelayed\t%lld\ndead\t%lld\n", (long long)v->m.inflight,
-               (long long)v->m.delayed, (long long)v->m.dead);
+    for (int i = 0; i < NFIELDS; i++)
+        if (v->has[i])
+            printf("%s\t%llu\n", FIELDS[i].key, (unsigned long long)v->f[i]);
     if (v->has_age)
         printf("oldest_age_seconds\t%.3f\n", v->age_s);
-    if (prev != NULL && secs > 0 && v->has_counters)
-        printf("pushes_per_second\t%.1f\npops_per_second\t%.1f\n",
-               (double)(v->pushes - prev->pushes) / secs, (double)(v->pops - prev->pops) / secs);
+    for (int i = 0; i < NFIELDS; i++) {
+        double r;
+        if (rate_of(v, prev, secs, i, &r))
+            printf("%s_per_second\t%.1f\n", FIELDS[i].key, r);
+    }
 }
 
 /* A label value in the exposition format: backslash, double quote and newline escaped. */
@@ -120,60 +164,49 @@ static void prom_label(const char *s)
     }
 }
 
-typedef struct prom_metric {
-    const char *name, *kind, *help;
-} prom_metric;
-
-static const prom_metric PROM[] = {
-    { "kvq_queue_length", "gauge", "Items ready to be popped or received (not delayed, in flight or dead)." },
-    { "kvq_queue_pushes_total", "counter", "Items pushed (durable queues)." },
-    { "kvq_queue_pops_total", "counter", "Items popped (durable queues)." },
-    { "kvq_queue_in_flight", "gauge", "Items leased to a consumer and not yet settled." },
-    { "kvq_queue_delayed", "gauge", "Items waiting for their delay." },
-    { "kvq_queue_dead", "gauge", "Dead letters." },
-    { "kvq_queue_oldest_age_seconds", "gauge", "Age of the oldest ready item." },
-};
-
-/* One sample: metric index i of queue v, when it applies. */
-static void prom_sample(size_t i, const qview *v)
+/* One family: its samples for every queue it applies to. i: a field, or -1 length, -2 age. */
+static void prom_family(int i, const qview *vs, size_t n)
 {
-    double x;
-    switch (i) {
-    case 0:
-        x = (double)v->length;
-        break;
-    case 1:
-    case 2:
-        if (!v->has_counters)
-            return;
-        x = (double)(i == 1 ? v->pushes : v->pops);
-        break;
-    case 3:
-    case 4:
-    case 5:
-        if (!v->has_wq)
-            return;
-        x = (double)(i == 3 ? v->m.inflight : i == 4 ? v->m.delayed : v->m.dead);
-        break;
-    default:
-        if (!v->has_age)
-            return;
-        x = v->age_s;
-        break;
+    char name[64];
+    const char *kind, *help;
+    if (i == -1) {
+        snprintf(name, sizeof(name), "kvq_queue_length");
+        kind = "gauge";
+        help = "Items ready to be popped or received (not delayed, in flight or dead).";
+    } else if (i == -2) {
+        snprintf(name, sizeof(name), "kvq_queue_oldest_age_seconds");
+        kind = "gauge";
+        help = "Age of the oldest ready item.";
+    } else {
+        int counter = strcmp(FIELDS[i].kind, "counter") == 0;
+        snprintf(name, sizeof(name), "kvq_queue_%s%s", FIELDS[i].key, counter ? "_total" : "");
+        kind = FIELDS[i].kind;
+        help = FIELDS[i].help;
     }
-    printf("%s{queue=\"", PROM[i].name);
-    prom_label(v->name);
-    printf("\",type=\"%s\"} %.17g\n", cli_qtype_name(v->type), x);
+    printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);
+    for (size_t j = 0; j < n; j++) {
+        const qview *v = &vs[j];
+        double x;
+        if (i == -1)
+            x = (double)v->length;
+        else if (i == -2 && v->has_age)
+            x = v->age_s;
+        else if (i >= 0 && v->has[i])
+            x = (double)v->f[i];
+        else
+            continue;
+        printf("%s{queue=\"", name);
+        prom_label(v->name);
+        printf("\",type=\"%s\"} %.17g\n", cli_qtype_name(v->type), x);
+    }
 }
 
 static void print_prom(const qview *vs, size_t n)
 {
-    for (size_t i = 0; i < sizeof(PROM) / sizeof(PROM[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n", PROM[i].name, PROM[i].help, PROM[i].name,
-               PROM[i].kind);
-        for (size_t j = 0; j < n; j++)
-            prom_sample(i, &vs[j]);
-    }
+    prom_family(-1, vs, n);
+    for (int i = 0; i < NFIELDS; i++)
+        prom_family(i, vs, n);
+    prom_family(-2, vs, n);
 }
 
 /* The queues to show: one by name, or every one in the registry. */
@@ -324,10 +357,10 @@ int cmd_queues(cli *c, int argc, char **argv)
         for (size_t i = 0; i < set.n; i++) {
             const qview *v = &set.v[i];
             char inf[24] = "-", del[24] = "-", dead[24] = "-", age[24] = "-";
-            if (v->has_wq) {
-                snprintf(inf, sizeof(inf), "%lld", (long long)v->m.inflight);
-                snprintf(del, sizeof(del), "%lld", (long long)v->m.delayed);
-                snprintf(dead, sizeof(dead), "%lld", (long long)v->m.dead);
+            if (v->has[F_IN_FLIGHT]) {
+                snprintf(inf, sizeof(inf), "%llu", (unsigned long long)v->f[F_IN_FLIGHT]);
+                snprintf(del, sizeof(del), "%llu", (unsigned long long)v->f[F_DELAYED]);
+                snprintf(dead, sizeof(dead), "%llu", (unsigned long long)v->f[F_DEAD]);
             }
             if (v->has_age)
                 snprintf(age, sizeof(age), "%.3f", v->age_s);

@@ -15,7 +15,9 @@
  *   bk ("wq","s", bucket, id16)             settled-lease marker (1 byte: 'a' ack, 'n' nack)
  *   bk ("wq","dd", key)                     dedup key: 8 LE version, 16-byte push id
  *   bk ("wq","ddx", version, key)           dedup index for pruning (empty value)
- *   bk ("wq","n", name)                     8-byte LE counters: inflight, delayed, dead, ready
+ *   bk ("wq","n", name)                     8-byte LE counters: inflight, delayed, dead, ready;
+ *                                           and, only ever growing: received, taken, acked,
+ *                                           requeued, deadlettered
  *
  * The ready count of a durable queue is npush - npop: a receive adds 1 to npop, a return to the
  * queue adds 1 to npush (which also wakes consumers watching npush).
@@ -40,6 +42,8 @@ struct kvq_workq {
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
+    /* Totals since the queue was made (atomic adds; only read by the metrics). */
+    kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
 };
 
 enum { OUT_ACK = 'a', OUT_NACK = 'n' };
@@ -149,7 +153,9 @@ void kvq_workq_close(kvq_workq *w)
     kvq_buf *bufs[] = { &w->base_c,   &w->base_dlq,   &w->base_l,    &w->base_v,
                         &w->base_x,   &w->base_y,     &w->base_s,    &w->base_dd,
                         &w->base_ddx, &w->n_inflight, &w->n_delayed, &w->n_dead,
-                        &w->n_ready,  &w->tick,       &w->base_a,    &w->base_t };
+                        &w->n_ready,  &w->tick,       &w->base_a,    &w->base_t,
+                        &w->n_received, &w->n_taken,  &w->n_acked,   &w->n_requeued,
+                        &w->n_deadlettered };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -220,6 +226,16 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         rc = make_base(w, &w->n_ready, "n", "ready");
     if (rc == 0)
         rc = make_base(w, &w->tick, "n", "tick");
+    if (rc == 0)
+        rc = make_base(w, &w->n_received, "n", "received");
+    if (rc == 0)
+        rc = make_base(w, &w->n_taken, "n", "taken");
+    if (rc == 0)
+        rc = make_base(w, &w->n_acked, "n", "acked");
+    if (rc == 0)
+        rc = make_base(w, &w->n_requeued, "n", "requeued");
+    if (rc == 0)
+        rc = make_base(w, &w->n_deadlettered, "n", "deadlettered");
     if (rc != 0) {
         kvq_workq_close(w);
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue's keys");
@@ -401,6 +417,8 @@ static int to_ready(kvq_workq *w,
     int rc = key_raw(tmp, &w->q->prefix, suffix, slen);
     if (rc == 0)
         rc = kvq_txn_set(txn, tmp->data, tmp->len, value.data, value.len);
+    if (rc == 0) /* every caller gives an item back: a nack, an ended lease, a redrive */
+        rc = counter_add(txn, &w->n_requeued, 1);
     if (rc == 0 && w->q->type == KVQ_QUEUE_PRIORITY) {
         rc = age_mark(w, txn, suffix, slen, deliveries, since);
         return rc == 0 ? ready_add(w, txn, 1) : rc;
@@ -438,6 +456,8 @@ static int to_dead(kvq_workq *w,
         rc = kvq_txn_set(txn, tmp->data, tmp->len, d, 4);
     if (rc == 0)
         rc = counter_add(txn, &w->n_dead, 1);
+    if (rc == 0)
+        rc = counter_add(txn, &w->n_deadlettered, 1);
     return rc;
 }
 
@@ -488,7 +508,10 @@ static int push_ready(
     kvq_queue *q = w->q;
     uint8_t d[4];
     kvq__le32_put(d, deliveries);
-    int rc;
+    /* An item delivered before comes back (a delayed nack falling due): a requeue. */
+    int rc = deliveries > 0 ? counter_add(txn, &w->n_requeued, 1) : 0;
+    if (rc != 0)
+        return rc;
     if (q->type == KVQ_QUEUE_DURABLE) {
         uint16_t uv;
         rc = kvq_txn_next_user_version(&uv, txn);
@@ -795,6 +818,8 @@ int kvq_workq_receive_txn(
             rc = kvq_txn_clear(txn, key.data, key.len);
         if (rc == 0)
             rc = ready_add(w, txn, -1);
+        if (rc == 0)
+            rc = counter_add(txn, &w->n_taken, 1);
         if (rc != 0)
             break;
         if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
@@ -823,6 +848,8 @@ int kvq_workq_receive_txn(
             rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
         if (rc == 0)
             rc = counter_add(txn, &w->n_inflight, 1);
+        if (rc == 0)
+            rc = counter_add(txn, &w->n_received, 1);
         if (rc == 0 && since >= 0) {
             uint8_t sv[8];
             kvq__le64_put(sv, (uint64_t)since);
@@ -1031,6 +1058,8 @@ static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int ki
         rc = kvq_txn_set(txn, k.data, k.len, &outcome, 1);
     if (rc == 0)
         rc = counter_add(txn, &w->n_inflight, -1);
+    if (rc == 0 && kind == SETTLE_ACK)
+        rc = counter_add(txn, &w->n_acked, 1);
     if (rc == 0 && kind == SETTLE_NACK) {
         kvq_bytes v = { val.data, val.len };
         if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries)
@@ -1526,6 +1555,16 @@ static int metrics_body(kvq_txn *txn, void *arg)
         rc = read_counter(txn, &w->n_delayed, &c->m.delayed);
     if (rc == 0)
         rc = read_counter(txn, &w->n_dead, &c->m.dead);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_received, &c->m.received);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_taken, &c->m.taken);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_acked, &c->m.acked);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_requeued, &c->m.requeued);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_deadlettered, &c->m.dead_lettered);
     c->m.oldest_ready_age_ms = -1;
     if (rc != 0)
         return rc;

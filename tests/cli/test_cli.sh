@@ -47,7 +47,7 @@ check "bad type: exit 2 naming it" bash -c "[ $rc = 2 ] && grep -q nonsense '$T/
 # JSON output parses.
 k push jobs 'a "quoted" value' $'tab\there'
 check "--json list" bash -c "'$KVQ' --db '$DB' --json list jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"a \\\"quoted\\\" value\", v'"
-check "--json stats" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==2 and v[\"pushes\"]==7, v'"
+check "--json stats" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==2 and v[\"sent\"]==7, v'"
 check "--json queues" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=json.load(sys.stdin); assert any(q[\"name\"]==\"jobs\" and q[\"type\"]==\"durable\" for q in v), v'"
 sleep 0.3
 check "--json stats: the oldest item's age" bash -c "'$KVQ' --db '$DB' --json stats jobs | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"oldest_age_seconds\"]>=0.25, v'"
@@ -261,10 +261,11 @@ check "queues: a header and one line per queue with its counts" bash -c "'$KVQ' 
 check "--json queues: every key on every queue, null where it does not apply" bash -c "'$KVQ' --db '$DB3' --json queues | python3 -c '
 import json,sys
 v=json.load(sys.stdin)
-keys={\"name\",\"type\",\"length\",\"pushes\",\"pops\",\"in_flight\",\"delayed\",\"dead\",\"oldest_age_seconds\",\"pushes_per_second\",\"pops_per_second\"}
+c=[\"sent\",\"popped\",\"received\",\"acked\",\"requeued\",\"dead_lettered\"]
+keys={\"name\",\"type\",\"length\",\"in_flight\",\"delayed\",\"dead\",\"oldest_age_seconds\"}|set(c)|{k+\"_per_second\" for k in c}
 assert all(set(q)==keys for q in v), v
 f=[q for q in v if q[\"name\"]==\"f\"][0]; assert f[\"in_flight\"] is None and f[\"length\"]==1, f
-j=[q for q in v if q[\"name\"]==\"jobs\"][0]; assert j[\"in_flight\"]==1 and j[\"pushes\"]==3, j
+j=[q for q in v if q[\"name\"]==\"jobs\"][0]; assert j[\"in_flight\"]==1 and j[\"sent\"]==3 and j[\"received\"]==1, j
 '"
 cat > "$T/prom_check.py" <<'PYEOF'
 import re, sys
@@ -282,7 +283,15 @@ PYEOF
 "$KVQ" --db "$DB3" stats --prometheus >"$T/prom" 2>/dev/null
 check "stats --prometheus: HELP/TYPE and escaped labels, values parse" python3 "$T/prom_check.py" <"$T/prom"
 timeout 2.5 "$KVQ" --db "$DB3" --json stats jobs --watch >"$T/watch" 2>/dev/null
-check "stats --watch: refreshes every second, with rates after the first" bash -c "[ \$(wc -l < '$T/watch') -ge 2 ] && sed -n 2p '$T/watch' | python3 -c 'import json,sys; v=json.load(sys.stdin)[0]; assert v[\"pushes_per_second\"] is not None, v'"
+check "stats --watch: refreshes every second, with rates after the first" bash -c "[ \$(wc -l < '$T/watch') -ge 2 ] && sed -n 2p '$T/watch' | python3 -c 'import json,sys; v=json.load(sys.stdin)[0]; assert v[\"sent_per_second\"] is not None, v'"
+
+# Counters that mean one thing each: a nack is a requeue, not a second send.
+k3 create cnt >/dev/null
+k3 push cnt a b c
+tok=$(k3 receive cnt | cut -f1); k3 nack cnt "$tok"
+tok=$(k3 receive cnt | cut -f1); k3 ack cnt "$tok"
+k3 pop cnt >/dev/null
+check "stats: sent, popped, received, acked and requeued count apart" bash -c "'$KVQ' --db '$DB3' --json stats cnt | python3 -c 'import json,sys; v=json.load(sys.stdin); assert (v[\"sent\"],v[\"popped\"],v[\"received\"],v[\"acked\"],v[\"requeued\"],v[\"length\"])==(3,1,2,1,1,1), v'"
 
 # Work queues: receive -n, ack of several tokens, receive --wait, dlq purge.
 k3 create wq4 --max-deliveries 1 >/dev/null

@@ -166,6 +166,21 @@ expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed, i
                  (long long)ready, (long long)inflight, (long long)delayed, (long long)dead);
 }
 
+/* The totals since the queue was made: each counts one kind of event. */
+static void expect_totals(
+    kvq_workq *w, int64_t received, int64_t taken, int64_t acked, int64_t requeued, int64_t dead)
+{
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(w, &m));
+    if (m.received != received || m.taken != taken || m.acked != acked ||
+        m.requeued != requeued || m.dead_lettered != dead)
+        fail_msg("totals received %lld taken %lld acked %lld requeued %lld dead-lettered %lld, "
+                 "want %lld %lld %lld %lld %lld",
+                 (long long)m.received, (long long)m.taken, (long long)m.acked,
+                 (long long)m.requeued, (long long)m.dead_lettered, (long long)received,
+                 (long long)taken, (long long)acked, (long long)requeued, (long long)dead);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -432,6 +447,9 @@ static void poison_case(kvq_queue_type type)
     assert_ok(kvq_workq_dlq_list(e.w, dlq_cb, &s));
     assert_int_equal(s.n, 0);
     expect_metrics(e.w, 0, 0, 0, 0);
+    /* poison 3 deliveries, fine 1, poison again 1; two nacks, an ended lease that went to the
+     * dead letters (not a requeue), a redrive (a requeue); two acks. */
+    expect_totals(e.w, 5, 5, 2, 3, 1);
     /* Purge: dead letters deleted, counted, not moved back; the rest untouched. */
     push_str(e.w, "poison2", NULL, 1);
     push_str(e.w, "kept", NULL, 1);
@@ -504,6 +522,7 @@ static void delayed_case(kvq_queue_type type)
     int64_t t1 = db_now(e.db);
     assert_ok(kvq_workq_nack(e.w, &l2, 400));
     expect_metrics(e.w, 0, 1, 1, 0);
+    expect_totals(e.w, 2, 2, 0, 0, 0); /* a delayed nack requeues when it falls due */
     rc = kvq_workq_receive(e.w, &b, &l2, 0);
     if (rc != 0) {
         assert_int_equal(rc, KVQ_ENOTFOUND);
@@ -517,6 +536,7 @@ static void delayed_case(kvq_queue_type type)
     assert_ok(kvq_workq_ack(e.w, &l2));
     assert_ok(kvq_workq_ack(e.w, &l1));
     expect_metrics(e.w, 0, 0, 0, 0);
+    expect_totals(e.w, 3, 3, 2, 1, 0); /* a delayed first push is no requeue */
     kvq_buf_dispose(&b);
     env_close(&e);
 }
