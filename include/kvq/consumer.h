@@ -1,6 +1,8 @@
 /**
  * @file kvq/consumer.h
- * @brief The consumer runtime: worker threads that pop batches and sleep on a watch.
+ * @brief The consumer runtimes: worker threads that pop batches and sleep on a watch (at most
+ *        once), and workers that receive with leases and ack on success (at least once; see
+ *        kvq_workq_consumer_start below).
  *
  * N worker threads each pop up to K items per transaction and hand them, after the commit and
  * outside any transaction, to a callback. When a pop finds fewer than K items, the same
@@ -114,6 +116,105 @@ KVQ_API int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
 KVQ_API void kvq_consumer_free(kvq_consumer *c);
+
+/* ---- at least once: the work-queue consumer ------------------------------------------------ */
+
+/*
+ * N worker threads each receive one item at a time from a work queue (kvq/workq.h) with a lease,
+ * hand it to a handler outside any transaction, and settle the lease by what the handler
+ * returns: acknowledged (deleted) on KVQ_WORKQ_ACK, given back after the nack delay on
+ * KVQ_WORKQ_NACK (to the dead letters once the queue's max deliveries are reached), given back
+ * at once with the whole consumer stopping on KVQ_WORKQ_RELEASE (for a handler whose output went
+ * away). While a handler runs, a heartbeat thread extends its lease every third of the lease,
+ * so a long job is not delivered to another worker; if the lease ends all the same (the process
+ * stalled past it), the item goes to someone else and the late settlement is counted in
+ * lost_leases. An empty queue is waited on without polling (kvq_workq_receive_wait).
+ *
+ * Delivery is **at least once**: an item is deleted only after its handler succeeded; a crash
+ * of the process gives every item in hand back when its lease ends.
+ */
+
+struct kvq_workq;
+struct kvq_workq_lease;
+
+/** What a kvq_workq_consumer_fn returns. Any other value counts as KVQ_WORKQ_NACK. */
+enum {
+    KVQ_WORKQ_ACK = 0,     /**< done: acknowledge the lease (the item is deleted) */
+    KVQ_WORKQ_NACK = 1,    /**< failed: give it back after the nack delay */
+    KVQ_WORKQ_RELEASE = 2, /**< not handled: give it back at once and stop every worker */
+};
+
+/**
+ * Handles one leased item, on the worker's thread and outside any transaction. value is valid
+ * during the call only; lease is the item's lease (read-only: lease->deliveries says how many
+ * times it has been delivered, this one included). Returns KVQ_WORKQ_ACK, _NACK or _RELEASE.
+ */
+typedef int (*kvq_workq_consumer_fn)(kvq_bytes value,
+                                     const struct kvq_workq_lease *lease,
+                                     int worker,
+                                     void *payload);
+
+/** A running set of work-queue consumer workers. */
+typedef struct kvq_workq_consumer kvq_workq_consumer;
+
+#define KVQ_WORKQ_CONSUMER_OPTIONS_VERSION 1
+
+/** Options of kvq_workq_consumer_start; initialise with KVQ_WORKQ_CONSUMER_OPTIONS_INIT. */
+typedef struct kvq_workq_consumer_options {
+    unsigned int version;
+    int workers;           /**< worker threads, 1 to 1024 (default 1) */
+    int64_t lease_ms;      /**< each receive's lease; 0 (default): the work queue's */
+    int64_t nack_delay_ms; /**< delay before a failed item is ready again, 0 to a day (1000) */
+    int drain;             /**< 1: a worker stops once nothing is ready (default 0) */
+} kvq_workq_consumer_options;
+
+#define KVQ_WORKQ_CONSUMER_OPTIONS_INIT                 \
+    {                                                   \
+        KVQ_WORKQ_CONSUMER_OPTIONS_VERSION, 1, 0, 1000, 0 \
+    }
+
+/** Counters of a work-queue consumer. */
+typedef struct kvq_workq_consumer_stats {
+    uint64_t received;    /**< items received (leases taken) */
+    uint64_t acked;       /**< items handled and acknowledged */
+    uint64_t nacked;      /**< items whose handler failed, given back after the nack delay */
+    uint64_t released;    /**< items given back at once by KVQ_WORKQ_RELEASE */
+    uint64_t lost_leases; /**< settlements refused because the lease had ended first (the item
+                               is delivered again, or was, elsewhere) */
+    uint64_t extends;     /**< lease extensions by the heartbeat */
+} kvq_workq_consumer_stats;
+
+/**
+ * Starts the workers (and the heartbeat thread).
+ * @param[out] out  the consumer; NULL on failure
+ * @param w         the work queue (must outlive the consumer)
+ * @return 0, KVQ_EINVAL (NULL, a bad option), KVQ_ENOMEM (memory or threads).
+ */
+KVQ_API KVQ_NODISCARD int kvq_workq_consumer_start(kvq_workq_consumer **out,
+                                                   struct kvq_workq *w,
+                                                   kvq_workq_consumer_fn fn,
+                                                   void *payload,
+                                                   const kvq_workq_consumer_options *opts);
+
+/** Asks every worker to stop once its item in hand is settled (a worker waiting for an item
+ * stops within 200 ms). Safe from any thread, and from a handler; does not wait. */
+KVQ_API void kvq_workq_consumer_stop(kvq_workq_consumer *c);
+
+/**
+ * Waits until every worker has stopped (after kvq_workq_consumer_stop, a drain, a
+ * KVQ_WORKQ_RELEASE or an error). Returns 0, or the error that stopped a worker (a receive, ack
+ * or nack that failed other than by an ended lease).
+ */
+KVQ_API int kvq_workq_consumer_join(kvq_workq_consumer *c);
+
+/** 1 once every worker has ended, else 0 (1 for NULL). */
+KVQ_API int kvq_workq_consumer_finished(kvq_workq_consumer *c);
+
+/** Reads the counters (any time). @return 0; KVQ_EINVAL for NULL. */
+KVQ_API int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c);
+
+/** Stops, joins and frees the consumer. NULL is a no-op. */
+KVQ_API void kvq_workq_consumer_free(kvq_workq_consumer *c);
 
 #ifdef __cplusplus
 }

@@ -166,6 +166,17 @@ KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(kvq_workq *w,
 KVQ_API KVQ_NODISCARD int
 kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms);
 
+/**
+ * kvq_workq_receive that waits up to wait_ms for an item (a long poll). A push or an item
+ * given back wakes it at once on a durable queue (it sleeps on the push counter), as do items
+ * this API makes ready on a priority queue; items that fall due (delays, ended leases) are
+ * looked for at least every 200 ms. It never spins.
+ * @param wait_ms  0 (look once) to 86,400,000 (a day)
+ * @return as kvq_workq_receive: KVQ_ENOTFOUND once wait_ms has passed with nothing ready.
+ */
+KVQ_API KVQ_NODISCARD int kvq_workq_receive_wait(
+    kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms, int64_t wait_ms);
+
 /** kvq_workq_receive inside the caller's transaction (no recovery pass). `out` is borrowed from
  * txn. Do not push to a durable queue earlier in the same transaction (its head becomes
  * unreadable, 1036). */

@@ -124,48 +124,16 @@ static int on_item(kvq_bytes v, int worker, void *payload)
     return rc;
 }
 
-/* ---- at-least-once mode (--ack): receive with a lease, ack on success, nack on failure ---- */
+/* ---- at least once (the default): the library's work-queue consumer ---------------------- */
 
 typedef struct leased_ctx {
     cli *c;
-    cq *q;
-    kvq_workq *w;
     const char *exec;
-    int drain;
-    int64_t lease_ms;  /* the lease each receive takes */
-    int64_t nack_delay_ms;
-    int stop;          /* atomic: set on SIGINT/SIGTERM, or when standard output is gone */
-    int out_gone;      /* atomic: standard output was closed */
-    int pipe;          /* standard output is a pipe */
-    int active;        /* atomic: workers still running */
-    uint64_t acked, nacked, lost_leases, errors;
+    int stop;     /* atomic: set on SIGINT/SIGTERM (cuts a wait for the pipe's reader short) */
+    int out_gone; /* atomic: standard output was closed */
+    int pipe;     /* standard output is a pipe */
     pthread_mutex_t out_mu;
 } leased_ctx;
-
-/* Waits for the command, extending the lease every third of it while the command runs (a
- * heartbeat), so that a long job is not delivered to another worker. 0 if it succeeded. */
-static int run_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
-{
-    int ok = 0, status = 0;
-    pid_t pid = spawn_exec(x->exec, v, &ok);
-    if (pid < 0)
-        return -1;
-    int64_t every_us = x->lease_ms * 1000 / 3, next = kvq__mono_us() + every_us;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR))
-            break;
-        if (kvq__mono_us() >= next) {
-            int err = kvq_workq_extend(x->w, lease, x->lease_ms);
-            if (err != 0)
-                fprintf(stderr, "kvq consume: cannot extend a lease: %s (%s)\n",
-                        kvq_strerror(err), kvq_last_error());
-            next = kvq__mono_us() + every_us;
-        }
-        kvq__sleep_us(5000);
-    }
-    return ok && exit_ok(status) ? 0 : -1;
-}
 
 /* Whether standard output is a pipe (then an item counts as handed over once the reader has
  * read it, not once it is written: a reader that exits, as head does, leaves unread bytes). */
@@ -194,11 +162,9 @@ static int pipe_drained(leased_ctx *x)
     }
 }
 
-/* 0: handed over; -1: the command failed; -2: standard output is gone (stop everything). */
-static int deliver_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
+/* 0: handed over; -1: standard output is gone. */
+static int print_leased(leased_ctx *x, kvq_bytes v)
 {
-    if (x->exec != NULL)
-        return run_leased(x, v, lease);
     pthread_mutex_lock(&x->out_mu);
     int rc = 0;
     if (x->c->json) {
@@ -208,129 +174,84 @@ static int deliver_leased(leased_ctx *x, kvq_bytes v, kvq_workq_lease *lease)
         cli_print_value(stdout, v.data, v.len);
     }
     if (fflush(stdout) != 0) {
-        rc = -2;
+        rc = -1;
         clearerr(stdout);
     } else if (x->pipe && pipe_drained(x) != 0) {
-        rc = -2;
+        rc = -1;
     }
     pthread_mutex_unlock(&x->out_mu);
     return rc;
 }
 
-/* Sleeps until something may be ready: a push (the durable queue's watch) or, since delayed
- * items and expired leases become ready without one, at most 200 ms. */
-static void wait_ready(leased_ctx *x)
+/* The handler: the library acks on KVQ_WORKQ_ACK, gives the item back after the nack delay on
+ * KVQ_WORKQ_NACK, and at once, stopping everything, on KVQ_WORKQ_RELEASE; it also keeps the
+ * lease alive while a long command runs. */
+static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, void *payload)
 {
-    kvq_watch *wt = NULL;
-    if (kvq_queue_get_type(cq_queue(x->q)) == KVQ_QUEUE_DURABLE &&
-        kvq_queue_watch(cq_queue(x->q), &wt) == 0) {
-        int wrc = kvq_watch_wait(wt, 200); /* a timeout or an error: look again either way */
-        (void)wrc;
-        kvq_watch_destroy(wt);
-        return;
+    leased_ctx *x = payload;
+    if (x->exec != NULL) {
+        if (run_exec(x->exec, v) == 0)
+            return KVQ_WORKQ_ACK;
+        fprintf(stderr, "kvq consume: worker %d: the command failed for an item; it goes back "
+                        "(%u deliveries so far)\n",
+                worker, lease->deliveries);
+        return KVQ_WORKQ_NACK;
     }
-    kvq__sleep_us(200 * 1000);
-}
-
-static void *leased_worker(void *arg)
-{
-    leased_ctx *x = arg;
-    kvq_buf v = KVQ_BUF_INIT;
-    while (!__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE)) {
-        kvq_workq_lease lease;
-        int err = kvq_workq_receive(x->w, &v, &lease, x->lease_ms);
-        if (err == KVQ_ENOTFOUND) {
-            if (x->drain)
-                break;
-            wait_ready(x);
-            continue;
-        }
-        if (err != 0) {
-            fprintf(stderr, "kvq consume: receive failed: %s (%s)\n", kvq_strerror(err),
-                    kvq_last_error());
-            __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
-            break;
-        }
-        kvq_bytes item = { v.data, v.len };
-        int drc = deliver_leased(x, item, &lease);
-        int done = drc == 0;
-        if (drc == -2) {
-            /* Standard output is gone (kvq consume q | head -1): give the item back at once,
-             * uncounted as a failure of the item, and stop every worker. */
-            if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
-                fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
-            __atomic_store_n(&x->stop, 1, __ATOMIC_RELEASE);
-            err = kvq_workq_nack(x->w, &lease, 0);
-            if (err != 0 && err != KVQ_ELEASE_EXPIRED && err != KVQ_ELEASE_SETTLED)
-                __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
-            break;
-        }
-        err = done ? kvq_workq_ack(x->w, &lease) : kvq_workq_nack(x->w, &lease, x->nack_delay_ms);
-        if (err == 0) {
-            __atomic_add_fetch(done ? &x->acked : &x->nacked, 1, __ATOMIC_RELAXED);
-            if (!done)
-                fprintf(stderr, "kvq consume: the command failed for an item; it goes back (%u "
-                                "deliveries so far)\n",
-                        lease.deliveries);
-        } else if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED) {
-            /* The lease ended first: the item is (or will be) delivered again. */
-            __atomic_add_fetch(&x->lost_leases, 1, __ATOMIC_RELAXED);
-            fprintf(stderr, "kvq consume: %s: %s\n", kvq_errname(err), kvq_last_error());
-        } else {
-            fprintf(stderr, "kvq consume: %s failed: %s (%s)\n", done ? "ack" : "nack",
-                    kvq_strerror(err), kvq_last_error());
-            __atomic_add_fetch(&x->errors, 1, __ATOMIC_RELAXED);
-            break;
-        }
-    }
-    kvq_buf_dispose(&v);
-    __atomic_sub_fetch(&x->active, 1, __ATOMIC_RELEASE);
-    return NULL;
+    if (print_leased(x, v) == 0)
+        return KVQ_WORKQ_ACK;
+    /* Standard output is gone (kvq consume q | head -1): the item goes back at once, uncounted
+     * as a failure of the item, and every worker stops. */
+    if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
+        fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+    return KVQ_WORKQ_RELEASE;
 }
 
 static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, const char *exec,
                           int drain, int64_t nack_delay_ms, const sigset_t *sigs)
 {
-    leased_ctx x = { .c = c, .q = q, .exec = exec, .drain = drain };
-    x.nack_delay_ms = nack_delay_ms;
-    int err = cq_workq(q, info, &x.w);
+    leased_ctx x = { .c = c, .exec = exec };
+    kvq_workq *w;
+    int err = cq_workq(q, info, &w);
     if (err == KVQ_EWRONGTYPE)
         return cli_usage("consume", "--ack needs a durable or priority queue");
     if (err != 0)
         return cli_fail(err, "cannot open the work queue");
-    x.lease_ms = info->lease_ms > 0 ? info->lease_ms : 30000;
     x.pipe = exec == NULL && stdout_is_pipe();
     pthread_mutex_init(&x.out_mu, NULL);
-    pthread_t *th = calloc((size_t)workers, sizeof(*th));
-    if (th == NULL)
-        return cli_fail(KVQ_ENOMEM, "out of memory");
-    int started = 0;
-    x.active = workers;
-    for (; started < workers; started++)
-        if (pthread_create(&th[started], NULL, leased_worker, &x) != 0)
-            break;
-    __atomic_sub_fetch(&x.active, workers - started, __ATOMIC_RELEASE);
-    while (__atomic_load_n(&x.active, __ATOMIC_ACQUIRE) > 0) {
+    kvq_workq_consumer_options o = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
+    o.workers = workers;
+    o.lease_ms = info->lease_ms > 0 ? info->lease_ms : 30000;
+    o.nack_delay_ms = nack_delay_ms;
+    o.drain = drain;
+    kvq_workq_consumer *cons;
+    err = kvq_workq_consumer_start(&cons, w, leased_item, &x, &o);
+    if (err != 0) {
+        pthread_mutex_destroy(&x.out_mu);
+        return cli_fail(err, "cannot start the workers");
+    }
+    while (!kvq_workq_consumer_finished(cons)) {
         struct timespec ts = { 0, 100 * 1000000L };
         int sig = sigtimedwait(sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
+            kvq_workq_consumer_stop(cons);
             break;
         }
     }
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    free(th);
+    err = kvq_workq_consumer_join(cons);
+    kvq_workq_consumer_stats s;
+    (void)kvq_workq_consumer_get_stats(&s, cons);
+    kvq_workq_consumer_free(cons);
     pthread_mutex_destroy(&x.out_mu);
     fprintf(stderr,
             "kvq consume: %llu items acked, %llu given back after a failed command, %llu leases "
-            "lost to expiry, %llu errors\n",
-            (unsigned long long)x.acked, (unsigned long long)x.nacked,
-            (unsigned long long)x.lost_leases, (unsigned long long)x.errors);
-    if (started < workers)
-        return cli_fail(KVQ_ENOMEM, "cannot start the workers");
-    if (x.errors > 0 || x.nacked > 0)
+            "lost to expiry, %llu given back unread\n",
+            (unsigned long long)s.acked, (unsigned long long)s.nacked,
+            (unsigned long long)s.lost_leases, (unsigned long long)s.released);
+    if (err != 0)
+        return cli_fail(err, "consume stopped");
+    if (s.nacked > 0)
         return EXIT_FAILED;
     return x.out_gone ? EXIT_OUTPUT_GONE : 0;
 }

@@ -87,26 +87,6 @@ static int lease_fail(int err, const char *what)
     return cli_fail(err, what);
 }
 
-/* Sleeps until something may be ready or until deadline (monotonic microseconds): a push wakes
- * a durable queue's watch at once; due delays and ended leases, which need no push, are looked
- * for every 200 ms. */
-static void wait_ready(cq *q, int64_t deadline)
-{
-    int64_t left = (deadline - kvq__mono_us()) / 1000;
-    if (left <= 0)
-        return;
-    int64_t ms = left < 200 ? left : 200;
-    kvq_watch *wt = NULL;
-    if (kvq_queue_get_type(cq_queue(q)) == KVQ_QUEUE_DURABLE &&
-        kvq_queue_watch(cq_queue(q), &wt) == 0) {
-        int wrc = kvq_watch_wait(wt, ms); /* fired, timed out or failed: look again */
-        (void)wrc;
-        kvq_watch_destroy(wt);
-        return;
-    }
-    kvq__sleep_us(ms * 1000);
-}
-
 static void print_received(cli *c, const kvq_buf *v, const kvq_workq_lease *l, int first)
 {
     char tok[2 * TOKEN_BYTES + 1];
@@ -155,18 +135,14 @@ int cmd_receive(cli *c, int argc, char **argv)
         return rc;
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    int64_t deadline = kvq__mono_us() + wait_ms * 1000;
     long long got = 0;
     int err = 0;
     if (c->json && many)
         printf("[");
     while (got < k) {
-        err = kvq_workq_receive(w, &v, &l, lease);
-        if (err == KVQ_ENOTFOUND && got == 0 && kvq__mono_us() < deadline) {
-            /* Long poll: only until the first item; then take what is ready. */
-            wait_ready(q, deadline);
-            continue;
-        }
+        /* Long poll only until the first item; then take what is ready. */
+        err = got == 0 ? kvq_workq_receive_wait(w, &v, &l, lease, wait_ms)
+                       : kvq_workq_receive(w, &v, &l, lease);
         if (err != 0)
             break;
         print_received(c, &v, &l, got == 0);

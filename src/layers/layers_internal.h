@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "kvq/queue.h"
+#include "kvq/workq.h"
 #include "util/util.h"
 
 #define KVQ__RAND_LEN 20
@@ -205,5 +206,17 @@ int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
 int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+
+/* kvq_workq_receive_wait without the argument checks, that also gives up once *stop (read
+ * atomically; NULL: never) is set, within one 200 ms slice of the wait. */
+int kvq__workq_receive_wait(kvq_workq *w,
+                            kvq_buf *out,
+                            kvq_workq_lease *lease,
+                            int64_t lease_ms,
+                            int64_t wait_ms,
+                            const int *stop);
+
+/* The work queue's default lease. */
+int64_t kvq__workq_lease_ms(const kvq_workq *w);
 
 #endif /* KVQ_LAYERS_INTERNAL_H */

@@ -957,6 +957,87 @@ int kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_
     return kvq_db_transact(w->q->db, recv_body, &c);
 }
 
+int64_t kvq__workq_lease_ms(const kvq_workq *w)
+{
+    return w->opts.lease_ms;
+}
+
+/* ---- waiting for an item ------------------------------------------------------------------- */
+
+/* Slices of a long poll: items that fall due (delays, ended leases) need no push to become
+ * ready, so a waiter looks again at least this often. */
+#define WAIT_SLICE_MS 200
+
+typedef struct watch_ctx {
+    const kvq_buf *key;
+    kvq_watch *watch;
+} watch_ctx;
+
+static int watch_body(kvq_txn *txn, void *arg)
+{
+    watch_ctx *c = arg;
+    if (c->watch != NULL) {
+        kvq_watch_destroy(c->watch);
+        c->watch = NULL;
+    }
+    return kvq_txn_watch(&c->watch, txn, c->key->data, c->key->len);
+}
+
+int kvq__workq_receive_wait(kvq_workq *w,
+                            kvq_buf *out,
+                            kvq_workq_lease *lease,
+                            int64_t lease_ms,
+                            int64_t wait_ms,
+                            const int *stop)
+{
+    int64_t deadline = kvq__mono_us() + wait_ms * 1000;
+    /* Changes whenever an item becomes ready: every push, and every return to the queue, of a
+     * durable queue (npush); on a priority queue, whatever this API makes ready. */
+    const kvq_buf *key = w->q->type == KVQ_QUEUE_DURABLE ? &w->q->npush : &w->n_ready;
+    for (;;) {
+        int rc = kvq_workq_receive(w, out, lease, lease_ms);
+        int64_t left_us = deadline - kvq__mono_us(), left_ms = (left_us + 999) / 1000;
+        if (rc != KVQ_ENOTFOUND || left_us <= 0 ||
+            (stop != NULL && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
+            return rc;
+        /* Armed before a second look, so that nothing made ready after it goes unnoticed. */
+        watch_ctx wc = { key, NULL };
+        int wrc = kvq_db_transact(w->q->db, watch_body, &wc);
+        if (wrc != 0 && wrc != KVQ_ETOO_MANY_WATCHES) {
+            kvq_watch_destroy(wc.watch);
+            return wrc;
+        }
+        rc = kvq_workq_receive(w, out, lease, lease_ms);
+        if (rc != KVQ_ENOTFOUND) {
+            kvq_watch_destroy(wc.watch);
+            return rc;
+        }
+        int64_t ms = left_ms < WAIT_SLICE_MS ? left_ms : WAIT_SLICE_MS;
+        if (wc.watch != NULL) {
+            wrc = kvq_watch_wait(wc.watch, ms); /* fired, timed out or failed: look again */
+            (void)wrc;
+            kvq_watch_destroy(wc.watch);
+        } else {
+            kvq__sleep_us(ms * 1000); /* no watch to be had: too many already */
+        }
+    }
+}
+
+int kvq_workq_receive_wait(
+    kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms, int64_t wait_ms)
+{
+    int rc = check_w(w, NULL, 0, "kvq_workq_receive_wait");
+    if (rc == 0 && (out == NULL || lease == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_wait: NULL out or lease");
+    if (rc == 0 && (wait_ms < 0 || wait_ms > 86400000))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_wait: a wait of %lld ms is out of range "
+                                    "(0 to 1 day)",
+                        (long long)wait_ms);
+    if (rc != 0)
+        return rc;
+    return kvq__workq_receive_wait(w, out, lease, lease_ms, wait_ms, NULL);
+}
+
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
 enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };

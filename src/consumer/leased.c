@@ -1,0 +1,303 @@
+/* The at-least-once consumer runtime: workers receive one item at a time with a lease, hand it
+ * to the handler, and ack or nack by its answer; a heartbeat thread extends the leases of the
+ * items in hand. */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvq/consumer.h"
+#include "kvq/workq.h"
+#include "layers/layers_internal.h"
+
+#define MAX_WORKERS 1024
+/* A waiting worker looks at its stop flag at least this often. */
+#define WAIT_MS 100
+
+typedef struct slot slot;
+
+struct kvq_workq_consumer {
+    kvq_workq *w;
+    kvq_workq_consumer_fn fn;
+    void *payload;
+    kvq_workq_consumer_options opts;
+    int64_t lease_ms; /* opts.lease_ms, or the work queue's */
+    slot *slots;
+    int started;
+    int heart_started;
+    int joined;
+    pthread_t heart;
+
+    int stop; /* atomic */
+    pthread_mutex_t mu;
+    pthread_cond_t heart_cv; /* wakes the heartbeat at stop */
+    int error;
+    int exited;
+    kvq_workq_consumer_stats stats;
+};
+
+/* A worker and the lease it holds. The heartbeat extends the lease under mu; the worker settles
+ * it under mu, so that the two never use the lease at once. */
+struct slot {
+    kvq_workq_consumer *c;
+    int id;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int holding;          /* a lease is in hand */
+    int64_t next_extend;  /* monotonic microseconds */
+    kvq_workq_lease lease;
+};
+
+static void count(kvq_workq_consumer *c, uint64_t *field)
+{
+    pthread_mutex_lock(&c->mu);
+    (*field)++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void fail(kvq_workq_consumer *c, int rc)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->error == 0)
+        c->error = rc;
+    pthread_mutex_unlock(&c->mu);
+    kvq_workq_consumer_stop(c);
+}
+
+static int stopping(kvq_workq_consumer *c)
+{
+    return __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE);
+}
+
+/* Settles the lease in hand by the handler's answer. 0, or an error that stops everything. */
+static int settle(slot *s, int answer)
+{
+    kvq_workq_consumer *c = s->c;
+    pthread_mutex_lock(&s->mu);
+    s->holding = 0;
+    int rc;
+    if (answer == KVQ_WORKQ_ACK)
+        rc = kvq_workq_ack(c->w, &s->lease);
+    else
+        rc = kvq_workq_nack(c->w, &s->lease,
+                            answer == KVQ_WORKQ_RELEASE ? 0 : c->opts.nack_delay_ms);
+    pthread_mutex_unlock(&s->mu);
+    if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED) {
+        count(c, &c->stats.lost_leases);
+        return 0;
+    }
+    if (rc != 0)
+        return rc;
+    count(c, answer == KVQ_WORKQ_ACK       ? &c->stats.acked
+             : answer == KVQ_WORKQ_RELEASE ? &c->stats.released
+                                           : &c->stats.nacked);
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    slot *s = arg;
+    kvq_workq_consumer *c = s->c;
+    kvq_buf v = KVQ_BUF_INIT;
+    kvq_workq_lease lease;
+    while (!stopping(c)) {
+        int rc = kvq__workq_receive_wait(c->w, &v, &lease, c->lease_ms,
+                                         c->opts.drain ? 0 : WAIT_MS, &c->stop);
+        if (rc == KVQ_ENOTFOUND) {
+            if (c->opts.drain)
+                break;
+            continue;
+        }
+        if (rc != 0) {
+            fail(c, rc);
+            break;
+        }
+        count(c, &c->stats.received);
+        pthread_mutex_lock(&s->mu);
+        s->lease = lease;
+        s->holding = 1;
+        s->next_extend = kvq__mono_us() + c->lease_ms * 1000 / 3;
+        pthread_mutex_unlock(&s->mu);
+        kvq_bytes item = { v.data, v.len };
+        int answer = c->fn(item, &lease, s->id, c->payload);
+        if (answer != KVQ_WORKQ_ACK && answer != KVQ_WORKQ_RELEASE)
+            answer = KVQ_WORKQ_NACK;
+        rc = settle(s, answer);
+        if (rc != 0) {
+            fail(c, rc);
+            break;
+        }
+        if (answer == KVQ_WORKQ_RELEASE)
+            kvq_workq_consumer_stop(c);
+    }
+    kvq_buf_dispose(&v);
+    pthread_mutex_lock(&c->mu);
+    c->exited++;
+    pthread_cond_broadcast(&c->heart_cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Extends every lease in hand that is a third of the way through, until every worker ended. */
+static void *heart_main(void *arg)
+{
+    kvq_workq_consumer *c = arg;
+    int64_t every_ms = c->lease_ms / 6;
+    if (every_ms < 1)
+        every_ms = 1;
+    if (every_ms > 1000)
+        every_ms = 1000;
+    pthread_mutex_lock(&c->mu);
+    while (c->exited < c->started) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + every_ms * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&c->heart_cv, &c->mu, &ts);
+        int n = c->started;
+        pthread_mutex_unlock(&c->mu);
+        for (int i = 0; i < n; i++) {
+            slot *s = &c->slots[i];
+            pthread_mutex_lock(&s->mu);
+            if (s->holding && kvq__mono_us() >= s->next_extend) {
+                int rc = kvq_workq_extend(c->w, &s->lease, c->lease_ms);
+                s->next_extend = kvq__mono_us() + c->lease_ms * 1000 / 3;
+                if (rc == 0)
+                    count(c, &c->stats.extends);
+                /* Failure (the lease already ended): the settlement will say so. */
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int kvq_workq_consumer_start(kvq_workq_consumer **out,
+                             struct kvq_workq *w,
+                             kvq_workq_consumer_fn fn,
+                             void *payload,
+                             const kvq_workq_consumer_options *opts)
+{
+    if (out == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: out is NULL");
+    *out = NULL;
+    kvq_workq_consumer_options def = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
+    if (opts == NULL)
+        opts = &def;
+    if (w == NULL || fn == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: NULL work queue or handler");
+    if (opts->version != KVQ_WORKQ_CONSUMER_OPTIONS_VERSION)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: options version %u is not %u",
+                          opts->version, KVQ_WORKQ_CONSUMER_OPTIONS_VERSION);
+    if (opts->workers < 1 || opts->workers > MAX_WORKERS)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: workers must be 1 to %d",
+                          MAX_WORKERS);
+    if (opts->lease_ms < 0 || opts->lease_ms > 86400000)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: a lease of %lld ms is out of "
+                                      "range (0 for the queue's, up to 1 day)",
+                          (long long)opts->lease_ms);
+    if (opts->nack_delay_ms < 0 || opts->nack_delay_ms > 86400000)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_start: a nack delay of %lld ms is out "
+                                      "of range (0 to 1 day)",
+                          (long long)opts->nack_delay_ms);
+    kvq_workq_consumer *c = kvq__calloc(1, sizeof(*c));
+    slot *slots = kvq__calloc((size_t)opts->workers, sizeof(*slots));
+    if (c == NULL || slots == NULL) {
+        kvq__free(c);
+        kvq__free(slots);
+        return kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: out of memory");
+    }
+    c->w = w;
+    c->fn = fn;
+    c->payload = payload;
+    c->opts = *opts;
+    c->lease_ms = opts->lease_ms > 0 ? opts->lease_ms : kvq__workq_lease_ms(w);
+    c->slots = slots;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->heart_cv, NULL);
+    for (int i = 0; i < opts->workers; i++) {
+        slots[i].c = c;
+        slots[i].id = i;
+        pthread_mutex_init(&slots[i].mu, NULL);
+    }
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < opts->workers && rc == 0; i++) {
+        if (pthread_create(&slots[i].thread, NULL, worker_main, &slots[i]) != 0)
+            rc = kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: cannot start a thread");
+        else
+            c->started++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0) {
+        if (pthread_create(&c->heart, NULL, heart_main, c) != 0)
+            rc = kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: cannot start a thread");
+        else
+            c->heart_started = 1;
+    }
+    if (rc != 0) {
+        kvq_workq_consumer_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void kvq_workq_consumer_stop(kvq_workq_consumer *c)
+{
+    if (c != NULL)
+        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+}
+
+int kvq_workq_consumer_join(kvq_workq_consumer *c)
+{
+    if (c == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_join: consumer is NULL");
+    if (!c->joined) {
+        for (int i = 0; i < c->started; i++)
+            pthread_join(c->slots[i].thread, NULL);
+        if (c->heart_started)
+            pthread_join(c->heart, NULL);
+        c->joined = 1;
+    }
+    pthread_mutex_lock(&c->mu);
+    int rc = c->error;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int kvq_workq_consumer_finished(kvq_workq_consumer *c)
+{
+    if (c == NULL)
+        return 1;
+    pthread_mutex_lock(&c->mu);
+    int done = c->exited >= c->started;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c)
+{
+    if (out == NULL || c == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_get_stats: NULL argument");
+    pthread_mutex_lock(&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void kvq_workq_consumer_free(kvq_workq_consumer *c)
+{
+    if (c == NULL)
+        return;
+    kvq_workq_consumer_stop(c);
+    (void)kvq_workq_consumer_join(c);
+    for (int i = 0; i < c->opts.workers; i++)
+        pthread_mutex_destroy(&c->slots[i].mu);
+    pthread_cond_destroy(&c->heart_cv);
+    pthread_mutex_destroy(&c->mu);
+    kvq__free(c->slots);
+    kvq__free(c);
+}
