@@ -274,6 +274,55 @@ kvq_tuple_pack_buf(kvq_buf *out, const kvq_tuple_elem *elems, size_t count);
 KVQ_API KVQ_NODISCARD int
 kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count);
 
+/**
+ * @name Building a packed tuple element by element
+ *
+ * For keys whose shape is not known in advance, or nested tuples without arrays kept by hand:
+ *
+ *     kvq_buf key = KVQ_BUF_INIT;
+ *     kvq_tuple_builder b;
+ *     kvq_tuple_builder_init(&b, &key);          // key may already hold a raw prefix
+ *     kvq_tuple_add(&b, kvq_tuple_str("orders"));
+ *     kvq_tuple_open(&b);                        // a nested tuple ...
+ *     kvq_tuple_add(&b, kvq_tuple_int(2026));
+ *     kvq_tuple_add(&b, kvq_tuple_null());       // (null inside a nested tuple: 00 FF)
+ *     kvq_tuple_close(&b);                       // ... ends here
+ *     int rc = kvq_tuple_builder_finish(&b);     // 0, or the first error
+ *
+ * The bytes are those kvq_tuple_pack writes for the same elements. Errors are kept: after the
+ * first one (an element packing refuses, a close without an open, memory), further calls do
+ * nothing, and kvq_tuple_builder_finish returns it and puts out->len back to where it was. An
+ * incomplete versionstamp may be added once; finish then appends its 4-byte little-endian
+ * offset, as kvq_tuple_pack_vs does (the form set_versionstamped_key takes).
+ * @{ */
+
+/** A builder's state (the fields are the library's; use only the functions). */
+typedef struct kvq_tuple_builder {
+    kvq_buf *out;
+    size_t start;
+    int depth;
+    int error;
+    size_t vs_count;
+    size_t vs_at;
+} kvq_tuple_builder;
+
+/** Starts building into out (appending). A NULL out is an error that finish reports. */
+KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out);
+/** Appends one element (any type; a nested element packs its whole array). */
+KVQ_API void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e);
+/** Opens a nested tuple: what is added until kvq_tuple_close goes inside it. */
+KVQ_API void kvq_tuple_open(kvq_tuple_builder *b);
+/** Closes the innermost open nested tuple. */
+KVQ_API void kvq_tuple_close(kvq_tuple_builder *b);
+/**
+ * Ends the build.
+ * @return 0; KVQ_EINVAL (a NULL builder or out, an element kvq_tuple_pack refuses, a second
+ *         incomplete versionstamp, an unbalanced open/close, nesting deeper than
+ *         KVQ_TUPLE_MAX_DEPTH); KVQ_ENOMEM. On error out->len is as before init.
+ */
+KVQ_API KVQ_NODISCARD int kvq_tuple_builder_finish(kvq_tuple_builder *b);
+/** @} */
+
 /** An unpacked tuple. It owns the memory its elements point into. */
 typedef struct kvq_tuple kvq_tuple;
 
@@ -321,6 +370,43 @@ KVQ_API void kvq_tuple_free(kvq_tuple *t);
  */
 KVQ_API int
 kvq_tuple_compare(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
+
+/**
+ * Strict equality: 1 when the two tuples pack to the same bytes, else 0. So 1 and 1.0 differ
+ * (an integer is not a double), as do a float and a double of the same value, "a" and b"a",
+ * 0.0 and -0.0, and NaNs with different bits; an INT and a UINT of the same value are equal
+ * (one encoding); nested tuples compare element by element. Incomplete versionstamps compare by
+ * their user version. Tuples with an element kvq_tuple_pack refuses (invalid UTF-8, a bad type)
+ * are equal to nothing, themselves included.
+ */
+KVQ_API int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
+
+/**
+ * Appends a readable form of bytes, as FoundationDB's `printable` writes them: bytes 0x20 to
+ * 0x7E stand for themselves, except the backslash, which is doubled; every other byte is
+ * `\xNN` (two lowercase hex digits). "a\x00b" for the three bytes 61 00 62.
+ *
+ * @param[in,out] out  a buffer; the text is appended and followed by a NUL not counted in
+ *                     out->len, so that out->data is a C string
+ * @return 0; KVQ_EINVAL (NULL out, NULL data with len > 0); KVQ_ENOMEM (out->len unchanged).
+ */
+KVQ_API KVQ_NODISCARD int kvq_printable(kvq_buf *out, const uint8_t *data, size_t len);
+
+/**
+ * Appends a readable form of a tuple: `("orders", (2026, null), b"\x01\x02", -5, 1.5, true)`.
+ * Strings are in double quotes and bytes in b"...", both written as kvq_printable writes them,
+ * with a double quote as \x22; integers in decimal (all 64-bit magnitudes); a float ends in
+ * `f` (`1.5f`), a double does not, both in the shortest form that reads back to the same value
+ * (`nan`, `inf` and `-inf` as such); `true`/`false`; `null`;
+ * `UUID(00112233-4455-6677-8899-aabbccddeeff)`; `Versionstamp(<20 hex digits>, user)` or
+ * `Versionstamp(incomplete, user)`; a nested tuple in parentheses.
+ *
+ * @param[in,out] out  a buffer; the text is appended, followed by a NUL not counted in out->len
+ * @return 0; KVQ_EINVAL (NULL out, NULL elems with count > 0, an unknown type, nesting deeper
+ *         than KVQ_TUPLE_MAX_DEPTH); KVQ_ENOMEM. On error out->len is unchanged.
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_tuple_format(kvq_buf *out, const kvq_tuple_elem *elems, size_t count);
 
 /**
  * Appends the range of every key that starts with prefix and is longer: prefix + 0x00 to begin,

@@ -366,6 +366,142 @@ int kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count)
     return pack_append(out, elems, count, 1, "kvq_tuple_pack_vs");
 }
 
+/* ---- strict equality ----------------------------------------------------------------------- */
+
+int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb)
+{
+    writer wa = { NULL, 0, 0, 0, 0 }, wb = { NULL, 0, 0, 0, 0 };
+    if ((a == NULL && na > 0) || (b == NULL && nb > 0) || pack_elems(&wa, a, na, 0) != 0 ||
+        pack_elems(&wb, b, nb, 0) != 0 || wa.len != wb.len)
+        return 0;
+    if (wa.len == 0)
+        return 1;
+    uint8_t *pa = kvq__malloc(wa.len), *pb = kvq__malloc(wb.len);
+    int eq = 0;
+    if (pa != NULL && pb != NULL) {
+        writer xa = { pa, wa.len, 0, 0, 0 }, xb = { pb, wb.len, 0, 0, 0 };
+        eq = pack_elems(&xa, a, na, 0) == 0 && pack_elems(&xb, b, nb, 0) == 0 &&
+             memcmp(pa, pb, wa.len) == 0;
+    } else {
+        /* No memory for the bytes: the order, whose 0 means the same encoding. */
+        eq = kvq_tuple_compare(a, na, b, nb) == 0;
+    }
+    kvq__free(pa);
+    kvq__free(pb);
+    return eq;
+}
+
+/* ---- building, element by element ----------------------------------------------------------- */
+
+static void build_fail(kvq_tuple_builder *b, int rc)
+{
+    if (b->error == 0)
+        b->error = rc;
+}
+
+/* Appends bytes the writer made at depth (0: the top) to b->out. */
+static void build_elem(kvq_tuple_builder *b, const kvq_tuple_elem *e)
+{
+    writer sizing = { NULL, 0, 0, 0, 0 };
+    int rc = pack_elem(&sizing, e, b->depth);
+    if (rc == 0 && b->vs_count + sizing.vs_count > 1)
+        rc = kvq__error(KVQ_EINVAL, "kvq_tuple_add: a second incomplete versionstamp");
+    if (rc == 0)
+        rc = kvq_buf_grow(b->out, sizing.len);
+    if (rc != 0) {
+        build_fail(b, rc);
+        return;
+    }
+    writer w = { b->out->data + b->out->len, sizing.len, 0, 0, 0 };
+    rc = pack_elem(&w, e, b->depth);
+    if (rc != 0) {
+        build_fail(b, rc);
+        return;
+    }
+    if (w.vs_count > 0) {
+        b->vs_count++;
+        b->vs_at = b->out->len + w.vs_at;
+    }
+    b->out->len += sizing.len;
+}
+
+void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out)
+{
+    if (b == NULL)
+        return;
+    memset(b, 0, sizeof(*b));
+    b->out = out;
+    if (out == NULL)
+        b->error = kvq__error(KVQ_EINVAL, "kvq_tuple_builder_init: out is NULL");
+    else
+        b->start = out->len;
+}
+
+void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e)
+{
+    if (b != NULL && b->error == 0)
+        build_elem(b, &e);
+}
+
+void kvq_tuple_open(kvq_tuple_builder *b)
+{
+    if (b == NULL || b->error != 0)
+        return;
+    if (b->depth + 1 > KVQ_TUPLE_MAX_DEPTH) {
+        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_open: nested tuples deeper than %d levels",
+                                 KVQ_TUPLE_MAX_DEPTH));
+        return;
+    }
+    uint8_t code = CODE_NESTED;
+    int rc = kvq_buf_append(b->out, &code, 1);
+    if (rc != 0)
+        build_fail(b, rc);
+    else
+        b->depth++;
+}
+
+void kvq_tuple_close(kvq_tuple_builder *b)
+{
+    if (b == NULL || b->error != 0)
+        return;
+    if (b->depth == 0) {
+        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_close: no nested tuple is open"));
+        return;
+    }
+    uint8_t end = 0x00;
+    int rc = kvq_buf_append(b->out, &end, 1);
+    if (rc != 0)
+        build_fail(b, rc);
+    else
+        b->depth--;
+}
+
+int kvq_tuple_builder_finish(kvq_tuple_builder *b)
+{
+    if (b == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_tuple_builder_finish: builder is NULL");
+    if (b->error == 0 && b->depth != 0)
+        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_builder_finish: %d nested tuple(s) still "
+                                             "open",
+                                 b->depth));
+    if (b->error == 0 && b->vs_count == 1) {
+        if ((uint64_t)b->vs_at > UINT32_MAX) {
+            build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_builder_finish: the versionstamp's "
+                                                 "offset does not fit 32 bits"));
+        } else {
+            uint8_t off[4];
+            for (int i = 0; i < 4; i++)
+                off[i] = (uint8_t)(b->vs_at >> (8 * i));
+            int rc = kvq_buf_append(b->out, off, 4);
+            if (rc != 0)
+                build_fail(b, rc);
+        }
+    }
+    if (b->error != 0 && b->out != NULL)
+        b->out->len = b->start; /* nothing of a failed build stays */
+    return b->error;
+}
+
 /* ---- unpacking ----------------------------------------------------------------------------- */
 
 /* Memory of an unpacked tuple: blocks freed together with it. Each nested tuple's elements are

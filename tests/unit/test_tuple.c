@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1460,6 +1461,213 @@ static void test_bad_arguments(void **state)
     kvq_buf_dispose(&b2);
 }
 
+/* ---- the builder, strict equality, printable and format ---- */
+
+static void test_builder_matches_pack(void **state)
+{
+    (void)state;
+    /* ("orders", (2026, null, b"\x00z"), -5, ()) packed from arrays ... */
+    kvq_tuple_elem inner[3] = { kvq_tuple_int(2026), kvq_tuple_null(),
+                                kvq_tuple_bytes("\x00z", 2) };
+    kvq_tuple_elem t[4] = { kvq_tuple_str("orders"), kvq_tuple_nested(inner, 3),
+                            kvq_tuple_int(-5), kvq_tuple_nested(NULL, 0) };
+    kvq_buf want = KVQ_BUF_INIT, got = KVQ_BUF_INIT;
+    assert_int_equal(kvq_tuple_pack_buf(&want, t, 4), 0);
+    /* ... and built element by element, after a raw prefix. */
+    assert_int_equal(kvq_buf_append(&got, "P", 1), 0);
+    kvq_tuple_builder b;
+    kvq_tuple_builder_init(&b, &got);
+    kvq_tuple_add(&b, kvq_tuple_str("orders"));
+    kvq_tuple_open(&b);
+    kvq_tuple_add(&b, kvq_tuple_int(2026));
+    kvq_tuple_add(&b, kvq_tuple_null());
+    kvq_tuple_add(&b, kvq_tuple_bytes("\x00z", 2));
+    kvq_tuple_close(&b);
+    kvq_tuple_add(&b, kvq_tuple_int(-5));
+    kvq_tuple_open(&b);
+    kvq_tuple_close(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), 0);
+    assert_int_equal(got.len, want.len + 1);
+    assert_memory_equal(got.data + 1, want.data, want.len);
+    /* The nested null is 00 FF; the top-level one would be 00. */
+    assert_non_null(memmem(got.data, got.len, "\x05\x16\x07\xea\x00\xff\x01\x00\xffz\x00\x00", 12));
+    /* An incomplete versionstamp: the same bytes and offset as kvq_tuple_pack_vs. */
+    kvq_tuple_elem v[2] = { kvq_tuple_str("q"), kvq_tuple_vs_incomplete(7) };
+    kvq_tuple_elem vt[2] = { kvq_tuple_int(1), kvq_tuple_nested(v, 2) };
+    want.len = 0;
+    assert_int_equal(kvq_buf_append(&want, "raw", 3), 0);
+    assert_int_equal(kvq_tuple_pack_vs(&want, vt, 2), 0);
+    got.len = 0;
+    assert_int_equal(kvq_buf_append(&got, "raw", 3), 0);
+    kvq_tuple_builder_init(&b, &got);
+    kvq_tuple_add(&b, kvq_tuple_int(1));
+    kvq_tuple_open(&b);
+    kvq_tuple_add(&b, kvq_tuple_str("q"));
+    kvq_tuple_add(&b, kvq_tuple_vs_incomplete(7));
+    kvq_tuple_close(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), 0);
+    assert_int_equal(got.len, want.len);
+    assert_memory_equal(got.data, want.data, want.len);
+    kvq_buf_dispose(&want);
+    kvq_buf_dispose(&got);
+}
+
+static void test_builder_errors(void **state)
+{
+    (void)state;
+    kvq_buf out = KVQ_BUF_INIT;
+    assert_int_equal(kvq_buf_append(&out, "keep", 4), 0);
+    kvq_tuple_builder b;
+    /* A close without an open; the first error stays, later calls do nothing. */
+    kvq_tuple_builder_init(&b, &out);
+    kvq_tuple_add(&b, kvq_tuple_int(1));
+    kvq_tuple_close(&b);
+    kvq_tuple_add(&b, kvq_tuple_int(2));
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(out.len, 4);
+    /* A nested tuple left open. */
+    kvq_tuple_builder_init(&b, &out);
+    kvq_tuple_open(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(out.len, 4);
+    /* A string that is not UTF-8. */
+    kvq_tuple_builder_init(&b, &out);
+    kvq_tuple_add(&b, kvq_tuple_strn("\xff", 1));
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(out.len, 4);
+    /* Two incomplete versionstamps. */
+    kvq_tuple_builder_init(&b, &out);
+    kvq_tuple_add(&b, kvq_tuple_vs_incomplete(1));
+    kvq_tuple_add(&b, kvq_tuple_vs_incomplete(2));
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(out.len, 4);
+    /* Nesting: 64 levels are fine, the 65th is not. */
+    kvq_tuple_builder_init(&b, &out);
+    for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
+        kvq_tuple_open(&b);
+    for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
+        kvq_tuple_close(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), 0);
+    assert_int_equal(out.len, 4 + 2 * KVQ_TUPLE_MAX_DEPTH);
+    out.len = 4;
+    kvq_tuple_builder_init(&b, &out);
+    for (int i = 0; i <= KVQ_TUPLE_MAX_DEPTH; i++)
+        kvq_tuple_open(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(out.len, 4);
+    /* NULLs. */
+    kvq_tuple_builder_init(&b, NULL);
+    kvq_tuple_add(&b, kvq_tuple_int(1));
+    kvq_tuple_open(&b);
+    assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
+    assert_int_equal(kvq_tuple_builder_finish(NULL), KVQ_EINVAL);
+    kvq_tuple_builder_init(NULL, &out);
+    kvq_tuple_add(NULL, kvq_tuple_int(1));
+    kvq_tuple_open(NULL);
+    kvq_tuple_close(NULL);
+    assert_int_equal(out.len, 4);
+    kvq_buf_dispose(&out);
+}
+
+static void test_strict_equality(void **state)
+{
+    (void)state;
+    kvq_tuple_elem i1 = kvq_tuple_int(1), d1 = kvq_tuple_double(1.0), f1 = kvq_tuple_float(1.0f);
+    kvq_tuple_elem u5 = kvq_tuple_uint(5), i5 = kvq_tuple_int(5);
+    kvq_tuple_elem pz = kvq_tuple_double(0.0), nz = kvq_tuple_double(-0.0);
+    kvq_tuple_elem s = kvq_tuple_str("a"), by = kvq_tuple_bytes("a", 1);
+    assert_int_equal(kvq_tuple_equal(&i1, 1, &i1, 1), 1);
+    assert_int_equal(kvq_tuple_equal(&i1, 1, &d1, 1), 0);
+    assert_int_equal(kvq_tuple_equal(&d1, 1, &f1, 1), 0);
+    assert_int_equal(kvq_tuple_equal(&u5, 1, &i5, 1), 1);
+    assert_int_equal(kvq_tuple_equal(&pz, 1, &nz, 1), 0);
+    assert_int_equal(kvq_tuple_equal(&s, 1, &by, 1), 0);
+    assert_int_equal(kvq_tuple_equal(NULL, 0, NULL, 0), 1);
+    assert_int_equal(kvq_tuple_equal(&i1, 1, NULL, 0), 0);
+    assert_int_equal(kvq_tuple_equal(NULL, 1, &i1, 1), 0);
+    /* A prefix is not equal. */
+    kvq_tuple_elem two[2] = { kvq_tuple_int(1), kvq_tuple_int(2) };
+    assert_int_equal(kvq_tuple_equal(two, 1, two, 2), 0);
+    /* Nested, element by element. */
+    kvq_tuple_elem in_a[2] = { kvq_tuple_str("x"), kvq_tuple_null() };
+    kvq_tuple_elem in_b[2] = { kvq_tuple_str("x"), kvq_tuple_null() };
+    kvq_tuple_elem in_c[2] = { kvq_tuple_str("x"), kvq_tuple_bool(0) };
+    kvq_tuple_elem na = kvq_tuple_nested(in_a, 2), nb = kvq_tuple_nested(in_b, 2),
+                   nc = kvq_tuple_nested(in_c, 2);
+    assert_int_equal(kvq_tuple_equal(&na, 1, &nb, 1), 1);
+    assert_int_equal(kvq_tuple_equal(&na, 1, &nc, 1), 0);
+    /* What packing refuses equals nothing, itself included. */
+    kvq_tuple_elem bad = kvq_tuple_strn("\xc3", 1);
+    assert_int_equal(kvq_tuple_equal(&bad, 1, &bad, 1), 0);
+}
+
+static void test_printable_and_format(void **state)
+{
+    (void)state;
+    kvq_buf out = KVQ_BUF_INIT;
+    assert_int_equal(kvq_printable(&out, (const uint8_t *)"a\x00\\ ~\x7f\xff\"", 8), 0);
+    assert_string_equal((const char *)out.data, "a\\x00\\\\ ~\\x7f\\xff\"");
+    assert_int_equal(out.len, strlen("a\\x00\\\\ ~\\x7f\\xff\""));
+    assert_int_equal(kvq_printable(NULL, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_printable(&out, NULL, 1), KVQ_EINVAL);
+    out.len = 0;
+    assert_int_equal(kvq_printable(&out, NULL, 0), 0);
+    assert_string_equal((const char *)out.data, "");
+
+    uint8_t uuid[16], tr[10];
+    for (int i = 0; i < 16; i++)
+        uuid[i] = (uint8_t)(i * 17);
+    for (int i = 0; i < 10; i++)
+        tr[i] = (uint8_t)i;
+    kvq_tuple_elem inner[2] = { kvq_tuple_int(2026), kvq_tuple_null() };
+    kvq_tuple_elem t[] = {
+        kvq_tuple_str("or\"ders"),     kvq_tuple_nested(inner, 2), kvq_tuple_bytes("\x01\\", 2),
+        kvq_tuple_int(-5),             kvq_tuple_uint(UINT64_MAX), kvq_tuple_neg_uint(UINT64_MAX),
+        kvq_tuple_float(1.5f),         kvq_tuple_double(0.1),      kvq_tuple_double(3.0),
+        kvq_tuple_bool(1),             kvq_tuple_uuid(uuid),       kvq_tuple_vs(tr, 9),
+        kvq_tuple_vs_incomplete(2),    kvq_tuple_nested(NULL, 0),
+    };
+    out.len = 0;
+    assert_int_equal(kvq_tuple_format(&out, t, sizeof(t) / sizeof(t[0])), 0);
+    assert_string_equal((const char *)out.data,
+                        "(\"or\\x22ders\", (2026, null), b\"\\x01\\\\\", -5, 18446744073709551615, "
+                        "-18446744073709551615, 1.5f, 0.1, 3.0, true, "
+                        "UUID(00112233-4455-6677-8899-aabbccddeeff), "
+                        "Versionstamp(00010203040506070809, 9), Versionstamp(incomplete, 2), ())");
+    /* Special doubles, and the empty tuple. */
+    kvq_tuple_elem sp[3] = { kvq_tuple_double(-INFINITY), kvq_tuple_double(NAN),
+                             kvq_tuple_float(0.1f) };
+    out.len = 0;
+    assert_int_equal(kvq_tuple_format(&out, sp, 3), 0);
+    assert_string_equal((const char *)out.data, "(-inf, nan, 0.1f)");
+    out.len = 0;
+    assert_int_equal(kvq_tuple_format(&out, NULL, 0), 0);
+    assert_string_equal((const char *)out.data, "()");
+    /* Bad input leaves out as it was. */
+    size_t before = out.len;
+    kvq_tuple_elem unknown = kvq_tuple_int(0);
+    unknown.type = (kvq_tuple_type)99;
+    assert_int_equal(kvq_tuple_format(&out, &unknown, 1), KVQ_EINVAL);
+    assert_int_equal(out.len, before);
+    assert_int_equal(kvq_tuple_format(NULL, t, 1), KVQ_EINVAL);
+    assert_int_equal(kvq_tuple_format(&out, NULL, 1), KVQ_EINVAL);
+    /* What an unpacked tuple prints is what was packed. */
+    kvq_buf packed = KVQ_BUF_INIT;
+    assert_int_equal(kvq_tuple_pack_buf(&packed, t, 12), 0);
+    kvq_tuple *u;
+    assert_int_equal(kvq_tuple_unpack(&u, packed.data, packed.len), 0);
+    kvq_buf again = KVQ_BUF_INIT;
+    out.len = 0;
+    assert_int_equal(kvq_tuple_format(&out, t, 12), 0);
+    assert_int_equal(kvq_tuple_format(&again, kvq_tuple_at(u, 0), kvq_tuple_count(u)), 0);
+    assert_string_equal((const char *)again.data, (const char *)out.data);
+    assert_int_equal(kvq_tuple_equal(kvq_tuple_at(u, 0), kvq_tuple_count(u), t, 12), 1);
+    kvq_tuple_free(u);
+    kvq_buf_dispose(&packed);
+    kvq_buf_dispose(&again);
+    kvq_buf_dispose(&out);
+}
+
 int main(int argc, char **argv)
 {
     const char *env = getenv("KVQ_TEST_SEED");
@@ -1493,6 +1701,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ranges_and_strinc),
         cmocka_unit_test(test_subspaces),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_builder_matches_pack),
+        cmocka_unit_test(test_builder_errors),
+        cmocka_unit_test(test_strict_equality),
+        cmocka_unit_test(test_printable_and_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
