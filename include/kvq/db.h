@@ -58,42 +58,7 @@ enum {
     KVQ_DB_READ_ONLY = 1u << 2,
 };
 
-/** Kinds of injected commit faults (kvq_db_options.fault_kinds). */
-enum {
-    /** The commit is not applied and fails with 1020. */
-    KVQ_FAULT_NOT_COMMITTED = 1u << 0,
-    /** The commit is applied but reports 1021. */
-    KVQ_FAULT_UNKNOWN_COMMITTED = 1u << 1,
-    /** The commit is not applied and reports 1021. */
-    KVQ_FAULT_UNKNOWN_NOT_COMMITTED = 1u << 2,
-    /** The 1020 and 1021 kinds above. */
-    KVQ_FAULT_ALL = 7u,
-    /** The commit is applied but reports 1031, as a FoundationDB commit does when the
-     * transaction's timeout passes while the commit is in flight. */
-    KVQ_FAULT_TIMED_OUT_COMMITTED = 1u << 3,
-    /** The commit is not applied and reports 1031 from the commit. */
-    KVQ_FAULT_TIMED_OUT_NOT_COMMITTED = 1u << 4,
-};
-
-/** Test-only knobs (kvq_db_options.test_flags) that deliberately break the engine, so that tests
- * can show their checkers fail. Never use them for anything else. */
-enum {
-    /** Skip the read-conflict check at commit (commits never fail with 1020). */
-    KVQ_TEST_SKIP_CONFLICT_CHECK = 1u << 0,
-    /** The queue layers' convenience forms neither read nor honour their idempotency markers,
-     * so a retry after a 1021 that had committed pushes twice or pops twice. */
-    KVQ_TEST_DROP_IDEMPOTENCY_MARKER = 1u << 1,
-    /** Embedded engine: commits are applied without waiting for the disk (as KVQ_DB_RELAXED)
-     * while the database claims to be durable, so a commit is acknowledged before its WAL
-     * frames are synced. */
-    KVQ_TEST_ACK_BEFORE_SYNC = 1u << 2,
-    /** Embedded engine: a storage error while committing (a failed WAL write or sync, after
-     * which the commit may or may not survive) is reported as the definite KVQ_EIO instead of
-     * KVQ_ECOMMIT_UNKNOWN_RESULT. */
-    KVQ_TEST_IOERR_AS_DEFINITE = 1u << 3,
-};
-
-#define KVQ_DB_OPTIONS_VERSION 1
+#define KVQ_DB_OPTIONS_VERSION 2
 
 /** Options for kvq_db_open. Initialise with KVQ_DB_OPTIONS_INIT, then change what you need. */
 typedef struct kvq_db_options {
@@ -107,19 +72,13 @@ typedef struct kvq_db_options {
     int64_t max_retry_delay_ms;
     /** Mode of files the embedded engine creates (e.g. 0600). */
     unsigned int file_mode;
-    /** Injected commit faults: the probability per commit (0 = off), which kinds, and a seed. */
-    double fault_rate;
-    unsigned int fault_kinds;
-    uint64_t fault_seed;
-    /** KVQ_TEST_* knobs; 0 in anything but tests. */
-    unsigned int test_flags;
     /** The fdb engine's API version (710 by default; 730 when asked). */
     int api_version;
 } kvq_db_options;
 
 #define KVQ_DB_OPTIONS_INIT                                              \
     {                                                                    \
-        KVQ_DB_OPTIONS_VERSION, 0, 100, 0, 1000, 0600, 0.0, 0, 0, 0, 710 \
+        KVQ_DB_OPTIONS_VERSION, 0, 100, 0, 1000, 0600, 710 \
     }
 
 /**
@@ -149,7 +108,7 @@ typedef struct kvq_db_stats {
     uint64_t conflicts;       /**< commits that failed with 1020 */
     uint64_t retries;         /**< retries made by kvq_txn_on_error */
     uint64_t batches;         /**< storage transactions that carried those commits */
-    uint64_t injected_faults; /**< faults injected by fault_rate */
+    uint64_t injected_faults; /**< faults injected (kvq_db_open_testing, kvq/testing.h) */
     /** Embedded engine: syncs of the disk this handle made. One sync covers the commits of
      * every process written by then, so a process may see its commits synced by another. */
     uint64_t syncs;

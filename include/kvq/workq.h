@@ -53,16 +53,7 @@ extern "C" {
 /** A work queue over a kvq_queue. Shared by threads. */
 typedef struct kvq_workq kvq_workq;
 
-#define KVQ_WORKQ_OPTIONS_VERSION 1
-
-/** Test-only knobs (kvq_workq_options.test_flags) that deliberately break the work-queue layer,
- * so that tests can show their checkers fail. Never use them for anything else. */
-enum {
-    /** Upkeep (kvq_workq_recover, and the pass before each kvq_workq_receive) returns every
-     * in-flight item to the queue, whether its lease has ended or not: an item is delivered
-     * again while a consumer still holds a valid lease on it. */
-    KVQ_WORKQ_TEST_IGNORE_LEASES = 1u << 0,
-};
+#define KVQ_WORKQ_OPTIONS_VERSION 2
 
 /** Options of kvq_workq_open. Initialise with KVQ_WORKQ_OPTIONS_INIT. */
 typedef struct kvq_workq_options {
@@ -74,13 +65,11 @@ typedef struct kvq_workq_options {
     uint32_t max_deliveries;
     /** Milliseconds a deduplication key is remembered (default 300,000; 1 ms to 7 days). */
     int64_t dedup_window_ms;
-    /** KVQ_WORKQ_TEST_* knobs; 0 in anything but tests. */
-    unsigned int test_flags;
 } kvq_workq_options;
 
 #define KVQ_WORKQ_OPTIONS_INIT                             \
     {                                                      \
-        KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000, 0     \
+        KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000        \
     }
 
 /**

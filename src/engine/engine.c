@@ -15,36 +15,50 @@ static const char *default_url(void)
     return (env != NULL && env[0] != '\0') ? env : "./kvq-data";
 }
 
-int kvq_db_open(kvq_db **out, const char *url, const kvq_db_options *opts)
+#define KVQ__TEST_FLAGS_KNOWN                                                                \
+    (KVQ_TEST_SKIP_CONFLICT_CHECK | KVQ_TEST_DROP_IDEMPOTENCY_MARKER | KVQ_TEST_ACK_BEFORE_SYNC | \
+     KVQ_TEST_IOERR_AS_DEFINITE)
+
+static int db_open(kvq_db **out, const char *url, const kvq_db_options *opts,
+                   const kvq_testing_options *testing, const char *fn)
 {
     kvq__error_clear();
     if (out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: out is NULL");
+        return kvq__error(KVQ_EINVAL, "%s: out is NULL", fn);
     *out = NULL;
     kvq_db_options def = KVQ_DB_OPTIONS_INIT;
     if (opts == NULL)
         opts = &def;
+    kvq_testing_options tdef = KVQ_TESTING_OPTIONS_INIT;
+    if (testing == NULL)
+        testing = &tdef;
     if (opts->version != KVQ_DB_OPTIONS_VERSION)
         return kvq__error(KVQ_EINVAL,
-                          "kvq_db_open: options version %u is not %u (use KVQ_DB_OPTIONS_INIT)",
+                          "%s: options version %u is not %u (use KVQ_DB_OPTIONS_INIT)", fn,
                           opts->version, KVQ_DB_OPTIONS_VERSION);
-    if (opts->retry_limit < -1)
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: retry_limit %d is below -1", opts->retry_limit);
-    if (opts->timeout_ms < 0 || opts->max_retry_delay_ms < 0)
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: negative timeout or retry delay");
-    if (!(opts->fault_rate >= 0.0 && opts->fault_rate <= 1.0))
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: fault_rate must be within [0, 1]");
-    if ((opts->fault_kinds & ~(unsigned int)KVQ__FAULT_KNOWN) != 0 ||
-        (opts->fault_rate > 0.0 && opts->fault_kinds == 0))
+    if (testing->version != KVQ_TESTING_OPTIONS_VERSION)
         return kvq__error(KVQ_EINVAL,
-                          "kvq_db_open: fault_kinds must name at least one KVQ_FAULT_*");
+                          "%s: testing options version %u is not %u (use "
+                          "KVQ_TESTING_OPTIONS_INIT)",
+                          fn, testing->version, KVQ_TESTING_OPTIONS_VERSION);
+    if (opts->retry_limit < -1)
+        return kvq__error(KVQ_EINVAL, "%s: retry_limit %d is below -1", fn, opts->retry_limit);
+    if (opts->timeout_ms < 0 || opts->max_retry_delay_ms < 0)
+        return kvq__error(KVQ_EINVAL, "%s: negative timeout or retry delay", fn);
+    if (!(testing->fault_rate >= 0.0 && testing->fault_rate <= 1.0))
+        return kvq__error(KVQ_EINVAL, "%s: fault_rate must be within [0, 1]", fn);
+    if ((testing->fault_kinds & ~(unsigned int)KVQ__FAULT_KNOWN) != 0 ||
+        (testing->fault_rate > 0.0 && testing->fault_kinds == 0))
+        return kvq__error(KVQ_EINVAL, "%s: fault_kinds must name at least one KVQ_FAULT_*", fn);
+    if ((testing->flags & ~(unsigned int)KVQ__TEST_FLAGS_KNOWN) != 0)
+        return kvq__error(KVQ_EINVAL, "%s: unknown KVQ_TEST_* flags 0x%x", fn, testing->flags);
     if ((opts->file_mode & ~0777u) != 0)
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: file_mode %o is not a permission mode",
+        return kvq__error(KVQ_EINVAL, "%s: file_mode %o is not a permission mode", fn,
                           opts->file_mode);
     if (url == NULL)
         url = default_url();
     if (url[0] == '\0')
-        return kvq__error(KVQ_EINVAL, "kvq_db_open: the database URL is empty");
+        return kvq__error(KVQ_EINVAL, "%s: the database URL is empty", fn);
 
     const kvq__engine_ops *ops;
     const char *path;
@@ -57,16 +71,26 @@ int kvq_db_open(kvq_db **out, const char *url, const kvq_db_options *opts)
         if (strncmp(url, "file:", 5) == 0)
             path = url + 5;
         if (path[0] == '\0')
-            return kvq__error(KVQ_EINVAL, "kvq_db_open: the database path is empty");
+            return kvq__error(KVQ_EINVAL, "%s: the database path is empty", fn);
     }
 
     kvq_db *db = kvq__calloc(1, sizeof(*db));
     if (db == NULL)
-        return kvq__error(KVQ_ENOMEM, "kvq_db_open: out of memory");
+        return kvq__error(KVQ_ENOMEM, "%s: out of memory", fn);
     db->ops = ops;
-    db->opts = *opts;
+    db->opts.version = opts->version;
+    db->opts.flags = opts->flags;
+    db->opts.retry_limit = opts->retry_limit;
+    db->opts.timeout_ms = opts->timeout_ms;
+    db->opts.max_retry_delay_ms = opts->max_retry_delay_ms;
+    db->opts.file_mode = opts->file_mode;
+    db->opts.api_version = opts->api_version;
+    db->opts.fault_rate = testing->fault_rate;
+    db->opts.fault_kinds = testing->fault_kinds;
+    db->opts.fault_seed = testing->fault_seed;
+    db->opts.test_flags = testing->flags;
     pthread_mutex_init(&db->fault_mu, NULL);
-    db->fault_rng.s = opts->fault_seed;
+    db->fault_rng.s = testing->fault_seed;
     int rc = ops->open(&db->engine, db, path, &db->opts);
     if (rc != 0) {
         pthread_mutex_destroy(&db->fault_mu);
@@ -75,6 +99,19 @@ int kvq_db_open(kvq_db **out, const char *url, const kvq_db_options *opts)
     }
     *out = db;
     return 0;
+}
+
+int kvq_db_open(kvq_db **out, const char *url, const kvq_db_options *opts)
+{
+    return db_open(out, url, opts, NULL, "kvq_db_open");
+}
+
+int kvq_db_open_testing(kvq_db **out,
+                        const char *url,
+                        const kvq_db_options *opts,
+                        const kvq_testing_options *testing)
+{
+    return db_open(out, url, opts, testing, "kvq_db_open_testing");
 }
 
 void kvq_db_close(kvq_db *db)

@@ -10,7 +10,24 @@
 #include <stdint.h>
 
 #include "kvq/db.h"
+#include "kvq/testing.h"
 #include "util/util.h"
+
+/* Every option a handle is opened with: kvq_db_options's, then kvq_testing_options's
+ * (kvq/testing.h; all 0 for kvq_db_open). The engines read them from here. */
+typedef struct kvq__db_opts {
+    unsigned int version;
+    unsigned int flags;
+    int retry_limit;
+    int64_t timeout_ms;
+    int64_t max_retry_delay_ms;
+    unsigned int file_mode;
+    int api_version;
+    double fault_rate;
+    unsigned int fault_kinds;
+    uint64_t fault_seed;
+    unsigned int test_flags;
+} kvq__db_opts;
 
 #define KVQ__ENGINE_OPS_VERSION 1
 
@@ -18,7 +35,7 @@ typedef struct kvq__engine_ops {
     unsigned int version;
     const char *name;
 
-    int (*open)(void **out, kvq_db *db, const char *path, const kvq_db_options *opts);
+    int (*open)(void **out, kvq_db *db, const char *path, const kvq__db_opts *opts);
     void (*close)(void *engine);
 
     int (*txn_create)(void **out, void *engine, kvq_txn *txn);
@@ -72,7 +89,7 @@ typedef struct kvq__engine_ops {
 struct kvq_db {
     const kvq__engine_ops *ops;
     void *engine;
-    kvq_db_options opts;
+    kvq__db_opts opts;
     /* Injected faults (kvq__choose_fault). */
     pthread_mutex_t fault_mu;
     kvq__rng fault_rng;
@@ -125,7 +142,7 @@ void kvq__watch_settle(kvq_watch *w, int result);
 void kvq__watch_unref(kvq_watch *w);
 void kvq__watch_ref(kvq_watch *w);
 
-/* Decides whether this commit gets an injected fault (kvq_db_options.fault_rate): 0 or one of
+/* Decides whether this commit gets an injected fault (kvq_testing_options.fault_rate): 0 or one of
  * the KVQ_FAULT_* kinds asked for, counted in the database's stats. */
 unsigned int kvq__choose_fault(kvq_db *db);
 

@@ -27,6 +27,7 @@
  * different items never conflicts, and nothing a push writes is read by them. */
 #include <string.h>
 
+#include "kvq/testing.h"
 #include "kvq/workq.h"
 #include "layers/layers_internal.h"
 
@@ -39,6 +40,7 @@
 struct kvq_workq {
     kvq_queue *q;
     kvq_workq_options opts;
+    unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
@@ -266,7 +268,7 @@ static int lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
  * knob) everything, so that a checker can be shown to catch early redeliveries. */
 static int64_t expiry_bound(const kvq_workq *w, int64_t rv)
 {
-    return (w->opts.test_flags & KVQ_WORKQ_TEST_IGNORE_LEASES) ? INT64_MAX : rv;
+    return (w->test_flags & KVQ_WORKQ_TEST_IGNORE_LEASES) ? INT64_MAX : rv;
 }
 
 /* ---- the age of ready items on priority queues --------------------------------------------- */
@@ -955,6 +957,16 @@ int kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_
         return rc;
     recv_ctx c = { w, out, lease, lease_ms };
     return kvq_db_transact(w->q->db, recv_body, &c);
+}
+
+int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)
+{
+    if (w == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_testing_workq_flags: w is NULL");
+    if ((flags & ~(unsigned int)KVQ_WORKQ_TEST_IGNORE_LEASES) != 0)
+        return kvq__error(KVQ_EINVAL, "kvq_testing_workq_flags: unknown flags 0x%x", flags);
+    w->test_flags = flags;
+    return 0;
 }
 
 int64_t kvq__workq_lease_ms(const kvq_workq *w)

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include <kvq/kvq.h>
+#include <kvq/testing.h>
 
 /* ---- state of the program ------------------------------------------------------------------ */
 
@@ -194,12 +195,13 @@ static inline const char *cf_fresh_url(char *out, size_t cap, const char *name)
 }
 
 /* Opens `url`. Skips the test when its engine is not available; fails it on any other error. */
-static inline kvq_db *cf_open_url(const char *url, const kvq_db_options *opts)
+static inline kvq_db *
+cf_open_url_testing(const char *url, const kvq_db_options *opts, const kvq_testing_options *t)
 {
     if (cf_no_engine)
         skip();
     kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, url, opts);
+    int rc = kvq_db_open_testing(&db, url, opts, t);
     if (rc == KVQ_ENOENGINE) {
         cf_no_engine = 1;
         print_message("engine of %s unavailable (%s): SKIPPED\n", url, kvq_last_error());
@@ -211,9 +213,20 @@ static inline kvq_db *cf_open_url(const char *url, const kvq_db_options *opts)
     return db;
 }
 
+static inline kvq_db *cf_open_url(const char *url, const kvq_db_options *opts)
+{
+    return cf_open_url_testing(url, opts, NULL);
+}
+
 static inline kvq_db *cf_open(const kvq_db_options *opts)
 {
     return cf_open_url(cf_url, opts);
+}
+
+/* cf_open with injected faults or test knobs (kvq/testing.h). */
+static inline kvq_db *cf_open_testing(const kvq_testing_options *t)
+{
+    return cf_open_url_testing(cf_url, NULL, t);
 }
 
 /* Skips the current test unless the engine is the embedded one. */

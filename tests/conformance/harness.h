@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 
 static char h_dir[128];
 static char h_url[512];
@@ -28,12 +29,12 @@ static inline int h_is_fdb(void)
 
 /* Opens a handle on the test database with the given options (NULL: defaults). Skips the test
  * when the engine is not available. */
-static inline kvq_db *h_open(const kvq_db_options *o)
+static inline kvq_db *h_open_testing(const kvq_db_options *o, const kvq_testing_options *t)
 {
     if (h_unavailable)
         skip();
     kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, h_url, o);
+    int rc = kvq_db_open_testing(&db, h_url, o, t);
     if (rc == KVQ_ENOENGINE) {
         h_unavailable = 1;
         fprintf(stderr, "engine unavailable (%s): skipped\n", kvq_last_error());
@@ -42,6 +43,11 @@ static inline kvq_db *h_open(const kvq_db_options *o)
     if (rc != 0)
         fail_msg("kvq_db_open(%s): %s (%s)", h_url, kvq_errname(rc), kvq_last_error());
     return db;
+}
+
+static inline kvq_db *h_open(const kvq_db_options *o)
+{
+    return h_open_testing(o, NULL);
 }
 
 /* Every test works under its own prefix, so that tests sharing one database (fdb) never see

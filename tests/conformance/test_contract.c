@@ -464,11 +464,11 @@ static void test_injected_faults(void **state)
                   { KVQ_FAULT_UNKNOWN_COMMITTED, KVQ_ECOMMIT_UNKNOWN_RESULT, 1 },
                   { KVQ_FAULT_UNKNOWN_NOT_COMMITTED, KVQ_ECOMMIT_UNKNOWN_RESULT, 0 } };
     for (int i = 0; i < 3; i++) {
-        kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+        kvq_testing_options o = KVQ_TESTING_OPTIONS_INIT;
         o.fault_rate = 1.0;
         o.fault_kinds = cases[i].kind;
         o.fault_seed = 1;
-        kvq_db *f = h_open(&o);
+        kvq_db *f = h_open_testing(NULL, &o);
         char key[32];
         snprintf(key, sizeof(key), "t/fault/%d", i);
         kvq_txn *t;

@@ -312,10 +312,10 @@ static int run_workers(kvq_db *db,
     return 0;
 }
 
-static kvq_db_options worker_options(unsigned test_flags)
+static kvq_testing_options worker_options(unsigned test_flags)
 {
-    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.test_flags = test_flags;
+    kvq_testing_options o = KVQ_TESTING_OPTIONS_INIT;
+    o.flags = test_flags;
     return o;
 }
 
@@ -331,9 +331,9 @@ static int role_workers(int argc, char **argv)
     int64_t dur = atoll(argv[6]);
     unsigned flags = (unsigned)strtoul(argv[7], NULL, 10);
     int fd = atoi(argv[8]);
-    kvq_db_options o = worker_options(flags);
+    kvq_testing_options o = worker_options(flags);
     kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, url, &o);
+    int rc = kvq_db_open_testing(&db, url, NULL, &o);
     if (rc != 0) {
         fprintf(stderr, "child: open %s: %s (%s)\n", url, kvq_errname(rc), kvq_last_error());
         return 3;
@@ -585,8 +585,8 @@ static void run_workload(const char *url,
                          unsigned test_flags,
                          struct wstats *total)
 {
-    kvq_db_options o = worker_options(test_flags);
-    kvq_db *db = cf_open_url(url, &o);
+    kvq_testing_options o = worker_options(test_flags);
+    kvq_db *db = cf_open_url_testing(url, NULL, &o);
     memset(total, 0, sizeof(*total));
     pid_t pids[4];
     int fds[4];

@@ -337,9 +337,9 @@ static void test_read_only_never_conflicts(void **state)
 static void test_skip_conflict_check_knob(void **state)
 {
     (void)state;
-    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.test_flags = KVQ_TEST_SKIP_CONFLICT_CHECK;
-    kvq_db *db = cf_open(&o);
+    kvq_testing_options o = KVQ_TESTING_OPTIONS_INIT;
+    o.flags = KVQ_TEST_SKIP_CONFLICT_CHECK;
+    kvq_db *db = cf_open_testing(&o);
     struct conflict_case c = cases[0];
     c.expect = 0;
     assert_int_equal(run_case(db, "confl_knob", &c, 1), 0);
@@ -676,12 +676,13 @@ static void test_on_error(void **state)
 static kvq_db *open_faulty(unsigned kinds, double rate, int retry_limit)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.fault_rate = rate;
-    o.fault_kinds = kinds;
-    o.fault_seed = 12345;
+    kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
+    t.fault_rate = rate;
+    t.fault_kinds = kinds;
+    t.fault_seed = 12345;
     o.retry_limit = retry_limit;
     o.max_retry_delay_ms = 2;
-    return cf_open(&o);
+    return cf_open_url_testing(cf_url, &o, &t);
 }
 
 static int set_body(kvq_txn *txn, void *payload)
@@ -782,12 +783,13 @@ static void test_timeouts(void **state)
 
     /* The database's default budget applies to kvq_db_transact. */
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.fault_rate = 1.0;
-    o.fault_kinds = KVQ_FAULT_NOT_COMMITTED;
+    kvq_testing_options ft = KVQ_TESTING_OPTIONS_INIT;
+    ft.fault_rate = 1.0;
+    ft.fault_kinds = KVQ_FAULT_NOT_COMMITTED;
     o.retry_limit = -1;
     o.timeout_ms = 200;
     o.max_retry_delay_ms = 2;
-    faulty = cf_open(&o);
+    faulty = cf_open_url_testing(cf_url, &o, &ft);
     in.attempts = 0;
     t0 = cf_now_ns();
     CF_ERR(kvq_db_transact(faulty, set_body, &in), KVQ_ETRANSACTION_TIMED_OUT);

@@ -417,12 +417,21 @@ static void test_bad_options(void **state)
     o = (kvq_db_options)KVQ_DB_OPTIONS_INIT;
     o.version = KVQ_DB_OPTIONS_VERSION + 100;
     CF_ERR(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
-    o = (kvq_db_options)KVQ_DB_OPTIONS_INIT;
-    o.fault_rate = 1.5;
-    CF_ERR(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
-    o = (kvq_db_options)KVQ_DB_OPTIONS_INIT;
-    o.fault_rate = -0.1;
-    CF_ERR(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
+    kvq_testing_options tko = KVQ_TESTING_OPTIONS_INIT;
+    tko.fault_rate = 1.5;
+    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    tko.fault_rate = -0.1;
+    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
+    tko.fault_rate = 0.5; /* a rate needs a kind */
+    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
+    tko.flags = 1u << 30;
+    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
+    tko.version = 0;
+    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_null(d2);
 
     db = cf_open(NULL);
     kvq_txn *t = new_txn(db);

@@ -13,6 +13,7 @@
 
 #include "kvq/consumer.h"
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "util/util.h"
 
 static char dir[64];
@@ -244,13 +245,14 @@ static uint64_t run_faulty(int use_consume, int *dups)
         assert_int_equal(kvq_queue_push(q, (const uint8_t *)&i, 8), 0);
     kvq_queue_close(q);
     kvq_db_options fo = KVQ_DB_OPTIONS_INIT;
-    fo.fault_rate = 0.3;
-    fo.fault_kinds = KVQ_FAULT_UNKNOWN_COMMITTED;
-    fo.fault_seed = 42;
+    kvq_testing_options ft = KVQ_TESTING_OPTIONS_INIT;
+    ft.fault_rate = 0.3;
+    ft.fault_kinds = KVQ_FAULT_UNKNOWN_COMMITTED;
+    ft.fault_seed = 42;
     fo.retry_limit = -1;
     fo.max_retry_delay_ms = 5;
     kvq_db *faulty;
-    assert_int_equal(kvq_db_open(&faulty, path, &fo), 0);
+    assert_int_equal(kvq_db_open_testing(&faulty, path, &fo, &ft), 0);
     assert_int_equal(kvq_queue_open(&q, faulty, KVQ_QUEUE_DURABLE, sub, NULL), 0);
     kvq_consumer_source src;
     assert_int_equal(kvq_queue_consumer_source(&src, q), 0);

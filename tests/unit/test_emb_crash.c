@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "test_scale.h"
 
 #define RING    16
@@ -165,9 +166,9 @@ static void worker(int proc, unsigned seed)
     if (fd < 0)
         _exit(5);
     kvq_db *db;
-    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.test_flags = worker_test_flags;
-    int rc = kvq_db_open(&db, dbdir, &o);
+    kvq_testing_options o = KVQ_TESTING_OPTIONS_INIT;
+    o.flags = worker_test_flags;
+    int rc = kvq_db_open_testing(&db, dbdir, NULL, &o);
     if (rc != 0) {
         fprintf(stderr, "worker %d: cannot open the database: %s (%s)\n", proc, kvq_last_error(),
                 kvq_errname(rc));

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "test_scale.h"
 
 #define NTXN 12
@@ -91,10 +92,11 @@ static int one_txn(kvq_db *db, int i)
 static int child(const char *dir, int exit_on_fail, unsigned int test_flags)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    kvq_testing_options tk = KVQ_TESTING_OPTIONS_INIT;
     o.flags |= KVQ_DB_NO_CREATE;
-    o.test_flags = test_flags;
+    tk.flags = test_flags;
     kvq_db *db;
-    int rc = kvq_db_open(&db, dir, &o);
+    int rc = kvq_db_open_testing(&db, dir, &o, &tk);
     if (rc != 0) {
         say("OPENFAIL %d %s\n", rc, kvq_last_error()[0] ? "msg" : "nomsg");
         return 3;

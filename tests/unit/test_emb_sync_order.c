@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "test_scale.h"
 
 static const char *self;
@@ -34,12 +35,13 @@ static const char *self;
 static int child(const char *dir, int mode)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    kvq_testing_options tk = KVQ_TESTING_OPTIONS_INIT;
     if (mode == 1)
         o.flags |= KVQ_DB_RELAXED;
     if (mode == 2)
-        o.test_flags |= KVQ_TEST_ACK_BEFORE_SYNC;
+        tk.flags |= KVQ_TEST_ACK_BEFORE_SYNC;
     kvq_db *db;
-    if (kvq_db_open(&db, dir, &o) != 0)
+    if (kvq_db_open_testing(&db, dir, &o, &tk) != 0)
         return 3;
     setvbuf(stdout, NULL, _IONBF, 0);
     for (int i = 0; i < 20; i++) {

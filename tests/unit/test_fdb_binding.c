@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "engine/fdb/fdb_api.h"
 
 #ifndef KVQ_FDB_DOUBLE_PATH
@@ -629,10 +630,11 @@ static void test_watch(void **state)
 
 /* Opens another handle with options o, commits one write of key k there and returns the
  * commit's result; *faults gets the handle's count of injected faults. */
-static int commit_with(const kvq_db_options *o, const char *k, uint64_t *faults)
+static int
+commit_with(const kvq_db_options *o, const kvq_testing_options *to, const char *k, uint64_t *faults)
 {
     kvq_db *db;
-    assert_int_equal(kvq_db_open(&db, g_url, o), 0);
+    assert_int_equal(kvq_db_open_testing(&db, g_url, o, to), 0);
     kvq_txn *t;
     assert_int_equal(kvq_txn_create(&t, db), 0);
     assert_int_equal(kvq_txn_set(t, B(k), strlen(k), B("1"), 1), 0);
@@ -651,16 +653,16 @@ static void test_fault_injection(void **state)
     if (g_db == NULL)
         skip();
     clear_all();
-    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    kvq_testing_options o = KVQ_TESTING_OPTIONS_INIT;
     o.fault_rate = 1.0;
     uint64_t faults = 0;
     o.fault_kinds = KVQ_FAULT_NOT_COMMITTED;
-    assert_int_equal(commit_with(&o, "f", &faults), KVQ_ENOT_COMMITTED);
+    assert_int_equal(commit_with(NULL, &o, "f", &faults), KVQ_ENOT_COMMITTED);
     assert_int_equal(faults, 1);
     o.fault_kinds = KVQ_FAULT_UNKNOWN_NOT_COMMITTED;
-    assert_int_equal(commit_with(&o, "h", &faults), KVQ_ECOMMIT_UNKNOWN_RESULT);
+    assert_int_equal(commit_with(NULL, &o, "h", &faults), KVQ_ECOMMIT_UNKNOWN_RESULT);
     o.fault_kinds = KVQ_FAULT_UNKNOWN_COMMITTED;
-    assert_int_equal(commit_with(&o, "g", &faults), KVQ_ECOMMIT_UNKNOWN_RESULT);
+    assert_int_equal(commit_with(NULL, &o, "g", &faults), KVQ_ECOMMIT_UNKNOWN_RESULT);
 
     kvq_txn *t;
     assert_int_equal(kvq_txn_create(&t, g_db), 0);
@@ -684,13 +686,13 @@ static void test_read_only_and_skip_conflicts(void **state)
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.flags = KVQ_DB_READ_ONLY;
     uint64_t faults;
-    assert_int_equal(commit_with(&o, "r", &faults), KVQ_EPERM);
+    assert_int_equal(commit_with(&o, NULL, "r", &faults), KVQ_EPERM);
 
     /* The test knob that must make 1020 impossible. */
-    o.flags = 0;
-    o.test_flags = KVQ_TEST_SKIP_CONFLICT_CHECK;
+    kvq_testing_options to = KVQ_TESTING_OPTIONS_INIT;
+    to.flags = KVQ_TEST_SKIP_CONFLICT_CHECK;
     kvq_db *db;
-    assert_int_equal(kvq_db_open(&db, g_url, &o), 0);
+    assert_int_equal(kvq_db_open_testing(&db, g_url, NULL, &to), 0);
     kvq_txn *t, *b;
     assert_int_equal(kvq_txn_create(&t, db), 0);
     assert_int_equal(kvq_txn_create(&b, g_db), 0);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/testing.h"
 #include "layers/layers_internal.h"
 #include "util/util.h"
 
@@ -84,15 +85,16 @@ static inline kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem 
 static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    o.fault_rate = fault_rate;
-    o.fault_kinds = kinds;
-    o.fault_seed = seed;
+    kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
+    t.fault_rate = fault_rate;
+    t.fault_kinds = kinds;
+    t.fault_seed = seed;
     o.retry_limit = -1;
     o.timeout_ms = 0;
     o.max_retry_delay_ms = 50;
-    o.test_flags = tq_test_flags;
+    t.flags = tq_test_flags;
     kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, tq_dir, &o);
+    int rc = kvq_db_open_testing(&db, tq_dir, &o, &t);
     if (rc != 0) {
         fprintf(stderr, "kvq_db_open(%s): %s (%s)\n", tq_dir, kvq_strerror(rc), kvq_last_error());
         abort();

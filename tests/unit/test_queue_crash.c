@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 
 #include "test_queue_common.h"
+#include "kvq/testing.h"
 #include "test_scale.h"
 
 #define PRODUCERS 2
@@ -44,11 +45,12 @@ static unsigned cur_test_flags;
 static kvq_db *open_db(unsigned test_flags)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
     o.retry_limit = -1;
     o.max_retry_delay_ms = 50;
-    o.test_flags = test_flags;
+    t.flags = test_flags;
     kvq_db *db = NULL;
-    if (kvq_db_open(&db, tq_dir, &o) != 0)
+    if (kvq_db_open_testing(&db, tq_dir, &o, &t) != 0)
         return NULL;
     return db;
 }

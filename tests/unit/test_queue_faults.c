@@ -125,14 +125,15 @@ static int outbox_run(kvq_queue_type type, const char *name, unsigned int test_f
     tq_mkdir();
     uint64_t seed = seed_for(name);
     kvq_db_options dbo = KVQ_DB_OPTIONS_INIT;
-    dbo.fault_rate = test_flags ? 0 : 0.3;
-    dbo.fault_kinds = KVQ_FAULT_ALL;
-    dbo.fault_seed = seed;
+    kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
+    t.fault_rate = test_flags ? 0 : 0.3;
+    t.fault_kinds = KVQ_FAULT_ALL;
+    t.fault_seed = seed;
     dbo.retry_limit = -1;
     dbo.max_retry_delay_ms = 50;
-    dbo.test_flags = test_flags;
+    t.flags = test_flags;
     kvq_db *db = NULL;
-    assert_ok(kvq_db_open(&db, tq_dir, &dbo));
+    assert_ok(kvq_db_open_testing(&db, tq_dir, &dbo, &t));
     kvq_queue *q;
     assert_ok(kvq_queue_open(&q, db, type, NULL, NULL));
     /* The pushes go through the faults too (idempotent convenience form). */

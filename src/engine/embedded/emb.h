@@ -91,7 +91,7 @@ typedef struct emb_db {
     kvq_db *db;
     char *dir;
     char *path; /* dir/data.db */
-    kvq_db_options opts;
+    kvq__db_opts opts;
     int lock_fd;
 
     /* Reader connections, reused by transactions. */

@@ -436,7 +436,7 @@ static int open_lock_file(emb_db *e)
 
 static void emb_close(void *ep);
 
-static int emb_open(void **out, kvq_db *db, const char *dir, const kvq_db_options *opts)
+static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts *opts)
 {
     emb_db *e = kvq__calloc(1, sizeof(*e));
     if (e == NULL)

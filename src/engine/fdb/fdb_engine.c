@@ -68,8 +68,8 @@ static struct {
 typedef struct fdb_engine {
     kvq_db *db;
     FDBDatabase *fdb;
-    kvq_db_options opts;
-    /* Injected commit faults (kvq_db_options.fault_rate), as the embedded engine has them. */
+    kvq__db_opts opts;
+    /* Injected commit faults (kvq_testing_options.fault_rate), as the embedded engine has them. */
 } fdb_engine;
 
 /* A watch's engine side: the FDB watch future and the kvq_watch it settles. The kvq_watch may be
@@ -265,7 +265,7 @@ static int start_client(int api_version)
 
 /* The database ---------------------------------------------------------------------------- */
 
-static int fdb_open(void **out, kvq_db *db, const char *path, const kvq_db_options *opts)
+static int fdb_open(void **out, kvq_db *db, const char *path, const kvq__db_opts *opts)
 {
     if (opts->api_version != FDB_API_VERSION_710 && opts->api_version != FDB_API_VERSION_730)
         return kvq__error(KVQ_EAPI_VERSION_INVALID,
