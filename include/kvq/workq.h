@@ -238,6 +238,30 @@ KVQ_API KVQ_NODISCARD int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved);
  * @return 0; KVQ_EINVAL; a transaction error (the batches before it are deleted). */
 KVQ_API KVQ_NODISCARD int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged);
 
+/** An in-flight or delayed item, as the listings hand it over (valid during the call). */
+typedef struct kvq_workq_item {
+    kvq_bytes value;
+    uint32_t deliveries; /**< deliveries so far (in flight: this one included) */
+    int64_t priority;    /**< priority queues; 0 otherwise */
+    /** Milliseconds from the listing's read version until the lease ends (in flight) or the
+     * item falls due (delayed); negative when that has passed and upkeep has not run yet. */
+    int64_t due_ms;
+    /** In flight: the item's lease, which kvq_workq_ack, _nack and _extend accept (an operator
+     * can settle a stuck item). Zero for delayed items. */
+    kvq_workq_lease lease;
+} kvq_workq_item;
+
+/** Called for each listed item; a nonzero return stops the listing and is returned. */
+typedef int (*kvq_workq_item_fn)(const kvq_workq_item *item, void *payload);
+
+/** Lists the in-flight (leased) items, the lease ending soonest first, in pages of snapshot
+ * reads (no conflicts; a long listing is not one snapshot).
+ * @return 0; KVQ_EINVAL; a transaction error; or what fn returned. */
+KVQ_API KVQ_NODISCARD int kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
+
+/** Lists the delayed items, the one due soonest first (as kvq_workq_list_inflight). */
+KVQ_API KVQ_NODISCARD int kvq_workq_list_delayed(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
+
 /** Counts of a work queue, read from counters (no scans). */
 typedef struct kvq_workq_metrics {
     int64_t ready;    /**< items that can be received now (or once due items are promoted) */

@@ -519,15 +519,24 @@ int cmd_list(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     long long limit = 0;
+    int inflight = 0, delayed = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--limit") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, INT64_MAX, &limit) != 0)
                 return cli_usage("list", "--limit needs a positive count");
             i++;
+        } else if (strcmp(argv[i], "--in-flight") == 0) {
+            inflight = 1;
+        } else if (strcmp(argv[i], "--delayed") == 0) {
+            delayed = 1;
         } else {
             return cli_usage("list", "unexpected argument '%s'", argv[i]);
         }
     }
+    if (inflight + delayed > 1 || ((inflight || delayed) && limit > 0))
+        return cli_usage("list", "--in-flight, --delayed and --limit exclude each other");
+    if (inflight || delayed)
+        return cli_list_workq(c, name, delayed);
     cq *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)

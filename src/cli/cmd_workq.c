@@ -311,6 +311,61 @@ static int print_dead(kvq_bytes value, uint32_t deliveries, void *payload)
     return 0;
 }
 
+typedef struct item_ctx {
+    cli *c;
+    int delayed;
+    size_t n;
+} item_ctx;
+
+static int print_wq_item(const kvq_workq_item *it, void *payload)
+{
+    item_ctx *x = payload;
+    double due = (double)it->due_ms / 1000.0;
+    char tok[2 * TOKEN_BYTES + 1];
+    if (!x->delayed)
+        cli_token_format(&it->lease, tok);
+    if (x->c->json) {
+        printf("%s{", x->n ? "," : "");
+        if (!x->delayed)
+            printf("\"lease\":\"%s\",\"expires_in_seconds\":%.3f,", tok, due);
+        else
+            printf("\"due_in_seconds\":%.3f,", due);
+        printf("\"deliveries\":%u,\"priority\":%lld,\"value\":", it->deliveries,
+               (long long)it->priority);
+        cli_json_str(stdout, it->value.data, it->value.len);
+        printf("}");
+    } else {
+        if (!x->delayed)
+            printf("%s\t", tok);
+        printf("%.3f\t%u\t", due, it->deliveries);
+        cli_print_value(stdout, it->value.data, it->value.len);
+    }
+    x->n++;
+    return 0;
+}
+
+int cli_list_workq(cli *c, const char *name, int delayed)
+{
+    cq *q;
+    kvq_workq *w;
+    int rc = open_workq(c, "list", name, &q, &w);
+    if (rc != 0)
+        return rc;
+    item_ctx x = { c, delayed, 0 };
+    if (c->json)
+        printf("[");
+    int err = delayed ? kvq_workq_list_delayed(w, print_wq_item, &x)
+                      : kvq_workq_list_inflight(w, print_wq_item, &x);
+    if (c->json)
+        printf("]\n");
+    cq_close(q);
+    if (err != 0) {
+        cli_json_errors(0); /* the array is printed: no second JSON value */
+        return cli_fail(err, "list failed");
+    }
+    return 0;
+}
+
 int cmd_dlq(cli *c, int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "redrive") != 0 &&

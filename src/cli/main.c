@@ -38,8 +38,14 @@ static const cli_cmd commands[] = {
     { "peek", "NAME [--max]", "print the next item without popping it",
       "  --max        priority queues: the highest priority\n", cmd_peek },
     { "len", "NAME", "print the number of items", NULL, cmd_len },
-    { "list", "NAME [--limit N]", "print the items in order without popping them",
-      "  --limit N    at most N items\n", cmd_list },
+    { "list", "NAME [--limit N | --in-flight | --delayed]",
+      "print the items in order without popping them (or those in flight, or delayed)",
+      "  --limit N      at most N items\n"
+      "  --in-flight    the leased items, the lease ending soonest first: TOKEN, seconds until\n"
+      "                 the lease ends, deliveries, value (ack or nack the TOKEN to settle it)\n"
+      "  --delayed      the delayed items, due soonest first: seconds until due, deliveries,\n"
+      "                 value\n",
+      cmd_list },
     { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
     { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length (durable queues)",
       "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },

@@ -1564,6 +1564,176 @@ int kvq_workq_dlq_list(kvq_workq *w, kvq_workq_dlq_fn fn, void *payload)
     return rc;
 }
 
+/* ---- listing in-flight and delayed items -------------------------------------------------- */
+
+typedef struct item_page {
+    kvq_workq *w;
+    int delayed;   /* 0: in-flight items (by lease end), 1: delayed items (by due time) */
+    kvq_buf after; /* continue after this index key (empty: from the start) */
+    kvq_buf vals[BATCH];
+    kvq_workq_item info[BATCH];
+    size_t n;
+    int more;
+} item_page;
+
+/* One in-flight item from its expiry-index key: its lease record and value (snapshot reads).
+ * *found is 0 when the lease was settled meanwhile. */
+static int inflight_item(kvq_workq *w, kvq_txn *txn, kvq_bytes xkey, int64_t rv, kvq_buf *val,
+                         kvq_workq_item *it, int *found, kvq_buf *k)
+{
+    *found = 0;
+    kvq_tuple *t = NULL;
+    int rc = kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len);
+    if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
+        kvq_tuple_at(t, 1)->v.bytes.len != 16) {
+        kvq_tuple_free(t);
+        return kvq__error(KVQ_EDAMAGED, "a malformed lease-expiry key");
+    }
+    memset(it, 0, sizeof(*it));
+    memcpy(it->lease.id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
+    kvq_tuple_free(t);
+    kvq_bytes m, v;
+    int pm = 0, pv = 0;
+    rc = id_key(k, &w->base_l, it->lease.id);
+    if (rc == 0)
+        rc = kvq_txn_get(&m, &pm, txn, k->data, k->len, KVQ_SNAPSHOT);
+    if (rc == 0 && pm)
+        rc = id_key(k, &w->base_v, it->lease.id);
+    if (rc == 0 && pm)
+        rc = kvq_txn_get(&v, &pv, txn, k->data, k->len, KVQ_SNAPSHOT);
+    if (rc != 0 || !pm || !pv)
+        return rc;
+    if (m.len < 20)
+        return kvq__error(KVQ_EDAMAGED, "a malformed lease record");
+    it->lease.deadline = (int64_t)kvq__le_get(m.data, 8);
+    it->lease.deliveries = (uint32_t)kvq__le_get(m.data + 8, 4);
+    it->lease.received = (int64_t)kvq__le_get(m.data + 12, 8);
+    rc = key_raw(k, &w->q->prefix, m.data + 20, m.len - 20);
+    if (rc == 0)
+        it->lease.priority = w->q->type == KVQ_QUEUE_PRIORITY
+                                 ? kvq__q_key_priority(w->q, k->data, k->len)
+                                 : 0;
+    if (rc == 0)
+        rc = kvq__buf_set(val, v.data, v.len);
+    it->deliveries = it->lease.deliveries;
+    it->priority = it->lease.priority;
+    it->due_ms = (it->lease.deadline - rv) / VPM;
+    *found = rc == 0;
+    return rc;
+}
+
+/* One delayed item from its key (due, id, priority, deliveries) and value. */
+static int delayed_item(kvq_workq *w, kvq_kv kv, int64_t rv, kvq_buf *val, kvq_workq_item *it)
+{
+    kvq_tuple *t = NULL;
+    int rc = kvq_tuple_unpack(&t, kv.key.data + w->base_y.len, kv.key.len - w->base_y.len);
+    if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT ||
+        kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT || kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
+        kvq_tuple_free(t);
+        return kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
+    }
+    memset(it, 0, sizeof(*it));
+    it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / VPM;
+    it->priority = kvq_tuple_at(t, 2)->v.i;
+    it->deliveries = (uint32_t)kvq_tuple_at(t, 3)->v.i;
+    kvq_tuple_free(t);
+    return kvq__buf_set(val, kv.value.data, kv.value.len);
+}
+
+static int item_page_body(kvq_txn *txn, void *arg)
+{
+    item_page *p = arg;
+    kvq_workq *w = p->w;
+    const kvq_buf *base = p->delayed ? &w->base_y : &w->base_x;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, k = KVQ_BUF_INIT;
+    int64_t rv = 0;
+    int rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc == 0)
+        rc = range_of(&lo, &hi, base);
+    if (rc == 0 && p->after.len > 0)
+        rc = kvq__key_after(&lo, p->after.data, p->after.len);
+    const kvq_kv *kvs;
+    size_t got = 0;
+    p->n = 0;
+    p->more = 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, &p->more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
+                               KVQ_SNAPSHOT);
+    /* kvs belongs to the range read; copy the last key before reading more. */
+    if (rc == 0 && got > 0)
+        rc = kvq__buf_set(&p->after, kvs[got - 1].key.data, kvs[got - 1].key.len);
+    if (rc == 0 && got > 0 && !p->delayed) {
+        /* Only the index keys are needed; the lease reads below may reuse the range's memory. */
+        kvq_buf *keys = kvq__calloc(got, sizeof(*keys));
+        if (keys == NULL)
+            rc = kvq__error(KVQ_ENOMEM, "out of memory");
+        for (size_t i = 0; rc == 0 && i < got; i++)
+            rc = kvq__buf_set(&keys[i], kvs[i].key.data, kvs[i].key.len);
+        for (size_t i = 0; rc == 0 && i < got; i++) {
+            int found = 0;
+            kvq_bytes xk = { keys[i].data, keys[i].len };
+            rc = inflight_item(w, txn, xk, rv, &p->vals[p->n], &p->info[p->n], &found, &k);
+            if (rc == 0 && found)
+                p->n++;
+        }
+        for (size_t i = 0; keys != NULL && i < got; i++)
+            kvq_buf_dispose(&keys[i]);
+        kvq__free(keys);
+    } else {
+        for (size_t i = 0; rc == 0 && i < got; i++) {
+            rc = delayed_item(w, kvs[i], rv, &p->vals[i], &p->info[i]);
+            if (rc == 0)
+                p->n++;
+        }
+    }
+    if (rc == 0 && got == 0)
+        p->more = 0;
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    kvq_buf_dispose(&k);
+    return rc;
+}
+
+static int list_items(kvq_workq *w, int delayed, kvq_workq_item_fn fn, void *payload,
+                      const char *name)
+{
+    int rc = check_w(w, NULL, 0, name);
+    if (rc == 0 && fn == NULL)
+        rc = kvq__error(KVQ_EINVAL, "%s: fn is NULL", name);
+    if (rc != 0)
+        return rc;
+    item_page *p = kvq__calloc(1, sizeof(*p));
+    if (p == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    p->w = w;
+    p->delayed = delayed;
+    int more;
+    do {
+        rc = kvq_db_transact(w->q->db, item_page_body, p);
+        more = p->more;
+        for (size_t i = 0; rc == 0 && i < p->n; i++) {
+            p->info[i].value.data = p->vals[i].data;
+            p->info[i].value.len = p->vals[i].len;
+            rc = fn(&p->info[i], payload);
+        }
+    } while (rc == 0 && more);
+    for (size_t i = 0; i < BATCH; i++)
+        kvq_buf_dispose(&p->vals[i]);
+    kvq_buf_dispose(&p->after);
+    kvq__free(p);
+    return rc;
+}
+
+int kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload)
+{
+    return list_items(w, 0, fn, payload, "kvq_workq_list_inflight");
+}
+
+int kvq_workq_list_delayed(kvq_workq *w, kvq_workq_item_fn fn, void *payload)
+{
+    return list_items(w, 1, fn, payload, "kvq_workq_list_delayed");
+}
+
 typedef struct redrive_ctx {
     kvq_workq *w;
     uint64_t moved;

@@ -293,6 +293,17 @@ tok=$(k3 receive cnt | cut -f1); k3 ack cnt "$tok"
 k3 pop cnt >/dev/null
 check "stats: sent, popped, received, acked and requeued count apart" bash -c "'$KVQ' --db '$DB3' --json stats cnt | python3 -c 'import json,sys; v=json.load(sys.stdin); assert (v[\"sent\"],v[\"popped\"],v[\"received\"],v[\"acked\"],v[\"requeued\"],v[\"length\"])==(3,1,2,1,1,1), v'"
 
+# Listing what is in flight and what is delayed; a listed token settles its item.
+k3 create lst >/dev/null
+k3 push lst one two
+k3 receive lst >/dev/null
+tok=$(k3 receive lst | cut -f1); k3 nack lst "$tok" --delay 1m
+check "list --in-flight: token, seconds left, deliveries, value" bash -c "'$KVQ' --db '$DB3' list lst --in-flight | awk -F'\t' 'NR==1 && length(\$1)==88 && \$2>0 && \$2<=30 && \$3==1 && \$4==\"one\" {ok=1} END {exit !(ok && NR==1)}'"
+check "list --delayed --json: due in about a minute" bash -c "'$KVQ' --db '$DB3' --json list lst --delayed | python3 -c 'import json,sys; v=json.load(sys.stdin); assert len(v)==1 and v[0][\"value\"]==\"two\" and 50<v[0][\"due_in_seconds\"]<=60, v'"
+tok=$(k3 list lst --in-flight | cut -f1)
+check "a token from list --in-flight acks its item" bash -c "'$KVQ' --db '$DB3' ack lst '$tok' && [ -z \"\$('$KVQ' --db '$DB3' list lst --in-flight)\" ]"
+check "list: --in-flight with --limit is a usage error" bash -c "'$KVQ' --db '$DB3' list lst --in-flight --limit 2 2>/dev/null; [ \$? = 2 ]"
+
 # Work queues: receive -n, ack of several tokens, receive --wait, dlq purge.
 k3 create wq4 --max-deliveries 1 >/dev/null
 k3 push wq4 a b c d

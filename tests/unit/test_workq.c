@@ -821,6 +821,78 @@ static void test_txn_forms(void **state)
     env_close(&e);
 }
 
+typedef struct listed {
+    int n;
+    char val[4][16];
+    kvq_workq_item it[4];
+} listed;
+
+static int collect_item(const kvq_workq_item *it, void *payload)
+{
+    listed *l = payload;
+    if (l->n >= 4)
+        return KVQ_ERANGE;
+    snprintf(l->val[l->n], sizeof(l->val[0]), "%.*s", (int)it->value.len,
+             (const char *)it->value.data);
+    l->it[l->n++] = *it;
+    return 0;
+}
+
+/* In-flight items, the lease ending soonest first, with a lease that settles them; delayed
+ * items, due soonest first. */
+static void list_case(kvq_queue_type type)
+{
+    wq_env e = env_open(type, NULL);
+    push_str(e.w, "a", NULL, 1);
+    push_str(e.w, "b", NULL, 1);
+    push_str(e.w, "c", NULL, 1);
+    kvq_workq_lease la, lb, lc;
+    expect_recv(e.w, "a", &la, 20000);
+    expect_recv(e.w, "b", &lb, 10000);
+    expect_recv(e.w, "c", &lc, 0);
+    assert_ok(kvq_workq_nack(e.w, &lc, 60000));
+    listed l;
+    memset(&l, 0, sizeof(l));
+    assert_ok(kvq_workq_list_inflight(e.w, collect_item, &l));
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.val[0], "b"); /* its lease ends first */
+    assert_string_equal(l.val[1], "a");
+    assert_true(l.it[0].due_ms > 0 && l.it[0].due_ms <= 10000);
+    assert_true(l.it[1].due_ms > 10000 && l.it[1].due_ms <= 20000);
+    assert_int_equal(l.it[0].deliveries, 1);
+    assert_memory_equal(l.it[0].lease.id, lb.id, 16);
+    /* The listed lease settles the item. */
+    kvq_workq_lease from_list = l.it[1].lease;
+    assert_ok(kvq_workq_ack(e.w, &from_list));
+    assert_int_equal(kvq_workq_ack(e.w, &la), KVQ_ELEASE_SETTLED);
+    memset(&l, 0, sizeof(l));
+    assert_ok(kvq_workq_list_delayed(e.w, collect_item, &l));
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.val[0], "c");
+    assert_int_equal(l.it[0].deliveries, 1);
+    assert_true(l.it[0].due_ms > 50000 && l.it[0].due_ms <= 60000);
+    /* A callback's error stops the listing and is returned. */
+    memset(&l, 0, sizeof(l));
+    l.n = 4;
+    assert_int_equal(kvq_workq_list_inflight(e.w, collect_item, &l), KVQ_ERANGE);
+    assert_int_equal(kvq_workq_list_inflight(e.w, NULL, &l), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_list_delayed(NULL, collect_item, &l), KVQ_EINVAL);
+    assert_ok(kvq_workq_ack(e.w, &lb));
+    env_close(&e);
+}
+
+static void test_list_durable(void **state)
+{
+    (void)state;
+    list_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_list_priority(void **state)
+{
+    (void)state;
+    list_case(KVQ_QUEUE_PRIORITY);
+}
+
 int main(int argc, char **argv)
 {
     tq_seed_init(argc, argv);
@@ -843,6 +915,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_oldest_age),
         cmocka_unit_test(test_oldest_age_priority),
         cmocka_unit_test(test_txn_forms),
+        cmocka_unit_test(test_list_durable),
+        cmocka_unit_test(test_list_priority),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
