@@ -23,6 +23,7 @@ typedef struct demo {
     uint64_t *made; /* per producer thread: items it has asked for (all but the last pushed) */
     int push_error;
     int progress_stop; /* atomic: the progress thread ends */
+    int64_t progress_ms; /* between progress lines */
     pthread_mutex_t progress_mu;
     pthread_cond_t progress_cv;
 } demo;
@@ -69,16 +70,18 @@ bad:
     return 0;
 }
 
-/* Prints a progress line each second until the demo ends. */
+/* Prints a progress line every progress_ms until the demo ends. */
 static void *progress(void *arg)
 {
     demo *d = arg;
     int64_t t0 = kvq__mono_us();
     pthread_mutex_lock(&d->progress_mu);
-    for (int sec = 1;; sec++) {
+    for (;;) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        int64_t ns = ts.tv_nsec + d->progress_ms * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
         while (!d->progress_stop &&
                pthread_cond_timedwait(&d->progress_cv, &d->progress_mu, &ts) == 0) {
         }
@@ -99,7 +102,7 @@ static void *progress(void *arg)
 
 int cmd_demo(cli *c, int argc, char **argv)
 {
-    long long producers = 8, consumers = 4, items = 100000, batch = 100;
+    long long producers = 8, consumers = 4, items = 100000, batch = 100, progress_ms = 1000;
     char qname[64];
     snprintf(qname, sizeof(qname), "demo-%ld", (long)getpid());
     const char *name = qname;
@@ -114,7 +117,12 @@ int cmd_demo(cli *c, int argc, char **argv)
             dst = &items, hi = 100000000;
         else if (strcmp(argv[i], "--batch") == 0)
             dst = &batch, hi = 10000;
-        else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
+        else if (strcmp(argv[i], "--progress") == 0) {
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 3600000, &progress_ms) != 0)
+                return cli_usage("demo", "--progress needs a duration from 0 to 1h (500ms, 1s)");
+            i++;
+            continue;
+        } else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
             name = argv[++i];
             if (cli_check_name(name) != 0)
                 return cli_usage("demo", "invalid queue name '%s'", name);
@@ -174,7 +182,8 @@ int cmd_demo(cli *c, int argc, char **argv)
     pthread_mutex_init(&d.progress_mu, NULL);
     pthread_cond_init(&d.progress_cv, NULL);
     pthread_t progress_thread;
-    int progress_on = pthread_create(&progress_thread, NULL, progress, &d) == 0;
+    d.progress_ms = progress_ms;
+    int progress_on = progress_ms > 0 && pthread_create(&progress_thread, NULL, progress, &d) == 0;
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d.producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */

@@ -92,12 +92,14 @@ static const cli_cmd commands[] = {
       cmd_consume },
     { "bench", "[--quick] [--items N] [--threads N]",
       "measure push and pop throughput of each queue type", NULL, cmd_bench },
-    { "demo", "[--producers P] [--consumers C] [--items N] [--batch K] [--queue NAME]",
+    { "demo",
+      "[--producers P] [--consumers C] [--items N] [--batch K] [--queue NAME] [--progress MS]",
       "producers and consumers on a durable queue, verified exactly-once",
       "  --producers P  producer threads (default 8)\n"
       "  --consumers C  consumer threads (default 4)\n"
       "  --items N      items in all (default 100000)\n"
-      "  --batch K      items per consumer transaction (default 100)\n",
+      "  --batch K      items per consumer transaction (default 100)\n"
+      "  --progress MS  a progress line this often (default 1s; 0: none)\n",
       cmd_demo },
 };
 

@@ -347,6 +347,8 @@ check "consume --at-most-once: allowed on durable queues" bash -c "[ $rc = 0 ]"
 
 # The demo runs and verifies (small).
 check "demo verifies exactly once" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 | grep -q 'every item consumed exactly once'"
+check "demo --progress: progress lines while it runs" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 --progress 1ms | grep -Eq '^ +[0-9.]+ s: [0-9]+ of 2000 pushed, [0-9]+ consumed$'"
+check "demo --progress 0: none" bash -c "! '$KVQ' --db '$T/demo' demo --items 200 --producers 2 --consumers 1 --progress 0 | grep -q ' pushed, '"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
