@@ -328,7 +328,10 @@ static char proc_state(pid_t pid)
 /* kind 0: the commit lock holder, stopped while it writes its WAL frames (a pwrite64 under the
  * lock): the other writers wait; kind 1: the process running the shared sync, stopped on its
  * fdatasync (the commit lock free): the other writers' commits go on, synced by themselves. */
-static void paused_holder(int kind)
+/* killed: after the pause the holder gets SIGKILL instead of SIGCONT (a leader dying in the
+ * middle of its commit, or of the sync the others wait for): the others must still finish, and
+ * the holder's commit in flight is there whole or not at all. */
+static void paused_holder(int kind, int killed)
 {
     const char *sys = kind == 0 ? "pwrite64" : "fdatasync";
     const char *lock_file = kind == 0 ? "kvq.lock" : "kvq.shm";
@@ -423,10 +426,11 @@ static void paused_holder(int kind)
     int waited_acks = count_prefix(out[0], "OK ") + count_prefix(out[1], "OK ");
     int still_held = lock_held(db_path, lock_file);
 
-    /* Resume: everyone progresses. */
-    assert_int_equal(kill(holder, SIGCONT), 0);
+    /* Resume (or kill): everyone else progresses. */
+    assert_int_equal(kill(holder, killed ? SIGKILL : SIGCONT), 0);
     int st = wait_exit(strace_pid);
-    int holder_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    int holder_ok = killed || (WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int holder_acked = count_prefix(hold_out, "OK ");
     int writers_ok = 1;
     for (int i = 0; i < 2; i++) {
         st = wait_exit(w[i]);
@@ -442,13 +446,20 @@ static void paused_holder(int kind)
     assert_int_equal(kvq_db_open(&db, db_path, &o), 0);
     assert_int_equal(kvq_txn_create(&t, db), 0);
     const char *names[] = { "h", "w0", "w1" };
-    int missing = 0;
+    int missing = 0, holder_present = 0, holder_acked_missing = 0;
     for (int n = 0; n < 3; n++) {
         for (int i = 0; i < WRITER_COMMITS; i++) {
             char key[32];
             snprintf(key, sizeof(key), "%s/%02d", names[n], i);
             assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)key, strlen(key), 0), 0);
-            missing += !present;
+            if (n == 0 && killed) {
+                /* The killed holder: what it acknowledged is there; what it did not, absent,
+                 * except the one commit in flight when it died, which may be there whole. */
+                holder_present += present;
+                holder_acked_missing += i < holder_acked && !present;
+            } else {
+                missing += !present;
+            }
         }
     }
     assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)"counter", 7, 0), 0);
@@ -460,13 +471,15 @@ static void paused_holder(int kind)
                                     (const uint8_t *)"\xff", 1, 0, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
-    printf("pause: kind=%s stopped_ms=%d lock_held=%s holder_acked_before=%d "
-           "others_acked_while_stopped=%d read_while_stopped_ms=%lld resumed_all_done=%s "
-           "acked=%d missing=%d counter=%llu scan=%s\n",
-           kind == 0 ? "commit_lock_holder" : "syncer", pause_ms,
+    printf("pause: kind=%s%s stopped_ms=%d lock_held=%s holder_acked_before=%d "
+           "others_acked_while_stopped=%d read_while_stopped_ms=%lld %s_all_done=%s "
+           "acked=%d missing=%d holder_present=%d holder_acked_missing=%d counter=%llu "
+           "scan=%s\n",
+           kind == 0 ? "commit_lock_holder" : "syncer", killed ? "_killed" : "", pause_ms,
            held && still_held ? "yes" : "no", holder_acked_before, waited_acks,
-           (long long)read_ms, holder_ok && writers_ok ? "yes" : "no", acked, missing,
-           (unsigned long long)counter, kvq_errname(scan_rc));
+           (long long)read_ms, killed ? "others" : "resumed",
+           holder_ok && writers_ok ? "yes" : "no", acked, missing, holder_present,
+           holder_acked_missing, (unsigned long long)counter, kvq_errname(scan_rc));
     fflush(stdout);
     assert_true(held && still_held);
     if (kind == 0)
@@ -475,11 +488,20 @@ static void paused_holder(int kind)
         assert_int_equal(waited_acks, 2 * WRITER_COMMITS);
     assert_true(read_ms < 1000);
     assert_true(holder_ok && writers_ok);
-    assert_int_equal(acked, 3 * WRITER_COMMITS);
     assert_int_equal(missing, 0);
-    assert_int_equal(counter, (uint64_t)acked);
     assert_int_equal(scan_rc, 0);
-    assert_int_equal(nkv, (size_t)(3 * WRITER_COMMITS + 2));
+    if (!killed) {
+        assert_int_equal(acked, 3 * WRITER_COMMITS);
+        assert_int_equal(counter, (uint64_t)acked);
+        assert_int_equal(nkv, (size_t)(3 * WRITER_COMMITS + 2));
+    } else {
+        assert_int_equal(holder_acked_missing, 0);
+        assert_true(holder_present == holder_acked || holder_present == holder_acked + 1);
+        assert_int_equal(acked, 2 * WRITER_COMMITS + holder_acked);
+        /* All or nothing: the counter counts exactly the commits that are there. */
+        assert_int_equal(counter, (uint64_t)(2 * WRITER_COMMITS + holder_present));
+        assert_int_equal(nkv, (size_t)(2 * WRITER_COMMITS + holder_present + 2));
+    }
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -488,13 +510,27 @@ static void paused_holder(int kind)
 static void test_paused_lock_holder(void **state)
 {
     (void)state;
-    paused_holder(0);
+    paused_holder(0, 0);
 }
 
 static void test_paused_syncer(void **state)
 {
     (void)state;
-    paused_holder(1);
+    paused_holder(1, 0);
+}
+
+/* kill -9 of the leader in the middle of its batch: while it writes the WAL frames under the
+ * commit lock, and while it runs the sync the other processes' commits wait for. */
+static void test_killed_lock_holder(void **state)
+{
+    (void)state;
+    paused_holder(0, 1);
+}
+
+static void test_killed_syncer(void **state)
+{
+    (void)state;
+    paused_holder(1, 1);
 }
 
 int main(int argc, char **argv)
@@ -512,6 +548,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_paused_reader_gets_too_old),
         cmocka_unit_test(test_paused_lock_holder),
         cmocka_unit_test(test_paused_syncer),
+        cmocka_unit_test(test_killed_lock_holder),
+        cmocka_unit_test(test_killed_syncer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
