@@ -44,6 +44,7 @@ typedef struct kq_state {
     int sys; /* the row measured (QB_SYS_KVQ...) */
     pthread_mutex_t mu;
     int refs; /* connections of this process using db and q */
+    qb_pipeline *pipeline; /* the phase's shared counters (may be NULL) */
     kvq_db *db;
     kvq_queue *q;
 } kq_state;
@@ -73,6 +74,7 @@ static int kq_setup(void **state, const qb_setup *su)
               : su->sys == QB_SYS_KVQ_PRIORITY ? KVQ_QUEUE_PRIORITY
                                                : KVQ_QUEUE_DURABLE;
     s->sys = su->sys;
+    s->pipeline = su->pipeline;
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return 0;
@@ -114,6 +116,11 @@ static void kq_release(kq_state *s)
         /* How well commits were grouped (the group-commit batch actually reached), for the
          * progress log; with separate processes, one line per process. */
         kvq_db_stats st;
+        if (s->pipeline != NULL && kvq_db_get_stats(&st, s->db) == 0) {
+            __atomic_add_fetch(&s->pipeline->commits, st.commits, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&s->pipeline->syncs, st.syncs, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&s->pipeline->conflicts, st.conflicts, __ATOMIC_SEQ_CST);
+        }
         if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0)
             fprintf(stderr,
                     "    %s: %llu commits in %llu storage transactions (%.2f per transaction), "

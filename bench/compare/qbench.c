@@ -265,6 +265,7 @@ typedef struct wl_result {
     double v1, v2; /* (a)/(c) sequential: push and pop rates; (b)/(c) concurrent: v1 ops/s;
                       (d): p50 and p99 in ms */
     int partial;
+    long ops; /* push and pop operations made (a batch is one) */
 } wl_result;
 
 static run_ctx *ctx_new(const qb_driver *d, void *state, const qb_options *o, long n, int batch,
@@ -353,6 +354,7 @@ static int run_sequential(wl_result *out, const qb_driver *d, void *state, const
         goto done;
     out->v1 = (double)pushed / (t1 - t0);
     out->v2 = (double)popped / (t2 - t1);
+    out->ops = (pushed + batch - 1) / batch + (popped + batch - 1) / batch;
     out->partial = pushed < o->n || popped < pushed;
     rc = 0;
 done:
@@ -368,6 +370,10 @@ static int run_concurrent(wl_result *out, const qb_driver *d, void *state, const
                           int batch, double cap_s, int processes)
 {
     int nclients = o->producers + o->consumers;
+    if (nclients > 128) {
+        fprintf(stderr, "qbench: %d clients at once is more than the 128 qbench runs\n", nclients);
+        return -1;
+    }
     run_ctx *x = ctx_new(d, state, o, o->n, batch, cap_s);
     if (x == NULL)
         return -1;
@@ -465,6 +471,7 @@ static int run_concurrent(wl_result *out, const qb_driver *d, void *state, const
     } else {
         out->v1 = (double)(pushed + popped) / ((double)(t_end - t0) / 1e9);
         out->partial = partial;
+        out->ops = (pushed + batch - 1) / batch + (popped + batch - 1) / batch;
     }
     pthread_barrier_destroy(&x->start);
     ctx_free(x);
@@ -588,6 +595,7 @@ static int run_latency(wl_result *out, const qb_driver *d, void *state, const qb
         qsort(v, (size_t)k, sizeof(double), cmp_ms);
         out->v1 = v[(long)((double)(k - 1) * 0.50)];
         out->v2 = v[(long)((double)(k - 1) * 0.99)];
+        out->ops = 2 * sent;
         out->partial = k < x.n - warm;
         rc = 0;
     } else {
@@ -657,6 +665,7 @@ static const qb_driver *driver_of(int sys)
         return &qb_sqlite_driver;
     case QB_SYS_KVQ:
     case QB_SYS_KVQ_PROC:
+    case QB_SYS_KVQ_PROC2X:
     case QB_SYS_KVQ_FIFO:
     case QB_SYS_KVQ_PRIORITY:
         return &qb_kvq_driver;
@@ -681,6 +690,7 @@ static void remove_tree(const char *path)
 }
 
 static double g_deadline; /* the whole comparison's */
+static qb_pipeline *g_pipeline; /* shared with forked clients (main maps it) */
 static double g_cap;      /* the cap of this run's phases (o->cap_s, or less when time is short) */
 static double g_capped_s; /* time this run spent in phases that stopped at their cap */
 
@@ -707,7 +717,17 @@ static void run_one(qb_results *r, const qb_options *o, int sys, char wl, int ru
         return;
     }
     /* Separate processes only change (b) and (c) concurrent; the rest is the threads row. */
-    int processes = sys == QB_SYS_KVQ_PROC;
+    int processes = sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_PROC2X;
+    /* The 2x row: twice the producers and consumers, (b) only (does throughput hold?). */
+    qb_options o2x;
+    if (sys == QB_SYS_KVQ_PROC2X) {
+        if (wl != 'b')
+            return;
+        o2x = *o;
+        o2x.producers *= 2;
+        o2x.consumers *= 2;
+        o = &o2x;
+    }
     if (processes && (wl == 'a' || wl == 'd'))
         return;
     for (int part = 0; part < 2; part++) {
@@ -730,6 +750,9 @@ static void run_one(qb_results *r, const qb_options *o, int sys, char wl, int ru
         su.workload = wl;
         su.low_latency = wl == 'd';
         su.processes = processes;
+        su.pipeline = g_pipeline;
+        if (g_pipeline != NULL)
+            memset(g_pipeline, 0, sizeof(*g_pipeline));
         snprintf(su.path, sizeof(su.path), "%s/%s-%c%d-r%d", o->dir, qb_system_names[sys], wl,
                  part, run);
         if (o->dir[0] != '\0' && mkdir(su.path, 0700) != 0 && errno != EEXIST) {
@@ -765,6 +788,20 @@ static void run_one(qb_results *r, const qb_options *o, int sys, char wl, int ru
         if (rc != 0) {
             fprintf(stderr, "qbench: %s %s run %d failed\n", qb_system_names[sys], what, run);
             continue;
+        }
+        if (g_pipeline != NULL && qb_system_is_kvq(sys) && res.ops > 0) {
+            unsigned long long cm = __atomic_load_n(&g_pipeline->commits, __ATOMIC_SEQ_CST),
+                               sy = __atomic_load_n(&g_pipeline->syncs, __ATOMIC_SEQ_CST),
+                               cf = __atomic_load_n(&g_pipeline->conflicts, __ATOMIC_SEQ_CST);
+            double cps = sy > 0 ? (double)cm / (double)sy : NAN;
+            double cpo = (double)cf / (double)res.ops;
+            int m1 = wl == 'a' ? QB_A_PUSH : wl == 'd' ? QB_D_P50 : wl == 'b' ? QB_B
+                     : part == 0 ? QB_C_PUSH : QB_C_CONC;
+            qb_results_add_pipeline(r, sys, m1, cps, cpo);
+            if (m1 == QB_A_PUSH || m1 == QB_D_P50 || m1 == QB_C_PUSH)
+                qb_results_add_pipeline(r, sys, m1 + 1, cps, cpo);
+            fprintf(stderr, "  %-14s %-24s %.2f commits per sync, %.4f conflicts per op\n",
+                    qb_system_names[sys], what, cps, cpo);
         }
         if (wl == 'a') {
             qb_results_add(r, sys, QB_A_PUSH, res.v1, res.partial);
@@ -865,6 +902,9 @@ int main(int argc, char **argv)
 
     static qb_results r;
     qb_results_init(&r, &o);
+    void *pm = mmap(NULL, sizeof(qb_pipeline), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                    -1, 0);
+    g_pipeline = pm == MAP_FAILED ? NULL : pm;
     for (int s = 0; s < QB_NSYS; s++) {
         const qb_driver *d = driver_of(s);
         if ((o.systems & (1u << s)) && d != NULL && d->version != NULL)

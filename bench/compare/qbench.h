@@ -13,6 +13,12 @@
 #define QB_EMPTY 1
 #define QB_FAIL  (-1)
 
+/* kvq's commit pipeline during one phase, in memory shared with forked clients: the kvq driver
+ * adds each database handle's totals when it closes it. */
+typedef struct qb_pipeline {
+    unsigned long long commits, syncs, conflicts; /* atomic adds */
+} qb_pipeline;
+
 /* What a workload tells the driver when it prepares a fresh queue. */
 typedef struct qb_setup {
     const qb_options *opt;
@@ -22,6 +28,7 @@ typedef struct qb_setup {
     int low_latency;  /* (d): consumers wait on an empty queue; wake them promptly */
     int processes;    /* clients will connect from forked child processes */
     char path[600];   /* a fresh directory for embedded systems (already created) */
+    qb_pipeline *pipeline; /* zeroed before the phase; kvq's driver adds to it */
 } qb_setup;
 
 typedef struct qb_conn qb_conn; /* one client connection, one thread */

@@ -11,8 +11,8 @@
 #include "table.h"
 
 const char *const qb_system_names[QB_NSYS] = {
-    "beanstalkd", "redis",    "redis-everysec", "postgres",     "sqlite",
-    "kvq",        "kvq-proc", "kvq-fifo",       "kvq-priority", "disk",
+    "beanstalkd", "redis",       "redis-everysec", "postgres",     "sqlite", "kvq",
+    "kvq-proc",   "kvq-proc-2x", "kvq-fifo",       "kvq-priority", "disk",
 };
 
 const char *const qb_metric_names[QB_NMETRICS] = {
@@ -28,6 +28,7 @@ static const char *const sys_label[QB_NSYS] = {
     "SQLite%s, WAL, table queue",
     "**kvq%s durable queue** (threads)",
     "**kvq%s durable queue** (processes)",
+    "**kvq%s durable queue** (processes, twice P and C)",
     "kvq%s FIFO recipe (threads)",
     "kvq%s priority queue (threads)",
     "disk%s",
@@ -39,6 +40,7 @@ static const char *const sys_durability[QB_NSYS] = {
     "**NOT durable**: up to 1 s of writes lost",
     "yes: synchronous_commit on (group commit)",
     "yes: synchronous=FULL",
+    "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
@@ -72,7 +74,8 @@ int qb_system_is_durable_baseline(int sys)
 
 int qb_system_is_kvq(int sys)
 {
-    return sys == QB_SYS_KVQ || sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_FIFO ||
+    return sys == QB_SYS_KVQ || sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_PROC2X ||
+           sys == QB_SYS_KVQ_FIFO ||
            sys == QB_SYS_KVQ_PRIORITY;
 }
 
@@ -160,7 +163,8 @@ void qb_usage(FILE *f)
           "  --batch K                messages per operation in (c) (100)\n"
           "  --producers P, --consumers C   clients of (b) and (c) concurrent (4, 4)\n"
           "  --systems LIST           comma-separated: beanstalkd,redis,redis-everysec,postgres,\n"
-          "                           sqlite,kvq,kvq-proc,kvq-fifo,kvq-priority,disk (all given)\n"
+          "                           sqlite,kvq,kvq-proc,kvq-proc-2x,kvq-fifo,kvq-priority,disk\n"
+          "                           (all given)\n"
           "  --workloads LIST         letters of a,b,c,d (abcd)\n"
           "  --budget S               time limit of the whole comparison in seconds (780)\n"
           "  --cap S                  time limit of each phase of a workload run, seconds (10)\n"
@@ -510,6 +514,20 @@ void qb_results_add(qb_results *r, int sys, int metric, double value, int partia
     c->partial |= partial != 0;
 }
 
+static void cell_add(qb_cell *c, double v)
+{
+    if (isfinite(v) && c->n < QB_MAX_RUNS)
+        c->v[c->n++] = v;
+}
+
+void qb_results_add_pipeline(qb_results *r, int sys, int metric, double cps, double cpo)
+{
+    if (sys < 0 || sys >= QB_NSYS || metric < 0 || metric >= QB_NMETRICS)
+        return;
+    cell_add(&r->cps[sys][metric], cps);
+    cell_add(&r->cpo[sys][metric], cpo);
+}
+
 void qb_results_unsupported(qb_results *r, int sys, int metric)
 {
     if (sys >= 0 && sys < QB_NSYS && metric >= 0 && metric < QB_NMETRICS)
@@ -555,6 +573,12 @@ int qb_results_save(const qb_results *r, FILE *f)
             for (int k = 0; k < c->n; k++)
                 fprintf(f, "val %s %s %.17g%s\n", qb_system_names[s], qb_metric_names[m],
                         c->v[k], c->partial && k == c->n - 1 ? " partial" : "");
+            for (int k = 0; k < r->cps[s][m].n; k++)
+                fprintf(f, "cps %s %s %.17g\n", qb_system_names[s], qb_metric_names[m],
+                        r->cps[s][m].v[k]);
+            for (int k = 0; k < r->cpo[s][m].n; k++)
+                fprintf(f, "cpo %s %s %.17g\n", qb_system_names[s], qb_metric_names[m],
+                        r->cpo[s][m].v[k]);
         }
     }
     return ferror(f) ? -1 : 0;
@@ -629,6 +653,14 @@ int qb_results_load(qb_results *r, FILE *f, char *err, size_t errcap)
             int s = qb_system_from_name(a), m = qb_metric_from_name(b);
             if (s >= 0 && m >= 0) {
                 qb_results_unsupported(r, s, m);
+                ok = 1;
+            }
+        } else if ((strcmp(kind, "cps") == 0 || strcmp(kind, "cpo") == 0) && got == 4) {
+            int s = qb_system_from_name(a), m = qb_metric_from_name(b);
+            char *end = NULL;
+            double v = strtod(c, &end);
+            if (s >= 0 && m >= 0 && end != c && *end == '\0' && isfinite(v)) {
+                cell_add(kind[2] == 's' ? &r->cps[s][m] : &r->cpo[s][m], v);
                 ok = 1;
             }
         } else if (strcmp(kind, "val") == 0 && (got == 4 || got == 5)) {
@@ -883,6 +915,27 @@ int qb_write_table(FILE *f, const qb_results *r)
         snprintf(cells[1], sizeof(cells[1]), "%s", sys_durability[s]);
         for (int m = 0; m < QB_NMETRICS; m++)
             format_value(cells[2 + m], sizeof(cells[0]), r, s, m);
+        put_row(f, cells, NCOLS);
+    }
+
+    /* kvq's commit pipeline: how many commits each sync carried, and how often an operation
+     * lost a conflict (pushes never do; pops of one queue can). */
+    for (int s = 0; s < QB_NSYS; s++) {
+        int any = 0;
+        for (int m = 0; m < QB_NMETRICS; m++)
+            any |= r->cps[s][m].n > 0;
+        if (!qb_system_is_kvq(s) || !any)
+            continue;
+        snprintf(cells[0], sizeof(cells[0]), "%s: commits per sync; conflicts per op",
+                 qb_system_names[s]);
+        snprintf(cells[1], sizeof(cells[1]), "medians of the same runs");
+        for (int m = 0; m < QB_NMETRICS; m++) {
+            double cps = qb_cell_median(&r->cps[s][m]), cpo = qb_cell_median(&r->cpo[s][m]);
+            if (isfinite(cps) && isfinite(cpo))
+                snprintf(cells[2 + m], sizeof(cells[0]), "%.1f; %.3f", cps, cpo);
+            else
+                snprintf(cells[2 + m], sizeof(cells[0]), "—");
+        }
         put_row(f, cells, NCOLS);
     }
 

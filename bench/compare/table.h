@@ -19,6 +19,7 @@ enum qb_system {
     QB_SYS_SQLITE,
     QB_SYS_KVQ,      /* kvq's durable queue, clients as threads of one process */
     QB_SYS_KVQ_PROC, /* the same, clients as separate processes */
+    QB_SYS_KVQ_PROC2X, /* the same with twice the producers and consumers (8P+8C by default) */
     QB_SYS_KVQ_FIFO,
     QB_SYS_KVQ_PRIORITY,
     QB_SYS_DISK, /* not a queue: the disk's fdatasync rate, the ceiling */
@@ -113,6 +114,10 @@ typedef struct qb_cell {
 /* Everything a table needs: the figures and the settings they were measured with. */
 typedef struct qb_results {
     qb_cell cell[QB_NSYS][QB_NMETRICS];
+    /* kvq's commit pipeline in the same runs: commits per sync, and conflicts (1020) per
+     * push or pop operation. */
+    qb_cell cps[QB_NSYS][QB_NMETRICS];
+    qb_cell cpo[QB_NSYS][QB_NMETRICS];
     char version[QB_NSYS][64]; /* the server's or library's version, when known */
     int runs, size, batch, producers, consumers;
     long n, latency_n;
@@ -124,6 +129,9 @@ void qb_results_init(qb_results *r, const qb_options *o);
 
 /* Records one run's figure (dropped once QB_MAX_RUNS are held). */
 void qb_results_add(qb_results *r, int sys, int metric, double value, int partial);
+
+/* Records one run's commits per sync and conflicts per operation (a kvq row's phase). */
+void qb_results_add_pipeline(qb_results *r, int sys, int metric, double cps, double cpo);
 
 /* Marks a figure as not applicable to that system. */
 void qb_results_unsupported(qb_results *r, int sys, int metric);

@@ -190,6 +190,12 @@ static void canned(qb_results *r)
     qb_results_add(r, QB_SYS_KVQ, QB_C_CONC, 250000, 1);
     qb_results_add(r, QB_SYS_KVQ, QB_C_CONC, 230000, 0);
     qb_results_add(r, QB_SYS_KVQ_PROC, QB_B, 12000, 0);
+    qb_results_add(r, QB_SYS_KVQ_PROC2X, QB_B, 11000, 0);
+    /* The commit pipeline of the same runs: commits per sync, conflicts per operation. */
+    qb_results_add_pipeline(r, QB_SYS_KVQ, QB_B, 3.0, 0.01);
+    qb_results_add_pipeline(r, QB_SYS_KVQ, QB_B, 5.0, 0.03);
+    qb_results_add_pipeline(r, QB_SYS_KVQ, QB_B, 4.0, 0.02);
+    qb_results_add_pipeline(r, QB_SYS_KVQ_PROC, QB_B, 2.5, 0.125);
     qb_results_unsupported(r, QB_SYS_BEANSTALKD, QB_C_PUSH);
     qb_results_add(r, QB_SYS_BEANSTALKD, QB_A_PUSH, 5000, 0);
     snprintf(r->version[QB_SYS_SQLITE], sizeof(r->version[0]), "3.40.1");
@@ -278,6 +284,15 @@ static void test_table(void **state)
     assert_true(row_has(target, "≥1.2× best: 1.20 met"));
     assert_true(row_has(target, "≥1.2× best: 1.00 **missed**"));
     assert_true(row_has(target, "<1 ms: 0.80 met"));
+    /* The commit pipeline rows: medians of commits per sync and of conflicts per op. */
+    const char *pipe = row_of(text, "kvq: commits per sync; conflicts per op");
+    assert_true(row_has(pipe, "4.0; 0.020"));
+    assert_true(row_has(pipe, "—"));
+    assert_true(row_has(row_of(text, "kvq-proc: commits per sync"), "2.5; 0.125"));
+    assert_null(strstr(text, "kvq-fifo: commits"));
+    /* The row with twice the producers and consumers. */
+    assert_true(row_has(row_of(text, "**kvq durable queue** (processes, twice P and C)"),
+                        "11,000 (n=1)"));
     /* The legend follows the table. */
     assert_non_null(strstr(text, "median of 3 runs"));
     free(text);
