@@ -95,16 +95,26 @@ static int run_exec(const char *cmd, kvq_bytes v)
 
 /* Prints one item on standard output (a JSON string with --json), whole, under mu so that
  * workers' lines never interleave. 0, or -1 when standard output failed. */
-static int print_locked(cli *c, pthread_mutex_t *mu, kvq_bytes v)
+/* Writes one item and flushes (the caller holds the output lock): 0, or -1 when standard
+ * output failed. */
+static int write_item(cli *c, kvq_bytes v)
 {
-    pthread_mutex_lock(mu);
     if (c->json) {
         cli_json_str(stdout, v.data, v.len);
         fputc('\n', stdout);
     } else {
         cli_print_value(stdout, v.data, v.len);
     }
-    int rc = fflush(stdout) == 0 ? 0 : -1;
+    if (fflush(stdout) == 0)
+        return 0;
+    clearerr(stdout);
+    return -1;
+}
+
+static int print_locked(cli *c, pthread_mutex_t *mu, kvq_bytes v)
+{
+    pthread_mutex_lock(mu);
+    int rc = write_item(c, v);
     pthread_mutex_unlock(mu);
     return rc;
 }
@@ -166,19 +176,9 @@ static int pipe_drained(leased_ctx *x)
 static int print_leased(leased_ctx *x, kvq_bytes v)
 {
     pthread_mutex_lock(&x->out_mu);
-    int rc = 0;
-    if (x->c->json) {
-        cli_json_str(stdout, v.data, v.len);
-        fputc('\n', stdout);
-    } else {
-        cli_print_value(stdout, v.data, v.len);
-    }
-    if (fflush(stdout) != 0) {
+    int rc = write_item(x->c, v);
+    if (rc == 0 && x->pipe && pipe_drained(x) != 0)
         rc = -1;
-        clearerr(stdout);
-    } else if (x->pipe && pipe_drained(x) != 0) {
-        rc = -1;
-    }
     pthread_mutex_unlock(&x->out_mu);
     return rc;
 }

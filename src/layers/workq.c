@@ -1503,21 +1503,34 @@ typedef struct dlq_page {
     int more;
 } dlq_page;
 
+/* One page of snapshot reads of the range [base + 00, base + FF), after the key `after` when it
+ * is not empty: up to BATCH rows into *kvs (valid until the next read of txn). */
+static int read_page(kvq_txn *txn, const kvq_buf *base, const kvq_buf *after, const kvq_kv **kvs,
+                     size_t *got, int *more)
+{
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
+    int rc = range_of(&lo, &hi, base);
+    if (rc == 0 && after->len > 0)
+        rc = kvq__key_after(&lo, after->data, after->len);
+    *got = 0;
+    *more = 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(kvs, got, more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
+                               KVQ_SNAPSHOT);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    return rc;
+}
+
 static int dlq_page_body(kvq_txn *txn, void *arg)
 {
     dlq_page *p = arg;
     kvq_workq *w = p->w;
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, k = KVQ_BUF_INIT;
-    int rc = range_of(&lo, &hi, &w->base_dlq);
-    if (rc == 0 && p->after.len > 0)
-        rc = kvq__key_after(&lo, p->after.data, p->after.len);
+    kvq_buf k = KVQ_BUF_INIT;
     const kvq_kv *kvs;
     size_t got = 0;
     p->n = 0;
-    p->more = 0;
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, &p->more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
-                               KVQ_SNAPSHOT);
+    int rc = read_page(txn, &w->base_dlq, &p->after, &kvs, &got, &p->more);
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq__buf_set(&p->vals[i], kvs[i].value.data, kvs[i].value.len);
         kvq_bytes cv;
@@ -1533,8 +1546,6 @@ static int dlq_page_body(kvq_txn *txn, void *arg)
     }
     if (rc == 0)
         p->n = got;
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);
     return rc;
 }
@@ -1645,20 +1656,15 @@ static int item_page_body(kvq_txn *txn, void *arg)
     item_page *p = arg;
     kvq_workq *w = p->w;
     const kvq_buf *base = p->delayed ? &w->base_y : &w->base_x;
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, k = KVQ_BUF_INIT;
+    kvq_buf k = KVQ_BUF_INIT;
     int64_t rv = 0;
-    int rc = kvq_txn_get_read_version(&rv, txn);
-    if (rc == 0)
-        rc = range_of(&lo, &hi, base);
-    if (rc == 0 && p->after.len > 0)
-        rc = kvq__key_after(&lo, p->after.data, p->after.len);
     const kvq_kv *kvs;
     size_t got = 0;
     p->n = 0;
     p->more = 0;
+    int rc = kvq_txn_get_read_version(&rv, txn);
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, &p->more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
-                               KVQ_SNAPSHOT);
+        rc = read_page(txn, base, &p->after, &kvs, &got, &p->more);
     /* kvs belongs to the range read; copy the last key before reading more. */
     if (rc == 0 && got > 0)
         rc = kvq__buf_set(&p->after, kvs[got - 1].key.data, kvs[got - 1].key.len);
@@ -1688,8 +1694,6 @@ static int item_page_body(kvq_txn *txn, void *arg)
     }
     if (rc == 0 && got == 0)
         p->more = 0;
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);
     return rc;
 }
