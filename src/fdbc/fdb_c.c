@@ -1,30 +1,34 @@
-/* A test double of FoundationDB's C client: libfdb_double.so exports the fdb_* functions kvq's
- * fdb engine uses (same names, same signatures, same packed FDBKeyValue, from the same
- * declarations in src/engine/fdb/fdb_api.h) and implements them on kvq's embedded engine.
+/* FoundationDB's C client API served by kvq's embedded engine. One source, two libraries:
  *
- * It tests kvq's binding, not FoundationDB. What it checks is that the binding drives the
- * client the way libfdb_c must be driven, and that what kvq promises survives the trip:
+ * - libkvq_fdb_c.so (KVQ_FDBC_DOUBLE 0), the product: programs and bindings written for
+ *   FoundationDB load it as libfdb_c.so (a symlink of that name sits beside it) and run on a
+ *   local kvq directory, named by a line `kvq:<directory>` in the cluster file. Range reads
+ *   answer in pages sized by the streaming mode, as a storage server does.
+ * - libfdb_double.so (KVQ_FDBC_DOUBLE 1), the test double that CI drives kvq's own fdb binding
+ *   with: the same code, but range reads answer in pages of 3 rows so that every paging loop
+ *   runs, and environment variables play slow reads and older clients (see below).
+ *
+ * Both check that they are driven the way libfdb_c must be driven, and what kvq promises
+ * survives the trip:
  *
  * - the API version is selected first and once (2200/2201/2202/2203), the network is set up
  *   once (2009), run on a thread of its own and stopped (2008 when misused); futures complete
  *   only once the network thread runs, and callbacks of futures that complete later run on
  *   that thread;
  * - futures are real objects that own their results until fdb_future_destroy, which must come
- *   exactly once (a second destroy, or reading a future as the wrong kind, aborts);
- * - get_range answers in small pages (3 rows unless $KVQ_FDB_DOUBLE_PAGE says otherwise) and
- *   sets `more` whenever a limit was reached, as a storage server does, so that the binding's
- *   paging loop runs on every range read;
+ *   exactly once (a second destroy, or reading a future as the wrong kind, aborts, as using
+ *   freed memory would in libfdb_c);
  * - errors of write calls (which return nothing) are deferred to the next read or the commit,
  *   and error numbers pass through unchanged;
  * - watches complete from another thread, or with 1101 when cancelled;
- * - the transaction timeout option (500) is honoured, counted from the transaction's start;
- *   $KVQ_FDB_DOUBLE_READ_DELAY_MS makes reads slow, so that a test can see it end a read.
+ * - the transaction timeout option (500) is honoured, counted from the transaction's start.
  *
- * The database is an embedded kvq database in the directory named by $KVQ_FDB_DOUBLE_DIR, or
- * by a line `double:<directory>` in the cluster file. Being a directory, it can be shared by
- * several processes, as a cluster is. Transactions, conflicts, versionstamps and watches are
- * the embedded engine's, which has FoundationDB's semantics: it is not a model of a cluster's
- * latency, its failures or its `more` heuristics beyond the rule above. */
+ * Transactions, conflicts, versionstamps and watches are the embedded engine's, which has
+ * FoundationDB's semantics. It is one machine: no cluster-wide failures, no latency model.
+ * What is not exported yet is listed in docs/fdb.md. */
+#ifndef KVQ_FDBC_DOUBLE
+#define KVQ_FDBC_DOUBLE 0
+#endif
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -41,7 +45,7 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 #undef KVQ_FDB_PROTOTYPE
 
 #define MAX_API_VERSION  730
-#define DEFAULT_PAGE     3
+#define DEFAULT_PAGE     (KVQ_FDBC_DOUBLE ? 3 : 0) /* 0: by streaming mode */
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -49,7 +53,7 @@ static void misuse(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("fdb_double: misuse: ", stderr);
+    fputs(KVQ_FDBC_DOUBLE ? "fdb_double: misuse: " : "libkvq_fdb_c: misuse: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -60,7 +64,7 @@ static void complain(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("fdb_double: ", stderr);
+    fputs(KVQ_FDBC_DOUBLE ? "fdb_double: " : "libkvq_fdb_c: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -193,14 +197,15 @@ static FDBFuture *fut_error(int kind, fdb_error_t err)
 int fdb_get_max_api_version(void)
 {
     /* $KVQ_FDB_DOUBLE_MAX_API plays an older client (710) for tests of version selection. */
-    const char *env = getenv("KVQ_FDB_DOUBLE_MAX_API");
+    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_MAX_API") : NULL;
     int v = env != NULL ? atoi(env) : 0;
     return v > 0 ? v : MAX_API_VERSION;
 }
 
 const char *fdb_get_client_version(void)
 {
-    return "kvq fdb double (not FoundationDB)";
+    return KVQ_FDBC_DOUBLE ? "kvq fdb double (not FoundationDB)"
+                           : "kvq " KVQ_VERSION_STRING " (FoundationDB's C API on a kvq directory)";
 }
 
 const char *fdb_get_error(fdb_error_t code)
@@ -487,15 +492,19 @@ static fdb_error_t double_dir(const char *cluster_file, char *dir, size_t cap)
         fclose(fp);
         line[strcspn(line, "\r\n")] = '\0';
     }
-    const char *env = getenv("KVQ_FDB_DOUBLE_DIR");
+    const char *env = getenv(KVQ_FDBC_DOUBLE ? "KVQ_FDB_DOUBLE_DIR" : "KVQ_FDBC_DIR");
     const char *d = NULL;
     if (env != NULL && env[0] != '\0')
         d = env;
-    else if (strncmp(line, "double:", 7) == 0 && line[7] != '\0')
+    else if (KVQ_FDBC_DOUBLE && strncmp(line, "double:", 7) == 0 && line[7] != '\0')
         d = line + 7;
+    else if (strncmp(line, "kvq:", 4) == 0 && line[4] != '\0')
+        d = line + 4;
     if (d == NULL || strlen(d) >= cap) {
-        complain("no database directory: set $KVQ_FDB_DOUBLE_DIR or write `double:<directory>` "
-                 "in the cluster file");
+        complain(KVQ_FDBC_DOUBLE ? "no database directory: set $KVQ_FDB_DOUBLE_DIR or write "
+                                   "`double:<directory>` in the cluster file"
+                                 : "no kvq directory: write `kvq:<directory>` as the cluster "
+                                   "file's first line (or set $KVQ_FDBC_DIR)");
         return FDB_ERR_CONNECTION_STRING_INVALID;
     }
     memcpy(dir, d, strlen(d) + 1);
@@ -670,7 +679,7 @@ FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
 /* $KVQ_FDB_DOUBLE_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
 static void read_delay(void)
 {
-    const char *env = getenv("KVQ_FDB_DOUBLE_READ_DELAY_MS");
+    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_READ_DELAY_MS") : NULL;
     long ms = env != NULL ? atol(env) : 0;
     if (ms > 0) {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
@@ -739,11 +748,34 @@ static int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen
     return c < 0 || (c == 0 && alen < blen);
 }
 
-static int page_size(void)
+/* Rows of one get_range answer (a page; `more` tells the caller to ask again). The product
+ * follows the streaming mode as FoundationDB's client sizes its requests (in rows here, not
+ * bytes): everything asked for with WANT_ALL, and pages that grow with the iteration with
+ * ITERATOR. */
+static int page_size(FDBStreamingMode mode, int iteration)
 {
-    const char *env = getenv("KVQ_FDB_DOUBLE_PAGE");
+    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_PAGE") : NULL;
     int v = env != NULL ? atoi(env) : 0;
-    return v > 0 ? v : DEFAULT_PAGE;
+    if (v > 0)
+        return v;
+    if (DEFAULT_PAGE > 0)
+        return DEFAULT_PAGE;
+    switch (mode) {
+    case FDB_STREAMING_MODE_WANT_ALL:
+    case FDB_STREAMING_MODE_SERIAL:
+        return 100000;
+    case FDB_STREAMING_MODE_SMALL:
+        return 100;
+    case FDB_STREAMING_MODE_MEDIUM:
+        return 1000;
+    case FDB_STREAMING_MODE_LARGE:
+        return 10000;
+    case FDB_STREAMING_MODE_ITERATOR:
+    default: {
+        int it = iteration < 1 ? 1 : iteration > 8 ? 8 : iteration;
+        return 100 << (it - 1);
+    }
+    }
 }
 
 FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
@@ -763,7 +795,6 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
                                      fdb_bool_t reverse)
 {
     (void)target_bytes;
-    (void)iteration;
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
         misuse("fdb_transaction_get_range with a NULL key or a negative length");
@@ -783,7 +814,7 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     read_delay();
     FDBFuture *f = fut_new(FUT_KV_ARRAY);
     /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
-    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size();
+    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size(mode, iteration);
     if (limit > 0 && limit < eff)
         eff = limit;
     const kvq_kv *kvs = NULL;
