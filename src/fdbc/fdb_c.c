@@ -39,6 +39,7 @@
 
 #include "kvq/kvq.h"
 #include "engine/fdb/fdb_api.h"
+#include "fdbc/fdbc_extra.h"
 
 #define KVQ_FDB_PROTOTYPE(ret, name, params) ret name params;
 KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
@@ -95,6 +96,7 @@ struct FDB_future {
     int ready;
     fdb_error_t err;
     int destroyed; /* fdb_future_destroy was called */
+    int released;  /* fdb_future_release_memory was called: the results are gone */
     int cb_set;
     FDBCallback cb;
     void *cb_arg;
@@ -398,6 +400,8 @@ static fdb_error_t fut_check(FDBFuture *f, int kind, const char *what)
         return FDB_ERR_FUTURE_NOT_SET;
     if (f->err != 0)
         return f->err;
+    if (f->released)
+        return FDB_ERR_FUTURE_RELEASED;
     if (f->kind != kind)
         misuse("%s on a future of another kind (%d, not %d)", what, f->kind, kind);
     return 0;
@@ -474,6 +478,9 @@ struct FDB_database {
     int watch_threads; /* threads waiting on embedded watches */
     FDBFuture *watches;
     kvq_db *kdb;
+    /* Transaction options set on the database (fdb_database_set_option), given to each new
+     * transaction: timeout, retry limit, max retry delay, size limit (-1: not set). */
+    int64_t tr_defaults[4];
 };
 
 /* The directory of the embedded database: $KVQ_FDB_DOUBLE_DIR, or `double:<dir>` on the first
@@ -537,6 +544,8 @@ fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cond, NULL);
     d->refs = 1;
+    for (int i = 0; i < 4; i++)
+        d->tr_defaults[i] = -1;
     *out_database = d;
     return 0;
 }
@@ -594,8 +603,23 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     }
     pthread_mutex_lock(&d->mu);
     d->refs++;
+    int64_t defaults[4];
+    memcpy(defaults, d->tr_defaults, sizeof(defaults));
     pthread_mutex_unlock(&d->mu);
     tr->db = d;
+    /* The database's transaction options come first; the transaction may override them. */
+    for (int i = 0; i < 4; i++) {
+        if (defaults[i] < 0)
+            continue;
+        uint8_t v[8];
+        for (int b = 0; b < 8; b++)
+            v[b] = (uint8_t)((uint64_t)defaults[i] >> (8 * b));
+        rc = fdb_transaction_set_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i), v, 8);
+        if (rc != 0) {
+            fdb_transaction_destroy(tr);
+            return rc;
+        }
+    }
     *out_transaction = tr;
     return 0;
 }
@@ -661,8 +685,12 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     for (int i = 0; i < 8; i++)
         u |= (uint64_t)value[i] << (8 * i);
     int64_t v = (int64_t)u;
+    if (option == FDB_TR_OPTION_RETRY_LIMIT)
+        return kvq_txn_set_option(tr->kt, KVQ_TXN_RETRY_LIMIT, v);
+    if (option == FDB_TR_OPTION_MAX_RETRY_DELAY)
+        return kvq_txn_set_option(tr->kt, KVQ_TXN_MAX_RETRY_DELAY_MS, v);
     if (option != FDB_TR_OPTION_TIMEOUT)
-        return 0;
+        return 0; /* size_limit: kvq enforces FoundationDB's 10 MB limit, not a lower one */
     /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
     return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
 }
@@ -1002,4 +1030,151 @@ FDBFuture *fdb_transaction_watch(FDBTransaction *tr, const uint8_t *key_name, in
     }
     pthread_attr_destroy(&attr);
     return f;
+}
+
+/* Beyond what kvq's binding uses (fdbc_extra.h) ------------------------------------------- */
+
+static int in_set(fdb_error_t code, const fdb_error_t *set, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (set[i] == code)
+            return 1;
+    return 0;
+}
+
+/* As fdb_c.cpp defines them for the API version selected (7.3 adds 1078 and 1223, 7.1 has
+ * 2137). */
+fdb_bool_t fdb_error_predicate(int predicate_test, fdb_error_t code)
+{
+    static const fdb_error_t maybe[] = { 1021, 1039 };
+    static const fdb_error_t not_committed[] = { 1020, 1007, 1009, 1038, 1042, 1051, 1037, 1213 };
+    static const fdb_error_t since_730[] = { 1078, 1223 };
+    static const fdb_error_t until_730[] = { 2137 };
+    pthread_mutex_lock(&net.mu);
+    int api = net.api;
+    pthread_mutex_unlock(&net.mu);
+    int m = in_set(code, maybe, 2);
+    int r = in_set(code, not_committed, 8) ||
+            (api >= 730 ? in_set(code, since_730, 2) : in_set(code, until_730, 1));
+    switch (predicate_test) {
+    case FDB_ERROR_PREDICATE_RETRYABLE:
+        return m || r;
+    case FDB_ERROR_PREDICATE_MAYBE_COMMITTED:
+        return m;
+    case FDB_ERROR_PREDICATE_RETRYABLE_NOT_COMMITTED:
+        return r;
+    default:
+        return 0;
+    }
+}
+
+/* Network options: the client-side ones (tracing, knobs, the multi-version client, client
+ * threads, a temporary directory) mean nothing for a local directory; they are accepted and
+ * have no effect. Any other is refused with invalid_option (2007). */
+fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_length)
+{
+    (void)value;
+    if (value_length < 0)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    pthread_mutex_lock(&net.mu);
+    int api = net.api;
+    pthread_mutex_unlock(&net.mu);
+    if (api == 0)
+        return FDB_ERR_API_VERSION_UNSET;
+    switch (option) {
+    case 30: /* trace_enable */
+    case 34: /* trace_format */
+    case 40: /* knob */
+    case 60: /* disable_multi_version_client_api */
+    case 62: /* external_client_library */
+    case 63: /* external_client_directory */
+    case 64: /* disable_local_client */
+    case 65: /* client_threads_per_version */
+        return 0;
+    case 91: /* client_tmp_dir (730) */
+        return api >= 730 ? 0 : FDB_ERR_INVALID_OPTION;
+    default:
+        complain("network option %d is not supported on a kvq directory", option);
+        return FDB_ERR_INVALID_OPTION;
+    }
+}
+
+/* Database options: the transaction defaults (timeout, retry limit, max retry delay, size
+ * limit) go to every transaction created afterwards. max_watches, causal_read_risky and
+ * bypass_unreadable are accepted without effect (kvq's own watch limit applies; local reads
+ * are always causal and never unreadable). */
+fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *value,
+                                    int value_length)
+{
+    if (d == NULL)
+        misuse("fdb_database_set_option on a NULL database");
+    switch (option) {
+    case 20:  /* max_watches */
+    case 504: /* transaction_causal_read_risky */
+    case 700: /* transaction_bypass_unreadable */
+        return 0;
+    case 500:
+    case 501:
+    case 502:
+    case 503:
+        break;
+    default:
+        complain("database option %d is not supported on a kvq directory", option);
+        return FDB_ERR_INVALID_OPTION;
+    }
+    if (value == NULL || value_length != 8)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u |= (uint64_t)value[i] << (8 * i);
+    int64_t v = (int64_t)u;
+    if (v < -1 || (option != 501 && v < 0))
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    pthread_mutex_lock(&d->mu);
+    /* -1 for the retry limit is "unlimited", kept as a large value so that -1 can mean unset. */
+    d->tr_defaults[option - 500] = option == 501 && v == -1 ? INT64_MAX : v;
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+void fdb_transaction_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+{
+    if (key_name == NULL || key_name_length < 0)
+        misuse("fdb_transaction_clear with a NULL key or a negative length");
+    if (tr->deferred == 0)
+        defer(tr, kvq_txn_clear(tr->kt, key_name, (size_t)key_name_length));
+}
+
+/* Every later operation fails with transaction_cancelled (1025) until fdb_transaction_reset. */
+void fdb_transaction_cancel(FDBTransaction *tr)
+{
+    stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
+    tr->deferred = FDB_ERR_TRANSACTION_CANCELLED;
+}
+
+fdb_bool_t fdb_future_is_ready(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->destroyed)
+        misuse("fdb_future_is_ready on a destroyed future");
+    int r = f->ready;
+    pthread_mutex_unlock(&f->mu);
+    return r;
+}
+
+/* Frees a ready future's results; reading them afterwards gives future_released (1102). */
+void fdb_future_release_memory(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->destroyed)
+        misuse("fdb_future_release_memory on a destroyed future");
+    if (f->ready && f->err == 0) {
+        free(f->bytes);
+        free(f->kvs);
+        f->bytes = NULL;
+        f->kvs = NULL;
+        f->len = f->count = 0;
+        f->released = 1;
+    }
+    pthread_mutex_unlock(&f->mu);
 }
