@@ -756,8 +756,8 @@ static int resolve_selector(
     const uint8_t *key, int len, fdb_bool_t or_equal, int offset, uint8_t **out, size_t *out_len)
 {
     if (offset != 1 || (or_equal != 0 && or_equal != 1)) {
-        complain("key selector (or_equal %d, offset %d) is not supported by the double", or_equal,
-                 offset);
+        complain("key selector (or_equal %d, offset %d) is not supported yet (only offset 1)",
+                 or_equal, offset);
         return FDB_ERR_CLIENT_INVALID_OPERATION;
     }
     *out = malloc((size_t)len + 1);
