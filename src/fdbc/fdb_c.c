@@ -752,29 +752,77 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
 
 /* The key a selector names, for the two forms kvq's binding may use: first_greater_or_equal
  * (0, 1) is the key itself, first_greater_than (1, 1) the key + 0x00. */
-static int resolve_selector(
-    const uint8_t *key, int len, fdb_bool_t or_equal, int offset, uint8_t **out, size_t *out_len)
-{
-    if (offset != 1 || (or_equal != 0 && or_equal != 1)) {
-        complain("key selector (or_equal %d, offset %d) is not supported yet (only offset 1)",
-                 or_equal, offset);
-        return FDB_ERR_CLIENT_INVALID_OPERATION;
-    }
-    *out = malloc((size_t)len + 1);
-    if (*out == NULL)
-        misuse("out of memory");
-    if (len > 0)
-        memcpy(*out, key, (size_t)len);
-    (*out)[len] = 0;
-    *out_len = (size_t)len + (or_equal ? 1 : 0);
-    return 0;
-}
-
 static int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
 {
     int c = memcmp(a, b, alen < blen ? alen : blen);
     return c < 0 || (c == 0 && alen < blen);
 }
+
+/* The key a selector (key, or_equal, offset) names, as FoundationDB resolves it: the last key
+ * below `key` (at or below it, with or_equal) is the base, and the selector names the key
+ * `offset` places after the base (offset 1: the next key; 0: the base itself; -1: the one
+ * before). Before the first key it resolves to the empty key, past the last one to \xff. For
+ * a range boundary with offset 1 the search key itself serves (the same rows), so no read is
+ * needed unless `exact` asks for the key itself (get_key). The reads made are the
+ * transaction's (snapshot or not), so they take their read-conflict ranges. */
+static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb_bool_t or_equal,
+                            int offset, int snapshot, int exact, uint8_t **out, size_t *out_len)
+{
+    if (or_equal != 0 && or_equal != 1) {
+        complain("key selector with or_equal %d", or_equal);
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
+    }
+    /* start: the first key after the base (key, or key + 00 with or_equal). */
+    size_t slen = (size_t)len + (or_equal ? 1 : 0);
+    uint8_t *start = malloc(slen + 1);
+    if (start == NULL)
+        misuse("out of memory");
+    if (len > 0)
+        memcpy(start, key, (size_t)len);
+    start[len] = 0;
+    if (offset == 1 && !exact) {
+        *out = start;
+        *out_len = slen;
+        return 0;
+    }
+    static const uint8_t end_key[1] = { 0xff };
+    const kvq_kv *kvs = NULL;
+    size_t got = 0;
+    unsigned flags = snapshot ? KVQ_SNAPSHOT : 0;
+    int rc;
+    size_t want;
+    if (offset >= 1) {
+        want = (size_t)offset;
+        rc = key_less(start, slen, end_key, 1)
+                 ? kvq_txn_get_range(&kvs, &got, NULL, tr->kt, start, slen, end_key, 1,
+                                     (int)(want > INT32_MAX ? INT32_MAX : want), flags)
+                 : 0;
+    } else {
+        want = (size_t)(1 - (int64_t)offset);
+        rc = slen > 0 ? kvq_txn_get_range(&kvs, &got, NULL, tr->kt, (const uint8_t *)"", 0, start,
+                                          slen, (int)(want > INT32_MAX ? INT32_MAX : want),
+                                          flags | KVQ_REVERSE)
+                      : 0;
+    }
+    free(start);
+    if (rc != 0)
+        return rc;
+    const uint8_t *k = offset >= 1 ? end_key : (const uint8_t *)"";
+    size_t klen = offset >= 1 ? 1 : 0;
+    if (got >= want) {
+        k = kvs[want - 1].key.data;
+        klen = kvs[want - 1].key.len;
+    }
+    *out = malloc(klen + 1);
+    if (*out == NULL)
+        misuse("out of memory");
+    if (klen > 0)
+        memcpy(*out, k, klen);
+    (*out)[klen] = 0;
+    *out_len = klen;
+    return 0;
+}
+
 
 /* Rows of one get_range answer (a page; `more` tells the caller to ask again). The product
  * follows the streaming mode as FoundationDB's client sizes its requests (in rows here, not
@@ -834,11 +882,11 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     }
     uint8_t *b = NULL, *e = NULL;
     size_t blen = 0, elen = 0;
-    int rc = resolve_selector(begin_key_name, begin_key_name_length, begin_or_equal, begin_offset,
-                              &b, &blen);
+    int rc = resolve_selector(tr, begin_key_name, begin_key_name_length, begin_or_equal,
+                              begin_offset, snapshot, 0, &b, &blen);
     if (rc == 0)
-        rc = resolve_selector(end_key_name, end_key_name_length, end_or_equal, end_offset, &e,
-                              &elen);
+        rc = resolve_selector(tr, end_key_name, end_key_name_length, end_or_equal, end_offset,
+                              snapshot, 0, &e, &elen);
     read_delay();
     FDBFuture *f = fut_new(FUT_KV_ARRAY);
     /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
@@ -1177,4 +1225,29 @@ void fdb_future_release_memory(FDBFuture *f)
         f->released = 1;
     }
     pthread_mutex_unlock(&f->mu);
+}
+
+FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
+                                   const uint8_t *key_name,
+                                   int key_name_length,
+                                   fdb_bool_t or_equal,
+                                   int offset,
+                                   fdb_bool_t snapshot)
+{
+    if (key_name == NULL || key_name_length < 0)
+        misuse("fdb_transaction_get_key with a NULL key or a negative length");
+    if (tr->deferred != 0)
+        return fut_error(FUT_KEY, tr->deferred);
+    read_delay();
+    FDBFuture *f = fut_new(FUT_KEY);
+    uint8_t *k = NULL;
+    size_t klen = 0;
+    int rc = resolve_selector(tr, key_name, key_name_length, or_equal, offset, snapshot, 1, &k,
+                              &klen);
+    if (rc == 0) {
+        f->bytes = k;
+        f->len = (int)klen;
+    }
+    fut_complete(f, rc);
+    return f;
 }

@@ -23,6 +23,9 @@ enum {
     X(void, fdb_transaction_clear, (FDBTransaction *tr, const uint8_t *key_name, int key_name_length)) \
     X(void, fdb_transaction_cancel, (FDBTransaction *tr))                                          \
     X(fdb_bool_t, fdb_future_is_ready, (FDBFuture *f))                                             \
+    X(FDBFuture *, fdb_transaction_get_key,                                                        \
+      (FDBTransaction *tr, const uint8_t *key_name, int key_name_length, fdb_bool_t or_equal,      \
+       int offset, fdb_bool_t snapshot))                                                           \
     X(void, fdb_future_release_memory, (FDBFuture *f))
 /* clang-format on */
 

@@ -243,6 +243,85 @@ static void test_database_options(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* get_key of a selector; the key copied into out ("" and "\xff" are the ends). */
+static fdb_error_t key_of(FDBTransaction *tr, const char *k, int or_equal, int offset, int snapshot,
+                          char *out, size_t cap)
+{
+    FDBFuture *f = fdb_transaction_get_key(tr, (const uint8_t *)k, (int)strlen(k), or_equal,
+                                           offset, snapshot);
+    fdb_error_t e = wait_f(f);
+    if (e == 0) {
+        const uint8_t *key = NULL;
+        int n = 0;
+        assert_int_equal(fdb_future_get_key(f, &key, &n), 0);
+        snprintf(out, cap, "%.*s", n, (const char *)key);
+    }
+    fdb_future_destroy(f);
+    return e;
+}
+
+static void test_key_selectors(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    set_s(tr, "s/1", "1");
+    set_s(tr, "s/2", "2");
+    set_s(tr, "s/3", "3");
+    set_s(tr, "s/4", "4");
+    set_s(tr, "s/5", "5");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    char k[32];
+    /* FoundationDB's four named selectors, and offsets beyond them. */
+    assert_int_equal(key_of(tr, "s/3", 0, 1, 0, k, sizeof(k)), 0); /* first_greater_or_equal */
+    assert_string_equal(k, "s/3");
+    assert_int_equal(key_of(tr, "s/3", 1, 1, 0, k, sizeof(k)), 0); /* first_greater_than */
+    assert_string_equal(k, "s/4");
+    assert_int_equal(key_of(tr, "s/3", 1, 0, 0, k, sizeof(k)), 0); /* last_less_or_equal */
+    assert_string_equal(k, "s/3");
+    assert_int_equal(key_of(tr, "s/3", 0, 0, 0, k, sizeof(k)), 0); /* last_less_than */
+    assert_string_equal(k, "s/2");
+    assert_int_equal(key_of(tr, "s/25", 0, 1, 0, k, sizeof(k)), 0); /* between keys */
+    assert_string_equal(k, "s/3");
+    assert_int_equal(key_of(tr, "s/1", 0, 3, 0, k, sizeof(k)), 0); /* + 2 */
+    assert_string_equal(k, "s/3");
+    assert_int_equal(key_of(tr, "s/5", 1, -1, 0, k, sizeof(k)), 0); /* - 1 */
+    assert_string_equal(k, "s/4");
+    /* Past the last key: \xff; before the first: the empty key. */
+    assert_int_equal(key_of(tr, "s/5", 1, 1000, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "\xff");
+    assert_int_equal(key_of(tr, "", 0, 0, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "");
+    /* A range between selectors: last_less_or_equal(s/2) to first_greater_than(s/4). */
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)"s/2", 3, 1, 0,
+                                             (const uint8_t *)"s/4", 3, 1, 1, 0, 0,
+                                             FDB_STREAMING_MODE_WANT_ALL, 0, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kv;
+    int count = 0;
+    fdb_bool_t more = 1;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, &count, &more), 0);
+    assert_int_equal(count, 3);
+    assert_memory_equal(kv[0].key, "s/2", 3);
+    assert_memory_equal(kv[2].key, "s/4", 3);
+    fdb_future_destroy(f);
+    fdb_transaction_destroy(tr);
+
+    /* Resolving a selector reads the keys it passes: a key written there meanwhile conflicts,
+     * unless the read was a snapshot read. */
+    for (int snapshot = 0; snapshot < 2; snapshot++) {
+        FDBTransaction *a = new_tr(), *b = new_tr();
+        assert_int_equal(key_of(a, snapshot ? "s/4" : "s/3", 1, 1, snapshot, k, sizeof(k)), 0);
+        assert_string_equal(k, snapshot ? "s/5" : "s/4");
+        set_s(b, snapshot ? "s/45" : "s/35", "new"); /* between the key and what it found */
+        assert_int_equal(commit(b), 0);
+        set_s(a, "s/written", "a");
+        assert_int_equal(commit(a), snapshot ? 0 : 1020);
+        fdb_transaction_destroy(a);
+        fdb_transaction_destroy(b);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -284,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_conflict_and_retry_class),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_database_options),
+        cmocka_unit_test(test_key_selectors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
