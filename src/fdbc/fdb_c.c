@@ -588,7 +588,18 @@ struct FDB_transaction {
     kvq_txn *kt;
     fdb_error_t deferred; /* the first error of a call that returns nothing */
     FDBFuture *stamps;    /* versionstamp futures waiting for the commit */
+    pthread_t on_error;   /* the thread of the last fdb_transaction_on_error, if running */
+    int on_error_live;    /* on_error was started and not yet joined */
 };
+
+/* Waits for the thread of an fdb_transaction_on_error (its backoff) to end. */
+static void on_error_join(FDBTransaction *tr)
+{
+    if (tr->on_error_live) {
+        pthread_join(tr->on_error, NULL);
+        tr->on_error_live = 0;
+    }
+}
 
 fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
 {
@@ -650,6 +661,7 @@ static void stamps_complete(FDBTransaction *tr, fdb_error_t err)
 
 void fdb_transaction_destroy(FDBTransaction *tr)
 {
+    on_error_join(tr);
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     /* Uncommitted watches end with 1025 through the embedded engine. */
     kvq_txn_destroy(tr->kt);
@@ -659,6 +671,7 @@ void fdb_transaction_destroy(FDBTransaction *tr)
 
 void fdb_transaction_reset(FDBTransaction *tr)
 {
+    on_error_join(tr);
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     kvq_txn_reset(tr->kt);
     tr->deferred = 0;
@@ -1249,5 +1262,49 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
         f->len = (int)klen;
     }
     fut_complete(f, rc);
+    return f;
+}
+
+typedef struct on_error_job {
+    FDBTransaction *tr;
+    FDBFuture *f;
+    fdb_error_t err;
+} on_error_job;
+
+static void *on_error_main(void *arg)
+{
+    on_error_job *j = arg;
+    /* kvq's retry rules are FoundationDB's: which errors are retried, the backoff (slept here,
+     * off the caller's thread), the retry limit and the timeout, then the reset. */
+    int rc = kvq_txn_on_error(j->tr->kt, j->err);
+    if (rc == 0)
+        j->tr->deferred = 0;
+    fut_complete(j->f, rc);
+    fut_unref(j->f);
+    free(j);
+    return NULL;
+}
+
+/* The future is ready once the backoff has passed: with no error when the transaction was reset
+ * for a retry, else with the error to report. The transaction must not be used until then. */
+FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
+{
+    on_error_join(tr);
+    stamps_complete(tr, error != 0 ? error : FDB_ERR_TRANSACTION_CANCELLED);
+    FDBFuture *f = fut_new(FUT_VOID);
+    on_error_job *j = malloc(sizeof(*j));
+    if (j == NULL)
+        misuse("out of memory");
+    j->tr = tr;
+    j->f = f;
+    j->err = error;
+    fut_ref(f); /* the thread's */
+    if (pthread_create(&tr->on_error, NULL, on_error_main, j) != 0) {
+        fut_unref(f);
+        free(j);
+        fut_complete(f, FDB_ERR_INTERNAL_ERROR);
+        return f;
+    }
+    tr->on_error_live = 1;
     return f;
 }

@@ -22,6 +22,7 @@ enum {
       (FDBDatabase *d, int option, const uint8_t *value, int value_length))                        \
     X(void, fdb_transaction_clear, (FDBTransaction *tr, const uint8_t *key_name, int key_name_length)) \
     X(void, fdb_transaction_cancel, (FDBTransaction *tr))                                          \
+    X(FDBFuture *, fdb_transaction_on_error, (FDBTransaction *tr, fdb_error_t error))              \
     X(fdb_bool_t, fdb_future_is_ready, (FDBFuture *f))                                             \
     X(FDBFuture *, fdb_transaction_get_key,                                                        \
       (FDBTransaction *tr, const uint8_t *key_name, int key_name_length, fdb_bool_t or_equal,      \

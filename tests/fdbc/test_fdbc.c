@@ -203,6 +203,52 @@ static void test_conflict_and_retry_class(void **state)
     fdb_transaction_destroy(b);
 }
 
+static fdb_error_t on_error(FDBTransaction *tr, fdb_error_t e)
+{
+    FDBFuture *f = fdb_transaction_on_error(tr, e);
+    fdb_error_t r = wait_f(f);
+    fdb_future_destroy(f);
+    return r;
+}
+
+/* The retry loop every binding runs: commit, and on an error wait for on_error's future; a
+ * retryable error resets the transaction, any other comes back. */
+static void test_on_error_retry_loop(void **state)
+{
+    (void)state;
+    FDBTransaction *a = new_tr(), *b = new_tr();
+    int present, attempts = 0;
+    char v[16];
+    fdb_error_t e;
+    for (;;) {
+        attempts++;
+        assert_int_equal(get_s(a, "e/k", &present, v, sizeof(v)), 0);
+        if (attempts == 1) { /* someone else writes what this attempt read */
+            set_s(b, "e/k", "b");
+            assert_int_equal(commit(b), 0);
+        }
+        set_s(a, "e/seen", present ? v : "none");
+        e = commit(a);
+        if (e == 0)
+            break;
+        assert_int_equal(e, 1020);
+        assert_int_equal(on_error(a, e), 0);
+    }
+    assert_int_equal(attempts, 2);
+    fdb_transaction_reset(a);
+    assert_int_equal(get_s(a, "e/seen", &present, v, sizeof(v)), 0);
+    assert_string_equal(v, "b");
+    /* Not retryable: the error itself comes back. */
+    assert_int_equal(on_error(a, 2000), 2000);
+    /* A retry limit of 0: the first retryable error is final. */
+    fdb_transaction_reset(a);
+    uint8_t zero[8] = { 0 };
+    assert_int_equal(fdb_transaction_set_option(a, FDB_TR_OPTION_RETRY_LIMIT, zero, 8), 0);
+    assert_int_equal(on_error(a, 1020), 1020);
+    fdb_transaction_destroy(a);
+    fdb_transaction_destroy(b);
+}
+
 static void test_cancel(void **state)
 {
     (void)state;
@@ -361,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_cluster_files),
         cmocka_unit_test(test_set_get_clear_and_ranges),
         cmocka_unit_test(test_conflict_and_retry_class),
+        cmocka_unit_test(test_on_error_retry_loop),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_database_options),
         cmocka_unit_test(test_key_selectors),
