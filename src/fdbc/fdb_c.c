@@ -601,6 +601,32 @@ static void on_error_join(FDBTransaction *tr)
     }
 }
 
+/* An Int option parameter: 8 bytes, little-endian. */
+static fdb_error_t int_param(const uint8_t *value, int value_length, int64_t *out)
+{
+    if (value == NULL || value_length != 8)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u |= (uint64_t)value[i] << (8 * i);
+    *out = (int64_t)u;
+    return 0;
+}
+
+/* Applies one of the four Int transaction options (timeout, retry limit, max retry delay, size
+ * limit) with its value. */
+static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption option, int64_t v)
+{
+    if (option == FDB_TR_OPTION_RETRY_LIMIT)
+        return kvq_txn_set_option(tr->kt, KVQ_TXN_RETRY_LIMIT, v);
+    if (option == FDB_TR_OPTION_MAX_RETRY_DELAY)
+        return kvq_txn_set_option(tr->kt, KVQ_TXN_MAX_RETRY_DELAY_MS, v);
+    if (option != FDB_TR_OPTION_TIMEOUT)
+        return 0; /* size_limit: kvq enforces FoundationDB's 10 MB limit, not a lower one */
+    /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
+    return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
+}
+
 fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
 {
     *out_transaction = NULL;
@@ -622,10 +648,7 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     for (int i = 0; i < 4; i++) {
         if (defaults[i] < 0)
             continue;
-        uint8_t v[8];
-        for (int b = 0; b < 8; b++)
-            v[b] = (uint8_t)((uint64_t)defaults[i] >> (8 * b));
-        rc = fdb_transaction_set_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i), v, 8);
+        rc = set_int_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i), defaults[i]);
         if (rc != 0) {
             fdb_transaction_destroy(tr);
             return rc;
@@ -692,20 +715,9 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
         complain("transaction option %d is not one the double knows", (int)option);
         return FDB_ERR_INVALID_OPTION;
     }
-    if (value == NULL || value_length != 8)
-        return FDB_ERR_INVALID_OPTION_VALUE;
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++)
-        u |= (uint64_t)value[i] << (8 * i);
-    int64_t v = (int64_t)u;
-    if (option == FDB_TR_OPTION_RETRY_LIMIT)
-        return kvq_txn_set_option(tr->kt, KVQ_TXN_RETRY_LIMIT, v);
-    if (option == FDB_TR_OPTION_MAX_RETRY_DELAY)
-        return kvq_txn_set_option(tr->kt, KVQ_TXN_MAX_RETRY_DELAY_MS, v);
-    if (option != FDB_TR_OPTION_TIMEOUT)
-        return 0; /* size_limit: kvq enforces FoundationDB's 10 MB limit, not a lower one */
-    /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
-    return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
+    int64_t v;
+    fdb_error_t err = int_param(value, value_length, &v);
+    return err != 0 ? err : set_int_option(tr, option, v);
 }
 
 FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
@@ -1183,12 +1195,10 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
         complain("database option %d is not supported on a kvq directory", option);
         return FDB_ERR_INVALID_OPTION;
     }
-    if (value == NULL || value_length != 8)
-        return FDB_ERR_INVALID_OPTION_VALUE;
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++)
-        u |= (uint64_t)value[i] << (8 * i);
-    int64_t v = (int64_t)u;
+    int64_t v;
+    fdb_error_t err = int_param(value, value_length, &v);
+    if (err != 0)
+        return err;
     if (v < -1 || (option != 501 && v < 0))
         return FDB_ERR_INVALID_OPTION_VALUE;
     pthread_mutex_lock(&d->mu);
