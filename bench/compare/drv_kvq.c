@@ -116,12 +116,13 @@ static void kq_release(kq_state *s)
         /* How well commits were grouped (the group-commit batch actually reached), for the
          * progress log; with separate processes, one line per process. */
         kvq_db_stats st;
-        if (s->pipeline != NULL && kvq_db_get_stats(&st, s->db) == 0) {
+        int have = kvq_db_get_stats(&st, s->db) == 0;
+        if (have && s->pipeline != NULL) {
             __atomic_add_fetch(&s->pipeline->commits, st.commits, __ATOMIC_SEQ_CST);
             __atomic_add_fetch(&s->pipeline->syncs, st.syncs, __ATOMIC_SEQ_CST);
             __atomic_add_fetch(&s->pipeline->conflicts, st.conflicts, __ATOMIC_SEQ_CST);
         }
-        if (kvq_db_get_stats(&st, s->db) == 0 && st.batches > 0)
+        if (have && st.batches > 0)
             fprintf(stderr,
                     "    %s: %llu commits in %llu storage transactions (%.2f per transaction), "
                     "%llu syncs made by this handle (%.2f commits per sync; another process's "
