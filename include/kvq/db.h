@@ -286,18 +286,55 @@ KVQ_API KVQ_NODISCARD int kvq_txn_get_versionstamp(uint8_t out[10], kvq_txn *txn
  */
 KVQ_API KVQ_NODISCARD int kvq_txn_on_error(kvq_txn *txn, int err);
 
-/** Transaction options (kvq_txn_set_option). */
+/** Transaction options (kvq_txn_set_option), numbered as FoundationDB numbers them. */
 typedef enum kvq_txn_option {
+    /** The next write (set, clear, clear range or atomic operation) adds no write-conflict
+     * range: transactions that read its key do not conflict with it. Value ignored. */
+    KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE = 30,
+    /** Reads see the database at the read version, not this transaction's own writes; watches
+     * fail with KVQ_EWATCHES_DISABLED. Only before the first read or write
+     * (KVQ_ECLIENT_INVALID_OPERATION after). Value ignored. */
+    KVQ_TXN_READ_YOUR_WRITES_DISABLE = 51,
+    /** Keys from 0xFF up to 0xFF 0xFF may be read and written (the system key space, which
+     * kvq leaves to the application). Value ignored. */
+    KVQ_TXN_ACCESS_SYSTEM_KEYS = 301,
+    /** Keys from 0xFF up to 0xFF 0xFF may be read, not written. Value ignored. */
+    KVQ_TXN_READ_SYSTEM_KEYS = 302,
     /** Milliseconds from the first use until the transaction fails with 1031; 0 is none. */
     KVQ_TXN_TIMEOUT_MS = 500,
     /** Retries allowed by kvq_txn_on_error; -1 is unlimited. */
     KVQ_TXN_RETRY_LIMIT = 501,
     /** Longest backoff in milliseconds. */
     KVQ_TXN_MAX_RETRY_DELAY_MS = 502,
+    /** The transaction's size limit in bytes (32 to KVQ_MAX_TXN_SIZE): past it, writes fail
+     * with KVQ_ETRANSACTION_TOO_LARGE. */
+    KVQ_TXN_SIZE_LIMIT = 503,
+    /** Snapshot reads see this transaction's own writes (the default). Value ignored. */
+    KVQ_TXN_SNAPSHOT_RYW_ENABLE = 600,
+    /** Snapshot reads see the database at the read version, not this transaction's own
+     * writes. Value ignored. */
+    KVQ_TXN_SNAPSHOT_RYW_DISABLE = 601,
 } kvq_txn_option;
 
-/** Sets a transaction option. It survives kvq_txn_on_error, not kvq_txn_reset. */
+/** Sets a transaction option. The timeout, the retry limit and the retry delay survive
+ * kvq_txn_on_error; every option is cleared by kvq_txn_reset, and the others by
+ * kvq_txn_on_error too (as FoundationDB's options are). */
 KVQ_API KVQ_NODISCARD int kvq_txn_set_option(kvq_txn *txn, kvq_txn_option option, int64_t value);
+
+/**
+ * Reads at `version` rather than a fresh read version (a version kept from an earlier
+ * transaction, for instance). It must come before the first read (KVQ_EREAD_VERSION_ALREADY_SET
+ * after) and be positive (KVQ_EVERSION_INVALID). The reads then fail with
+ * KVQ_ETRANSACTION_TOO_OLD when the database has changed since `version` (the embedded engine
+ * keeps only the newest state) or when it is more than 5 seconds old, and with
+ * KVQ_EFUTURE_VERSION when it is newer than the database's present; kvq_txn_on_error retries
+ * both with a fresh read version.
+ */
+KVQ_API KVQ_NODISCARD int kvq_txn_set_read_version(kvq_txn *txn, int64_t version);
+
+/** The bytes the transaction counts against its size limit so far: keys and values written,
+ * cleared ranges and conflict ranges. */
+KVQ_API KVQ_NODISCARD int kvq_txn_get_approximate_size(int64_t *out, kvq_txn *txn);
 
 /** How many retries kvq_txn_on_error has made in this transaction. */
 KVQ_API int kvq_txn_retries(const kvq_txn *txn);

@@ -62,6 +62,9 @@ extern "C" {
     X(NETWORK_NOT_SETUP, 2008, "network_not_setup",                                                \
       "the client network must be set up before this operation")                                   \
     X(NETWORK_ALREADY_SETUP, 2009, "network_already_setup", "the client network is already set up") \
+    X(READ_VERSION_ALREADY_SET, 2010, "read_version_already_set",                                  \
+      "the transaction already has a read version")                                            \
+    X(VERSION_INVALID, 2011, "version_invalid", "the version is not valid")                     \
     X(USED_DURING_COMMIT, 2017, "used_during_commit",                                              \
       "operation issued while a commit was outstanding")                                           \
     X(INVALID_MUTATION_TYPE, 2018, "invalid_mutation_type", "unrecognized atomic mutation type") \
@@ -73,6 +76,12 @@ extern "C" {
     X(VALUE_TOO_LARGE, 2103, "value_too_large", "value is longer than 100,000 bytes")           \
     X(CONNECTION_STRING_INVALID, 2104, "connection_string_invalid",                                \
       "connection string or database URL is invalid")                                              \
+    X(UNSUPPORTED_OPERATION, 2108, "unsupported_operation", "unsupported operation")            \
+    X(SPECIAL_KEYS_NO_MODULE_FOUND, 2113, "special_keys_no_module_found",                          \
+      "the special key range read belongs to no module")                                       \
+    X(SPECIAL_KEYS_WRITE_DISABLED, 2114, "special_keys_write_disabled",                            \
+      "writes to special keys are disabled")                                                   \
+    X(TENANTS_DISABLED, 2136, "tenants_disabled", "tenants are disabled on this database")       \
     X(UNKNOWN_TENANT, 2137, "unknown_tenant", "the tenant was not found (retryable in 7.1)")    \
     X(API_VERSION_UNSET, 2200, "api_version_unset", "the API version is not set")              \
     X(API_VERSION_ALREADY_SET, 2201, "api_version_already_set", "the API version may be set only once") \

@@ -224,6 +224,7 @@ void kvq_txn_reset(kvq_txn *txn)
     txn->db->ops->txn_reset(txn->t);
     retry_state_init(txn);
     txn->next_user_version = 0;
+    txn->system_keys = 0;
 }
 
 int kvq_txn_next_user_version(uint16_t *out, kvq_txn *txn)
@@ -277,6 +278,48 @@ check_range(const uint8_t *b, size_t blen, const uint8_t *e, size_t elen, const 
     return 0;
 }
 
+/* A key of the transaction: keys from 0xFF need the system key options (reads: 302 or 301;
+ * writes: 301), and reach at most below 0xFF 0xFF. */
+static int txn_key(kvq_txn *txn, const uint8_t *key, size_t len, int write, const char *what)
+{
+    unsigned int need = write ? KVQ__SYSTEM_WRITE : KVQ__SYSTEM_READ | KVQ__SYSTEM_WRITE;
+    if (len == 0 || key == NULL || key[0] != 0xff || !(txn->system_keys & need))
+        return kvq__check_key(key, len, what);
+    if (len > KVQ_MAX_KEY_SIZE)
+        return kvq__error(KVQ_EKEY_TOO_LARGE, "%s: key of %zu bytes is over the limit of %d", what,
+                          len, KVQ_MAX_KEY_SIZE);
+    if (len > 1 && key[1] == 0xff)
+        return kvq__error(KVQ_EKEY_OUTSIDE_LEGAL_RANGE,
+                          "%s: keys from 0xFF 0xFF are special keys, not stored ones", what);
+    return 0;
+}
+
+/* A range of the transaction: ends may reach 0xFF, or 0xFF 0xFF with the system key options. */
+static int txn_range(kvq_txn *txn,
+                     const uint8_t *b,
+                     size_t blen,
+                     const uint8_t *e,
+                     size_t elen,
+                     int write,
+                     const char *what)
+{
+    unsigned int need = write ? KVQ__SYSTEM_WRITE : KVQ__SYSTEM_READ | KVQ__SYSTEM_WRITE;
+    if (!(txn->system_keys & need))
+        return check_range(b, blen, e, elen, what);
+    if ((b == NULL && blen > 0) || (e == NULL && elen > 0))
+        return kvq__error(KVQ_EINVAL, "%s: range key is NULL", what);
+    if (blen > KVQ_MAX_KEY_SIZE + 1 || elen > KVQ_MAX_KEY_SIZE + 1)
+        return kvq__error(KVQ_EKEY_TOO_LARGE, "%s: range key is over the limit of %d bytes", what,
+                          KVQ_MAX_KEY_SIZE);
+    static const uint8_t top[2] = { 0xff, 0xff };
+    if (kvq__bytes_cmp(b, blen, top, 2) > 0 || kvq__bytes_cmp(e, elen, top, 2) > 0)
+        return kvq__error(KVQ_EKEY_OUTSIDE_LEGAL_RANGE,
+                          "%s: range reaches past 0xFF 0xFF, into the special keys", what);
+    if (kvq__bytes_cmp(b, blen, e, elen) > 0)
+        return kvq__error(KVQ_EINVERTED_RANGE, "%s: begin key is after end key", what);
+    return 0;
+}
+
 #define TXN_CHECK(txn, what)                                        \
     do {                                                            \
         kvq__error_clear();                                         \
@@ -302,7 +345,7 @@ int kvq_txn_get(kvq_bytes *value,
     *present = 0;
     if ((flags & ~(unsigned int)KVQ_SNAPSHOT) != 0)
         return kvq__error(KVQ_EINVAL, "kvq_txn_get: unknown flags 0x%x", flags);
-    int rc = kvq__check_key(key, key_len, "kvq_txn_get");
+    int rc = txn_key(txn, key, key_len, 0, "kvq_txn_get");
     if (rc != 0)
         return rc;
     return txn->db->ops->get(txn->t, value, present, key, key_len, flags);
@@ -330,7 +373,7 @@ int kvq_txn_get_range(const kvq_kv **kvs,
         return kvq__error(KVQ_EINVAL, "kvq_txn_get_range: unknown flags 0x%x", flags);
     if (limit < 0)
         return kvq__error(KVQ_EINVAL, "kvq_txn_get_range: negative limit %d", limit);
-    int rc = check_range(begin, begin_len, end, end_len, "kvq_txn_get_range");
+    int rc = txn_range(txn, begin, begin_len, end, end_len, 0, "kvq_txn_get_range");
     if (rc != 0)
         return rc;
     int m = 0;
@@ -355,7 +398,7 @@ int kvq_txn_set(
     kvq_txn *txn, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len)
 {
     TXN_CHECK(txn, "kvq_txn_set");
-    int rc = kvq__check_key(key, key_len, "kvq_txn_set");
+    int rc = txn_key(txn, key, key_len, 1, "kvq_txn_set");
     if (rc == 0)
         rc = check_value(value_len, value, "kvq_txn_set");
     if (rc != 0)
@@ -366,7 +409,7 @@ int kvq_txn_set(
 int kvq_txn_clear(kvq_txn *txn, const uint8_t *key, size_t key_len)
 {
     TXN_CHECK(txn, "kvq_txn_clear");
-    int rc = kvq__check_key(key, key_len, "kvq_txn_clear");
+    int rc = txn_key(txn, key, key_len, 1, "kvq_txn_clear");
     if (rc != 0)
         return rc;
     /* A point clear is the range [key, key + 0x00). */
@@ -387,7 +430,7 @@ int kvq_txn_clear_range(
     kvq_txn *txn, const uint8_t *begin, size_t begin_len, const uint8_t *end, size_t end_len)
 {
     TXN_CHECK(txn, "kvq_txn_clear_range");
-    int rc = check_range(begin, begin_len, end, end_len, "kvq_txn_clear_range");
+    int rc = txn_range(txn, begin, begin_len, end, end_len, 1, "kvq_txn_clear_range");
     if (rc != 0)
         return rc;
     if (kvq__bytes_cmp(begin, begin_len, end, end_len) == 0)
@@ -428,18 +471,18 @@ int kvq_txn_atomic_op(kvq_txn *txn,
     case KVQ_MUT_MIN:
     case KVQ_MUT_BYTE_MIN:
     case KVQ_MUT_BYTE_MAX:
-        rc = kvq__check_key(key, key_len, "kvq_txn_atomic_op");
+        rc = txn_key(txn, key, key_len, 1, "kvq_txn_atomic_op");
         break;
     case KVQ_MUT_SET_VERSIONSTAMPED_KEY:
         /* FoundationDB counts the 4-byte offset suffix in the key size limit. */
         if (key == NULL)
             return kvq__error(KVQ_EINVAL, "set_versionstamped_key: key is NULL");
-        rc = kvq__check_key(key, key_len, "set_versionstamped_key");
+        rc = txn_key(txn, key, key_len, 1, "set_versionstamped_key");
         if (rc == 0)
             rc = check_stamp_offset(key, key_len, "set_versionstamped_key");
         break;
     case KVQ_MUT_SET_VERSIONSTAMPED_VALUE:
-        rc = kvq__check_key(key, key_len, "set_versionstamped_value");
+        rc = txn_key(txn, key, key_len, 1, "set_versionstamped_value");
         if (rc == 0 && param == NULL)
             rc = kvq__error(KVQ_EINVAL, "set_versionstamped_value: value is NULL");
         if (rc == 0)
@@ -478,7 +521,7 @@ int kvq_txn_add_conflict_range(kvq_txn *txn,
     TXN_CHECK(txn, "kvq_txn_add_conflict_range");
     if (type != KVQ_CONFLICT_READ && type != KVQ_CONFLICT_WRITE)
         return kvq__error(KVQ_EINVAL, "kvq_txn_add_conflict_range: unknown type %d", (int)type);
-    int rc = check_range(begin, begin_len, end, end_len, "kvq_txn_add_conflict_range");
+    int rc = txn_range(txn, begin, begin_len, end, end_len, 0, "kvq_txn_add_conflict_range");
     if (rc != 0)
         return rc;
     if (kvq__bytes_cmp(begin, begin_len, end, end_len) == 0)
@@ -543,9 +586,55 @@ int kvq_txn_set_option(kvq_txn *txn, kvq_txn_option option, int64_t value)
                               (long long)value);
         txn->max_retry_delay_ms = value;
         return 0;
+    case KVQ_TXN_ACCESS_SYSTEM_KEYS:
+    case KVQ_TXN_READ_SYSTEM_KEYS:
+    case KVQ_TXN_SIZE_LIMIT:
+        if (value < 32 || value > KVQ_MAX_TXN_SIZE)
+            return kvq__error(KVQ_EINVALID_OPTION_VALUE,
+                              "size limit %lld is outside 32 to %d bytes", (long long)value,
+                              KVQ_MAX_TXN_SIZE);
+        break;
+    case KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
+    case KVQ_TXN_READ_YOUR_WRITES_DISABLE:
+    case KVQ_TXN_SNAPSHOT_RYW_ENABLE:
+    case KVQ_TXN_SNAPSHOT_RYW_DISABLE:
+        break;
     default:
         return kvq__error(KVQ_EINVALID_OPTION, "unknown transaction option %d", (int)option);
     }
+    if (txn->db->ops->set_option == NULL)
+        return kvq__error(KVQ_EUNSUPPORTED, "the %s engine does not have transaction option %d",
+                          txn->db->ops->name, (int)option);
+    int rc = txn->db->ops->set_option(txn->t, option, value);
+    if (rc == 0 && option == KVQ_TXN_ACCESS_SYSTEM_KEYS)
+        txn->system_keys |= KVQ__SYSTEM_WRITE;
+    if (rc == 0 && option == KVQ_TXN_READ_SYSTEM_KEYS)
+        txn->system_keys |= KVQ__SYSTEM_READ;
+    return rc;
+}
+
+int kvq_txn_set_read_version(kvq_txn *txn, int64_t version)
+{
+    TXN_CHECK(txn, "kvq_txn_set_read_version");
+    if (version <= 0)
+        return kvq__error(KVQ_EVERSION_INVALID, "read version %lld is not positive",
+                          (long long)version);
+    if (txn->db->ops->set_read_version == NULL)
+        return kvq__error(KVQ_EUNSUPPORTED, "the %s engine cannot set a read version",
+                          txn->db->ops->name);
+    return txn->db->ops->set_read_version(txn->t, version);
+}
+
+int kvq_txn_get_approximate_size(int64_t *out, kvq_txn *txn)
+{
+    if (out == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_txn_get_approximate_size: out is NULL");
+    *out = 0;
+    TXN_CHECK(txn, "kvq_txn_get_approximate_size");
+    if (txn->db->ops->get_approximate_size == NULL)
+        return kvq__error(KVQ_EUNSUPPORTED, "the %s engine cannot tell a transaction's size",
+                          txn->db->ops->name);
+    return txn->db->ops->get_approximate_size(txn->t, out);
 }
 
 int kvq_txn_retries(const kvq_txn *txn)
@@ -601,6 +690,7 @@ int kvq_txn_on_error(kvq_txn *txn, int err)
     txn->commit_timed_out = 0;
     ATOMIC_INC(&txn->db->n_retries);
     txn->db->ops->txn_reset(txn->t);
+    txn->system_keys = 0;
     return 0;
 }
 
@@ -683,7 +773,7 @@ int kvq_txn_watch(kvq_watch **out, kvq_txn *txn, const uint8_t *key, size_t key_
         return kvq__error(KVQ_EINVAL, "kvq_txn_watch: out is NULL");
     *out = NULL;
     TXN_CHECK(txn, "kvq_txn_watch");
-    int rc = kvq__check_key(key, key_len, "kvq_txn_watch");
+    int rc = txn_key(txn, key, key_len, 0, "kvq_txn_watch");
     if (rc != 0)
         return rc;
     kvq_watch *w = kvq__calloc(1, sizeof(*w));

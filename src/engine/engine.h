@@ -78,6 +78,13 @@ typedef struct kvq__engine_ops {
     int (*commit)(void *t);
     int (*get_committed_version)(void *t, int64_t *out);
     int (*get_versionstamp)(void *t, uint8_t out[10]);
+    /* Optional (NULL: the engine does not have them; kvq reports KVQ_EUNSUPPORTED). */
+    int (*set_read_version)(void *t, int64_t version);
+    int (*get_approximate_size)(void *t, int64_t *out);
+    /* KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, _READ_YOUR_WRITES_DISABLE, _SIZE_LIMIT,
+     * _ACCESS_SYSTEM_KEYS, _READ_SYSTEM_KEYS, _SNAPSHOT_RYW_* (validated); cleared by
+     * txn_reset. */
+    int (*set_option)(void *t, kvq_txn_option option, int64_t value);
 
     /* Watches: the engine fills the watch it is given (see struct kvq_watch below). */
     int (*watch)(void *t, kvq_watch *w, const uint8_t *key, size_t key_len);
@@ -110,7 +117,10 @@ struct kvq_txn {
     kvq__rng rng;
     uint32_t next_user_version;
     int commit_timed_out; /* the last kvq_txn_commit failed with 1031 inside the engine */
+    unsigned int system_keys; /* KVQ__SYSTEM_READ, KVQ__SYSTEM_WRITE: options 302 and 301 */
 };
+
+enum { KVQ__SYSTEM_READ = 1u << 0, KVQ__SYSTEM_WRITE = 1u << 1 };
 
 /* Whether err, just returned by kvq_txn_commit or an operation of txn, leaves the transaction
  * possibly committed: 1021 and 1039, and 1031 when it came from the engine's commit. */

@@ -82,11 +82,28 @@ static struct {
     int stop;               /* fdb_stop_network was called */
     int finished;           /* fdb_run_network returned */
     FDBFuture *head, *tail; /* futures whose callbacks the network thread is to run */
+    struct net_hook {
+        void (*fn)(void *);
+        void *arg;
+    } hooks[16]; /* fdb_add_network_thread_completion_hook, run as fdb_run_network ends */
+    int n_hooks;
 } net = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 /* Futures ---------------------------------------------------------------------------------- */
 
-enum { FUT_VOID, FUT_INT64, FUT_KEY, FUT_VALUE, FUT_KV_ARRAY };
+enum {
+    FUT_VOID,
+    FUT_INT64,
+    FUT_KEY,
+    FUT_VALUE,
+    FUT_KV_ARRAY,
+    FUT_BOOL,
+    FUT_UINT64,
+    FUT_DOUBLE,
+    FUT_KEY_ARRAY,
+    FUT_STRING_ARRAY,
+    FUT_NONE /* the future of an unsupported call: it only ever holds an error */
+};
 
 struct FDB_future {
     pthread_mutex_t mu;
@@ -106,6 +123,9 @@ struct FDB_future {
     int len;
     int present;
     FDBKeyValue *kvs;
+    FDBKey *keys;
+    const char **strs;
+    double dbl;
     int count;
     int more;
     /* A watch: the embedded watch it waits on (its thread's until it ends). */
@@ -144,6 +164,8 @@ static void fut_unref(FDBFuture *f)
         return;
     free(f->bytes);
     free(f->kvs);
+    free(f->keys);
+    free(f->strs);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->mu);
     free(f);
@@ -290,7 +312,11 @@ fdb_error_t fdb_run_network(void)
     net.running = 0;
     net.finished = 1;
     pthread_cond_broadcast(&net.cond);
+    int n_hooks = net.n_hooks;
     pthread_mutex_unlock(&net.mu);
+    /* As libfdb_c does when its network thread is about to end. */
+    for (int i = 0; i < n_hooks; i++)
+        net.hooks[i].fn(net.hooks[i].arg);
     return 0;
 }
 
@@ -478,27 +504,17 @@ struct FDB_database {
     int watch_threads; /* threads waiting on embedded watches */
     FDBFuture *watches;
     kvq_db *kdb;
+    char *conn;         /* the connection string (\xff\xff/connection_string) */
+    char *cluster_file; /* the cluster file's path, or "" (\xff\xff/cluster_file_path) */
     /* Transaction options set on the database (fdb_database_set_option), given to each new
      * transaction: timeout, retry limit, max retry delay, size limit (-1: not set). */
     int64_t tr_defaults[4];
 };
 
-/* The directory of the embedded database: $KVQ_FDB_DOUBLE_DIR, or `double:<dir>` on the first
- * line of the cluster file. A named cluster file must exist, as for libfdb_c. */
-static fdb_error_t double_dir(const char *cluster_file, char *dir, size_t cap)
+/* The directory a connection string names: $KVQ_FDBC_DIR ($KVQ_FDB_DOUBLE_DIR for the
+ * double) when set, else the string `kvq:<directory>` (or `double:<directory>`). */
+static fdb_error_t dir_of(const char *line, char *dir, size_t cap)
 {
-    char line[4096] = "";
-    if (cluster_file != NULL && cluster_file[0] != '\0') {
-        FILE *fp = fopen(cluster_file, "r");
-        if (fp == NULL) {
-            complain("cannot read the cluster file %s: %s", cluster_file, strerror(errno));
-            return FDB_ERR_CONNECTION_STRING_INVALID;
-        }
-        if (fgets(line, sizeof(line), fp) == NULL)
-            line[0] = '\0';
-        fclose(fp);
-        line[strcspn(line, "\r\n")] = '\0';
-    }
     const char *env = getenv(KVQ_FDBC_DOUBLE ? "KVQ_FDB_DOUBLE_DIR" : "KVQ_FDBC_DIR");
     const char *d = NULL;
     if (env != NULL && env[0] != '\0')
@@ -518,7 +534,8 @@ static fdb_error_t double_dir(const char *cluster_file, char *dir, size_t cap)
     return 0;
 }
 
-fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out_database)
+/* Opens the database a connection string names; cluster_file is the file it came from. */
+static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDatabase **out_database)
 {
     *out_database = NULL;
     pthread_mutex_lock(&net.mu);
@@ -529,15 +546,25 @@ fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out
     if (err != 0)
         return err;
     char dir[4096];
-    err = double_dir(cluster_file_path, dir, sizeof(dir));
+    err = dir_of(conn, dir, sizeof(dir));
     if (err != 0)
         return err;
     FDBDatabase *d = calloc(1, sizeof(*d));
     if (d == NULL)
         return FDB_ERR_INTERNAL_ERROR;
+    d->conn = strdup(conn);
+    d->cluster_file = strdup(cluster_file);
+    if (d->conn == NULL || d->cluster_file == NULL) {
+        free(d->conn);
+        free(d->cluster_file);
+        free(d);
+        return FDB_ERR_INTERNAL_ERROR;
+    }
     int rc = kvq_db_open(&d->kdb, dir, NULL);
     if (rc != 0) {
         complain("cannot open the embedded database %s: %s", dir, kvq_last_error());
+        free(d->conn);
+        free(d->cluster_file);
         free(d);
         return rc;
     }
@@ -548,6 +575,37 @@ fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out
         d->tr_defaults[i] = -1;
     *out_database = d;
     return 0;
+}
+
+/* The cluster file's first line is the connection string. A named cluster file must exist, as
+ * for libfdb_c; without one, only the environment can name the directory. */
+fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out_database)
+{
+    char line[4096] = "";
+    char path[4096] = "";
+    if (cluster_file_path != NULL && cluster_file_path[0] != '\0') {
+        FILE *fp = fopen(cluster_file_path, "r");
+        if (fp == NULL) {
+            *out_database = NULL;
+            complain("cannot read the cluster file %s: %s", cluster_file_path, strerror(errno));
+            return FDB_ERR_CONNECTION_STRING_INVALID;
+        }
+        if (fgets(line, sizeof(line), fp) == NULL)
+            line[0] = '\0';
+        fclose(fp);
+        line[strcspn(line, "\r\n")] = '\0';
+        if (realpath(cluster_file_path, path) == NULL)
+            snprintf(path, sizeof(path), "%s", cluster_file_path);
+    }
+    return db_open(line, path, out_database);
+}
+
+fdb_error_t fdb_create_database_from_connection_string(const char *connection_string,
+                                                       FDBDatabase **out_database)
+{
+    if (connection_string == NULL || out_database == NULL)
+        misuse("fdb_create_database_from_connection_string with a NULL argument");
+    return db_open(connection_string, "", out_database);
 }
 
 /* Drops a reference; the last one cancels the watches still waiting, waits for their threads
@@ -570,6 +628,8 @@ static void db_unref(FDBDatabase *d)
         pthread_cond_wait(&d->cond, &d->mu);
     pthread_mutex_unlock(&d->mu);
     kvq_db_close(d->kdb);
+    free(d->conn);
+    free(d->cluster_file);
     pthread_cond_destroy(&d->cond);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -621,8 +681,8 @@ static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption optio
         return kvq_txn_set_option(tr->kt, KVQ_TXN_RETRY_LIMIT, v);
     if (option == FDB_TR_OPTION_MAX_RETRY_DELAY)
         return kvq_txn_set_option(tr->kt, KVQ_TXN_MAX_RETRY_DELAY_MS, v);
-    if (option != FDB_TR_OPTION_TIMEOUT)
-        return 0; /* size_limit: kvq enforces FoundationDB's 10 MB limit, not a lower one */
+    if (option == FDB_TR_OPTION_SIZE_LIMIT)
+        return kvq_txn_set_option(tr->kt, KVQ_TXN_SIZE_LIMIT, v);
     /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
     return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
 }
@@ -700,24 +760,65 @@ void fdb_transaction_reset(FDBTransaction *tr)
     tr->deferred = 0;
 }
 
+/* Transaction options: those with a local meaning go to kvq under the same numbers; those that
+ * concern a cluster (causality across proxies, durability across datacenters, priorities, tags,
+ * locks, logging, the read-version cache) have nothing to change on one machine and are
+ * accepted without effect. Others are refused with invalid_option (2007). */
 fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
                                        FDBTransactionOption option,
                                        const uint8_t *value,
                                        int value_length)
 {
-    switch (option) {
+    if (value_length < 0 || (value == NULL && value_length > 0))
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    switch ((int)option) {
     case FDB_TR_OPTION_TIMEOUT:
     case FDB_TR_OPTION_RETRY_LIMIT:
     case FDB_TR_OPTION_MAX_RETRY_DELAY:
-    case FDB_TR_OPTION_SIZE_LIMIT:
-        break;
-    default:
-        complain("transaction option %d is not one the double knows", (int)option);
-        return FDB_ERR_INVALID_OPTION;
+    case FDB_TR_OPTION_SIZE_LIMIT: {
+        int64_t v;
+        fdb_error_t err = int_param(value, value_length, &v);
+        return err != 0 ? err : set_int_option(tr, option, v);
     }
-    int64_t v;
-    fdb_error_t err = int_param(value, value_length, &v);
-    return err != 0 ? err : set_int_option(tr, option, v);
+    case FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
+    case FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE:
+    case FDB_TR_OPTION_ACCESS_SYSTEM_KEYS:
+    case FDB_TR_OPTION_READ_SYSTEM_KEYS:
+    case FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE:
+    case FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE:
+        return kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+    case FDB_TR_OPTION_CAUSAL_WRITE_RISKY:
+    case FDB_TR_OPTION_CAUSAL_READ_RISKY:
+    case FDB_TR_OPTION_CAUSAL_READ_DISABLE:
+    case FDB_TR_OPTION_DURABILITY_DATACENTER:
+    case FDB_TR_OPTION_DURABILITY_RISKY:
+    case FDB_TR_OPTION_PRIORITY_SYSTEM_IMMEDIATE:
+    case FDB_TR_OPTION_PRIORITY_BATCH:
+    case FDB_TR_OPTION_DEBUG_TRANSACTION_IDENTIFIER:
+    case FDB_TR_OPTION_LOG_TRANSACTION:
+    case FDB_TR_OPTION_LOCK_AWARE:
+    case FDB_TR_OPTION_USED_DURING_COMMIT_PROTECTION_DISABLE:
+    case FDB_TR_OPTION_READ_LOCK_AWARE:
+    case FDB_TR_OPTION_REPORT_CONFLICTING_KEYS:
+    case FDB_TR_OPTION_TAG:
+    case FDB_TR_OPTION_AUTO_THROTTLE_TAG:
+    case FDB_TR_OPTION_USE_GRV_CACHE:
+        return 0;
+    case FDB_TR_OPTION_READ_PRIORITY_NORMAL:
+    case FDB_TR_OPTION_READ_PRIORITY_LOW:
+    case FDB_TR_OPTION_READ_PRIORITY_HIGH: {
+        pthread_mutex_lock(&net.mu);
+        int api = net.api;
+        pthread_mutex_unlock(&net.mu);
+        if (api >= 730)
+            return 0;
+        break;
+    }
+    default:
+        break;
+    }
+    complain("transaction option %d is not supported on a kvq directory", (int)option);
+    return FDB_ERR_INVALID_OPTION;
 }
 
 FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
@@ -751,6 +852,160 @@ static uint8_t *copy_bytes(const uint8_t *p, size_t n)
     return c;
 }
 
+/* Whether key a sorts before key b. */
+static int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c < 0 || (c == 0 && alen < blen);
+}
+
+/* Special keys (from 0xFF 0xFF) --------------------------------------------------------------- */
+
+/* FoundationDB materialises these keys when they are read. Those with a local meaning answer:
+ * the cluster file's path, the connection string, a status document, and the (always empty)
+ * conflicting-keys module. Reads elsewhere in the special space fail with
+ * special_keys_no_module_found (2113); writes with special_keys_write_disabled (2114). */
+#define SPECIAL_CONFLICTING "\xff\xff/transaction/conflicting_keys/"
+
+static int is_special(const uint8_t *k, size_t len)
+{
+    return len >= 2 && k[0] == 0xff && k[1] == 0xff;
+}
+
+static int has_prefix(const uint8_t *k, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return len >= n && memcmp(k, prefix, n) == 0;
+}
+
+/* Appends s to the buffer as the inside of a JSON string. */
+static void json_str(char *out, size_t cap, const char *s)
+{
+    size_t o = strlen(out);
+    for (; *s != '\0' && o + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(out + o, cap - o, "\\%c", c);
+        else if (c < 0x20)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else
+            out[o++] = (char)c;
+    }
+    out[o] = '\0';
+}
+
+/* The value of one special key, malloc'd into *val (present), or 2113 when no module has it. */
+static int special_value(FDBTransaction *tr, const uint8_t *k, size_t len, int *present,
+                         uint8_t **val, size_t *vlen)
+{
+    static const char *const names[] = { "\xff\xff/cluster_file_path",
+                                         "\xff\xff/connection_string", "\xff\xff/status/json" };
+    *present = 0;
+    *val = NULL;
+    *vlen = 0;
+    if (has_prefix(k, len, SPECIAL_CONFLICTING))
+        return 0;
+    int which = -1;
+    for (int i = 0; i < 3; i++)
+        if (len == strlen(names[i]) && memcmp(k, names[i], len) == 0)
+            which = i;
+    if (which < 0) {
+        complain("no special key module holds this key (kvq has cluster_file_path, "
+                 "connection_string, status/json and transaction/conflicting_keys/)");
+        return KVQ_ESPECIAL_KEYS_NO_MODULE_FOUND;
+    }
+    char doc[8192] = "";
+    if (which == 0)
+        snprintf(doc, sizeof(doc), "%s", tr->db->cluster_file);
+    else if (which == 1)
+        snprintf(doc, sizeof(doc), "%s", tr->db->conn);
+    else {
+        /* The client's view of a database that is always available: it is a local directory. */
+        snprintf(doc, sizeof(doc), "{\"client\":{\"cluster_file\":{\"path\":\"");
+        json_str(doc, sizeof(doc), tr->db->cluster_file);
+        size_t o = strlen(doc);
+        snprintf(doc + o, sizeof(doc) - o,
+                 "\",\"up_to_date\":true},\"coordinators\":{\"quorum_reachable\":true,"
+                 "\"coordinators\":[]},\"database_status\":{\"available\":true,"
+                 "\"healthy\":true},\"messages\":[],\"timestamp\":%lld},"
+                 "\"cluster\":{\"kvq\":{\"directory\":\"",
+                 (long long)time(NULL));
+        char dir[4096];
+        if (dir_of(tr->db->conn, dir, sizeof(dir)) == 0)
+            json_str(doc, sizeof(doc), dir);
+        o = strlen(doc);
+        snprintf(doc + o, sizeof(doc) - o, "\"}}}");
+    }
+    *present = 1;
+    *vlen = strlen(doc);
+    *val = copy_bytes((const uint8_t *)doc, *vlen);
+    return 0;
+}
+
+/* A range read in the special space: the special keys within [b, e), which must lie in it. */
+static int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t *e,
+                         size_t el, FDBFuture *f)
+{
+    static const char *const names[] = { "\xff\xff/cluster_file_path",
+                                         "\xff\xff/connection_string", "\xff\xff/status/json" };
+    if (!is_special(b, bl) || !(is_special(e, el) || (el == 2 && e[0] == 0xff)))
+        return KVQ_EKEY_OUTSIDE_LEGAL_RANGE;
+    FDBKeyValue kv[3];
+    uint8_t *vals[3];
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *k = (const uint8_t *)names[i];
+        size_t kl = strlen(names[i]);
+        if (key_less(k, kl, b, bl) || !key_less(k, kl, e, el))
+            continue;
+        int present;
+        size_t vl;
+        int rc = special_value(tr, k, kl, &present, &vals[n], &vl);
+        if (rc != 0)
+            return rc;
+        kv[n] = (FDBKeyValue){ k, (int)kl, vals[n], (int)vl };
+        n++;
+    }
+    if (n == 0 && !(has_prefix(b, bl, SPECIAL_CONFLICTING) &&
+                    key_less(e, el, (const uint8_t *)SPECIAL_CONFLICTING "\xff",
+                             strlen(SPECIAL_CONFLICTING) + 1))) {
+        complain("no special key module holds this range");
+        return KVQ_ESPECIAL_KEYS_NO_MODULE_FOUND;
+    }
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (size_t)kv[i].key_length + (size_t)kv[i].value_length;
+    f->kvs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*f->kvs));
+    f->bytes = malloc(total > 0 ? total : 1);
+    if (f->kvs == NULL || f->bytes == NULL)
+        misuse("out of memory");
+    uint8_t *p = f->bytes;
+    for (int i = 0; i < n; i++) {
+        memcpy(p, kv[i].key, (size_t)kv[i].key_length);
+        f->kvs[i].key = p;
+        f->kvs[i].key_length = kv[i].key_length;
+        p += kv[i].key_length;
+        memcpy(p, kv[i].value, (size_t)kv[i].value_length);
+        f->kvs[i].value = p;
+        f->kvs[i].value_length = kv[i].value_length;
+        p += kv[i].value_length;
+        free(vals[i]);
+    }
+    f->count = n;
+    return 0;
+}
+
+/* Writes to special keys are refused (deferred, as every write error is). */
+static int special_write(FDBTransaction *tr, const uint8_t *k, int len)
+{
+    if (!is_special(k, (size_t)len))
+        return 0;
+    complain("writes to special keys are disabled on a kvq directory");
+    if (tr->deferred == 0)
+        tr->deferred = KVQ_ESPECIAL_KEYS_WRITE_DISABLED;
+    return 1;
+}
+
 FDBFuture *fdb_transaction_get(FDBTransaction *tr,
                                const uint8_t *key_name,
                                int key_name_length,
@@ -762,6 +1017,14 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
         return fut_error(FUT_VALUE, tr->deferred);
     read_delay();
     FDBFuture *f = fut_new(FUT_VALUE);
+    if (is_special(key_name, (size_t)key_name_length)) {
+        size_t vl = 0;
+        int rc = special_value(tr, key_name, (size_t)key_name_length, &f->present, &f->bytes,
+                               &vl);
+        f->len = (int)vl;
+        fut_complete(f, rc);
+        return f;
+    }
     kvq_bytes v;
     int present = 0;
     int rc = kvq_txn_get(&v, &present, tr->kt, key_name, (size_t)key_name_length,
@@ -775,13 +1038,6 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
     return f;
 }
 
-/* The key a selector names, for the two forms kvq's binding may use: first_greater_or_equal
- * (0, 1) is the key itself, first_greater_than (1, 1) the key + 0x00. */
-static int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
-{
-    int c = memcmp(a, b, alen < blen ? alen : blen);
-    return c < 0 || (c == 0 && alen < blen);
-}
 
 /* The key a selector (key, or_equal, offset) names, as FoundationDB resolves it: the last key
  * below `key` (at or below it, with or_equal) is the base, and the selector names the key
@@ -905,6 +1161,13 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
         complain("get_range: limit %d in mode %d", limit, (int)mode);
         return fut_error(FUT_KV_ARRAY, FDB_ERR_CLIENT_INVALID_OPERATION);
     }
+    if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
+        /* The special space is read as plain [begin, end): its keys are few and fixed. */
+        FDBFuture *f = fut_new(FUT_KV_ARRAY);
+        fut_complete(f, special_range(tr, begin_key_name, (size_t)begin_key_name_length,
+                                      end_key_name, (size_t)end_key_name_length, f));
+        return f;
+    }
     uint8_t *b = NULL, *e = NULL;
     size_t blen = 0, elen = 0;
     int rc = resolve_selector(tr, begin_key_name, begin_key_name_length, begin_or_equal,
@@ -969,7 +1232,7 @@ void fdb_transaction_set(FDBTransaction *tr,
 {
     if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
         misuse("fdb_transaction_set with a NULL pointer or a negative length");
-    if (tr->deferred == 0)
+    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
         defer(tr,
               kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
 }
@@ -983,7 +1246,7 @@ void fdb_transaction_clear_range(FDBTransaction *tr,
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
         misuse("fdb_transaction_clear_range with a NULL key or a negative length");
-    if (tr->deferred == 0)
+    if (!special_write(tr, begin_key_name, begin_key_name_length) && tr->deferred == 0)
         defer(tr, kvq_txn_clear_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length));
 }
@@ -997,7 +1260,7 @@ void fdb_transaction_atomic_op(FDBTransaction *tr,
 {
     if (key_name == NULL || param == NULL || key_name_length < 0 || param_length < 0)
         misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
-    if (tr->deferred == 0)
+    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
         defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }
@@ -1199,7 +1462,7 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
     fdb_error_t err = int_param(value, value_length, &v);
     if (err != 0)
         return err;
-    if (v < -1 || (option != 501 && v < 0))
+    if (v < -1 || (option != 501 && v < 0) || (option == 503 && (v < 32 || v > KVQ_MAX_TXN_SIZE)))
         return FDB_ERR_INVALID_OPTION_VALUE;
     pthread_mutex_lock(&d->mu);
     /* -1 for the retry limit is "unlimited", kept as a large value so that -1 can mean unset. */
@@ -1212,7 +1475,7 @@ void fdb_transaction_clear(FDBTransaction *tr, const uint8_t *key_name, int key_
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_clear with a NULL key or a negative length");
-    if (tr->deferred == 0)
+    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
         defer(tr, kvq_txn_clear(tr->kt, key_name, (size_t)key_name_length));
 }
 
@@ -1242,8 +1505,12 @@ void fdb_future_release_memory(FDBFuture *f)
     if (f->ready && f->err == 0) {
         free(f->bytes);
         free(f->kvs);
+        free(f->keys);
+        free(f->strs);
         f->bytes = NULL;
         f->kvs = NULL;
+        f->keys = NULL;
+        f->strs = NULL;
         f->len = f->count = 0;
         f->released = 1;
     }
@@ -1317,4 +1584,632 @@ FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
     }
     tr->on_error_live = 1;
     return f;
+}
+
+/* Read versions, sizes, split points, addresses ----------------------------------------------- */
+
+/* An error (a read before it, a version that is not positive) comes with the next read or the
+ * commit, as libfdb_c defers it. */
+void fdb_transaction_set_read_version(FDBTransaction *tr, int64_t version)
+{
+    if (tr->deferred == 0)
+        defer(tr, kvq_txn_set_read_version(tr->kt, version));
+}
+
+FDBFuture *fdb_transaction_get_approximate_size(FDBTransaction *tr)
+{
+    if (tr->deferred != 0)
+        return fut_error(FUT_INT64, tr->deferred);
+    FDBFuture *f = fut_new(FUT_INT64);
+    fut_complete(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
+    return f;
+}
+
+/* Walks the stored rows of [b, e) in a transaction of its own (the committed data, as a
+ * storage server's statistics describe it, not this transaction's writes), calling `row` with
+ * each row's size. The reads are snapshots: they add no conflicts. */
+static int walk_range(FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el,
+                      int (*row)(void *, const kvq_kv *), void *arg)
+{
+    if (b == NULL || e == NULL || bl < 0 || el < 0)
+        misuse("a range with a NULL key or a negative length");
+    kvq_txn *t;
+    int rc = kvq_txn_create(&t, tr->db->kdb);
+    if (rc != 0)
+        return rc;
+    uint8_t *from = copy_bytes(b, (size_t)bl);
+    size_t from_len = (size_t)bl;
+    for (;;) {
+        const kvq_kv *kvs;
+        size_t n = 0;
+        int more = 0;
+        rc = kvq_txn_get_range(&kvs, &n, &more, t, from, from_len, e, (size_t)el, 1000,
+                               KVQ_SNAPSHOT);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = row(arg, &kvs[i]);
+        if (rc != 0 || n < 1000)
+            break;
+        /* On from the key after the last one. */
+        free(from);
+        from_len = kvs[n - 1].key.len + 1;
+        from = malloc(from_len);
+        if (from == NULL)
+            misuse("out of memory");
+        memcpy(from, kvs[n - 1].key.data, from_len - 1);
+        from[from_len - 1] = 0;
+        /* A long walk must not meet the 5-second limit of one read version. */
+        kvq_txn_reset(t);
+    }
+    free(from);
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+static int add_row_size(void *arg, const kvq_kv *kv)
+{
+    *(int64_t *)arg += (int64_t)(kv->key.len + kv->value.len);
+    return 0;
+}
+
+/* Exact, not an estimate: the bytes of the keys and values stored in the range. */
+FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
+                                                          int bl, const uint8_t *e, int el)
+{
+    if (tr->deferred != 0)
+        return fut_error(FUT_INT64, tr->deferred);
+    FDBFuture *f = fut_new(FUT_INT64);
+    fut_complete(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
+    return f;
+}
+
+/* The keys of a key array being built: their bytes are copied into one buffer at the end. */
+typedef struct split_walk {
+    int64_t chunk, acc;
+    uint8_t **keys;
+    size_t *lens;
+    size_t n, cap;
+} split_walk;
+
+static void split_add(split_walk *w, const uint8_t *k, size_t len)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 16;
+        w->keys = realloc(w->keys, w->cap * sizeof(*w->keys));
+        w->lens = realloc(w->lens, w->cap * sizeof(*w->lens));
+        if (w->keys == NULL || w->lens == NULL)
+            misuse("out of memory");
+    }
+    w->keys[w->n] = copy_bytes(k, len);
+    w->lens[w->n++] = len;
+}
+
+static int split_row(void *arg, const kvq_kv *kv)
+{
+    split_walk *w = arg;
+    /* A chunk ends before the row that would take it past chunk_size (a chunk holds at least
+     * one row). */
+    int64_t sz = (int64_t)(kv->key.len + kv->value.len);
+    if (w->acc > 0 && w->acc + sz > w->chunk) {
+        split_add(w, kv->key.data, kv->key.len);
+        w->acc = 0;
+    }
+    w->acc += sz;
+    return 0;
+}
+
+/* Keys that cut [b, e) into chunks of about chunk_size bytes, b first and e last. */
+FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
+                                                  const uint8_t *e, int el, int64_t chunk_size)
+{
+    if (tr->deferred != 0)
+        return fut_error(FUT_KEY_ARRAY, tr->deferred);
+    if (chunk_size <= 0) {
+        complain("fdb_transaction_get_range_split_points: chunk_size %lld is not positive",
+                 (long long)chunk_size);
+        return fut_error(FUT_KEY_ARRAY, FDB_ERR_INVALID_OPTION_VALUE);
+    }
+    split_walk w = { .chunk = chunk_size };
+    split_add(&w, b, (size_t)(bl < 0 ? 0 : bl));
+    int rc = walk_range(tr, b, bl, e, el, split_row, &w);
+    split_add(&w, e, (size_t)(el < 0 ? 0 : el));
+    FDBFuture *f = fut_new(FUT_KEY_ARRAY);
+    if (rc == 0) {
+        size_t total = 0;
+        for (size_t i = 0; i < w.n; i++)
+            total += w.lens[i];
+        f->keys = malloc(w.n * sizeof(*f->keys));
+        f->bytes = malloc(total > 0 ? total : 1);
+        if (f->keys == NULL || f->bytes == NULL)
+            misuse("out of memory");
+        uint8_t *p = f->bytes;
+        for (size_t i = 0; i < w.n; i++) {
+            if (w.lens[i] > 0)
+                memcpy(p, w.keys[i], w.lens[i]);
+            f->keys[i].key = p;
+            f->keys[i].key_length = (int)w.lens[i];
+            p += w.lens[i];
+        }
+        f->count = (int)w.n;
+    }
+    for (size_t i = 0; i < w.n; i++)
+        free(w.keys[i]);
+    free(w.keys);
+    free(w.lens);
+    fut_complete(f, rc);
+    return f;
+}
+
+/* Every key lives in this process's local directory: one local address, in FoundationDB's
+ * ip:port form (nothing listens on it; it names the one machine). */
+FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
+                                                 int key_name_length)
+{
+    if (key_name == NULL || key_name_length < 0)
+        misuse("fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
+    if (tr->deferred != 0)
+        return fut_error(FUT_STRING_ARRAY, tr->deferred);
+    static const char local[] = "127.0.0.1:4500";
+    FDBFuture *f = fut_new(FUT_STRING_ARRAY);
+    f->strs = malloc(sizeof(*f->strs));
+    if (f->strs == NULL)
+        misuse("out of memory");
+    f->bytes = copy_bytes((const uint8_t *)local, sizeof(local));
+    f->strs[0] = (const char *)f->bytes;
+    f->count = 1;
+    fut_complete(f, 0);
+    return f;
+}
+
+/* Getters of the other result kinds ---------------------------------------------------------- */
+
+fdb_error_t fdb_future_get_bool(FDBFuture *f, fdb_bool_t *out)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_BOOL, "fdb_future_get_bool");
+    if (err == 0)
+        *out = f->i64 != 0;
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_uint64(FDBFuture *f, uint64_t *out)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_UINT64, "fdb_future_get_uint64");
+    if (err == 0)
+        *out = (uint64_t)f->i64;
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_double(FDBFuture *f, double *out)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_DOUBLE, "fdb_future_get_double");
+    if (err == 0)
+        *out = f->dbl;
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_key_array(FDBFuture *f, const FDBKey **out_key_array, int *out_count)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_KEY_ARRAY, "fdb_future_get_key_array");
+    if (err == 0) {
+        *out_key_array = f->keys;
+        *out_count = f->count;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+fdb_error_t fdb_future_get_string_array(FDBFuture *f, const char ***out_strings, int *out_count)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_STRING_ARRAY, "fdb_future_get_string_array");
+    if (err == 0) {
+        *out_strings = f->strs;
+        *out_count = f->count;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return err;
+}
+
+/* The getters of results only unsupported calls produce: such futures hold an error, which is
+ * returned; any other future read this way is a misuse. */
+static fdb_error_t get_none(FDBFuture *f, const char *what)
+{
+    pthread_mutex_lock(&f->mu);
+    fdb_error_t err = fut_check(f, FUT_NONE, what);
+    pthread_mutex_unlock(&f->mu);
+    if (err == 0)
+        misuse("%s on a future that holds no such result", what);
+    return err;
+}
+
+fdb_error_t fdb_future_get_mappedkeyvalue_array(FDBFuture *f,
+                                                const FDBMappedKeyValue **out_kv,
+                                                int *out_count,
+                                                fdb_bool_t *out_more)
+{
+    (void)out_kv;
+    (void)out_count;
+    (void)out_more;
+    return get_none(f, "fdb_future_get_mappedkeyvalue_array");
+}
+
+fdb_error_t fdb_future_get_keyrange_array(FDBFuture *f, const FDBKeyRange **out_ranges,
+                                          int *out_count)
+{
+    (void)out_ranges;
+    (void)out_count;
+    return get_none(f, "fdb_future_get_keyrange_array");
+}
+
+fdb_error_t fdb_future_get_granule_summary_array(FDBFuture *f,
+                                                 const FDBGranuleSummary **out_summaries,
+                                                 int *out_count)
+{
+    (void)out_summaries;
+    (void)out_count;
+    return get_none(f, "fdb_future_get_granule_summary_array");
+}
+
+fdb_error_t fdb_future_readbg_get_descriptions(FDBFuture *f, FDBBGFileDescription **out,
+                                               int *desc_count)
+{
+    (void)out;
+    (void)desc_count;
+    return get_none(f, "fdb_future_readbg_get_descriptions");
+}
+
+/* Results (FDBResult) come only from blob-granule calls, which are not supported: each holds an
+ * error. */
+struct FDB_result {
+    fdb_error_t err;
+};
+
+static FDBResult *result_error(fdb_error_t err)
+{
+    FDBResult *r = malloc(sizeof(*r));
+    if (r == NULL)
+        misuse("out of memory");
+    r->err = err;
+    return r;
+}
+
+void fdb_result_destroy(FDBResult *r)
+{
+    free(r);
+}
+
+fdb_error_t fdb_result_get_keyvalue_array(FDBResult *r, const FDBKeyValue **out_kv,
+                                          int *out_count, fdb_bool_t *out_more)
+{
+    (void)out_kv;
+    (void)out_more;
+    *out_count = 0;
+    return r->err;
+}
+
+fdb_error_t fdb_result_get_bg_mutations_array(FDBResult *r, const FDBBGMutation **out_mutations,
+                                              int *out_count)
+{
+    (void)out_mutations;
+    *out_count = 0;
+    return r->err;
+}
+
+FDBResult *fdb_readbg_parse_snapshot_file(const uint8_t *file_data, int file_len,
+                                          const FDBBGTenantPrefix *tenant_prefix,
+                                          const FDBBGEncryptionCtx *encryption_ctx)
+{
+    (void)file_data;
+    (void)file_len;
+    (void)tenant_prefix;
+    (void)encryption_ctx;
+    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+}
+
+FDBResult *fdb_readbg_parse_delta_file(const uint8_t *file_data, int file_len,
+                                       const FDBBGTenantPrefix *tenant_prefix,
+                                       const FDBBGEncryptionCtx *encryption_ctx)
+{
+    (void)file_data;
+    (void)file_len;
+    (void)tenant_prefix;
+    (void)encryption_ctx;
+    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+}
+
+/* The network's completion hooks ------------------------------------------------------------ */
+
+fdb_error_t fdb_add_network_thread_completion_hook(void (*hook)(void *), void *hook_parameter)
+{
+    if (hook == NULL)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    fdb_error_t err = 0;
+    pthread_mutex_lock(&net.mu);
+    if (!net.setup)
+        err = FDB_ERR_NETWORK_NOT_SETUP;
+    else if (net.n_hooks == (int)(sizeof(net.hooks) / sizeof(net.hooks[0])))
+        err = FDB_ERR_CLIENT_INVALID_OPERATION;
+    else
+        net.hooks[net.n_hooks++] = (struct net_hook){ hook, hook_parameter };
+    pthread_mutex_unlock(&net.mu);
+    return err;
+}
+
+/* Management, tenants and blob granules: not on a kvq directory ------------------------------ */
+
+/* The future of a call kvq does not have: ready at once with unsupported_operation (2108), or
+ * tenants_disabled (2136) for tenants (a FoundationDB cluster without tenants says the same). */
+static FDBFuture *unsupported(const char *what)
+{
+    complain("%s is not supported on a kvq directory", what);
+    return fut_error(FUT_NONE, KVQ_EUNSUPPORTED_OPERATION);
+}
+
+static FDBFuture *no_tenants(void)
+{
+    return fut_error(FUT_NONE, KVQ_ETENANTS_DISABLED);
+}
+
+fdb_error_t fdb_database_open_tenant(FDBDatabase *d, const uint8_t *tenant_name,
+                                     int tenant_name_length, FDBTenant **out_tenant)
+{
+    (void)d;
+    (void)tenant_name;
+    (void)tenant_name_length;
+    *out_tenant = NULL;
+    return KVQ_ETENANTS_DISABLED;
+}
+
+FDBFuture *fdb_database_reboot_worker(FDBDatabase *db, const uint8_t *address, int address_length,
+                                      fdb_bool_t check, int duration)
+{
+    (void)db;
+    (void)address;
+    (void)address_length;
+    (void)check;
+    (void)duration;
+    return unsupported("fdb_database_reboot_worker");
+}
+
+FDBFuture *fdb_database_force_recovery_with_data_loss(FDBDatabase *db, const uint8_t *dcid,
+                                                      int dcid_length)
+{
+    (void)db;
+    (void)dcid;
+    (void)dcid_length;
+    return unsupported("fdb_database_force_recovery_with_data_loss");
+}
+
+FDBFuture *fdb_database_create_snapshot(FDBDatabase *db, const uint8_t *uid, int uid_length,
+                                        const uint8_t *snap_command, int snap_command_length)
+{
+    (void)db;
+    (void)uid;
+    (void)uid_length;
+    (void)snap_command;
+    (void)snap_command_length;
+    return unsupported("fdb_database_create_snapshot");
+}
+
+/* No network thread does any work here: it is never busy. */
+double fdb_database_get_main_thread_busyness(FDBDatabase *db)
+{
+    (void)db;
+    return 0.0;
+}
+
+FDBFuture *fdb_database_get_server_protocol(FDBDatabase *db, uint64_t expected_version)
+{
+    (void)db;
+    (void)expected_version;
+    return unsupported("fdb_database_get_server_protocol");
+}
+
+FDBFuture *fdb_database_purge_blob_granules(FDBDatabase *db, const uint8_t *b, int bl,
+                                            const uint8_t *e, int el, int64_t purge_version,
+                                            fdb_bool_t force)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el, (void)purge_version, (void)force;
+    return unsupported("fdb_database_purge_blob_granules");
+}
+
+FDBFuture *fdb_database_wait_purge_granules_complete(FDBDatabase *db, const uint8_t *k, int kl)
+{
+    (void)db, (void)k, (void)kl;
+    return unsupported("fdb_database_wait_purge_granules_complete");
+}
+
+FDBFuture *fdb_database_blobbify_range(FDBDatabase *db, const uint8_t *b, int bl,
+                                       const uint8_t *e, int el)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el;
+    return unsupported("fdb_database_blobbify_range");
+}
+
+FDBFuture *fdb_database_blobbify_range_blocking(FDBDatabase *db, const uint8_t *b, int bl,
+                                                const uint8_t *e, int el)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el;
+    return unsupported("fdb_database_blobbify_range_blocking");
+}
+
+FDBFuture *fdb_database_unblobbify_range(FDBDatabase *db, const uint8_t *b, int bl,
+                                         const uint8_t *e, int el)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el;
+    return unsupported("fdb_database_unblobbify_range");
+}
+
+FDBFuture *fdb_database_list_blobbified_ranges(FDBDatabase *db, const uint8_t *b, int bl,
+                                               const uint8_t *e, int el, int range_limit)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el, (void)range_limit;
+    return unsupported("fdb_database_list_blobbified_ranges");
+}
+
+FDBFuture *fdb_database_verify_blob_range(FDBDatabase *db, const uint8_t *b, int bl,
+                                          const uint8_t *e, int el, int64_t version)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el, (void)version;
+    return unsupported("fdb_database_verify_blob_range");
+}
+
+FDBFuture *fdb_database_flush_blob_range(FDBDatabase *db, const uint8_t *b, int bl,
+                                         const uint8_t *e, int el, fdb_bool_t compact,
+                                         int64_t version)
+{
+    (void)db, (void)b, (void)bl, (void)e, (void)el, (void)compact, (void)version;
+    return unsupported("fdb_database_flush_blob_range");
+}
+
+FDBFuture *fdb_database_get_client_status(FDBDatabase *db)
+{
+    (void)db;
+    return unsupported("fdb_database_get_client_status");
+}
+
+/* fdb_database_open_tenant never hands out a tenant, so these only answer that tenants are
+ * disabled (a NULL tenant is accepted by fdb_tenant_destroy). */
+fdb_error_t fdb_tenant_create_transaction(FDBTenant *tenant, FDBTransaction **out_transaction)
+{
+    (void)tenant;
+    *out_transaction = NULL;
+    return KVQ_ETENANTS_DISABLED;
+}
+
+FDBFuture *fdb_tenant_purge_blob_granules(FDBTenant *t, const uint8_t *b, int bl,
+                                          const uint8_t *e, int el, int64_t purge_version,
+                                          fdb_bool_t force)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el, (void)purge_version, (void)force;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_wait_purge_granules_complete(FDBTenant *t, const uint8_t *k, int kl)
+{
+    (void)t, (void)k, (void)kl;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_blobbify_range(FDBTenant *t, const uint8_t *b, int bl, const uint8_t *e,
+                                     int el)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_blobbify_range_blocking(FDBTenant *t, const uint8_t *b, int bl,
+                                              const uint8_t *e, int el)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_unblobbify_range(FDBTenant *t, const uint8_t *b, int bl, const uint8_t *e,
+                                       int el)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_list_blobbified_ranges(FDBTenant *t, const uint8_t *b, int bl,
+                                             const uint8_t *e, int el, int range_limit)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el, (void)range_limit;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_verify_blob_range(FDBTenant *t, const uint8_t *b, int bl, const uint8_t *e,
+                                        int el, int64_t version)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el, (void)version;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_flush_blob_range(FDBTenant *t, const uint8_t *b, int bl, const uint8_t *e,
+                                       int el, fdb_bool_t compact, int64_t version)
+{
+    (void)t, (void)b, (void)bl, (void)e, (void)el, (void)compact, (void)version;
+    return no_tenants();
+}
+
+FDBFuture *fdb_tenant_get_id(FDBTenant *t)
+{
+    (void)t;
+    return no_tenants();
+}
+
+void fdb_tenant_destroy(FDBTenant *t)
+{
+    if (t != NULL)
+        misuse("fdb_tenant_destroy of a tenant this library never made");
+}
+
+FDBFuture *fdb_transaction_get_mapped_range(FDBTransaction *tr, const uint8_t *b, int bl,
+                                            fdb_bool_t boe, int bo, const uint8_t *e, int el,
+                                            fdb_bool_t eoe, int eo, const uint8_t *mapper,
+                                            int mapper_length, int limit, int target_bytes,
+                                            FDBStreamingMode mode, int iteration,
+                                            fdb_bool_t snapshot, fdb_bool_t reverse)
+{
+    (void)tr, (void)b, (void)bl, (void)boe, (void)bo, (void)e, (void)el, (void)eoe, (void)eo;
+    (void)mapper, (void)mapper_length, (void)limit, (void)target_bytes, (void)mode;
+    (void)iteration, (void)snapshot, (void)reverse;
+    return unsupported("fdb_transaction_get_mapped_range");
+}
+
+/* Tag throttling and cost accounting belong to a cluster's ratekeeper, which kvq has not. */
+FDBFuture *fdb_transaction_get_tag_throttled_duration(FDBTransaction *tr)
+{
+    (void)tr;
+    return unsupported("fdb_transaction_get_tag_throttled_duration");
+}
+
+FDBFuture *fdb_transaction_get_total_cost(FDBTransaction *tr)
+{
+    (void)tr;
+    return unsupported("fdb_transaction_get_total_cost");
+}
+
+FDBFuture *fdb_transaction_get_blob_granule_ranges(FDBTransaction *tr, const uint8_t *b, int bl,
+                                                   const uint8_t *e, int el, int range_limit)
+{
+    (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)range_limit;
+    return unsupported("fdb_transaction_get_blob_granule_ranges");
+}
+
+FDBResult *fdb_transaction_read_blob_granules(FDBTransaction *tr, const uint8_t *b, int bl,
+                                              const uint8_t *e, int el, int64_t begin_version,
+                                              int64_t read_version,
+                                              FDBReadBlobGranuleContext granule_context)
+{
+    (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)begin_version, (void)read_version;
+    (void)granule_context;
+    complain("fdb_transaction_read_blob_granules is not supported on a kvq directory");
+    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+}
+
+FDBFuture *fdb_transaction_summarize_blob_granules(FDBTransaction *tr, const uint8_t *b, int bl,
+                                                   const uint8_t *e, int el,
+                                                   int64_t summary_version, int range_limit)
+{
+    (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)summary_version, (void)range_limit;
+    return unsupported("fdb_transaction_summarize_blob_granules");
+}
+
+FDBFuture *fdb_transaction_read_blob_granules_description(FDBTransaction *tr, const uint8_t *b,
+                                                          int bl, const uint8_t *e, int el,
+                                                          int64_t begin_version,
+                                                          int64_t read_version,
+                                                          int64_t *read_version_out)
+{
+    (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)begin_version, (void)read_version;
+    (void)read_version_out;
+    return unsupported("fdb_transaction_read_blob_granules_description");
 }

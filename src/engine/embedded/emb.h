@@ -190,6 +190,14 @@ typedef struct emb_txn {
     size_t n_muts, cap_muts;
     emb_ranges reads, writes, unreadable;
     size_t size; /* bytes of mutations and conflict ranges, for the 10 MB limit */
+    /* Options, cleared by a reset: a lower size limit (0: KVQ_MAX_TXN_SIZE), reads that do
+     * not see this transaction's writes (all, or snapshot reads only), the next write without a write-conflict range, and a
+     * read version asked for (kvq_txn_set_read_version; 0: none). */
+    size_t size_limit;
+    int no_ryw;
+    int snapshot_no_ryw;
+    int next_write_no_conflict;
+    int64_t wanted_rv;
 
     emb_arena_block *arena;
 
@@ -317,6 +325,9 @@ int emb_add_conflict_range(void *tp,
 int emb_get_read_version(void *tp, int64_t *out);
 int emb_get_committed_version(void *tp, int64_t *out);
 int emb_get_versionstamp(void *tp, uint8_t out[10]);
+int emb_set_read_version(void *tp, int64_t version);
+int emb_get_approximate_size(void *tp, int64_t *out);
+int emb_set_option(void *tp, kvq_txn_option option, int64_t value);
 
 void *emb_arena_alloc(emb_txn *t, size_t n);
 void emb_txn_end_read(emb_txn *t);

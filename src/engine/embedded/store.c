@@ -630,6 +630,9 @@ const kvq__engine_ops kvq__embedded_ops = {
     .commit = emb_commit,
     .get_committed_version = emb_get_committed_version,
     .get_versionstamp = emb_get_versionstamp,
+    .set_read_version = emb_set_read_version,
+    .get_approximate_size = emb_get_approximate_size,
+    .set_option = emb_set_option,
     .watch = emb_watch_create,
     .watch_release = emb_watch_release,
 };

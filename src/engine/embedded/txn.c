@@ -94,6 +94,11 @@ static void txn_clear(emb_txn *t)
     t->has_rv = 0;
     t->rv = 0;
     t->size = 0;
+    t->size_limit = 0;
+    t->no_ryw = 0;
+    t->snapshot_no_ryw = 0;
+    t->next_write_no_conflict = 0;
+    t->wanted_rv = 0;
     t->committing = 0;
     t->committed = 0;
     t->committed_version = 0;
@@ -202,8 +207,93 @@ static int ensure_rv(emb_txn *t)
         return rc;
     }
     t->rv = emb_rv_after_snapshot(t->e, &probe, stored);
+    if (t->wanted_rv > 0) {
+        /* The snapshot is the database at every version from `stored` (its newest commit) to
+         * t->rv (no commit can take a version in between): a version asked for in that span
+         * reads exactly as FoundationDB would at it. Older ones are gone, newer ones are not
+         * yet. */
+        rc = 0;
+        if (t->wanted_rv < stored)
+            rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                            "read version %lld: the database has changed since (version %lld)",
+                            (long long)t->wanted_rv, (long long)stored);
+        else if (t->rv - t->wanted_rv > KVQ_MAX_TXN_AGE_US)
+            rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                            "read version %lld is more than 5 seconds old",
+                            (long long)t->wanted_rv);
+        else if (t->wanted_rv > t->rv)
+            rc = kvq__error(KVQ_EFUTURE_VERSION,
+                            "read version %lld is ahead of the database (version %lld)",
+                            (long long)t->wanted_rv, (long long)t->rv);
+        if (rc != 0) {
+            emb_txn_end_read(t);
+            return rc;
+        }
+        t->rv = t->wanted_rv;
+    }
     t->has_rv = 1;
     t->rv_mono_us = kvq__mono_us();
+    return 0;
+}
+
+int emb_set_read_version(void *tp, int64_t version)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    if (t->has_rv || t->wanted_rv > 0)
+        return kvq__error(KVQ_EREAD_VERSION_ALREADY_SET,
+                          "the transaction already has a read version");
+    t->wanted_rv = version;
+    return 0;
+}
+
+int emb_get_approximate_size(void *tp, int64_t *out)
+{
+    emb_txn *t = tp;
+    *out = (int64_t)t->size;
+    return 0;
+}
+
+int emb_set_option(void *tp, kvq_txn_option option, int64_t value)
+{
+    emb_txn *t = tp;
+    int rc = check_state(t);
+    if (rc != 0)
+        return rc;
+    switch (option) {
+    case KVQ_TXN_SIZE_LIMIT:
+        t->size_limit = (size_t)value;
+        return 0;
+    case KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
+        t->next_write_no_conflict = 1;
+        return 0;
+    case KVQ_TXN_READ_YOUR_WRITES_DISABLE:
+        if (t->has_rv || t->n_muts > 0 || t->reads.n > 0 || t->writes.n > 0)
+            return kvq__error(KVQ_ECLIENT_INVALID_OPERATION,
+                              "read-your-writes can be disabled only before the first read or "
+                              "write");
+        t->no_ryw = 1;
+        return 0;
+    case KVQ_TXN_SNAPSHOT_RYW_ENABLE:
+    case KVQ_TXN_SNAPSHOT_RYW_DISABLE:
+        t->snapshot_no_ryw = option == KVQ_TXN_SNAPSHOT_RYW_DISABLE;
+        return 0;
+    case KVQ_TXN_ACCESS_SYSTEM_KEYS:
+    case KVQ_TXN_READ_SYSTEM_KEYS:
+        return 0; /* kvq_txn_set_option keeps them: keys are checked before the engine */
+    default:
+        return kvq__error(KVQ_EINVALID_OPTION, "transaction option %d", (int)option);
+    }
+}
+
+/* Whether this write adds its write-conflict range (not after option 30, which it uses up). */
+static int write_conflicts(emb_txn *t)
+{
+    if (!t->next_write_no_conflict)
+        return 1;
+    t->next_write_no_conflict = 0;
     return 0;
 }
 
@@ -220,10 +310,11 @@ int emb_get_read_version(void *tp, int64_t *out)
 
 static int add_size(emb_txn *t, size_t n)
 {
-    if (n > KVQ_MAX_TXN_SIZE || t->size + n > KVQ_MAX_TXN_SIZE)
+    size_t limit = t->size_limit > 0 ? t->size_limit : KVQ_MAX_TXN_SIZE;
+    if (n > limit || t->size + n > limit)
         return kvq__error(KVQ_ETRANSACTION_TOO_LARGE,
-                          "the transaction's mutations and conflict ranges exceed %d bytes",
-                          KVQ_MAX_TXN_SIZE);
+                          "the transaction's mutations and conflict ranges exceed %zu bytes",
+                          limit);
     t->size += n;
     return 0;
 }
@@ -344,6 +435,15 @@ int emb_get(void *tp,
     uint8_t zero = 0;
     if (key == NULL)
         key = &zero;
+    if (t->no_ryw || ((flags & KVQ_SNAPSHOT) && t->snapshot_no_ryw)) {
+        /* The database at the read version, whatever this transaction wrote. */
+        if (!(flags & KVQ_SNAPSHOT)) {
+            rc = add_point_read(t, key, key_len);
+            if (rc != 0)
+                return rc;
+        }
+        return storage_get(t, key, key_len, value, present);
+    }
     if (t->unreadable.n > 0) {
         emb_ranges_normalize(&t->unreadable);
         if (emb_ranges_contains(&t->unreadable, key, key_len))
@@ -520,7 +620,8 @@ int emb_get_range(void *tp,
         *count = 0;
         return 0;
     }
-    rc = check_unreadable(t, begin, begin_len, end, end_len);
+    int ryw = !t->no_ryw && !((flags & KVQ_SNAPSHOT) && t->snapshot_no_ryw);
+    rc = ryw ? check_unreadable(t, begin, begin_len, end, end_len) : 0;
     if (rc != 0)
         return rc;
     int reverse = (flags & KVQ_REVERSE) != 0;
@@ -532,7 +633,7 @@ int emb_get_range(void *tp,
 
     /* Overlay entries within the range, walked in the same direction as the rows. */
     size_t lo = emb_overlay_lower(&t->ov, begin, begin_len);
-    size_t hi = emb_overlay_lower(&t->ov, end, end_len);
+    size_t hi = ryw ? emb_overlay_lower(&t->ov, end, end_len) : lo;
     size_t oi = reverse ? hi : lo; /* reverse: next is oi - 1 */
 
     kv_vec out = { 0 };
@@ -684,7 +785,7 @@ int emb_set(void *tp, const uint8_t *key, size_t key_len, const uint8_t *value, 
     if (value == NULL)
         value = &zero;
     rc = push_mut(t, EMB_OP_SET, key, key_len, value, value_len);
-    if (rc == 0)
+    if (rc == 0 && write_conflicts(t))
         rc = add_point_write(t, key, key_len);
     if (rc == 0)
         rc = emb_overlay_set(&t->ov, key, key_len, value, value_len);
@@ -702,7 +803,7 @@ int emb_clear_range(
     if (begin == NULL)
         begin = empty;
     rc = push_mut(t, EMB_OP_CLEAR_RANGE, begin, begin_len, end, end_len);
-    if (rc == 0)
+    if (rc == 0 && write_conflicts(t))
         rc = emb_ranges_add(&t->writes, begin, begin_len, end, end_len);
     if (rc == 0)
         rc = emb_overlay_clear_range(&t->ov, begin, begin_len, end, end_len);
@@ -735,6 +836,9 @@ int emb_atomic_op(void *tp,
     if (key == NULL)
         key = &zero;
     if (op == KVQ_MUT_SET_VERSIONSTAMPED_KEY) {
+        /* Its write-conflict range is added at commit, on the stamped key, as FoundationDB's
+         * commit proxy adds it: option 30 is used up but cannot take it away. */
+        (void)write_conflicts(t);
         size_t kn = key_len - 4;
         uint32_t off = le32(key + kn);
         rc = push_mut(t, op, key, key_len, param, param_len);
@@ -765,14 +869,14 @@ int emb_atomic_op(void *tp,
     }
     if (op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE) {
         rc = push_mut(t, op, key, key_len, param, param_len);
-        if (rc == 0)
+        if (rc == 0 && write_conflicts(t))
             rc = add_point_write(t, key, key_len);
         if (rc == 0)
             rc = emb_overlay_unreadable(&t->ov, key, key_len);
         return rc;
     }
     rc = push_mut(t, op, key, key_len, param, param_len);
-    if (rc == 0)
+    if (rc == 0 && write_conflicts(t))
         rc = add_point_write(t, key, key_len);
     if (rc == 0)
         rc = emb_overlay_atomic(&t->ov, key, key_len, param, param_len, op);

@@ -297,6 +297,9 @@ int emb_watch_create(void *tp, kvq_watch *w, const uint8_t *key, size_t key_len)
     emb_txn *t = tp;
     if (t->committing || t->committed)
         return kvq__error(KVQ_EUSED_DURING_COMMIT, "the transaction has committed");
+    if (t->no_ryw)
+        return kvq__error(KVQ_EWATCHES_DISABLED,
+                          "watches cannot be set when read-your-writes is disabled");
     /* The value the transaction sees now (its own write, or the value at its read version) is
      * the one the watch compares against. It is read as a snapshot: a watch adds no conflict. */
     kvq_bytes v;

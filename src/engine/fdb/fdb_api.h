@@ -143,6 +143,8 @@ enum {
     X(fdb_error_t, fdb_transaction_get_committed_version,                                          \
       (FDBTransaction *tr, int64_t *out_version))                                                  \
     X(FDBFuture *, fdb_transaction_get_versionstamp, (FDBTransaction *tr))                         \
+    X(void, fdb_transaction_set_read_version, (FDBTransaction *tr, int64_t version))               \
+    X(FDBFuture *, fdb_transaction_get_approximate_size, (FDBTransaction *tr))                     \
     X(FDBFuture *, fdb_transaction_watch,                                                          \
       (FDBTransaction *tr, const uint8_t *key_name, int key_name_length))                          \
     X(fdb_error_t, fdb_transaction_add_conflict_range,                                             \

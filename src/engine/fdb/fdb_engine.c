@@ -690,6 +690,49 @@ static int fdb_get_read_version(void *tp, int64_t *out)
     return rc;
 }
 
+/* libfdb_c reports a bad read version at the next read, as it does any deferred error. */
+static int fdb_set_read_version(void *tp, int64_t version)
+{
+    fdb_txn *t = tp;
+    int rc = prepare(t);
+    if (rc == 0)
+        F.fdb_transaction_set_read_version(t->tr, version);
+    return rc;
+}
+
+static int fdb_get_approximate_size(void *tp, int64_t *out)
+{
+    fdb_txn *t = tp;
+    int rc = prepare(t);
+    if (rc != 0)
+        return rc;
+    FDBFuture *f = F.fdb_transaction_get_approximate_size(t->tr);
+    rc = await(f, "get_approximate_size");
+    if (rc == 0) {
+        fdb_error_t err = F.fdb_future_get_int64(f, out);
+        if (err != 0)
+            rc = fdb_fail(err, "get_approximate_size");
+    }
+    F.fdb_future_destroy(f);
+    return rc;
+}
+
+/* The options pass to FoundationDB under the same numbers; only the size limit has a value. */
+static int fdb_set_option(void *tp, kvq_txn_option option, int64_t value)
+{
+    fdb_txn *t = tp;
+    int rc = prepare(t);
+    if (rc != 0)
+        return rc;
+    uint8_t param[8];
+    for (int i = 0; i < 8; i++)
+        param[i] = (uint8_t)((uint64_t)value >> (8 * i));
+    int sized = option == KVQ_TXN_SIZE_LIMIT;
+    fdb_error_t err = F.fdb_transaction_set_option(t->tr, (FDBTransactionOption)option,
+                                                   sized ? param : NULL, sized ? 8 : 0);
+    return err != 0 ? fdb_fail(err, "setting a transaction option") : 0;
+}
+
 /* Settles the transaction's watches that will never be armed (an injected fault). */
 static void watches_fail(fdb_txn *t, int rc)
 {
@@ -890,6 +933,9 @@ const kvq__engine_ops kvq__fdb_ops = {
     .commit = fdb_commit,
     .get_committed_version = fdb_get_committed_version,
     .get_versionstamp = fdb_get_versionstamp,
+    .set_read_version = fdb_set_read_version,
+    .get_approximate_size = fdb_get_approximate_size,
+    .set_option = fdb_set_option,
     .watch = fdb_watch_create,
     .watch_cancel = fdb_watch_cancel,
     .watch_release = fdb_watch_release,
