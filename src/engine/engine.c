@@ -586,14 +586,14 @@ int kvq_txn_set_option(kvq_txn *txn, kvq_txn_option option, int64_t value)
                               (long long)value);
         txn->max_retry_delay_ms = value;
         return 0;
-    case KVQ_TXN_ACCESS_SYSTEM_KEYS:
-    case KVQ_TXN_READ_SYSTEM_KEYS:
     case KVQ_TXN_SIZE_LIMIT:
         if (value < 32 || value > KVQ_MAX_TXN_SIZE)
             return kvq__error(KVQ_EINVALID_OPTION_VALUE,
                               "size limit %lld is outside 32 to %d bytes", (long long)value,
                               KVQ_MAX_TXN_SIZE);
         break;
+    case KVQ_TXN_ACCESS_SYSTEM_KEYS:
+    case KVQ_TXN_READ_SYSTEM_KEYS:
     case KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
     case KVQ_TXN_READ_YOUR_WRITES_DISABLE:
     case KVQ_TXN_SNAPSHOT_RYW_ENABLE:

@@ -948,7 +948,7 @@ static int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const 
 {
     static const char *const names[] = { "\xff\xff/cluster_file_path",
                                          "\xff\xff/connection_string", "\xff\xff/status/json" };
-    if (!is_special(b, bl) || !(is_special(e, el) || (el == 2 && e[0] == 0xff)))
+    if (!is_special(b, bl) || !is_special(e, el))
         return KVQ_EKEY_OUTSIDE_LEGAL_RANGE;
     FDBKeyValue kv[3];
     uint8_t *vals[3];
@@ -967,8 +967,8 @@ static int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const 
         n++;
     }
     if (n == 0 && !(has_prefix(b, bl, SPECIAL_CONFLICTING) &&
-                    key_less(e, el, (const uint8_t *)SPECIAL_CONFLICTING "\xff",
-                             strlen(SPECIAL_CONFLICTING) + 1))) {
+                    !key_less((const uint8_t *)SPECIAL_CONFLICTING "\xff",
+                              strlen(SPECIAL_CONFLICTING) + 1, e, el))) {
         complain("no special key module holds this range");
         return KVQ_ESPECIAL_KEYS_NO_MODULE_FOUND;
     }

@@ -368,6 +368,406 @@ static void test_key_selectors(void **state)
     }
 }
 
+/* An Int option value: 8 bytes, little-endian. */
+static void le64(uint8_t out[8], int64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)((uint64_t)v >> (8 * i));
+}
+
+static fdb_error_t get_err(FDBTransaction *tr, const char *k, int snapshot, int *present,
+                           char *out, size_t cap)
+{
+    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)k, (int)strlen(k), snapshot);
+    fdb_error_t e = wait_f(f);
+    if (e == 0) {
+        fdb_bool_t p = 0;
+        const uint8_t *v = NULL;
+        int n = 0;
+        assert_int_equal(fdb_future_get_value(f, &p, &v, &n), 0);
+        *present = p;
+        snprintf(out, cap, "%.*s", n, (const char *)v);
+    }
+    fdb_future_destroy(f);
+    return e;
+}
+
+static void test_sizes_split_points_addresses(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    char k[16], v[101];
+    memset(v, 'v', 100);
+    v[100] = '\0';
+    int64_t total = 0;
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "z/%02d", i);
+        set_s(tr, k, v);
+        total += (int64_t)strlen(k) + 100;
+    }
+    /* The approximate size counts what the transaction writes, and grows with it. */
+    FDBFuture *f = fdb_transaction_get_approximate_size(tr);
+    int64_t size1 = 0, size2 = 0;
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_int64(f, &size1), 0);
+    fdb_future_destroy(f);
+    assert_true(size1 >= total);
+    set_s(tr, "z/extra", v);
+    f = fdb_transaction_get_approximate_size(tr);
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_int64(f, &size2), 0);
+    fdb_future_destroy(f);
+    assert_true(size2 >= size1 + 107);
+    fdb_transaction_clear(tr, (const uint8_t *)"z/extra", 7);
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_destroy(tr);
+
+    tr = new_tr();
+    /* The range size is the stored bytes of the range (exact on a kvq directory). */
+    f = fdb_transaction_get_estimated_range_size_bytes(tr, (const uint8_t *)"z/", 2,
+                                                       (const uint8_t *)"z0", 2);
+    int64_t est = 0;
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_int64(f, &est), 0);
+    fdb_future_destroy(f);
+    assert_int_equal(est, total);
+    /* Split points: the range's begin first, its end last, and chunks near the size asked. */
+    f = fdb_transaction_get_range_split_points(tr, (const uint8_t *)"z/", 2,
+                                               (const uint8_t *)"z0", 2, 1000);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKey *keys = NULL;
+    int n = 0;
+    assert_int_equal(fdb_future_get_key_array(f, &keys, &n), 0);
+    assert_true(n >= 2 + (int)(total / 1000) - 1 && n <= 2 + (int)(total / 1000) + 1);
+    assert_int_equal(keys[0].key_length, 2);
+    assert_memory_equal(keys[0].key, "z/", 2);
+    assert_int_equal(keys[n - 1].key_length, 2);
+    assert_memory_equal(keys[n - 1].key, "z0", 2);
+    for (int i = 1; i < n; i++) {
+        int c = memcmp(keys[i - 1].key, keys[i].key,
+                       (size_t)(keys[i - 1].key_length < keys[i].key_length
+                                    ? keys[i - 1].key_length
+                                    : keys[i].key_length));
+        assert_true(c < 0 || (c == 0 && keys[i - 1].key_length < keys[i].key_length));
+    }
+    /* Each chunk holds at most 1000 bytes: 9 rows of 104. */
+    assert_int_equal(keys[1].key_length, 4);
+    assert_memory_equal(keys[1].key, "z/09", 4);
+    fdb_future_release_memory(f);
+    assert_int_equal(fdb_future_get_key_array(f, &keys, &n), 1102);
+    fdb_future_destroy(f);
+    f = fdb_transaction_get_range_split_points(tr, (const uint8_t *)"z/", 2,
+                                               (const uint8_t *)"z0", 2, 0);
+    assert_int_equal(wait_f(f), 2006);
+    fdb_future_destroy(f);
+    /* Every key is on this machine. */
+    f = fdb_transaction_get_addresses_for_key(tr, (const uint8_t *)"z/01", 4);
+    assert_int_equal(wait_f(f), 0);
+    const char **addrs = NULL;
+    assert_int_equal(fdb_future_get_string_array(f, &addrs, &n), 0);
+    assert_int_equal(n, 1);
+    assert_non_null(strchr(addrs[0], ':'));
+    assert_memory_equal(addrs[0], "127.0.0.1", 9);
+    fdb_future_destroy(f);
+    fdb_transaction_destroy(tr);
+}
+
+static void test_set_read_version(void **state)
+{
+    (void)state;
+    FDBTransaction *a = new_tr();
+    set_s(a, "rv/k", "one");
+    assert_int_equal(commit(a), 0);
+    fdb_transaction_reset(a);
+    FDBFuture *f = fdb_transaction_get_read_version(a);
+    int64_t rv = 0;
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_int64(f, &rv), 0);
+    fdb_future_destroy(f);
+    /* Nothing committed since: another transaction reads at that version. */
+    FDBTransaction *b = new_tr();
+    fdb_transaction_set_read_version(b, rv);
+    int present = 0;
+    char out[32];
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 0);
+    assert_true(present);
+    assert_string_equal(out, "one");
+    f = fdb_transaction_get_read_version(b);
+    int64_t got = 0;
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_int64(f, &got), 0);
+    fdb_future_destroy(f);
+    assert_int_equal(got, rv);
+    /* Once read, the version cannot change: read_version_already_set, deferred. */
+    fdb_transaction_set_read_version(b, rv);
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 2010);
+    fdb_transaction_reset(b);
+    fdb_transaction_set_read_version(b, 0);
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 2011);
+    /* After a commit the old version's state is gone: transaction_too_old, which on_error
+     * retries with a fresh read version. */
+    fdb_transaction_reset(b);
+    set_s(b, "rv/k", "two");
+    assert_int_equal(commit(b), 0);
+    fdb_transaction_reset(b);
+    fdb_transaction_set_read_version(b, rv);
+    fdb_error_t e = get_err(b, "rv/k", 0, &present, out, sizeof(out));
+    assert_int_equal(e, 1007);
+    f = fdb_transaction_on_error(b, e);
+    assert_int_equal(wait_f(f), 0);
+    fdb_future_destroy(f);
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "two");
+    /* A version the database has not reached: future_version. */
+    fdb_transaction_reset(b);
+    fdb_transaction_set_read_version(b, rv + 1000000000000LL);
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 1009);
+    fdb_transaction_destroy(a);
+    fdb_transaction_destroy(b);
+}
+
+static fdb_error_t opt(FDBTransaction *tr, int option)
+{
+    return fdb_transaction_set_option(tr, (FDBTransactionOption)option, NULL, 0);
+}
+
+static void test_transaction_options(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    set_s(tr, "o/k", "stored");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    int present = 0;
+    char out[32];
+    /* read_your_writes_disable: reads see the database, not the transaction's writes; it must
+     * come first; watches are disabled. */
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 0);
+    set_s(tr, "o/k", "mine");
+    assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "stored");
+    FDBFuture *w = fdb_transaction_watch(tr, (const uint8_t *)"o/k", 3);
+    assert_int_equal(wait_f(w), 1034);
+    fdb_future_destroy(w);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 2000);
+    fdb_transaction_reset(tr);
+    assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 0);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 2000);
+    /* snapshot_ryw_disable: snapshot reads skip the transaction's writes, others see them. */
+    fdb_transaction_reset(tr);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE), 0);
+    set_s(tr, "o/k", "mine");
+    assert_int_equal(get_err(tr, "o/k", 1, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "stored");
+    assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "mine");
+    assert_int_equal(opt(tr, FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE), 0);
+    assert_int_equal(get_err(tr, "o/k", 1, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "mine");
+    /* next_write_no_write_conflict_range: a reader of the key does not conflict with that
+     * write; without the option it does. */
+    for (int with = 0; with < 2; with++) {
+        FDBTransaction *reader = new_tr();
+        FDBTransaction *writer = new_tr();
+        assert_int_equal(get_err(reader, "o/c", 0, &present, out, sizeof(out)), 0);
+        if (with)
+            assert_int_equal(opt(writer, FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE), 0);
+        set_s(writer, "o/c", "w");
+        assert_int_equal(commit(writer), 0);
+        set_s(reader, "o/r", "r");
+        assert_int_equal(commit(reader), with ? 0 : 1020);
+        fdb_transaction_destroy(reader);
+        fdb_transaction_destroy(writer);
+    }
+    /* size_limit: past it the transaction is too large (2101); out of range values are
+     * refused. */
+    fdb_transaction_reset(tr);
+    uint8_t v8[8];
+    le64(v8, 100);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_SIZE_LIMIT, v8, 8), 0);
+    char big[201];
+    memset(big, 'b', 200);
+    big[200] = '\0';
+    set_s(tr, "o/big", big);
+    assert_int_equal(commit(tr), 2101);
+    le64(v8, 31);
+    fdb_transaction_reset(tr);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_SIZE_LIMIT, v8, 8), 2006);
+    /* The system keys: writes need access_system_keys, reads read_system_keys (or access). */
+    static const uint8_t sys[] = { 0xff, 's', 'y', 's' };
+    fdb_transaction_reset(tr);
+    fdb_transaction_set(tr, sys, 4, (const uint8_t *)"x", 1);
+    assert_int_equal(commit(tr), 2004);
+    fdb_transaction_reset(tr);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_ACCESS_SYSTEM_KEYS), 0);
+    fdb_transaction_set(tr, sys, 4, (const uint8_t *)"x", 1);
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    FDBFuture *f = fdb_transaction_get(tr, sys, 4, 0);
+    assert_int_equal(wait_f(f), 2004);
+    fdb_future_destroy(f);
+    fdb_transaction_reset(tr);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_SYSTEM_KEYS), 0);
+    f = fdb_transaction_get(tr, sys, 4, 0);
+    assert_int_equal(wait_f(f), 0);
+    fdb_bool_t p = 0;
+    const uint8_t *val = NULL;
+    int n = 0;
+    assert_int_equal(fdb_future_get_value(f, &p, &val, &n), 0);
+    assert_true(p && n == 1 && val[0] == 'x');
+    fdb_future_destroy(f);
+    fdb_transaction_set(tr, sys, 4, (const uint8_t *)"y", 1); /* read access only */
+    assert_int_equal(commit(tr), 2004);
+    /* Options about a cluster are accepted without effect; unknown ones are refused. */
+    fdb_transaction_reset(tr);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_CAUSAL_READ_RISKY), 0);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_PRIORITY_BATCH), 0);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)FDB_TR_OPTION_TAG, (const uint8_t *)"t", 1),
+                     0);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_PRIORITY_LOW), 2007); /* 730 only */
+    assert_int_equal(opt(tr, 12345), 2007);
+    fdb_transaction_destroy(tr);
+}
+
+static void test_special_keys(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    int present = 0;
+    char out[4096];
+    assert_int_equal(get_err(tr, "\xff\xff/cluster_file_path", 0, &present, out, sizeof(out)),
+                     0);
+    char real[4096];
+    assert_non_null(realpath(cluster, real));
+    assert_true(present);
+    assert_string_equal(out, real);
+    assert_int_equal(get_err(tr, "\xff\xff/connection_string", 0, &present, out, sizeof(out)),
+                     0);
+    char want[160];
+    snprintf(want, sizeof(want), "kvq:%s/db", dir);
+    assert_string_equal(out, want);
+    assert_int_equal(get_err(tr, "\xff\xff/status/json", 0, &present, out, sizeof(out)), 0);
+    assert_true(out[0] == '{');
+    assert_non_null(strstr(out, "\"available\":true"));
+    assert_int_equal(get_err(tr, "\xff\xff/no/such/module", 0, &present, out, sizeof(out)), 2113);
+    /* The conflicting-keys module is there, and empty. */
+    static const char ck[] = "\xff\xff/transaction/conflicting_keys/";
+    static const char ck_end[] = "\xff\xff/transaction/conflicting_keys/\xff";
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)ck, (int)strlen(ck), 0, 1,
+                                             (const uint8_t *)ck_end, (int)strlen(ck_end), 0, 1,
+                                             0, 0, FDB_STREAMING_MODE_WANT_ALL, 1, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kvs = NULL;
+    int n = -1;
+    fdb_bool_t more = 1;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kvs, &n, &more), 0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    fdb_future_destroy(f);
+    /* A range over the single-key modules returns them, in order. */
+    f = fdb_transaction_get_range(tr, (const uint8_t *)"\xff\xff/c", 4, 0, 1,
+                                  (const uint8_t *)"\xff\xff/d", 4, 0, 1, 0, 0,
+                                  FDB_STREAMING_MODE_WANT_ALL, 1, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kvs, &n, &more), 0);
+    assert_int_equal(n, 2);
+    assert_memory_equal(kvs[0].key, "\xff\xff/cluster_file_path", 20);
+    assert_memory_equal(kvs[1].key, "\xff\xff/connection_string", 20);
+    fdb_future_destroy(f);
+    /* Writes are disabled. */
+    set_s(tr, "\xff\xff/cluster_file_path", "elsewhere");
+    assert_int_equal(commit(tr), 2114);
+    fdb_transaction_destroy(tr);
+}
+
+static int hook_runs;
+
+static void hook(void *arg)
+{
+    *(int *)arg += 1;
+}
+
+static void test_unsupported_and_more(void **state)
+{
+    (void)state;
+    /* Tenants: disabled. */
+    FDBTenant *tenant = (FDBTenant *)&tenant;
+    assert_int_equal(fdb_database_open_tenant(db, (const uint8_t *)"t", 1, &tenant), 2136);
+    assert_null(tenant);
+    FDBTransaction *tr = (FDBTransaction *)&tr;
+    assert_int_equal(fdb_tenant_create_transaction(NULL, &tr), 2136);
+    assert_null(tr);
+    FDBFuture *f = fdb_tenant_get_id(NULL);
+    assert_int_equal(wait_f(f), 2136);
+    int64_t i64 = 0;
+    assert_int_equal(fdb_future_get_int64(f, &i64), 2136);
+    fdb_future_destroy(f);
+    fdb_tenant_destroy(NULL);
+    /* Management and blob granules: unsupported_operation, from every getter. */
+    f = fdb_database_reboot_worker(db, (const uint8_t *)"127.0.0.1:4500", 14, 0, 0);
+    assert_int_equal(wait_f(f), 2108);
+    fdb_future_destroy(f);
+    f = fdb_database_get_server_protocol(db, 0);
+    uint64_t u64 = 0;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_uint64(f, &u64), 2108);
+    fdb_future_destroy(f);
+    f = fdb_database_blobbify_range(db, (const uint8_t *)"a", 1, (const uint8_t *)"b", 1);
+    fdb_bool_t b = 0;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_bool(f, &b), 2108);
+    fdb_future_destroy(f);
+    assert_true(fdb_database_get_main_thread_busyness(db) == 0.0);
+    tr = new_tr();
+    f = fdb_transaction_get_tag_throttled_duration(tr);
+    double d = 1.0;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_double(f, &d), 2108);
+    fdb_future_destroy(f);
+    f = fdb_transaction_get_mapped_range(tr, (const uint8_t *)"a", 1, 0, 1, (const uint8_t *)"b",
+                                         1, 0, 1, (const uint8_t *)"m", 1, 0, 0,
+                                         FDB_STREAMING_MODE_WANT_ALL, 1, 0, 0);
+    const FDBMappedKeyValue *mkv = NULL;
+    int n = 0;
+    fdb_bool_t more = 0;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_mappedkeyvalue_array(f, &mkv, &n, &more), 2108);
+    fdb_future_destroy(f);
+    f = fdb_transaction_get_blob_granule_ranges(tr, (const uint8_t *)"a", 1,
+                                                (const uint8_t *)"b", 1, 10);
+    const FDBKeyRange *ranges = NULL;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_keyrange_array(f, &ranges, &n), 2108);
+    fdb_future_destroy(f);
+    FDBReadBlobGranuleContext ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    FDBResult *r = fdb_transaction_read_blob_granules(tr, (const uint8_t *)"a", 1,
+                                                      (const uint8_t *)"b", 1, 0, -2, ctx);
+    const FDBKeyValue *kvs = NULL;
+    assert_non_null(r);
+    assert_int_equal(fdb_result_get_keyvalue_array(r, &kvs, &n, &more), 2108);
+    fdb_result_destroy(r);
+    fdb_transaction_destroy(tr);
+    /* A database from a connection string sees the same directory. */
+    char conn[160];
+    snprintf(conn, sizeof(conn), "kvq:%s/db", dir);
+    FDBDatabase *d2 = NULL;
+    assert_int_equal(fdb_create_database_from_connection_string(conn, &d2), 0);
+    tr = NULL;
+    assert_int_equal(fdb_database_create_transaction(d2, &tr), 0);
+    int present = 0;
+    char out[32];
+    assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "stored");
+    fdb_transaction_destroy(tr);
+    fdb_database_destroy(d2);
+    assert_int_equal(fdb_create_database_from_connection_string("desc:id@127.0.0.1:4500", &d2),
+                     2104);
+    /* The completion hook runs as the network thread ends (checked in teardown). */
+    assert_int_equal(fdb_add_network_thread_completion_hook(hook, &hook_runs), 0);
+    assert_int_equal(fdb_add_network_thread_completion_hook(NULL, NULL), 2006);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -394,6 +794,10 @@ static int teardown(void **state)
         return -1;
     void *ret;
     pthread_join(net_thread, &ret);
+    if (hook_runs != 1) {
+        fprintf(stderr, "the network's completion hook ran %d times, not once\n", hook_runs);
+        return -1;
+    }
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd) == 0 && ret == NULL ? 0 : -1;
@@ -411,6 +815,11 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_database_options),
         cmocka_unit_test(test_key_selectors),
+        cmocka_unit_test(test_sizes_split_points_addresses),
+        cmocka_unit_test(test_set_read_version),
+        cmocka_unit_test(test_transaction_options),
+        cmocka_unit_test(test_special_keys),
+        cmocka_unit_test(test_unsupported_and_more),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
