@@ -1,14 +1,10 @@
-/* FoundationDB's C client API served by kvq's embedded engine. One source, two libraries:
+/* FoundationDB's C client API served by kvq's embedded engine: libkvq_fdb_c.so. Programs and
+ * bindings written for FoundationDB load it as libfdb_c.so (a symlink of that name sits beside
+ * it) and run on a local kvq directory, named by a line `kvq:<directory>` in the cluster file
+ * (or by $KVQ_FDBC_DIR). Range reads answer in pages sized by the streaming mode, as a storage
+ * server does. kvq's own fdb engine is tested through this library.
  *
- * - libkvq_fdb_c.so (KVQ_FDBC_DOUBLE 0), the product: programs and bindings written for
- *   FoundationDB load it as libfdb_c.so (a symlink of that name sits beside it) and run on a
- *   local kvq directory, named by a line `kvq:<directory>` in the cluster file. Range reads
- *   answer in pages sized by the streaming mode, as a storage server does.
- * - libfdb_double.so (KVQ_FDBC_DOUBLE 1), the test double that CI drives kvq's own fdb binding
- *   with: the same code, but range reads answer in pages of 3 rows so that every paging loop
- *   runs, and environment variables play slow reads and older clients (see below).
- *
- * Both check that they are driven the way libfdb_c must be driven, and what kvq promises
+ * It checks that it is driven the way libfdb_c must be driven, and that what kvq promises
  * survives the trip:
  *
  * - the API version is selected first and once (2200/2201/2202/2203), the network is set up
@@ -23,12 +19,15 @@
  * - watches complete from another thread, or with 1101 when cancelled;
  * - the transaction timeout option (500) is honoured, counted from the transaction's start.
  *
+ * Three environment variables let an application test itself against conditions a cluster
+ * brings: $KVQ_FDBC_PAGE_ROWS (range reads answer at most that many rows at a time, so that
+ * paging loops run on small data), $KVQ_FDBC_READ_DELAY_MS (every read waits that long first,
+ * as from a slow storage server) and $KVQ_FDBC_MAX_API_VERSION (the library says it is that
+ * old, 710 for a 7.1 client).
+ *
  * Transactions, conflicts, versionstamps and watches are the embedded engine's, which has
  * FoundationDB's semantics. It is one machine: no cluster-wide failures, no latency model.
- * What is not exported yet is listed in docs/fdb.md. */
-#ifndef KVQ_FDBC_DOUBLE
-#define KVQ_FDBC_DOUBLE 0
-#endif
+ * What differs is listed in docs/fdb.md. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -46,7 +45,6 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 #undef KVQ_FDB_PROTOTYPE
 
 #define MAX_API_VERSION  730
-#define DEFAULT_PAGE     (KVQ_FDBC_DOUBLE ? 3 : 0) /* 0: by streaming mode */
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -54,7 +52,7 @@ static void misuse(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs(KVQ_FDBC_DOUBLE ? "fdb_double: misuse: " : "libkvq_fdb_c: misuse: ", stderr);
+    fputs("libkvq_fdb_c: misuse: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -65,7 +63,7 @@ static void complain(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs(KVQ_FDBC_DOUBLE ? "fdb_double: " : "libkvq_fdb_c: ", stderr);
+    fputs("libkvq_fdb_c: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -220,16 +218,15 @@ static FDBFuture *fut_error(int kind, fdb_error_t err)
 
 int fdb_get_max_api_version(void)
 {
-    /* $KVQ_FDB_DOUBLE_MAX_API plays an older client (710) for tests of version selection. */
-    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_MAX_API") : NULL;
+    /* $KVQ_FDBC_MAX_API_VERSION plays an older client (710). */
+    const char *env = getenv("KVQ_FDBC_MAX_API_VERSION");
     int v = env != NULL ? atoi(env) : 0;
     return v > 0 ? v : MAX_API_VERSION;
 }
 
 const char *fdb_get_client_version(void)
 {
-    return KVQ_FDBC_DOUBLE ? "kvq fdb double (not FoundationDB)"
-                           : "kvq " KVQ_VERSION_STRING " (FoundationDB's C API on a kvq directory)";
+    return "kvq " KVQ_VERSION_STRING " (FoundationDB's C API on a kvq directory)";
 }
 
 const char *fdb_get_error(fdb_error_t code)
@@ -511,23 +508,19 @@ struct FDB_database {
     int64_t tr_defaults[4];
 };
 
-/* The directory a connection string names: $KVQ_FDBC_DIR ($KVQ_FDB_DOUBLE_DIR for the
- * double) when set, else the string `kvq:<directory>` (or `double:<directory>`). */
+/* The directory a connection string names: $KVQ_FDBC_DIR when set, else the string
+ * `kvq:<directory>`. */
 static fdb_error_t dir_of(const char *line, char *dir, size_t cap)
 {
-    const char *env = getenv(KVQ_FDBC_DOUBLE ? "KVQ_FDB_DOUBLE_DIR" : "KVQ_FDBC_DIR");
+    const char *env = getenv("KVQ_FDBC_DIR");
     const char *d = NULL;
     if (env != NULL && env[0] != '\0')
         d = env;
-    else if (KVQ_FDBC_DOUBLE && strncmp(line, "double:", 7) == 0 && line[7] != '\0')
-        d = line + 7;
     else if (strncmp(line, "kvq:", 4) == 0 && line[4] != '\0')
         d = line + 4;
     if (d == NULL || strlen(d) >= cap) {
-        complain(KVQ_FDBC_DOUBLE ? "no database directory: set $KVQ_FDB_DOUBLE_DIR or write "
-                                   "`double:<directory>` in the cluster file"
-                                 : "no kvq directory: write `kvq:<directory>` as the cluster "
-                                   "file's first line (or set $KVQ_FDBC_DIR)");
+        complain("no kvq directory: write `kvq:<directory>` as the cluster file's first line "
+                 "(or set $KVQ_FDBC_DIR)");
         return FDB_ERR_CONNECTION_STRING_INVALID;
     }
     memcpy(dir, d, strlen(d) + 1);
@@ -830,10 +823,10 @@ FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
     return f;
 }
 
-/* $KVQ_FDB_DOUBLE_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
+/* $KVQ_FDBC_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
 static void read_delay(void)
 {
-    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_READ_DELAY_MS") : NULL;
+    const char *env = getenv("KVQ_FDBC_READ_DELAY_MS");
     long ms = env != NULL ? atol(env) : 0;
     if (ms > 0) {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
@@ -1111,12 +1104,10 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
  * ITERATOR. */
 static int page_size(FDBStreamingMode mode, int iteration)
 {
-    const char *env = KVQ_FDBC_DOUBLE ? getenv("KVQ_FDB_DOUBLE_PAGE") : NULL;
+    const char *env = getenv("KVQ_FDBC_PAGE_ROWS");
     int v = env != NULL ? atoi(env) : 0;
     if (v > 0)
         return v;
-    if (DEFAULT_PAGE > 0)
-        return DEFAULT_PAGE;
     switch (mode) {
     case FDB_STREAMING_MODE_WANT_ALL:
     case FDB_STREAMING_MODE_SERIAL:

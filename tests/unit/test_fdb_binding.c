@@ -1,6 +1,6 @@
-/* Tests of the fdb engine (kvq's libfdb_c binding) through the test double libfdb_double.so
- * (tests/fdb_double), which implements libfdb_c's functions on the embedded engine and answers
- * range reads in pages of 3 rows. They test the binding, not FoundationDB.
+/* Tests of the fdb engine (kvq's libfdb_c binding) through libkvq_fdb_c.so (src/fdbc), which
+ * implements libfdb_c's functions on the embedded engine, here set to answer range reads in
+ * pages of 3 rows ($KVQ_FDBC_PAGE_ROWS). They test the binding, not FoundationDB.
  *
  * The order matters: the library is loaded, and the API version selected, once per process, so
  * the tests of a missing library and of version selection come first. */
@@ -21,8 +21,8 @@
 #include "kvq/testing.h"
 #include "engine/fdb/fdb_api.h"
 
-#ifndef KVQ_FDB_DOUBLE_PATH
-#define KVQ_FDB_DOUBLE_PATH ""
+#ifndef KVQ_FDBC_PATH
+#define KVQ_FDBC_PATH ""
 #endif
 
 static char g_dir[256];
@@ -37,9 +37,9 @@ static void rm_rf(const char *path)
         fprintf(stderr, "cannot remove %s\n", path);
 }
 
-static int have_double(void)
+static int have_library(void)
 {
-    return KVQ_FDB_DOUBLE_PATH[0] != '\0' && access(KVQ_FDB_DOUBLE_PATH, R_OK) == 0;
+    return KVQ_FDBC_PATH[0] != '\0' && access(KVQ_FDBC_PATH, R_OK) == 0;
 }
 
 /* Opening --------------------------------------------------------------------------------- */
@@ -88,31 +88,32 @@ static void test_missing_library(void **state)
 static void test_api_version_not_supported(void **state)
 {
     (void)state;
-    if (!have_double())
+    if (!have_library())
         skip();
-    setenv("KVQ_FDB_LIB", KVQ_FDB_DOUBLE_PATH, 1);
-    /* The double plays a 7.1 client. */
-    setenv("KVQ_FDB_DOUBLE_MAX_API", "710", 1);
+    setenv("KVQ_FDB_LIB", KVQ_FDBC_PATH, 1);
+    /* The library plays a 7.1 client. */
+    setenv("KVQ_FDBC_MAX_API_VERSION", "710", 1);
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.api_version = 730;
     kvq_db *db = NULL;
     assert_int_equal(kvq_db_open(&db, "fdb:", &o), KVQ_EAPI_VERSION_NOT_SUPPORTED);
     assert_non_null(strstr(kvq_last_error(), "at most 710"));
-    unsetenv("KVQ_FDB_DOUBLE_MAX_API");
+    unsetenv("KVQ_FDBC_MAX_API_VERSION");
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    if (!have_double())
+    if (!have_library())
         return 0;
     snprintf(g_dir, sizeof(g_dir), "/tmp/kvq-fdb-binding-XXXXXX");
     if (mkdtemp(g_dir) == NULL)
         return -1;
     char db_dir[300];
     snprintf(db_dir, sizeof(db_dir), "%s/db", g_dir);
-    setenv("KVQ_FDB_LIB", KVQ_FDB_DOUBLE_PATH, 1);
-    setenv("KVQ_FDB_DOUBLE_DIR", db_dir, 1);
+    setenv("KVQ_FDB_LIB", KVQ_FDBC_PATH, 1);
+    setenv("KVQ_FDBC_DIR", db_dir, 1);
+    setenv("KVQ_FDBC_PAGE_ROWS", "3", 1);
     snprintf(g_url, sizeof(g_url), "fdb:");
     return 0;
 }
@@ -130,7 +131,7 @@ static int group_teardown(void **state)
 static void test_open(void **state)
 {
     (void)state;
-    if (!have_double())
+    if (!have_library())
         skip();
     assert_int_equal(kvq_db_open(&g_db, g_url, NULL), 0);
     assert_string_equal(kvq_db_engine(g_db), "fdb");
@@ -149,26 +150,26 @@ static void test_open(void **state)
 static void test_cluster_file(void **state)
 {
     (void)state;
-    if (!have_double())
+    if (!have_library())
         skip();
     kvq_db *db = NULL;
     int rc = kvq_db_open(&db, "fdb:/nonexistent/kvq-test/fdb.cluster", NULL);
     assert_int_equal(rc, KVQ_ECONNECTION_STRING_INVALID);
     assert_non_null(strstr(kvq_last_error(), "/nonexistent/kvq-test/fdb.cluster"));
 
-    /* Without $KVQ_FDB_DOUBLE_DIR the double takes its directory from the cluster file. */
+    /* Without $KVQ_FDBC_DIR the library takes its directory from the cluster file. */
     char cf[300], other[300], url[320];
     snprintf(cf, sizeof(cf), "%s/test.cluster", g_dir);
     snprintf(other, sizeof(other), "%s/other", g_dir);
     FILE *fp = fopen(cf, "w");
     assert_non_null(fp);
-    fprintf(fp, "double:%s\n", other);
+    fprintf(fp, "kvq:%s\n", other);
     fclose(fp);
-    char *saved = strdup(getenv("KVQ_FDB_DOUBLE_DIR"));
-    unsetenv("KVQ_FDB_DOUBLE_DIR");
+    char *saved = strdup(getenv("KVQ_FDBC_DIR"));
+    unsetenv("KVQ_FDBC_DIR");
     snprintf(url, sizeof(url), "fdb:%s", cf);
     rc = kvq_db_open(&db, url, NULL);
-    setenv("KVQ_FDB_DOUBLE_DIR", saved, 1);
+    setenv("KVQ_FDBC_DIR", saved, 1);
     free(saved);
     assert_int_equal(rc, 0);
     kvq_db_close(db);
@@ -311,7 +312,7 @@ static void assert_keys(const kvq_kv *kvs, size_t n, int first, int step)
     }
 }
 
-/* The double answers 3 rows at a time: every read below takes several calls. */
+/* The library answers 3 rows at a time: every read below takes several calls. */
 static void test_range_paging(void **state)
 {
     (void)state;
@@ -721,18 +722,18 @@ static void test_timeout(void **state)
     kvq_bytes v;
     int present;
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
-    setenv("KVQ_FDB_DOUBLE_READ_DELAY_MS", "200", 1);
+    setenv("KVQ_FDBC_READ_DELAY_MS", "200", 1);
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), KVQ_ETRANSACTION_TIMED_OUT);
-    unsetenv("KVQ_FDB_DOUBLE_READ_DELAY_MS");
+    unsetenv("KVQ_FDBC_READ_DELAY_MS");
     /* After the budget, engine.c refuses before calling the engine. */
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), KVQ_ETRANSACTION_TIMED_OUT);
     /* A reset transaction starts a new budget, and a new option. */
     kvq_txn_reset(t);
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
     assert_int_equal(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 5000), 0);
-    setenv("KVQ_FDB_DOUBLE_READ_DELAY_MS", "200", 1);
+    setenv("KVQ_FDBC_READ_DELAY_MS", "200", 1);
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
-    unsetenv("KVQ_FDB_DOUBLE_READ_DELAY_MS");
+    unsetenv("KVQ_FDBC_READ_DELAY_MS");
     kvq_txn_destroy(t);
 }
 
@@ -758,32 +759,32 @@ static void test_fork_child(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-/* The double's own rules, on a private copy of it (a fresh instance): these are what make it a
- * useful stand-in for libfdb_c's ordering requirements. */
-typedef struct double_fns {
+/* The library's own rules, on a private copy of it (a fresh instance): it holds its callers to
+ * libfdb_c's ordering requirements. */
+typedef struct lib_fns {
 #define KVQ_FDB_POINTER(ret, name, params) ret(*name) params;
     KVQ_FDB_FUNCTIONS(KVQ_FDB_POINTER)
 #undef KVQ_FDB_POINTER
-} double_fns;
+} lib_fns;
 
 static void *run_net(void *p)
 {
-    const double_fns *fn = p;
+    const lib_fns *fn = p;
     return (void *)(intptr_t)fn->fdb_run_network();
 }
 
-static void test_double_network_rules(void **state)
+static void test_library_network_rules(void **state)
 {
     (void)state;
-    if (!have_double())
+    if (!have_library())
         skip();
     char copy[300], cmd[700];
-    snprintf(copy, sizeof(copy), "%s/libfdb_double_copy.so", g_dir);
-    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", KVQ_FDB_DOUBLE_PATH, copy);
+    snprintf(copy, sizeof(copy), "%s/libkvq_fdb_c_copy.so", g_dir);
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", KVQ_FDBC_PATH, copy);
     assert_int_equal(system(cmd), 0);
     void *h = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
     assert_non_null(h);
-    double_fns fn;
+    lib_fns fn;
 #define KVQ_FDB_RESOLVE(ret, name, params)   \
     {                                        \
         void *sym = dlsym(h, #name);         \
@@ -854,7 +855,7 @@ int main(void)
         cmocka_unit_test(test_read_only_and_skip_conflicts),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_fork_child),
-        cmocka_unit_test(test_double_network_rules),
+        cmocka_unit_test(test_library_network_rules),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

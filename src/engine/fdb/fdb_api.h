@@ -3,9 +3,9 @@
  * and errors. kvq never includes fdb_c.h: libfdb_c is loaded at run time with dlopen, so kvq
  * builds and runs without it.
  *
- * Everything here is the same for API versions 710 and 730. The test double
- * (tests/fdb_double) exports these functions under the same names from the same declarations,
- * so that its signatures and struct layouts cannot drift from the binding's. */
+ * Everything here is the same for API versions 710 and 730. libkvq_fdb_c.so (src/fdbc), which
+ * the engine is tested through, exports these functions under the same names from the same
+ * declarations, so that its signatures and struct layouts cannot drift from the binding's. */
 #ifndef KVQ_FDB_API_H
 #define KVQ_FDB_API_H
 
