@@ -19,7 +19,8 @@
  * - watches complete from another thread, or with 1101 when cancelled;
  * - the transaction timeout option (500) is honoured, counted from the transaction's start.
  *
- * Three environment variables let an application test itself against conditions a cluster
+ * Three environment variables (the first two read as each transaction is created) let an
+ * application test itself against conditions a cluster
  * brings: $KVQ_FDBC_PAGE_ROWS (range reads answer at most that many rows at a time, so that
  * paging loops run on small data), $KVQ_FDBC_READ_DELAY_MS (every read waits that long first,
  * as from a slow storage server) and $KVQ_FDBC_MAX_API_VERSION (the library says it is that
@@ -117,7 +118,8 @@ struct FDB_future {
     void *cb_arg;
     /* Results, owned by the future. */
     int64_t i64;
-    uint8_t *bytes;
+    uint8_t *bytes; /* malloc'd, or `small` */
+    uint8_t small[48];
     int len;
     int present;
     FDBKeyValue *kvs;
@@ -134,11 +136,54 @@ struct FDB_future {
     FDBFuture *next;          /* the network queue, or a transaction's pending stamps */
 };
 
+/* Each thread keeps a few freed futures for its next ones: a read makes and frees one, and the
+ * allocation would otherwise be a good part of its cost. The cache is freed as the thread
+ * ends. */
+#define FUT_CACHE 8
+
+static pthread_key_t fut_cache_key;
+static pthread_once_t fut_cache_once = PTHREAD_ONCE_INIT;
+
+typedef struct fut_cache {
+    FDBFuture *v[FUT_CACHE];
+    int n;
+} fut_cache;
+
+static void fut_cache_drop(void *p)
+{
+    fut_cache *c = p;
+    for (int i = 0; i < c->n; i++)
+        free(c->v[i]);
+    free(c);
+}
+
+static void fut_cache_init(void)
+{
+    if (pthread_key_create(&fut_cache_key, fut_cache_drop) != 0)
+        misuse("cannot create a thread key");
+}
+
+static fut_cache *fut_cache_get(void)
+{
+    pthread_once(&fut_cache_once, fut_cache_init);
+    fut_cache *c = pthread_getspecific(fut_cache_key);
+    if (c == NULL) {
+        c = calloc(1, sizeof(*c));
+        if (c == NULL || pthread_setspecific(fut_cache_key, c) != 0) {
+            free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
 static FDBFuture *fut_new(int kind)
 {
-    FDBFuture *f = calloc(1, sizeof(*f));
+    fut_cache *c = fut_cache_get();
+    FDBFuture *f = c != NULL && c->n > 0 ? c->v[--c->n] : malloc(sizeof(*f));
     if (f == NULL)
         misuse("out of memory");
+    memset(f, 0, sizeof(*f));
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->refs = 1;
@@ -153,20 +198,36 @@ static void fut_ref(FDBFuture *f)
     pthread_mutex_unlock(&f->mu);
 }
 
-static void fut_unref(FDBFuture *f)
+/* Frees the future's byte results unless they sit in the future itself. */
+static void bytes_free(FDBFuture *f)
 {
-    pthread_mutex_lock(&f->mu);
-    int left = --f->refs;
-    pthread_mutex_unlock(&f->mu);
-    if (left > 0)
-        return;
-    free(f->bytes);
+    if (f->bytes != f->small)
+        free(f->bytes);
+    f->bytes = NULL;
+}
+
+static void fut_free(FDBFuture *f)
+{
+    bytes_free(f);
     free(f->kvs);
     free(f->keys);
     free(f->strs);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->mu);
-    free(f);
+    fut_cache *c = fut_cache_get();
+    if (c != NULL && c->n < FUT_CACHE)
+        c->v[c->n++] = f;
+    else
+        free(f);
+}
+
+static void fut_unref(FDBFuture *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int left = --f->refs;
+    pthread_mutex_unlock(&f->mu);
+    if (left == 0)
+        fut_free(f);
 }
 
 /* Hands a completed future's callback to the network thread. */
@@ -198,8 +259,8 @@ static void fut_complete(FDBFuture *f, fdb_error_t err)
         pthread_mutex_unlock(&f->mu);
         return;
     }
-    f->ready = 1;
     f->err = err;
+    __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE); /* after the results: see fut_lock */
     int post = f->cb_set;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
@@ -207,10 +268,18 @@ static void fut_complete(FDBFuture *f, fdb_error_t err)
         net_post(f);
 }
 
+/* Sets the outcome of a future this thread has just made and not yet handed out: nobody else
+ * can see it, so no lock, and no callback can be set yet. */
+static void fut_settle(FDBFuture *f, fdb_error_t err)
+{
+    f->ready = 1;
+    f->err = err;
+}
+
 static FDBFuture *fut_error(int kind, fdb_error_t err)
 {
     FDBFuture *f = fut_new(kind);
-    fut_complete(f, err);
+    fut_settle(f, err);
     return f;
 }
 
@@ -334,6 +403,12 @@ fdb_error_t fdb_stop_network(void)
 
 fdb_error_t fdb_future_block_until_ready(FDBFuture *f)
 {
+    /* A future that is ready has nothing to wait for (most are, at once: reads are local). */
+    if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
+        if (f->destroyed)
+            misuse("fdb_future_block_until_ready on a destroyed future");
+        return 0;
+    }
     /* Nothing completes unless the network thread runs: wait a while for it to start. */
     pthread_mutex_lock(&net.mu);
     if (!net.setup) {
@@ -409,12 +484,37 @@ void fdb_future_destroy(FDBFuture *f)
     if (f->destroyed)
         misuse("fdb_future_destroy called twice on one future");
     f->destroyed = 1;
+    int ready = f->ready;
+    if (ready)
+        f->refs--; /* the caller's reference; a ready future has nothing to cancel */
+    int left = f->refs;
     pthread_mutex_unlock(&f->mu);
-    fdb_future_cancel(f);
-    fut_unref(f);
+    if (!ready) {
+        fdb_future_cancel(f);
+        fut_unref(f);
+    } else if (left == 0) {
+        fut_free(f);
+    }
 }
 
-/* Checks that a future may be read as `kind` and returns its error. Called with f->mu held. */
+/* A ready future's outcome and results never change again (fdb_future_release_memory aside,
+ * which its owner does not call while reading them), so its getters read them without the lock:
+ * fut_lock takes the lock only for a future not yet ready. */
+static int fut_lock(FDBFuture *f)
+{
+    if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    return 1;
+}
+
+static void fut_unlock(FDBFuture *f, int locked)
+{
+    if (locked)
+        pthread_mutex_unlock(&f->mu);
+}
+
+/* Checks that a future may be read as `kind` and returns its error. Called under fut_lock. */
 static fdb_error_t fut_check(FDBFuture *f, int kind, const char *what)
 {
     if (f->destroyed)
@@ -440,23 +540,23 @@ fdb_error_t fdb_future_get_error(FDBFuture *f)
 
 fdb_error_t fdb_future_get_int64(FDBFuture *f, int64_t *out)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_INT64, "fdb_future_get_int64");
     if (err == 0)
         *out = f->i64;
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
 fdb_error_t fdb_future_get_key(FDBFuture *f, const uint8_t **out_key, int *out_key_length)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_KEY, "fdb_future_get_key");
     if (err == 0) {
         *out_key = f->bytes;
         *out_key_length = f->len;
     }
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
@@ -465,14 +565,14 @@ fdb_error_t fdb_future_get_value(FDBFuture *f,
                                  const uint8_t **out_value,
                                  int *out_value_length)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_VALUE, "fdb_future_get_value");
     if (err == 0) {
         *out_present = f->present;
         *out_value = f->bytes;
         *out_value_length = f->len;
     }
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
@@ -481,14 +581,14 @@ fdb_error_t fdb_future_get_keyvalue_array(FDBFuture *f,
                                           int *out_count,
                                           fdb_bool_t *out_more)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_KV_ARRAY, "fdb_future_get_keyvalue_array");
     if (err == 0) {
         *out_kv = f->kvs;
         *out_count = f->count;
         *out_more = f->more;
     }
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
@@ -643,7 +743,19 @@ struct FDB_transaction {
     FDBFuture *stamps;    /* versionstamp futures waiting for the commit */
     pthread_t on_error;   /* the thread of the last fdb_transaction_on_error, if running */
     int on_error_live;    /* on_error was started and not yet joined */
+    /* $KVQ_FDBC_READ_DELAY_MS and $KVQ_FDBC_PAGE_ROWS, read when the transaction is created
+     * (0: none). */
+    long read_delay_ms;
+    int page_rows;
 };
+
+static void knobs_read(FDBTransaction *tr)
+{
+    const char *env = getenv("KVQ_FDBC_READ_DELAY_MS");
+    tr->read_delay_ms = env != NULL && atol(env) > 0 ? atol(env) : 0;
+    env = getenv("KVQ_FDBC_PAGE_ROWS");
+    tr->page_rows = env != NULL && atoi(env) > 0 ? atoi(env) : 0;
+}
 
 /* Waits for the thread of an fdb_transaction_on_error (its backoff) to end. */
 static void on_error_join(FDBTransaction *tr)
@@ -697,6 +809,7 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     memcpy(defaults, d->tr_defaults, sizeof(defaults));
     pthread_mutex_unlock(&d->mu);
     tr->db = d;
+    knobs_read(tr);
     /* The database's transaction options come first; the transaction may override them. */
     for (int i = 0; i < 4; i++) {
         if (defaults[i] < 0)
@@ -819,15 +932,14 @@ FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
     if (tr->deferred != 0)
         return fut_error(FUT_INT64, tr->deferred);
     FDBFuture *f = fut_new(FUT_INT64);
-    fut_complete(f, kvq_txn_get_read_version(&f->i64, tr->kt));
+    fut_settle(f, kvq_txn_get_read_version(&f->i64, tr->kt));
     return f;
 }
 
 /* $KVQ_FDBC_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
-static void read_delay(void)
+static void read_delay(const FDBTransaction *tr)
 {
-    const char *env = getenv("KVQ_FDBC_READ_DELAY_MS");
-    long ms = env != NULL ? atol(env) : 0;
+    long ms = tr->read_delay_ms;
     if (ms > 0) {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -1008,14 +1120,14 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
         misuse("fdb_transaction_get with a NULL key or a negative length");
     if (tr->deferred != 0)
         return fut_error(FUT_VALUE, tr->deferred);
-    read_delay();
+    read_delay(tr);
     FDBFuture *f = fut_new(FUT_VALUE);
     if (is_special(key_name, (size_t)key_name_length)) {
         size_t vl = 0;
         int rc = special_value(tr, key_name, (size_t)key_name_length, &f->present, &f->bytes,
                                &vl);
         f->len = (int)vl;
-        fut_complete(f, rc);
+        fut_settle(f, rc);
         return f;
     }
     kvq_bytes v;
@@ -1024,10 +1136,13 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
                          snapshot ? KVQ_SNAPSHOT : 0);
     if (rc == 0 && present) {
         f->present = 1;
-        f->bytes = copy_bytes(v.data, v.len);
+        /* Small values (most) are kept in the future itself: one allocation fewer. */
+        f->bytes = v.len <= sizeof(f->small) ? f->small : copy_bytes(v.data, v.len);
+        if (v.len > 0 && f->bytes == f->small)
+            memcpy(f->small, v.data, v.len);
         f->len = (int)v.len;
     }
-    fut_complete(f, rc);
+    fut_settle(f, rc);
     return f;
 }
 
@@ -1102,12 +1217,10 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
  * follows the streaming mode as FoundationDB's client sizes its requests (in rows here, not
  * bytes): everything asked for with WANT_ALL, and pages that grow with the iteration with
  * ITERATOR. */
-static int page_size(FDBStreamingMode mode, int iteration)
+static int page_size(const FDBTransaction *tr, FDBStreamingMode mode, int iteration)
 {
-    const char *env = getenv("KVQ_FDBC_PAGE_ROWS");
-    int v = env != NULL ? atoi(env) : 0;
-    if (v > 0)
-        return v;
+    if (tr->page_rows > 0)
+        return tr->page_rows;
     switch (mode) {
     case FDB_STREAMING_MODE_WANT_ALL:
     case FDB_STREAMING_MODE_SERIAL:
@@ -1155,7 +1268,7 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
         /* The special space is read as plain [begin, end): its keys are few and fixed. */
         FDBFuture *f = fut_new(FUT_KV_ARRAY);
-        fut_complete(f, special_range(tr, begin_key_name, (size_t)begin_key_name_length,
+        fut_settle(f, special_range(tr, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length, f));
         return f;
     }
@@ -1166,10 +1279,10 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     if (rc == 0)
         rc = resolve_selector(tr, end_key_name, end_key_name_length, end_or_equal, end_offset,
                               snapshot, 0, &e, &elen);
-    read_delay();
+    read_delay(tr);
     FDBFuture *f = fut_new(FUT_KV_ARRAY);
     /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
-    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size(mode, iteration);
+    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size(tr, mode, iteration);
     if (limit > 0 && limit < eff)
         eff = limit;
     const kvq_kv *kvs = NULL;
@@ -1205,7 +1318,7 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
          * happens to end there. */
         f->more = (int)n == eff;
     }
-    fut_complete(f, rc);
+    fut_settle(f, rc);
     return f;
 }
 
@@ -1494,11 +1607,10 @@ void fdb_future_release_memory(FDBFuture *f)
     if (f->destroyed)
         misuse("fdb_future_release_memory on a destroyed future");
     if (f->ready && f->err == 0) {
-        free(f->bytes);
+        bytes_free(f);
         free(f->kvs);
         free(f->keys);
         free(f->strs);
-        f->bytes = NULL;
         f->kvs = NULL;
         f->keys = NULL;
         f->strs = NULL;
@@ -1519,7 +1631,7 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
         misuse("fdb_transaction_get_key with a NULL key or a negative length");
     if (tr->deferred != 0)
         return fut_error(FUT_KEY, tr->deferred);
-    read_delay();
+    read_delay(tr);
     FDBFuture *f = fut_new(FUT_KEY);
     uint8_t *k = NULL;
     size_t klen = 0;
@@ -1529,7 +1641,7 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
         f->bytes = k;
         f->len = (int)klen;
     }
-    fut_complete(f, rc);
+    fut_settle(f, rc);
     return f;
 }
 
@@ -1592,7 +1704,7 @@ FDBFuture *fdb_transaction_get_approximate_size(FDBTransaction *tr)
     if (tr->deferred != 0)
         return fut_error(FUT_INT64, tr->deferred);
     FDBFuture *f = fut_new(FUT_INT64);
-    fut_complete(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
+    fut_settle(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
     return f;
 }
 
@@ -1649,7 +1761,7 @@ FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, co
     if (tr->deferred != 0)
         return fut_error(FUT_INT64, tr->deferred);
     FDBFuture *f = fut_new(FUT_INT64);
-    fut_complete(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
+    fut_settle(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
     return f;
 }
 
@@ -1726,7 +1838,7 @@ FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint
         free(w.keys[i]);
     free(w.keys);
     free(w.lens);
-    fut_complete(f, rc);
+    fut_settle(f, rc);
     return f;
 }
 
@@ -1747,7 +1859,7 @@ FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8
     f->bytes = copy_bytes((const uint8_t *)local, sizeof(local));
     f->strs[0] = (const char *)f->bytes;
     f->count = 1;
-    fut_complete(f, 0);
+    fut_settle(f, 0);
     return f;
 }
 
@@ -1755,55 +1867,55 @@ FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8
 
 fdb_error_t fdb_future_get_bool(FDBFuture *f, fdb_bool_t *out)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_BOOL, "fdb_future_get_bool");
     if (err == 0)
         *out = f->i64 != 0;
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
 fdb_error_t fdb_future_get_uint64(FDBFuture *f, uint64_t *out)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_UINT64, "fdb_future_get_uint64");
     if (err == 0)
         *out = (uint64_t)f->i64;
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
 fdb_error_t fdb_future_get_double(FDBFuture *f, double *out)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_DOUBLE, "fdb_future_get_double");
     if (err == 0)
         *out = f->dbl;
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
 fdb_error_t fdb_future_get_key_array(FDBFuture *f, const FDBKey **out_key_array, int *out_count)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_KEY_ARRAY, "fdb_future_get_key_array");
     if (err == 0) {
         *out_key_array = f->keys;
         *out_count = f->count;
     }
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
 fdb_error_t fdb_future_get_string_array(FDBFuture *f, const char ***out_strings, int *out_count)
 {
-    pthread_mutex_lock(&f->mu);
+    int locked = fut_lock(f);
     fdb_error_t err = fut_check(f, FUT_STRING_ARRAY, "fdb_future_get_string_array");
     if (err == 0) {
         *out_strings = f->strs;
         *out_count = f->count;
     }
-    pthread_mutex_unlock(&f->mu);
+    fut_unlock(f, locked);
     return err;
 }
 
