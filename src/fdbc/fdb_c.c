@@ -46,6 +46,9 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 #undef KVQ_FDB_PROTOTYPE
 
 #define MAX_API_VERSION  730
+
+/* Errors of get_range's parameters (as fdb_c.h's caller meets them). */
+enum { FDB_ERR_RANGE_LIMITS_INVALID = 2012, FDB_ERR_EXACT_MODE_WITHOUT_LIMITS = 2210 };
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -311,6 +314,10 @@ const char *fdb_get_error(fdb_error_t code)
         return "API version is not set";
     case FDB_ERR_API_VERSION_ALREADY_SET:
         return "API version may be set only once";
+    case FDB_ERR_RANGE_LIMITS_INVALID:
+        return "Range limits not valid";
+    case FDB_ERR_EXACT_MODE_WITHOUT_LIMITS:
+        return "EXACT streaming mode requires limits, but none were given";
     default:
         return kvq_strerror(code);
     }
@@ -1157,10 +1164,7 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
 static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb_bool_t or_equal,
                             int offset, int snapshot, int exact, uint8_t **out, size_t *out_len)
 {
-    if (or_equal != 0 && or_equal != 1) {
-        complain("key selector with or_equal %d", or_equal);
-        return FDB_ERR_CLIENT_INVALID_OPERATION;
-    }
+    or_equal = or_equal != 0; /* an fdb_bool_t: any non-zero value is true */
     /* start: the first key after the base (key, or key + 00 with or_equal). */
     size_t slen = (size_t)len + (or_equal ? 1 : 0);
     uint8_t *start = malloc(slen + 1);
@@ -1239,6 +1243,25 @@ static int page_size(const FDBTransaction *tr, FDBStreamingMode mode, int iterat
     }
 }
 
+/* get_range's limits and streaming mode, checked as libfdb_c checks them: 0 (or -1) is no
+ * limit, anything below -1 is range_limits_invalid (2012); EXACT needs a row or byte limit
+ * (2210); ITERATOR counts its calls from 1; other modes are client_invalid_operation (2000).
+ * target_bytes is a soft cap, which kvq's pages (counted in rows) may exceed. */
+static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mode, int iteration)
+{
+    if ((int)mode < FDB_STREAMING_MODE_WANT_ALL || (int)mode > FDB_STREAMING_MODE_SERIAL ||
+        (mode == FDB_STREAMING_MODE_ITERATOR && iteration <= 0)) {
+        complain("get_range: streaming mode %d with iteration %d", (int)mode, iteration);
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
+    }
+    if (mode == FDB_STREAMING_MODE_EXACT && limit <= 0 && target_bytes <= 0 &&
+        limit >= -1 && target_bytes >= -1)
+        return FDB_ERR_EXACT_MODE_WITHOUT_LIMITS;
+    if (limit < -1 || target_bytes < -1)
+        return FDB_ERR_RANGE_LIMITS_INVALID;
+    return 0;
+}
+
 FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
                                      const uint8_t *begin_key_name,
                                      int begin_key_name_length,
@@ -1255,16 +1278,16 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
                                      fdb_bool_t snapshot,
                                      fdb_bool_t reverse)
 {
-    (void)target_bytes;
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
         misuse("fdb_transaction_get_range with a NULL key or a negative length");
+    fdb_error_t perr = range_params(limit, target_bytes, mode, iteration);
+    if (perr != 0)
+        return fut_error(FUT_KV_ARRAY, perr);
     if (tr->deferred != 0)
         return fut_error(FUT_KV_ARRAY, tr->deferred);
-    if (limit < 0 || (mode == FDB_STREAMING_MODE_EXACT && limit == 0)) {
-        complain("get_range: limit %d in mode %d", limit, (int)mode);
-        return fut_error(FUT_KV_ARRAY, FDB_ERR_CLIENT_INVALID_OPERATION);
-    }
+    if (limit == -1)
+        limit = 0; /* -1 is "no limit" too */
     if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
         /* The special space is read as plain [begin, end): its keys are few and fixed. */
         FDBFuture *f = fut_new(FUT_KV_ARRAY);
@@ -1282,7 +1305,7 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_KV_ARRAY);
     /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
-    int eff = mode == FDB_STREAMING_MODE_EXACT ? limit : page_size(tr, mode, iteration);
+    int eff = mode == FDB_STREAMING_MODE_EXACT && limit > 0 ? limit : page_size(tr, mode, iteration);
     if (limit > 0 && limit < eff)
         eff = limit;
     const kvq_kv *kvs = NULL;
@@ -1379,6 +1402,8 @@ fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
         misuse("fdb_transaction_add_conflict_range with a NULL key or a negative length");
+    if (type != FDB_CONFLICT_RANGE_TYPE_READ && type != FDB_CONFLICT_RANGE_TYPE_WRITE)
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
     return kvq_txn_add_conflict_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length,
                                       (kvq_conflict_type)type);
@@ -1635,7 +1660,16 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
     FDBFuture *f = fut_new(FUT_KEY);
     uint8_t *k = NULL;
     size_t klen = 0;
-    int rc = resolve_selector(tr, key_name, key_name_length, or_equal, offset, snapshot, 1, &k,
+    int rc = 0;
+    if (key_name_length > 1 && key_name[0] == 0xff) {
+        /* A selector in the system keys needs the option that lets them be read (2004 without
+         * it): a snapshot read of its key, which adds no conflict, asks the transaction. */
+        kvq_bytes v;
+        int present;
+        rc = kvq_txn_get(&v, &present, tr->kt, key_name, (size_t)key_name_length, KVQ_SNAPSHOT);
+    }
+    if (rc == 0)
+        rc = resolve_selector(tr, key_name, key_name_length, or_equal, offset, snapshot, 1, &k,
                               &klen);
     if (rc == 0) {
         f->bytes = k;
@@ -1656,9 +1690,10 @@ static void *on_error_main(void *arg)
     on_error_job *j = arg;
     /* kvq's retry rules are FoundationDB's: which errors are retried, the backoff (slept here,
      * off the caller's thread), the retry limit and the timeout, then the reset. */
-    int rc = kvq_txn_on_error(j->tr->kt, j->err);
-    if (rc == 0)
-        j->tr->deferred = 0;
+    int rc = j->err == 0 ? FDB_ERR_CLIENT_INVALID_OPERATION : kvq_txn_on_error(j->tr->kt, j->err);
+    /* A transaction that is not to be retried is cancelled until it is reset (a timed-out one
+     * keeps failing with 1031), as libfdb_c does from API 610. */
+    j->tr->deferred = rc == 0 ? 0 : rc == KVQ_ETRANSACTION_TIMED_OUT ? rc : FDB_ERR_TRANSACTION_CANCELLED;
     fut_complete(j->f, rc);
     fut_unref(j->f);
     free(j);

@@ -768,6 +768,114 @@ static void test_unsupported_and_more(void **state)
     assert_int_equal(fdb_add_network_thread_completion_hook(NULL, NULL), 2006);
 }
 
+/* A get_range of the plain range [b, e) with the given limits: its error, the rows and `more`. */
+static fdb_error_t range_of(FDBTransaction *tr, const char *b, const char *e, int limit,
+                           int target_bytes, FDBStreamingMode mode, int iteration, int *count,
+                           fdb_bool_t *more)
+{
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)b, (int)strlen(b), 0, 1,
+                                             (const uint8_t *)e, (int)strlen(e), 0, 1, limit,
+                                             target_bytes, mode, iteration, 0, 0);
+    fdb_error_t err = wait_f(f);
+    *count = -1;
+    if (err == 0) {
+        const FDBKeyValue *kv;
+        assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, count, more), 0);
+    }
+    fdb_future_destroy(f);
+    return err;
+}
+
+/* get_range's parameters as api-c.rst and fdb_c.cpp define them: 0 is no limit, and so is -1;
+ * below that the limits are invalid (2012); EXACT needs a limit (2210); ITERATOR counts from 1
+ * and an unknown mode is an invalid operation (2000). A key selector's or_equal is a boolean:
+ * any non-zero value is true. */
+static void test_range_parameters(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    set_s(tr, "p/a", "1");
+    set_s(tr, "p/b", "2");
+    set_s(tr, "p/c", "3");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    int n;
+    fdb_bool_t more;
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 0, FDB_STREAMING_MODE_ITERATOR, 1, &n, &more), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 0, FDB_STREAMING_MODE_ITERATOR, 0, &n, &more),
+                     2000);
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 0, (FDBStreamingMode)5, 1, &n, &more), 2000);
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 0, (FDBStreamingMode)-3, 1, &n, &more), 2000);
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 0, FDB_STREAMING_MODE_EXACT, 0, &n, &more), 2210);
+    assert_int_equal(range_of(tr, "p/", "p0", -1, -1, FDB_STREAMING_MODE_EXACT, 0, &n, &more),
+                     2210);
+    /* A byte limit alone is a limit: at least one row comes back. */
+    assert_int_equal(range_of(tr, "p/", "p0", 0, 10, FDB_STREAMING_MODE_EXACT, 0, &n, &more), 0);
+    assert_true(n >= 1);
+    assert_int_equal(range_of(tr, "p/", "p0", -1, 0, FDB_STREAMING_MODE_WANT_ALL, 0, &n, &more),
+                     0);
+    assert_int_equal(n, 3);
+    assert_int_equal(range_of(tr, "p/", "p0", -2, 0, FDB_STREAMING_MODE_WANT_ALL, 0, &n, &more),
+                     2012);
+    assert_int_equal(range_of(tr, "p/", "p0", 0, -2, FDB_STREAMING_MODE_WANT_ALL, 0, &n, &more),
+                     2012);
+    /* or_equal 2 is true: first_greater_than(p/a) is p/b. */
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)"p/a", 3, 2, 1,
+                                             (const uint8_t *)"p0", 2, 0, 1, 0, 0,
+                                             FDB_STREAMING_MODE_WANT_ALL, 0, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kv;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, &n, &more), 0);
+    assert_int_equal(n, 2);
+    assert_memory_equal(kv[0].key, "p/b", 3);
+    fdb_future_destroy(f);
+    char k[16];
+    assert_int_equal(key_of(tr, "p/a", 2, 1, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "p/b");
+    /* A selector in the system keys needs read_system_keys (key_outside_legal_range). */
+    assert_int_equal(key_of(tr, "\xff/x", 0, 1, 0, k, sizeof(k)), 2004);
+    fdb_transaction_reset(tr);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_SYSTEM_KEYS), 0);
+    assert_int_equal(key_of(tr, "\xff/x", 0, 1, 0, k, sizeof(k)), 0);
+    fdb_transaction_destroy(tr);
+}
+
+/* on_error of a success is an invalid operation (2000); once on_error has failed, the
+ * transaction is cancelled (1025) until it is reset. add_conflict_range takes READ or WRITE
+ * only. */
+static void test_on_error_failures(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    int present;
+    char v[16];
+    assert_int_equal(on_error(tr, 0), 2000);
+    assert_int_equal(get_s(tr, "oe/k", &present, v, sizeof(v)), 1025);
+    set_s(tr, "oe/k", "1");
+    assert_int_equal(commit(tr), 1025);
+    fdb_transaction_reset(tr);
+    assert_int_equal(get_s(tr, "oe/k", &present, v, sizeof(v)), 0);
+    assert_int_equal(on_error(tr, 2004), 2004);
+    assert_int_equal(get_s(tr, "oe/k", &present, v, sizeof(v)), 1025);
+    fdb_transaction_reset(tr);
+    assert_int_equal(on_error(tr, 1020), 0); /* retried: usable at once */
+    assert_int_equal(get_s(tr, "oe/k", &present, v, sizeof(v)), 0);
+    assert_int_equal(fdb_transaction_add_conflict_range(tr, (const uint8_t *)"a", 1,
+                                                        (const uint8_t *)"b", 1,
+                                                        (FDBConflictRangeType)2),
+                     2000);
+    assert_int_equal(fdb_transaction_add_conflict_range(tr, (const uint8_t *)"b", 1,
+                                                        (const uint8_t *)"a", 1,
+                                                        FDB_CONFLICT_RANGE_TYPE_READ),
+                     2005);
+    assert_int_equal(fdb_transaction_add_conflict_range(tr, (const uint8_t *)"\xff/a", 2,
+                                                        (const uint8_t *)"\xff/b", 2,
+                                                        FDB_CONFLICT_RANGE_TYPE_WRITE),
+                     2004);
+    fdb_transaction_destroy(tr);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -820,6 +928,8 @@ int main(void)
         cmocka_unit_test(test_transaction_options),
         cmocka_unit_test(test_special_keys),
         cmocka_unit_test(test_unsupported_and_more),
+        cmocka_unit_test(test_range_parameters),
+        cmocka_unit_test(test_on_error_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
