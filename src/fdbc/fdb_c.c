@@ -613,6 +613,7 @@ struct FDB_database {
     /* Transaction options set on the database (fdb_database_set_option), given to each new
      * transaction: timeout, retry limit, max retry delay, size limit (-1: not set). */
     int64_t tr_defaults[4];
+    int snapshot_ryw; /* 0, or the snapshot RYW option every new transaction gets */
 };
 
 /* The directory a connection string names: $KVQ_FDBC_DIR when set, else the string
@@ -799,6 +800,32 @@ static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption optio
     return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
 }
 
+static void defer(FDBTransaction *tr, int rc)
+{
+    if (rc != 0 && tr->deferred == 0)
+        tr->deferred = rc;
+}
+
+/* Gives a transaction the database's transaction options (fdb_database_set_option), as it is
+ * created and each time it is reset; the transaction may override them. */
+static int db_defaults(FDBTransaction *tr)
+{
+    FDBDatabase *d = tr->db;
+    pthread_mutex_lock(&d->mu);
+    int64_t defaults[4];
+    memcpy(defaults, d->tr_defaults, sizeof(defaults));
+    int snapshot_ryw = d->snapshot_ryw;
+    pthread_mutex_unlock(&d->mu);
+    int rc = 0;
+    if (snapshot_ryw != 0)
+        rc = kvq_txn_set_option(tr->kt, (kvq_txn_option)snapshot_ryw, 0);
+    for (int i = 0; i < 4 && rc == 0; i++)
+        if (defaults[i] >= 0)
+            rc = set_int_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i),
+                                defaults[i]);
+    return rc;
+}
+
 fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
 {
     *out_transaction = NULL;
@@ -812,20 +839,13 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     }
     pthread_mutex_lock(&d->mu);
     d->refs++;
-    int64_t defaults[4];
-    memcpy(defaults, d->tr_defaults, sizeof(defaults));
     pthread_mutex_unlock(&d->mu);
     tr->db = d;
     knobs_read(tr);
-    /* The database's transaction options come first; the transaction may override them. */
-    for (int i = 0; i < 4; i++) {
-        if (defaults[i] < 0)
-            continue;
-        rc = set_int_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i), defaults[i]);
-        if (rc != 0) {
-            fdb_transaction_destroy(tr);
-            return rc;
-        }
+    rc = db_defaults(tr);
+    if (rc != 0) {
+        fdb_transaction_destroy(tr);
+        return rc;
     }
     *out_transaction = tr;
     return 0;
@@ -871,6 +891,7 @@ void fdb_transaction_reset(FDBTransaction *tr)
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     kvq_txn_reset(tr->kt);
     tr->deferred = 0;
+    defer(tr, db_defaults(tr));
 }
 
 /* Transaction options: those with a local meaning go to kvq under the same numbers; those that
@@ -916,7 +937,34 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     case FDB_TR_OPTION_TAG:
     case FDB_TR_OPTION_AUTO_THROTTLE_TAG:
     case FDB_TR_OPTION_USE_GRV_CACHE:
+    /* Also without a local meaning: port numbers in addresses, proxies, read-ahead, server-side
+     * caches, durability to nowhere, raw access (there are no tenants), storage quotas,
+     * logging and tracing, special-key-space relaxation, clear cost estimates, the read
+     * version cache; and the hidden ones. */
+    case 23:   /* include_port_in_address */
+    case 40:   /* commit_on_first_proxy */
+    case 50:   /* check_writes_enable */
+    case 52:   /* read_ahead_disable */
+    case 130:  /* durability_dev_null_is_web_scale */
+    case 303:  /* raw_access */
+    case 400:  /* debug_dump */
+    case 401:  /* debug_retry_logging */
+    case 402:  /* transaction_logging_enable */
+    case 405:  /* transaction_logging_max_field_length */
+    case 406:  /* server_request_tracing */
+    case 710:  /* first_in_batch */
+    case 711:  /* use_provisional_proxies */
+    case 713:  /* special_key_space_relaxed */
+    case 900:  /* span_parent */
+    case 1000: /* expensive_clear_cost_estimation_enable */
+    case 1102: /* skip_grv_cache */
         return 0;
+    case 304:  /* bypass_storage_quota */
+    case 504:  /* idempotency_id */
+    case 505:  /* automatic_idempotency */
+    case 507:  /* read_server_side_cache_enable */
+    case 508:  /* read_server_side_cache_disable */
+    case 2000: /* authorization_token */
     case FDB_TR_OPTION_READ_PRIORITY_NORMAL:
     case FDB_TR_OPTION_READ_PRIORITY_LOW:
     case FDB_TR_OPTION_READ_PRIORITY_HIGH: {
@@ -1345,11 +1393,6 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     return f;
 }
 
-static void defer(FDBTransaction *tr, int rc)
-{
-    if (rc != 0 && tr->deferred == 0)
-        tr->deferred = rc;
-}
 
 void fdb_transaction_set(FDBTransaction *tr,
                          const uint8_t *key_name,
@@ -1590,16 +1633,55 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
     if (api == 0)
         return FDB_ERR_API_VERSION_UNSET;
     switch (option) {
+    case 10: /* local_address */
+    case 20: /* cluster_file */
     case 30: /* trace_enable */
+    case 31: /* trace_roll_size */
+    case 32: /* trace_max_logs_size */
+    case 33: /* trace_log_group */
     case 34: /* trace_format */
+    case 35: /* trace_clock_source */
+    case 36: /* trace_file_identifier */
+    case 39: /* trace_partial_file_suffix */
     case 40: /* knob */
+    case 41: /* TLS_plugin */
+    case 42: /* TLS_cert_bytes */
+    case 43: /* TLS_cert_path */
+    case 45: /* TLS_key_bytes */
+    case 46: /* TLS_key_path */
+    case 47: /* TLS_verify_peers */
+    case 48: /* buggify_enable */
+    case 49: /* buggify_disable */
+    case 50: /* buggify_section_activated_probability */
+    case 51: /* buggify_section_fired_probability */
+    case 52: /* TLS_ca_bytes */
+    case 53: /* TLS_ca_path */
+    case 54: /* TLS_password */
     case 60: /* disable_multi_version_client_api */
+    case 61: /* callbacks_on_external_threads */
     case 62: /* external_client_library */
     case 63: /* external_client_directory */
     case 64: /* disable_local_client */
     case 65: /* client_threads_per_version */
+    case 67: /* retain_client_library_copies */
+    case 70: /* disable_client_statistics_logging */
+    case 71: /* enable_slow_task_profiling, enable_run_loop_profiling */
+    case 80: /* client_buggify_enable */
+    case 81: /* client_buggify_disable */
+    case 82: /* client_buggify_section_activated_probability */
+    case 83: /* client_buggify_section_fired_probability */
+    case 90: /* distributed_client_tracer */
+    case 1000: /* supported_client_versions */
+    case 1001: /* external_client */
+    case 1002: /* external_client_transport_id */
         return 0;
-    case 91: /* client_tmp_dir (730) */
+    case 37: /* trace_share_among_client_threads (730) */
+    case 38: /* trace_initialize_on_setup */
+    case 66: /* future_version_client_library */
+    case 68: /* ignore_external_client_failures */
+    case 69: /* fail_incompatible_client */
+    case 72: /* disable_client_bypass */
+    case 91: /* client_tmp_dir */
         return api >= 730 ? 0 : FDB_ERR_INVALID_OPTION;
     default:
         complain("network option %d is not supported on a kvq directory", option);
@@ -1617,9 +1699,30 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
     if (d == NULL)
         misuse("fdb_database_set_option on a NULL database");
     switch (option) {
+    case 10:  /* location_cache_size */
     case 20:  /* max_watches */
+    case 21:  /* machine_id */
+    case 22:  /* datacenter_id */
+    case 405: /* transaction_logging_max_field_length */
     case 504: /* transaction_causal_read_risky */
+    case 505: /* transaction_include_port_in_address */
     case 700: /* transaction_bypass_unreadable */
+    case 800: /* use_config_database */
+    case 900: /* test_causal_read_risky */
+        return 0;
+    case 506: /* transaction_automatic_idempotency (730) */
+    case 701: /* transaction_used_during_commit_protection_disable */
+    case 702: /* transaction_report_conflicting_keys */
+        pthread_mutex_lock(&net.mu);
+        option = net.api;
+        pthread_mutex_unlock(&net.mu);
+        return option >= 730 ? 0 : FDB_ERR_INVALID_OPTION;
+    case 26: /* snapshot_ryw_enable: the default of new transactions */
+    case 27: /* snapshot_ryw_disable */
+        pthread_mutex_lock(&d->mu);
+        d->snapshot_ryw = option == 26 ? FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE
+                                       : FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE;
+        pthread_mutex_unlock(&d->mu);
         return 0;
     case 500:
     case 501:

@@ -1035,6 +1035,60 @@ static void test_atomic_ops(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* The options of fdb_c_options for API 710: those without a local meaning are accepted, the
+ * 7.3 ones refused (invalid_option), and the database's transaction options reach every new or
+ * reset transaction. */
+static void test_option_lists(void **state)
+{
+    (void)state;
+    assert_int_equal(fdb_network_set_option(61, NULL, 0), 0); /* callbacks_on_external_threads */
+    assert_int_equal(fdb_network_set_option(43, (const uint8_t *)"/c.pem", 6), 0); /* TLS path */
+    assert_int_equal(fdb_network_set_option(70, NULL, 0), 0);
+    assert_int_equal(fdb_network_set_option(37, NULL, 0), 2007); /* 730 only */
+    uint8_t i64[8] = { 16 };
+    assert_int_equal(fdb_database_set_option(db, 10, i64, 8), 0); /* location_cache_size */
+    assert_int_equal(fdb_database_set_option(db, 21, (const uint8_t *)"m", 1), 0);
+    assert_int_equal(fdb_database_set_option(db, 506, NULL, 0), 2007); /* 730 only */
+    FDBTransaction *tr = new_tr();
+    static const int accepted[] = { 23, 52, 130, 303, 406, 711, 713, 1000 };
+    for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++)
+        assert_int_equal(opt(tr, accepted[i]), 0);
+    static const int refused[] = { 300, 714, 1100, 2000, 505, 9999 };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        assert_int_equal(opt(tr, refused[i]), 2007);
+    fdb_transaction_destroy(tr);
+    /* snapshot_ryw_disable on the database: snapshot reads of new transactions do not see
+     * their own writes; after a reset neither. */
+    assert_int_equal(fdb_database_set_option(db, 27, NULL, 0), 0);
+    tr = new_tr();
+    for (int round = 0; round < 2; round++) {
+        set_s(tr, "ol/k", "mine");
+        FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)"ol/k", 4, 1);
+        assert_int_equal(wait_f(f), 0);
+        fdb_bool_t present = 1;
+        const uint8_t *v;
+        int n;
+        assert_int_equal(fdb_future_get_value(f, &present, &v, &n), 0);
+        assert_false(present);
+        fdb_future_destroy(f);
+        fdb_transaction_reset(tr);
+    }
+    fdb_transaction_destroy(tr);
+    assert_int_equal(fdb_database_set_option(db, 26, NULL, 0), 0);
+    /* The database's timeout survives a reset. */
+    uint8_t one_ms[8] = { 1 };
+    assert_int_equal(fdb_database_set_option(db, 500, one_ms, 8), 0);
+    tr = new_tr();
+    fdb_transaction_reset(tr);
+    usleep(50000);
+    int present;
+    char v[16];
+    assert_int_equal(get_s(tr, "ol/k", &present, v, sizeof(v)), 1031);
+    fdb_transaction_destroy(tr);
+    uint8_t off[8] = { 0 };
+    assert_int_equal(fdb_database_set_option(db, 500, off, 8), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1090,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_range_parameters),
         cmocka_unit_test(test_on_error_failures),
         cmocka_unit_test(test_atomic_ops),
+        cmocka_unit_test(test_option_lists),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
