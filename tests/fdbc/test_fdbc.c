@@ -1089,6 +1089,116 @@ static void test_option_lists(void **state)
     assert_int_equal(fdb_database_set_option(db, 500, off, 8), 0);
 }
 
+struct cb_seen {
+    int runs;
+    pthread_t thread;
+};
+
+static void on_ready(FDBFuture *f, void *arg)
+{
+    (void)f;
+    struct cb_seen *c = arg;
+    c->thread = pthread_self();
+    __atomic_add_fetch(&c->runs, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Callbacks run once: at once in the caller's thread for a ready future, else on the network
+ * thread when it completes. fdb_future_cancel ends a watch with operation_cancelled (1101) and
+ * leaves a ready future as it was. The unsupported calls answer unsupported_operation (2108)
+ * or tenants_disabled (2136). */
+static void test_callbacks_cancel_unsupported(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    struct cb_seen c = { 0 };
+    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)"cb/k", 4, 0);
+    assert_int_equal(fdb_future_block_until_ready(f), 0);
+    assert_int_equal(fdb_future_set_callback(f, on_ready, &c), 0);
+    assert_int_equal(c.runs, 1);
+    assert_true(pthread_equal(c.thread, pthread_self()));
+    fdb_future_cancel(f);
+    assert_int_equal(fdb_future_get_error(f), 0);
+    fdb_future_destroy(f);
+    /* A watch completes later, on the network thread. */
+    FDBFuture *w = fdb_transaction_watch(tr, (const uint8_t *)"cb/k", 4);
+    assert_int_equal(commit(tr), 0);
+    struct cb_seen cw = { 0 };
+    assert_int_equal(fdb_future_set_callback(w, on_ready, &cw), 0);
+    FDBTransaction *other = new_tr();
+    set_s(other, "cb/k", "changed");
+    assert_int_equal(commit(other), 0);
+    assert_int_equal(wait_f(w), 0);
+    for (int i = 0; i < 500 && __atomic_load_n(&cw.runs, __ATOMIC_SEQ_CST) == 0; i++)
+        usleep(2000);
+    assert_int_equal(__atomic_load_n(&cw.runs, __ATOMIC_SEQ_CST), 1);
+    assert_false(pthread_equal(cw.thread, pthread_self()));
+    fdb_future_destroy(w);
+    fdb_transaction_reset(tr);
+    w = fdb_transaction_watch(tr, (const uint8_t *)"cb/k", 4);
+    assert_int_equal(commit(tr), 0);
+    fdb_future_cancel(w);
+    assert_int_equal(wait_f(w), 1101);
+    fdb_future_destroy(w);
+    fdb_transaction_destroy(other);
+    /* Unsupported calls. */
+    const uint8_t *a = (const uint8_t *)"a", *b = (const uint8_t *)"b";
+    FDBFuture *u[] = {
+        fdb_database_create_snapshot(db, a, 1, b, 1),
+        fdb_database_force_recovery_with_data_loss(db, a, 1),
+        fdb_database_purge_blob_granules(db, a, 1, b, 1, 0, 0),
+        fdb_database_wait_purge_granules_complete(db, a, 1),
+        fdb_database_blobbify_range_blocking(db, a, 1, b, 1),
+        fdb_database_unblobbify_range(db, a, 1, b, 1),
+        fdb_database_list_blobbified_ranges(db, a, 1, b, 1, 10),
+        fdb_database_verify_blob_range(db, a, 1, b, 1, 0),
+        fdb_database_flush_blob_range(db, a, 1, b, 1, 0, 0),
+        fdb_database_get_client_status(db),
+        fdb_transaction_get_total_cost(tr),
+        fdb_transaction_summarize_blob_granules(tr, a, 1, b, 1, 0, 10),
+        fdb_transaction_read_blob_granules_description(tr, a, 1, b, 1, 0, 0, NULL),
+    };
+    for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
+        assert_int_equal(wait_f(u[i]), 2108);
+        fdb_future_destroy(u[i]);
+    }
+    FDBFuture *t[] = {
+        fdb_tenant_purge_blob_granules(NULL, a, 1, b, 1, 0, 0),
+        fdb_tenant_wait_purge_granules_complete(NULL, a, 1),
+        fdb_tenant_blobbify_range(NULL, a, 1, b, 1),
+        fdb_tenant_blobbify_range_blocking(NULL, a, 1, b, 1),
+        fdb_tenant_unblobbify_range(NULL, a, 1, b, 1),
+        fdb_tenant_list_blobbified_ranges(NULL, a, 1, b, 1, 10),
+        fdb_tenant_verify_blob_range(NULL, a, 1, b, 1, 0),
+        fdb_tenant_flush_blob_range(NULL, a, 1, b, 1, 0, 0),
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        fdb_error_t e = wait_f(t[i]);
+        assert_true(e == 2136 || e == 2108);
+        fdb_future_destroy(t[i]);
+    }
+    f = fdb_transaction_summarize_blob_granules(tr, a, 1, b, 1, 0, 10);
+    const FDBGranuleSummary *gs;
+    int n;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_get_granule_summary_array(f, &gs, &n), 2108);
+    fdb_future_destroy(f);
+    f = fdb_transaction_read_blob_granules_description(tr, a, 1, b, 1, 0, 0, NULL);
+    FDBBGFileDescription *desc;
+    assert_int_equal(wait_f(f), 2108);
+    assert_int_equal(fdb_future_readbg_get_descriptions(f, &desc, &n), 2108);
+    fdb_future_destroy(f);
+    FDBResult *r = fdb_readbg_parse_snapshot_file(a, 1, NULL, NULL);
+    const FDBKeyValue *kvs;
+    fdb_bool_t more;
+    assert_int_equal(fdb_result_get_keyvalue_array(r, &kvs, &n, &more), 2108);
+    fdb_result_destroy(r);
+    r = fdb_readbg_parse_delta_file(a, 1, NULL, NULL);
+    const FDBBGMutation *muts;
+    assert_int_equal(fdb_result_get_bg_mutations_array(r, &muts, &n), 2108);
+    fdb_result_destroy(r);
+    fdb_transaction_destroy(tr);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1145,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_on_error_failures),
         cmocka_unit_test(test_atomic_ops),
         cmocka_unit_test(test_option_lists),
+        cmocka_unit_test(test_callbacks_cancel_unsupported),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
