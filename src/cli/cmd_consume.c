@@ -1,6 +1,6 @@
-/* kvq consume: N workers pop batches and hand each item to standard output or to a command;
- * the consumer runtime restarts a worker whose item failed, within a limit per minute, and the
- * items popped but not finished are reported by count. */
+/* kvq consume: N workers hand each item to standard output or to a command. At least once (the
+ * default): the library's work-queue consumer, a lease per item, acked when handed over. At most
+ * once: batches popped by the consumer runtime; a failed command loses its own item only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -24,7 +24,9 @@ typedef struct consume_ctx {
     cli *c;
     const char *exec;
     pthread_mutex_t out_mu;
-    int out_gone; /* atomic: standard output failed; the main thread stops the consumer */
+    int out_gone;       /* atomic: standard output failed; the consumer stops */
+    uint64_t failed;    /* atomic: items whose command failed */
+    kvq_consumer *cons; /* atomic: set once started, so that a worker can stop the others */
 } consume_ctx;
 
 /* Runs the command with the item on its standard input; 0 if it exited with status 0. The pipe
@@ -82,15 +84,29 @@ static int exit_ok(int status)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-static int run_exec(const char *cmd, kvq_bytes v)
+/* 0 when the command took the item and exited with status 0, else -1; *sig is the signal that
+ * ended the command (0 if none). */
+static int run_exec(const char *cmd, kvq_bytes v, int *sig)
 {
     int ok = 0, status;
+    *sig = 0;
     pid_t pid = spawn_exec(cmd, v, &ok);
     if (pid < 0)
         return -1;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    if (WIFSIGNALED(status))
+        *sig = WTERMSIG(status);
     return ok && exit_ok(status) ? 0 : -1;
+}
+
+/* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
+ * `kvq consume q --exec CMD | head -1`): then a command that writes there fails for every item,
+ * and consume stops instead of counting each item as failed. */
+static int stdout_reader_gone(void)
+{
+    struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
 /* Prints one item on standard output (a JSON string with --json), whole, under mu so that
@@ -119,19 +135,39 @@ static int print_locked(cli *c, pthread_mutex_t *mu, kvq_bytes v)
     return rc;
 }
 
+/* Standard output is gone: every worker stops at once, before it pops another batch (what is
+ * popped and not yet handed over is lost, as --at-most-once says). Returns -1. */
+static int output_gone(consume_ctx *ctx)
+{
+    __atomic_store_n(&ctx->out_gone, 1, __ATOMIC_RELEASE);
+    kvq_consumer *cons = __atomic_load_n(&ctx->cons, __ATOMIC_ACQUIRE);
+    if (cons != NULL)
+        kvq_consumer_stop(cons);
+    return -1;
+}
+
+/* At most once: an item whose command fails is lost (it was handed over), but the rest of its
+ * batch is still handed to the command; only a closed standard output ends the batch. */
 static int on_item(kvq_bytes v, int worker, void *payload)
 {
     consume_ctx *ctx = payload;
+    if (__atomic_load_n(&ctx->out_gone, __ATOMIC_ACQUIRE))
+        return -1;
     if (ctx->exec != NULL) {
-        int rc = run_exec(ctx->exec, v);
-        if (rc != 0)
-            fprintf(stderr, "kvq consume: worker %d: the command failed for an item\n", worker);
-        return rc;
+        int sig;
+        if (run_exec(ctx->exec, v, &sig) == 0)
+            return 0;
+        if (stdout_reader_gone())
+            return output_gone(ctx);
+        __atomic_add_fetch(&ctx->failed, 1, __ATOMIC_ACQ_REL);
+        fprintf(stderr, "kvq consume: worker %d: the command failed for an item (lost: at most "
+                        "once)\n",
+                worker);
+        return 0;
     }
-    int rc = print_locked(ctx->c, &ctx->out_mu, v);
-    if (rc != 0)
-        __atomic_store_n(&ctx->out_gone, 1, __ATOMIC_RELEASE);
-    return rc;
+    if (print_locked(ctx->c, &ctx->out_mu, v) != 0)
+        return output_gone(ctx);
+    return 0;
 }
 
 /* ---- at least once (the default): the library's work-queue consumer ---------------------- */
@@ -183,6 +219,21 @@ static int print_leased(leased_ctx *x, kvq_bytes v)
     return rc;
 }
 
+/* Whether kvq itself is stopping on SIGINT/SIGTERM (the main thread takes the signal, perhaps a
+ * moment after the command it also reached has died): looks for up to 200ms. */
+static int stop_coming(leased_ctx *x)
+{
+    for (int i = 0; i < 200; i++) {
+        if (__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE))
+            return 1;
+        sigset_t p;
+        if (sigpending(&p) == 0 && (sigismember(&p, SIGINT) == 1 || sigismember(&p, SIGTERM) == 1))
+            return 1;
+        kvq__sleep_us(1000);
+    }
+    return 0;
+}
+
 /* The handler: the library acks on KVQ_WORKQ_ACK, gives the item back after the nack delay on
  * KVQ_WORKQ_NACK, and at once, stopping everything, on KVQ_WORKQ_RELEASE; it also keeps the
  * lease alive while a long command runs. */
@@ -190,8 +241,19 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
 {
     leased_ctx *x = payload;
     if (x->exec != NULL) {
-        if (run_exec(x->exec, v) == 0)
+        int sig;
+        if (run_exec(x->exec, v, &sig) == 0)
             return KVQ_WORKQ_ACK;
+        /* A command that failed because kvq's standard output lost its reader, or that was
+         * interrupted with kvq (Ctrl-C of the process group), did not fail on its item: the
+         * item goes back at once, without a nack delay, and everything stops. */
+        if (stdout_reader_gone()) {
+            if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
+                fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+            return KVQ_WORKQ_RELEASE;
+        }
+        if ((sig == SIGINT || sig == SIGTERM) && stop_coming(x))
+            return KVQ_WORKQ_RELEASE;
         fprintf(stderr, "kvq consume: worker %d: the command failed for an item; it goes back "
                         "(%u deliveries so far)\n",
                 worker, lease->deliveries);
@@ -233,8 +295,8 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
         struct timespec ts = { 0, 100 * 1000000L };
         int sig = sigtimedwait(sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
-            fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
+            fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_workq_consumer_stop(cons);
             break;
         }
@@ -289,11 +351,6 @@ int cmd_consume(cli *c, int argc, char **argv)
                 return cli_usage("consume", "--batch needs a count from 1 to 10000");
             o.batch = (int)v;
             batch_given = 1;
-            i++;
-        } else if (strcmp(argv[i], "--max-restarts") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], 0, 1000000, &v) != 0)
-                return cli_usage("consume", "--max-restarts needs a count");
-            o.max_restarts_per_minute = (int)v;
             i++;
         } else if (strcmp(argv[i], "--exec") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
@@ -366,6 +423,7 @@ int cmd_consume(cli *c, int argc, char **argv)
         cq_close(q);
         return cli_fail(err, "cannot start the consumers");
     }
+    __atomic_store_n(&ctx.cons, cons, __ATOMIC_RELEASE);
     /* Wait for a signal, or for the workers to end by themselves (drain, failure). */
     while (!kvq_consumer_finished(cons)) {
         if (__atomic_load_n(&ctx.out_gone, __ATOMIC_ACQUIRE)) {
@@ -388,14 +446,17 @@ int cmd_consume(cli *c, int argc, char **argv)
     cq_close(q);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&ctx.out_mu);
+    uint64_t failed = __atomic_load_n(&ctx.failed, __ATOMIC_ACQUIRE);
     fprintf(stderr,
-            "kvq consume: %llu items in %llu batches; %llu popped but not finished; %llu "
-            "worker restarts\n",
+            "kvq consume: %llu items in %llu batches, %llu of them failed in the command; %llu "
+            "popped but not handed over\n",
             (unsigned long long)s.items, (unsigned long long)s.batches,
-            (unsigned long long)s.undelivered, (unsigned long long)s.restarts);
+            (unsigned long long)failed, (unsigned long long)s.undelivered);
     if (err != 0)
         return cli_fail(err, "consume stopped");
-    if (s.undelivered > 0)
+    if (ctx.out_gone)
+        return EXIT_OUTPUT_GONE;
+    if (s.undelivered > 0 || failed > 0)
         return EXIT_FAILED;
-    return ctx.out_gone ? EXIT_OUTPUT_GONE : 0;
+    return 0;
 }

@@ -85,9 +85,9 @@ static const cli_cmd commands[] = {
       "  --ack        at least once, the default: each item is received with a lease and acked\n"
       "               once its command succeeded (or, to a pipe, once the reader has read it)\n"
       "  --at-most-once  pop batches instead (durable queues): faster, but an item popped is\n"
-      "               gone even if its command fails or kvq is killed\n"
+      "               gone even if its command fails or kvq is killed (the rest of its\n"
+      "               batch is still handed over)\n"
       "  --batch K    with --at-most-once: items popped per transaction (default 10)\n"
-      "  --max-restarts N  with --at-most-once: worker restarts allowed per minute (default 10)\n"
       "exit: 0; 5 when an item's command failed; 141 when standard output was closed\n",
       cmd_consume },
     { "bench", "[--quick] [--items N] [--threads N]",

@@ -335,6 +335,35 @@ first=$("$KVQ" --db "$DB2" consume safe 2>"$T/head.err" | head -1)
 check "consume | head -1: prints the first item" bash -c "[ '$first' = 1 ]"
 check "consume | head -1: stops, saying why" bash -c "grep -q 'standard output was closed' '$T/head.err'"
 check "consume | head -1: the other 19 are still there" bash -c "[ \"\$('$KVQ' --db '$DB2' len safe)\" = 19 ] && [ \"\$('$KVQ' --db '$DB2' pop safe -n 100 | sort -n | tr '\n' ,)\" = \"\$(seq 2 20 | tr '\n' ,)\" ]"
+# A command whose output lost its reader (consume --exec CMD | head -1) fails for a reason that
+# is not its item's: consume stops (exit 141) and gives the item back, instead of nacking every
+# item until all are dead letters.
+k2 create pipe >/dev/null
+seq 1 20 | k2 push pipe
+timeout 30 "$KVQ" --db "$DB2" consume pipe --exec 'cat; echo' 2>"$T/pe.err" | head -1 >"$T/pe.out"; rc=${PIPESTATUS[0]}
+check "consume --exec CMD | head -1: exit 141, saying why" bash -c "[ $rc = 141 ] && grep -q 'standard output was closed' '$T/pe.err' && [ \"\$(cat '$T/pe.out')\" = 1 ]"
+check "consume --exec CMD | head -1: nothing nacked or dead, the rest still there" bash -c "'$KVQ' --db '$DB2' --json stats pipe | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"dead\"]==0 and v[\"delayed\"]==0 and v[\"in_flight\"]==0 and v[\"length\"]+v[\"acked\"]==20 and v[\"length\"]>=17, v'"
+# Ctrl-C of the process group: the command dies with kvq; its item goes back at once, and that
+# is not a failed command.
+k2 create intr >/dev/null
+seq 1 50 | k2 push intr
+setsid "$KVQ" --db "$DB2" consume intr --exec "v=\$(cat); sleep 0.2; echo \"\$v\" >> '$T/intr.out'" 2>"$T/intr.err" &
+pi=$!
+for _ in $(seq 1 100); do [ -s "$T/intr.out" ] && break; sleep 0.05; done
+sleep 0.1
+kill -INT -- -$pi
+wait $pi; rc=$?
+check "Ctrl-C of the process group: exit 0, the interrupted item given back at once" bash -c "[ $rc = 0 ] && grep -q '1 given back unread' '$T/intr.err' && '$KVQ' --db '$DB2' --json stats intr | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"delayed\"]==0 and v[\"length\"]+v[\"acked\"]==50, v'"
+check "Ctrl-C of the process group: acked + left = all, once" bash -c "cat '$T/intr.out' <('$KVQ' --db '$DB2' pop intr -n 100) | sort -n | diff - <(seq 1 50) >/dev/null"
+# --at-most-once: a failed command loses its own item only, not the rest of its batch; a closed
+# output stops every worker before it pops again.
+k2 create amo >/dev/null
+seq 1 30 | k2 push amo
+k2 consume amo --at-most-once --batch 10 --drain --exec "v=\$(cat); [ \"\$v\" != 5 ] || exit 1; echo \"\$v\" >> '$T/amo.out'" 2>/dev/null; rc=$?
+check "consume --at-most-once: a failed command loses only its item (exit 5)" bash -c "[ $rc = 5 ] && sort -n '$T/amo.out' | diff - <(seq 1 30 | grep -vx 5) >/dev/null"
+seq 1 200 | k2 push amo
+"$KVQ" --db "$DB2" consume amo --at-most-once --batch 10 2>/dev/null | head -1 >/dev/null; rc=${PIPESTATUS[0]}
+check "consume --at-most-once | head -1: exit 141, not batch after batch lost" bash -c "[ $rc = 141 ] && [ \"\$('$KVQ' --db '$DB2' len amo)\" -ge 150 ]"
 k2 create poison >"$T/create.out"
 check "create prints the lease and max deliveries" grep -q 'lease 30000 ms, dead letter after 5 deliveries' "$T/create.out"
 k2 push poison bad
