@@ -100,6 +100,78 @@ static void *progress(void *arg)
     return NULL;
 }
 
+/* The summary as text: throughput, conflicts and the verification. */
+static void print_text(const demo *d,
+                       double push_s,
+                       double all_s,
+                       const kvq_consumer_stats *cs,
+                       const kvq_db_stats *before,
+                       const kvq_db_stats *after,
+                       long missing,
+                       long dup,
+                       uint64_t left,
+                       int ok)
+{
+    printf("pushed   %ld items in %.2f s: %.0f pushes/s (one item per transaction)\n", d->items,
+           push_s, (double)d->items / push_s);
+    printf("consumed %llu items in %.2f s: %.0f items/s, %llu pop transactions (%.1f items "
+           "each), %llu waits on the watch\n",
+           (unsigned long long)cs->items, all_s, (double)cs->items / all_s,
+           (unsigned long long)cs->batches, cs->batches ? (double)cs->items / (double)cs->batches : 0.0,
+           (unsigned long long)cs->empty_waits);
+    printf("conflicts %llu, retries %llu, commits %llu in %llu storage transactions and %llu "
+           "syncs\n",
+           (unsigned long long)(after->conflicts - before->conflicts),
+           (unsigned long long)(after->retries - before->retries),
+           (unsigned long long)(after->commits - before->commits),
+           (unsigned long long)(after->batches - before->batches),
+           (unsigned long long)(after->syncs - before->syncs));
+    printf("order: %llu items reached a worker after a newer one of the same producer (racing "
+           "consumers spread out over the queue's first items)\n",
+           (unsigned long long)d->out_of_order);
+    printf("verified: %ld missing, %ld duplicated, %llu malformed, %llu left in the queue: %s\n",
+           missing, dup, (unsigned long long)d->malformed, (unsigned long long)left,
+           ok ? "every item consumed exactly once" : "FAILED");
+}
+
+/* The summary as one JSON object (--json): the same figures, and "verified". When a producer or
+ * a consumer failed, the error is the one JSON value instead (printed by the caller). */
+static void print_json(const demo *d,
+                       const char *name,
+                       long long batch,
+                       double push_s,
+                       double all_s,
+                       const kvq_consumer_stats *cs,
+                       const kvq_db_stats *before,
+                       const kvq_db_stats *after,
+                       long missing,
+                       long dup,
+                       uint64_t left,
+                       int ok,
+                       int err)
+{
+    if (err != 0)
+        return;
+    printf("{\"queue\":");
+    cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+    printf(",\"items\":%ld,\"producers\":%d,\"consumers\":%d,\"batch\":%lld,"
+           "\"push_seconds\":%.3f,\"consume_seconds\":%.3f,\"pushes_per_second\":%.0f,"
+           "\"items_per_second\":%.0f,\"consumed\":%llu,\"pop_transactions\":%llu,"
+           "\"watch_waits\":%llu,\"conflicts\":%llu,\"retries\":%llu,\"commits\":%llu,"
+           "\"syncs\":%llu,\"out_of_order\":%llu,\"missing\":%ld,\"duplicated\":%ld,"
+           "\"malformed\":%llu,\"left\":%llu,\"verified\":%s}\n",
+           d->items, d->producers, d->consumers, batch, push_s, all_s,
+           push_s > 0 ? (double)d->items / push_s : 0.0,
+           all_s > 0 ? (double)cs->items / all_s : 0.0, (unsigned long long)cs->items,
+           (unsigned long long)cs->batches, (unsigned long long)cs->empty_waits,
+           (unsigned long long)(after->conflicts - before->conflicts),
+           (unsigned long long)(after->retries - before->retries),
+           (unsigned long long)(after->commits - before->commits),
+           (unsigned long long)(after->syncs - before->syncs),
+           (unsigned long long)d->out_of_order, missing, dup, (unsigned long long)d->malformed,
+           (unsigned long long)left, ok ? "true" : "false");
+}
+
 int cmd_demo(cli *c, int argc, char **argv)
 {
     long long producers = 8, consumers = 4, items = 100000, batch = 100, progress_ms = 1000;
@@ -141,8 +213,7 @@ int cmd_demo(cli *c, int argc, char **argv)
         return rc;
     int err = cli_registry_create(c->db, name, QT_DURABLE);
     if (err == KVQ_EEXISTS || err == KVQ_EWRONGTYPE) {
-        fprintf(stderr, "kvq demo: queue '%s' already exists; name another with --queue\n", name);
-        return EXIT_USAGE;
+        return cli_usage("demo", "queue '%s' already exists; name another with --queue", name);
     }
     if (err != 0)
         return cli_fail(err, "cannot create the demo queue");
@@ -153,8 +224,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     d.last_seq = kvq__malloc((size_t)(consumers * producers) * sizeof(*d.last_seq));
     d.made = kvq__calloc((size_t)producers, sizeof(*d.made));
     if (d.seen == NULL || d.last_seq == NULL || d.made == NULL) {
-        fprintf(stderr, "kvq demo: out of memory\n");
-        return EXIT_DB;
+        return cli_fail(KVQ_ENOMEM, "demo");
     }
     for (long long i = 0; i < consumers * producers; i++)
         d.last_seq[i] = -1;
@@ -165,10 +235,11 @@ int cmd_demo(cli *c, int argc, char **argv)
     if (err != 0)
         return cli_fail(err, "cannot open the demo queue");
 
-    printf("kvq demo: %ld items, %d producer threads, %d consumer workers popping up to %lld "
-           "per transaction, durable queue '%s' in %s\n",
-           d.items, d.producers, d.consumers, batch, name,
-           c->db_url ? c->db_url : (getenv("KVQ_DB") ? getenv("KVQ_DB") : "./kvq-data"));
+    if (!c->json)
+        printf("kvq demo: %ld items, %d producer threads, %d consumer workers popping up to %lld "
+               "per transaction, durable queue '%s' in %s\n",
+               d.items, d.producers, d.consumers, batch, name,
+               c->db_url ? c->db_url : (getenv("KVQ_DB") ? getenv("KVQ_DB") : "./kvq-data"));
     kvq_db_stats before;
     (void)kvq_db_get_stats(&before, c->db);
     int64_t t0 = kvq__mono_us();
@@ -183,7 +254,8 @@ int cmd_demo(cli *c, int argc, char **argv)
     pthread_cond_init(&d.progress_cv, NULL);
     pthread_t progress_thread;
     d.progress_ms = progress_ms;
-    int progress_on = progress_ms > 0 && pthread_create(&progress_thread, NULL, progress, &d) == 0;
+    /* With --json, the one JSON value at the end is all there is on standard output. */
+    int progress_on = progress_ms > 0 && !c->json && pthread_create(&progress_thread, NULL, progress, &d) == 0;
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d.producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */
@@ -221,29 +293,14 @@ int cmd_demo(cli *c, int argc, char **argv)
     double push_s = (double)(t_push - t0) / 1e6, all_s = (double)(t_done - t0) / 1e6;
     int ok = d.push_error == 0 && cerr == 0 && missing == 0 && dup == 0 && d.malformed == 0 &&
              left == 0;
-    printf("pushed   %ld items in %.2f s: %.0f pushes/s (one item per transaction)\n", d.items,
-           push_s, (double)d.items / push_s);
-    printf("consumed %llu items in %.2f s: %.0f items/s, %llu pop transactions (%.1f items "
-           "each), %llu waits on the watch\n",
-           (unsigned long long)cs.items, all_s, (double)cs.items / all_s,
-           (unsigned long long)cs.batches, cs.batches ? (double)cs.items / (double)cs.batches : 0.0,
-           (unsigned long long)cs.empty_waits);
-    printf("conflicts %llu, retries %llu, commits %llu in %llu storage transactions and %llu "
-           "syncs\n",
-           (unsigned long long)(after.conflicts - before.conflicts),
-           (unsigned long long)(after.retries - before.retries),
-           (unsigned long long)(after.commits - before.commits),
-           (unsigned long long)(after.batches - before.batches),
-           (unsigned long long)(after.syncs - before.syncs));
-    printf("order: %llu items reached a worker after a newer one of the same producer (racing "
-           "consumers spread out over the queue's first items)\n",
-           (unsigned long long)d.out_of_order);
-    printf("verified: %ld missing, %ld duplicated, %llu malformed, %llu left in the queue: %s\n",
-           missing, dup, (unsigned long long)d.malformed, (unsigned long long)left,
-           ok ? "every item consumed exactly once" : "FAILED");
+    if (c->json)
+        print_json(&d, name, batch, push_s, all_s, &cs, &before, &after, missing, dup, left, ok,
+                   d.push_error != 0 ? d.push_error : cerr);
+    else
+        print_text(&d, push_s, all_s, &cs, &before, &after, missing, dup, left, ok);
     if (d.push_error != 0)
         cli_fail(d.push_error, "a producer failed");
-    if (cerr != 0)
+    else if (cerr != 0)
         cli_fail(cerr, "a consumer failed");
     /* The demo cleans up after itself. */
     if (cq_delete(d.q) == 0)

@@ -210,6 +210,11 @@ int cmd_delete(cli *c, int argc, char **argv)
         err = cli_registry_delete(c->db, name);
     if (err != 0)
         return cli_fail(err, "cannot delete the queue");
+    if (c->json) {
+        printf("{\"deleted\":");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf("}\n");
+    }
     return 0;
 }
 
@@ -569,6 +574,11 @@ int cmd_clear(cli *c, int argc, char **argv)
     cq_close(q);
     if (err != 0)
         return cli_fail(err, "clear failed");
+    if (c->json) {
+        printf("{\"cleared\":");
+        cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+        printf("}\n");
+    }
     return 0;
 }
 

@@ -340,7 +340,7 @@ void cli_print_value(FILE *f, const uint8_t *p, size_t n)
 
 int cli_main(cli *c, int argc, char **argv)
 {
-    int i = 1;
+    int i = 1, version = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -348,8 +348,8 @@ int cli_main(cli *c, int argc, char **argv)
             return 0;
         }
         if (strcmp(a, "--version") == 0) {
-            printf("kvq %s\n", kvq_version());
-            return 0;
+            version = 1;
+            continue;
         }
         if (strcmp(a, "--json") == 0) {
             c->json = 1;
@@ -366,8 +366,16 @@ int cli_main(cli *c, int argc, char **argv)
         }
     }
     json_errors = c->json;
+    if (version) {
+        if (c->json)
+            printf("{\"version\":\"%s\"}\n", kvq_version());
+        else
+            printf("kvq %s\n", kvq_version());
+        return 0;
+    }
     if (i >= argc) {
         usage(stderr);
+        cli_json_error(EXIT_USAGE, "usage", "missing the COMMAND (kvq --help lists them)");
         return EXIT_USAGE;
     }
     const cli_cmd *cmd = cli_find(argv[i]);

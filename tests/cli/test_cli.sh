@@ -221,10 +221,14 @@ printf 'caf\xc3\xa9\n\xff\xferaw\n' | k2 push js
 check "--json list: UTF-8 kept, invalid bytes recoverable" bash -c "'$KVQ' --db '$DB2' --json list js | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[0]==\"caf\u00e9\", v; assert v[1].encode(\"utf-8\",\"surrogateescape\")==b\"\\xff\\xferaw\", v'"
 "$KVQ" --db "$DB2" --json create 'we"ird\name' >"$T/j" 2>/dev/null
 check "--json create escapes the name" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"created\"]==\"we\\\"ird\\\\name\", v' < '$T/j'"
-for cmd in "len js" "peek js" "stats js" "queues" "len nosuch" "pop nosuch" "push" "create js" "frob" "pop js -n 5" "pop js" "receive js"; do
+k2 create jd >/dev/null
+for cmd in "len js" "peek js" "stats js" "queues" "len nosuch" "pop nosuch" "push" "create js" "frob" "pop js -n 5" "pop js" "receive js" \
+           "clear jd" "delete jd" "delete jd" "" "--version" "demo --items 100 --producers 2 --consumers 1 --progress 1ms"; do
     "$KVQ" --db "$DB2" --json $cmd >"$T/j" 2>/dev/null
     check "--json $cmd: one JSON value" bash -c "python3 -c 'import json,sys; json.loads(sys.stdin.read())' < '$T/j'"
 done
+"$KVQ" --db "$DB2" --json demo --items 100 --producers 2 --consumers 1 >"$T/j" 2>/dev/null
+check "--json demo: the summary as one object" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"verified\"] is True and v[\"missing\"]==0 and v[\"items\"]==100, v' < '$T/j'"
 "$KVQ" --db "$T/none" --json len q >"$T/j" 2>/dev/null
 check "--json with no database: a JSON error" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"error\"][\"name\"]==\"no_database\", v' < '$T/j'"
 
