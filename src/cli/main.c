@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -135,6 +136,17 @@ static void usage(FILE *f)
                "argument is a value; '--' ends the options (kvq push q -- -h pushes \"-h\").\n");
 }
 
+/* Whether the embedded database path (the default one for NULL) exists and is not a directory. */
+static int path_not_dir(const char *url)
+{
+    if (url == NULL)
+        url = getenv("KVQ_DB");
+    if (url == NULL)
+        url = "./kvq-data";
+    struct stat st;
+    return strncmp(url, "fdb:", 4) != 0 && stat(url, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
 int cli_open(cli *c)
 {
     if (c->parse_only)
@@ -151,8 +163,16 @@ int cli_open(cli *c)
         cli_json_error(rc, "no_database", kvq_last_error());
         return EXIT_NOQUEUE;
     }
-    if (rc == KVQ_ENOTFOUND)
-        rc = KVQ_EIO; /* the path cannot be created */
+    if (rc == KVQ_ENOTFOUND || (rc == KVQ_EINVAL && path_not_dir(c->db_url))) {
+        /* The path cannot be created (a missing parent directory) or is a file: an I/O error,
+         * with the engine's message, which names the path and the cause. */
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "cannot %s the database: %s",
+                 c->create_db ? "create" : "open", kvq_last_error());
+        fprintf(stderr, "kvq: %s (io_error)\n", msg);
+        cli_json_error(KVQ_EIO, "io_error", msg);
+        return EXIT_DB;
+    }
     if (rc != 0)
         return cli_fail(rc, "cannot open the database");
     return 0;

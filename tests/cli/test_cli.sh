@@ -184,7 +184,9 @@ check "damaged database: exit 3 saying so" bash -c "[ $rc = 3 ] && grep -q damag
 "$KVQ" --db "$T/file" len jobs >/dev/null 2>&1 || true
 touch "$T/afile"
 "$KVQ" --db "$T/afile" len jobs >/dev/null 2>"$T/err"; rc=$?
-check "database path is a file: clear error" bash -c "[ $rc != 0 ] && grep -q 'not a directory' '$T/err'"
+check "database path is a file: exit 3, saying so" bash -c "[ $rc = 3 ] && grep -q 'not a directory' '$T/err'"
+"$KVQ" --db "$T/afile" create q >/dev/null 2>"$T/err"; rc=$?
+check "create on a path that is a file: exit 3, saying so" bash -c "[ $rc = 3 ] && grep -q 'not a directory' '$T/err'"
 
 # Values that look like options are never taken as global options or help.
 DB2="$T/db2"
@@ -207,6 +209,8 @@ for c in "len q" "list q" "peek q" "queues" "stats q" "watch q --timeout 10" "po
 done
 "$KVQ" --db /proc/kvq-cannot/db create q >/dev/null 2>&1; rc=$?
 check "a database path that cannot be created: exit 3" bash -c "[ $rc = 3 ]"
+"$KVQ" --db "$T/no/such/parent" create q >/dev/null 2>"$T/err"; rc=$?
+check "a missing parent directory: exit 3, the message names the path and the cause" bash -c "[ $rc = 3 ] && grep -q '$T/no/such/parent: No such file or directory' '$T/err' && [ ! -e '$T/no' ]"
 k2 pop opts -n 100 >/dev/null 2>&1
 k2 pop opts >/dev/null 2>&1; rc=$?
 check "empty queue: exit 1" bash -c "[ $rc = 1 ]"
