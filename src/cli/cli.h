@@ -69,6 +69,8 @@ int cli_json_errors(int on);
 /* Writes bytes as a JSON string (with quotes): UTF-8 as it is, a byte that is not UTF-8 as
  * U+DC00 + its value, \udc80 to \udcff (Python's surrogateescape). */
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);
+/* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the byte at p starts none. */
+size_t cli_utf8_len(const uint8_t *p, size_t n);
 /* Writes bytes as text: as they are if printable UTF-8 without newlines, else escaped. */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);
 

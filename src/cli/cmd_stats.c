@@ -151,16 +151,27 @@ static void print_text(const qview *v, const qview *prev, double secs)
     }
 }
 
-/* A label value in the exposition format: backslash, double quote and newline escaped. */
+/* A label value in the exposition format, which is UTF-8: backslash, double quote and newline
+ * escaped, and a byte that is not UTF-8 written as U+FFFD (the format has no escape for it). */
 static void prom_label(const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            printf("\\%c", *s);
-        else if (*s == '\n')
+    const uint8_t *p = (const uint8_t *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = cli_utf8_len(p + i, n - i);
+        if (len == 0) {
+            fputs("\xef\xbf\xbd", stdout);
+            i++;
+        } else if (p[i] == '\\' || p[i] == '"') {
+            printf("\\%c", p[i]);
+            i++;
+        } else if (p[i] == '\n') {
             printf("\\n");
-        else
-            putchar(*s);
+            i++;
+        } else {
+            fwrite(p + i, 1, len, stdout);
+            i += len;
+        }
     }
 }
 

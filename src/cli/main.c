@@ -240,7 +240,7 @@ int cli_parse_int(const char *s, long long min, long long max, long long *out)
 
 /* Length of the valid UTF-8 sequence at p (1 to 4 bytes; no overlongs, surrogates or code
  * points past U+10FFFF), or 0 when the byte at p does not start one. */
-static size_t utf8_len(const uint8_t *p, size_t n)
+size_t cli_utf8_len(const uint8_t *p, size_t n)
 {
     uint8_t b = p[0];
     size_t len;
@@ -306,7 +306,7 @@ void cli_json_str(FILE *f, const uint8_t *p, size_t n)
     fputc('"', f);
     for (size_t i = 0; i < n;) {
         unsigned char ch = p[i];
-        size_t len = utf8_len(p + i, n - i);
+        size_t len = cli_utf8_len(p + i, n - i);
         if (len == 0) {
             /* A byte that is not UTF-8: U+DC00 + the byte (U+DC80 to U+DCFF), as Python's
              * surrogateescape reads it, so the value's bytes can be recovered exactly (docs/kvq.1, JSON OUTPUT). */

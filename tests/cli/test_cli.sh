@@ -277,7 +277,7 @@ j=[q for q in v if q[\"name\"]==\"jobs\"][0]; assert j[\"in_flight\"]==1 and j[\
 '"
 cat > "$T/prom_check.py" <<'PYEOF'
 import re, sys
-lines = sys.stdin.read().splitlines()
+lines = sys.stdin.buffer.read().decode("utf-8").splitlines()  # strict: the format is UTF-8
 samples = [l for l in lines if not l.startswith("#")]
 assert "# TYPE kvq_queue_length gauge" in lines, lines
 pat = re.compile(r'(kvq_[a-z_]+)\{queue="((?:[^"\\]|\\.)*)",type="[a-z]+"\} (\S+)')
@@ -287,7 +287,9 @@ for l in samples:
     float(m.group(3))
 assert 'kvq_queue_length{queue="we\\"ird",type="priority"} 0' in samples, samples
 assert 'kvq_queue_in_flight{queue="jobs",type="durable"} 1' in samples, samples
+assert 'kvq_queue_length{queue="caf\u00e9 \ufffd",type="durable"} 0' in samples, samples
 PYEOF
+k3 create $'caf\xc3\xa9 \xff' >/dev/null
 "$KVQ" --db "$DB3" stats --prometheus >"$T/prom" 2>/dev/null
 check "stats --prometheus: HELP/TYPE and escaped labels, values parse" python3 "$T/prom_check.py" <"$T/prom"
 timeout 2.5 "$KVQ" --db "$DB3" --json stats jobs --watch >"$T/watch" 2>/dev/null
