@@ -384,6 +384,11 @@ check "a poison item is dead-lettered after 5 deliveries" bash -c "'$KVQ' --db '
 k2 consume poison --at-most-once --batch 3 --drain >/dev/null 2>&1; rc=$?
 check "consume --at-most-once: allowed on durable queues" bash -c "[ $rc = 0 ]"
 
+# Test knobs live in kvq/testing.h alone: no other public header, nor the umbrella kvq.h,
+# declares injected faults or KVQ_TEST_* flags.
+INC="$(cd "$(dirname "$0")/../../include/kvq" && pwd)"
+check "public headers: no test knobs outside kvq/testing.h" bash -c "cd '$INC' && [ -f testing.h ] && ! grep -nE 'KVQ_TEST_|KVQ_FAULT_|fault_(rate|kinds|seed)|test_flags|#include.*testing' \$(ls *.h | grep -vx testing.h)"
+
 # The demo runs and verifies (small).
 check "demo verifies exactly once" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 | grep -q 'every item consumed exactly once'"
 check "demo --progress: progress lines while it runs" bash -c "'$KVQ' --db '$T/demo' demo --items 2000 --producers 4 --consumers 2 --progress 1ms | grep -Eq '^ +[0-9.]+ s: [0-9]+ of 2000 pushed, [0-9]+ consumed$'"
