@@ -27,8 +27,11 @@ int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
     cli_qinfo qi;
     int err = cli_registry_info(c->db, name, &qi);
     if (err == KVQ_ENOTFOUND) {
-        fprintf(stderr, "kvq: no queue named '%s' (create it with 'kvq create %s')\n", name, name);
-        cli_json_error(KVQ_ENOTFOUND, "no_such_queue", name);
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "no queue named '%s' (create it with 'kvq create %s')", name,
+                 name);
+        fprintf(stderr, "kvq: %s\n", msg);
+        cli_json_error(KVQ_ENOTFOUND, "no_such_queue", msg);
         return EXIT_NOQUEUE;
     }
     if (err != 0)
@@ -171,8 +174,10 @@ int cmd_alter(cli *c, int argc, char **argv)
     cli_qinfo info;
     int err = cli_registry_alter(c->db, name, lease, maxd, &info);
     if (err == KVQ_ENOTFOUND) {
-        fprintf(stderr, "kvq: no queue named '%s'\n", name);
-        cli_json_error(err, "no_such_queue", name);
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "no queue named '%s'", name);
+        fprintf(stderr, "kvq: %s\n", msg);
+        cli_json_error(err, "no_such_queue", msg);
         return EXIT_NOQUEUE;
     }
     if (err == KVQ_EWRONGTYPE)

@@ -233,6 +233,8 @@ for cmd in "len js" "peek js" "stats js" "queues" "len nosuch" "pop nosuch" "pus
 done
 "$KVQ" --db "$DB2" --json demo --items 100 --producers 2 --consumers 1 >"$T/j" 2>/dev/null
 check "--json demo: the summary as one object" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"verified\"] is True and v[\"missing\"]==0 and v[\"items\"]==100, v' < '$T/j'"
+"$KVQ" --db "$DB2" --json len nosuch >"$T/j" 2>/dev/null
+check "--json no such queue: the message says so, naming it" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"error\"][\"name\"]==\"no_such_queue\" and \"no queue named \\x27nosuch\\x27\" in v[\"error\"][\"message\"], v' < '$T/j'"
 "$KVQ" --db "$T/none" --json len q >"$T/j" 2>/dev/null
 check "--json with no database: a JSON error" bash -c "python3 -c 'import json,sys; v=json.loads(sys.stdin.read()); assert v[\"error\"][\"name\"]==\"no_database\", v' < '$T/j'"
 
