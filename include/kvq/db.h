@@ -195,18 +195,22 @@ typedef enum kvq_mutation {
     KVQ_MUT_BIT_AND = 6,                   /**< bitwise and (a missing key takes the operand) */
     KVQ_MUT_BIT_OR = 7,                    /**< bitwise or */
     KVQ_MUT_BIT_XOR = 8,                   /**< bitwise xor */
+    KVQ_MUT_APPEND_IF_FITS = 9,            /**< append, unless the value would pass 100,000
+                                                bytes (then unchanged); a missing key is empty */
     KVQ_MUT_MAX = 12,                      /**< larger as unsigned little-endian integers */
     KVQ_MUT_MIN = 13,                      /**< smaller (a missing key takes the operand) */
     KVQ_MUT_SET_VERSIONSTAMPED_KEY = 14,   /**< see kvq_txn_set_versionstamped_key */
     KVQ_MUT_SET_VERSIONSTAMPED_VALUE = 15, /**< see kvq_txn_set_versionstamped_value */
     KVQ_MUT_BYTE_MIN = 16,                 /**< lexicographically smaller */
     KVQ_MUT_BYTE_MAX = 17,                 /**< lexicographically larger */
+    KVQ_MUT_COMPARE_AND_CLEAR = 20,        /**< clear the key if its value equals the operand */
 } kvq_mutation;
 
 /**
  * Applies an atomic operation to a key at commit. Adds a write-conflict range for the key but
  * no read conflict, so concurrent atomic operations on one key never conflict. A later read of
- * the key in this transaction returns the applied value.
+ * the key in this transaction returns the applied value (absent when COMPARE_AND_CLEAR cleared
+ * it). The operand is at most KVQ_MAX_VALUE_SIZE bytes.
  * @return as kvq_txn_set, and KVQ_EINVALID_MUTATION_TYPE.
  */
 KVQ_API KVQ_NODISCARD int kvq_txn_atomic_op(kvq_txn *txn,

@@ -471,6 +471,8 @@ int kvq_txn_atomic_op(kvq_txn *txn,
     case KVQ_MUT_MIN:
     case KVQ_MUT_BYTE_MIN:
     case KVQ_MUT_BYTE_MAX:
+    case KVQ_MUT_APPEND_IF_FITS:
+    case KVQ_MUT_COMPARE_AND_CLEAR:
         rc = txn_key(txn, key, key_len, 1, "kvq_txn_atomic_op");
         break;
     case KVQ_MUT_SET_VERSIONSTAMPED_KEY:

@@ -1421,43 +1421,6 @@ void fdb_transaction_clear_range(FDBTransaction *tr,
                                       end_key_name, (size_t)end_key_name_length));
 }
 
-/* APPEND_IF_FITS and COMPARE_AND_CLEAR, which kvq's engine has no atomic operation for: the
- * key is read in the transaction (a read-conflict range on it, so that the result is never
- * stale: a concurrent change of the key makes the commit fail with 1020 where FoundationDB's
- * atomic operation would not conflict) and the result written. APPEND_IF_FITS appends param to
- * the value (a missing key is empty) unless the result would be longer than a value may be;
- * COMPARE_AND_CLEAR clears the key if its value equals param. */
-static int read_modify_write(FDBTransaction *tr, const uint8_t *key, size_t klen,
-                             const uint8_t *param, size_t plen, int op)
-{
-    if (plen > KVQ_MAX_VALUE_SIZE)
-        return KVQ_EVALUE_TOO_LARGE;
-    if (klen > KVQ_MAX_KEY_SIZE)
-        return KVQ_EKEY_TOO_LARGE;
-    kvq_bytes v;
-    int present = 0;
-    int rc = kvq_txn_get(&v, &present, tr->kt, key, klen, 0);
-    if (rc != 0)
-        return rc;
-    if (op == FDB_MUTATION_TYPE_COMPARE_AND_CLEAR)
-        return present && v.len == plen && (plen == 0 || memcmp(v.data, param, plen) == 0)
-                   ? kvq_txn_clear(tr->kt, key, klen)
-                   : 0;
-    size_t old = present ? v.len : 0;
-    if (old + plen > KVQ_MAX_VALUE_SIZE)
-        return 0; /* it does not fit: nothing changes, and no error */
-    uint8_t *nv = malloc(old + plen + 1);
-    if (nv == NULL)
-        misuse("out of memory");
-    if (old > 0)
-        memcpy(nv, v.data, old);
-    if (plen > 0)
-        memcpy(nv + old, param, plen);
-    rc = kvq_txn_set(tr->kt, key, klen, nv, old + plen);
-    free(nv);
-    return rc;
-}
-
 void fdb_transaction_atomic_op(FDBTransaction *tr,
                                const uint8_t *key_name,
                                int key_name_length,
@@ -1467,13 +1430,9 @@ void fdb_transaction_atomic_op(FDBTransaction *tr,
 {
     if (key_name == NULL || param == NULL || key_name_length < 0 || param_length < 0)
         misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
-    if (special_write(tr, key_name, key_name_length) || tr->deferred != 0)
-        return;
-    if ((int)operation_type == FDB_MUTATION_TYPE_APPEND_IF_FITS ||
-        (int)operation_type == FDB_MUTATION_TYPE_COMPARE_AND_CLEAR)
-        defer(tr, read_modify_write(tr, key_name, (size_t)key_name_length, param,
-                                    (size_t)param_length, (int)operation_type));
-    else
+    /* The mutation types are kvq's numbers: every atomic operation, APPEND_IF_FITS and
+     * COMPARE_AND_CLEAR included, is applied at commit without a read conflict. */
+    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
         defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }

@@ -13,9 +13,6 @@ enum {
     FDB_ERROR_PREDICATE_RETRYABLE_NOT_COMMITTED = 50002
 };
 
-/* The mutation types of fdb_c_options.g.h beyond those of fdb_api.h. */
-enum { FDB_MUTATION_TYPE_APPEND_IF_FITS = 9, FDB_MUTATION_TYPE_COMPARE_AND_CLEAR = 20 };
-
 /* More handles and result types of fdb_c.h. The tenant, result and blob-granule ones are only
  * ever passed by pointer here (tenants and blob granules are not supported), except the
  * granule reading context, passed by value, whose layout is fdb_c.h's. */

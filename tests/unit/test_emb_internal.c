@@ -138,60 +138,102 @@ static void test_atomic_ops(void **state)
 {
     (void)state;
     kvq_buf out = KVQ_BUF_INIT;
+    int pres = 0;
     uint8_t a[8], b[8];
     /* ADD: little-endian, carries, truncation to the operand's width. */
     le(a, 0xff, 2);
     le(b, 1, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 2, 1, b, 2), 0);
     assert_int_equal(out.len, 2);
     assert_int_equal(out.data[0], 0x00);
     assert_int_equal(out.data[1], 0x01);
     /* The stored value is longer than the operand: truncated. */
     le(a, 0x010203040506ULL, 6);
     le(b, 1, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 6, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 6, 1, b, 2), 0);
     assert_int_equal(out.len, 2);
     assert_int_equal(out.data[0], 0x07);
     assert_int_equal(out.data[1], 0x05);
     /* Shorter: zero-extended. Missing: zero. Wraps at the operand's width. */
     le(a, 5, 1);
     le(b, 0xffffffffffffffffULL, 8);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, a, 1, 1, b, 8), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 1, 1, b, 8), 0);
     uint64_t v = 0;
     memcpy(&v, out.data, 8);
     assert_int_equal(v, 4);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_ADD, NULL, 0, 0, b, 8), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, NULL, 0, 0, b, 8), 0);
     memcpy(&v, out.data, 8);
     assert_int_equal(v, 0xffffffffffffffffULL);
     /* MAX and MIN compare unsigned little-endian integers; a missing key takes the operand. */
     le(a, 0x0100, 2);
     le(b, 0x00ff, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MAX, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MAX, a, 2, 1, b, 2), 0);
     assert_memory_equal(out.data, a, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MIN, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MIN, a, 2, 1, b, 2), 0);
     assert_memory_equal(out.data, b, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_MIN, NULL, 0, 0, a, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MIN, NULL, 0, 0, a, 2), 0);
     assert_memory_equal(out.data, a, 2);
     /* Bitwise. AND on a missing key takes the operand; OR and XOR see zeros. */
     le(a, 0x0f0f, 2);
     le(b, 0x00ff, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_AND, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BIT_AND, a, 2, 1, b, 2), 0);
     assert_int_equal(out.data[0], 0x0f);
     assert_int_equal(out.data[1], 0x00);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_OR, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BIT_OR, a, 2, 1, b, 2), 0);
     assert_int_equal(out.data[0], 0xff);
     assert_int_equal(out.data[1], 0x0f);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_XOR, a, 2, 1, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BIT_XOR, a, 2, 1, b, 2), 0);
     assert_int_equal(out.data[0], 0xf0);
     assert_int_equal(out.data[1], 0x0f);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BIT_AND, NULL, 0, 0, b, 2), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BIT_AND, NULL, 0, 0, b, 2), 0);
     assert_memory_equal(out.data, b, 2);
     /* BYTE_MIN / BYTE_MAX: lexicographic, lengths kept. */
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BYTE_MIN, S("abc"), 1, S("ab")), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BYTE_MIN, S("abc"), 1, S("ab")), 0);
     assert_int_equal(out.len, 2);
-    assert_int_equal(emb_apply_atomic(&out, KVQ_MUT_BYTE_MAX, S("abc"), 1, S("ab")), 0);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BYTE_MAX, S("abc"), 1, S("ab")), 0);
     assert_int_equal(out.len, 3);
-    assert_int_equal(emb_apply_atomic(&out, 99, S("abc"), 1, S("ab")), KVQ_EINVALID_MUTATION_TYPE);
+    assert_int_equal(emb_apply_atomic(&out, &pres, 99, S("abc"), 1, S("ab")),
+                     KVQ_EINVALID_MUTATION_TYPE);
+    /* APPEND_IF_FITS: appended (a missing key is empty) while the result fits in a value. */
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_APPEND_IF_FITS, S("ab"), 1, S("cd")), 0);
+    assert_true(pres);
+    assert_int_equal(out.len, 4);
+    assert_memory_equal(out.data, "abcd", 4);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_APPEND_IF_FITS, NULL, 0, 0, S("cd")), 0);
+    assert_true(pres);
+    assert_int_equal(out.len, 2);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_APPEND_IF_FITS, NULL, 0, 0, NULL, 0), 0);
+    assert_true(pres);
+    assert_int_equal(out.len, 0);
+    uint8_t *big = calloc(KVQ_MAX_VALUE_SIZE, 1);
+    assert_non_null(big);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_APPEND_IF_FITS, big,
+                                      KVQ_MAX_VALUE_SIZE - 2, 1, S("cd")),
+                     0);
+    assert_int_equal(out.len, KVQ_MAX_VALUE_SIZE);
+    assert_memory_equal(out.data + KVQ_MAX_VALUE_SIZE - 2, "cd", 2);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_APPEND_IF_FITS, big,
+                                      KVQ_MAX_VALUE_SIZE - 1, 1, S("cd")),
+                     0);
+    assert_true(pres);
+    assert_int_equal(out.len, KVQ_MAX_VALUE_SIZE - 1);
+    assert_int_equal(out.data[KVQ_MAX_VALUE_SIZE - 2], 0);
+    free(big);
+    /* COMPARE_AND_CLEAR: absent when equal (or missing), else unchanged. */
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_COMPARE_AND_CLEAR, S("ab"), 1, S("ab")),
+                     0);
+    assert_false(pres);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_COMPARE_AND_CLEAR, S("ab"), 1, S("abc")),
+                     0);
+    assert_true(pres);
+    assert_int_equal(out.len, 2);
+    assert_memory_equal(out.data, "ab", 2);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_COMPARE_AND_CLEAR, NULL, 0, 0, NULL, 0),
+                     0);
+    assert_false(pres);
+    assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_COMPARE_AND_CLEAR, S(""), 1, NULL, 0),
+                     0);
+    assert_false(pres);
     kvq_buf_dispose(&out);
 }
 

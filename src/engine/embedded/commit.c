@@ -179,6 +179,16 @@ static int delete_range(emb_db *e, const emb_str *a, const emb_str *b)
     return src == SQLITE_DONE ? 0 : emb_sqlite_error(e->writer, src, "clearing a range");
 }
 
+/* Deletes one key that is stored, noting it for the watch filter. */
+static int delete_row(emb_db *e, const uint8_t *k, size_t kn)
+{
+    static const uint8_t z[1] = { 0 };
+    sqlite3_stmt *st = e->w_del;
+    sqlite3_bind_blob(st, 1, kn ? k : z, (int)kn, SQLITE_STATIC);
+    emb_watch_touch(e, k, kn);
+    return step_done(e, st, "clearing a key");
+}
+
 static int apply_atomic_row(emb_db *e, const emb_mut *m)
 {
     static const uint8_t z[1] = { 0 };
@@ -187,6 +197,7 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
     int src = sqlite3_step(st);
     kvq_buf out = KVQ_BUF_INIT;
     int rc = 0;
+    int had = src == SQLITE_ROW, present = 0, same = 0;
     if (src == SQLITE_ROW) {
         const uint8_t *v = sqlite3_column_blob(st, 0);
         size_t vn = (size_t)sqlite3_column_bytes(st, 0);
@@ -194,15 +205,21 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
             rc = kvq__error(KVQ_EDAMAGED, "a stored value failed its checksum during an atomic "
                                           "operation: the database file is damaged");
         else
-            rc = emb_apply_atomic(&out, m->op, v, vn, 1, m->b.p, m->b.n);
+            rc = emb_apply_atomic(&out, &present, m->op, v, vn, 1, m->b.p, m->b.n);
+        /* COMPARE_AND_CLEAR that does not match, or APPEND_IF_FITS that does not fit, leave
+         * the row as it is: nothing to write. */
+        same = rc == 0 && present && (m->op == KVQ_MUT_COMPARE_AND_CLEAR ||
+                                      (m->op == KVQ_MUT_APPEND_IF_FITS && out.len == vn));
     } else if (src == SQLITE_DONE) {
-        rc = emb_apply_atomic(&out, m->op, NULL, 0, 0, m->b.p, m->b.n);
+        rc = emb_apply_atomic(&out, &present, m->op, NULL, 0, 0, m->b.p, m->b.n);
     } else {
         rc = emb_sqlite_error(e->writer, src, "reading a key for an atomic operation");
     }
     sqlite3_reset(st);
-    if (rc == 0)
+    if (rc == 0 && present && !same)
         rc = put_row(e, m->a.p, m->a.n, out.data, out.len);
+    else if (rc == 0 && !present && had)
+        rc = delete_row(e, m->a.p, m->a.n);
     kvq_buf_dispose(&out);
     return rc;
 }

@@ -269,8 +269,10 @@ int emb_overlay_atomic(
 int emb_overlay_unreadable(emb_overlay *ov, const uint8_t *k, size_t kn);
 int emb_overlay_cleared(const emb_overlay *ov, const uint8_t *k, size_t kn);
 
-/* Applies an atomic operation to a value (present or not); the result goes to out. */
+/* Applies an atomic operation to a value (present or not); the result goes to out, and
+ * *out_present says whether there is one (COMPARE_AND_CLEAR may leave the key absent). */
 int emb_apply_atomic(kvq_buf *out,
+                     int *out_present,
                      int op,
                      const uint8_t *old,
                      size_t oldn,

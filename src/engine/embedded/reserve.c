@@ -151,12 +151,12 @@ static int range_bytes(emb_db *e, const emb_str *b, const emb_str *en, int64_t s
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
 {
     /* What it writes: every key it sets, with its value (a versionstamped key without its 4
-     * offset bytes, a versionstamped value likewise). Atomic operations update counters in
-     * place and count nothing. */
+     * offset bytes, a versionstamped value likewise), and what APPEND_IF_FITS may append.
+     * Other atomic operations update counters in place and count nothing. */
     int64_t written = 0;
     for (size_t i = 0; i < t->n_muts; i++) {
         const emb_mut *m = &t->muts[i];
-        if (m->op == EMB_OP_SET)
+        if (m->op == EMB_OP_SET || m->op == KVQ_MUT_APPEND_IF_FITS)
             written += (int64_t)(m->a.n + m->b.n);
         else if (m->op == KVQ_MUT_SET_VERSIONSTAMPED_KEY ||
                  m->op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE)

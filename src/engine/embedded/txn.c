@@ -395,14 +395,18 @@ static int resolve_atomic(emb_txn *t, const ov_entry *x, kvq_bytes *value, int *
     if (have)
         rc = kvq_buf_append(&cur, value->data, value->len);
     for (size_t i = 0; rc == 0 && i < x->n_ops; i++) {
-        rc = emb_apply_atomic(&next, x->ops[i].op, cur.data, cur.len, have, x->ops[i].param.p,
-                              x->ops[i].param.n);
+        rc = emb_apply_atomic(&next, &have, x->ops[i].op, cur.data, cur.len, have,
+                              x->ops[i].param.p, x->ops[i].param.n);
         kvq_buf tmp = cur;
         cur = next;
         next = tmp;
-        have = 1;
     }
-    if (rc == 0) {
+    if (rc == 0 && !have) {
+        /* COMPARE_AND_CLEAR cleared it. */
+        value->data = NULL;
+        value->len = 0;
+        *present = 0;
+    } else if (rc == 0) {
         uint8_t *mem = emb_arena_alloc(t, cur.len);
         if (mem == NULL) {
             rc = kvq__error(KVQ_ENOMEM, "out of memory for a read");
@@ -687,7 +691,7 @@ int emb_get_range(void *tp,
         } else {
             rc = resolve_atomic(t, x, &v, &present);
         }
-        if (rc == 0)
+        if (rc == 0 && present) /* absent when COMPARE_AND_CLEAR cleared it */
             rc = kv_push(&out, k, v);
         oi = reverse ? oi - 1 : oi + 1;
         if (rc == 0 && order == 0)

@@ -381,6 +381,22 @@ int emb_overlay_clear_range(
     return emb_ranges_insert(&ov->cleared, b, bn, e, en);
 }
 
+/* Makes a key read as cleared: [k, k + 0x00) joins the cleared ranges, its entry goes. */
+static int overlay_clear_key(emb_overlay *ov, const uint8_t *k, size_t kn)
+{
+    uint8_t stack[256];
+    uint8_t *e = kn + 1 <= sizeof(stack) ? stack : kvq__malloc(kn + 1);
+    if (e == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
+    if (kn > 0)
+        memcpy(e, k, kn);
+    e[kn] = 0;
+    int rc = emb_overlay_clear_range(ov, k, kn, e, kn + 1);
+    if (e != stack)
+        kvq__free(e);
+    return rc;
+}
+
 int emb_overlay_atomic(
     emb_overlay *ov, const uint8_t *k, size_t kn, const uint8_t *param, size_t pn, int op)
 {
@@ -392,10 +408,14 @@ int emb_overlay_atomic(
     if (x != NULL && x->kind == OV_SET) {
         /* The base value is known: fold the operation in now. */
         kvq_buf out = KVQ_BUF_INIT;
-        rc = emb_apply_atomic(&out, op, x->value.p, x->value.n, 1, param, pn);
-        if (rc == 0) {
+        int present;
+        rc = emb_apply_atomic(&out, &present, op, x->value.p, x->value.n, 1, param, pn);
+        if (rc == 0 && present) {
             emb_str_free(&x->value);
             rc = emb_str_set(&x->value, out.data, out.len);
+        } else if (rc == 0) {
+            /* COMPARE_AND_CLEAR cleared it: the key now reads as cleared. */
+            rc = overlay_clear_key(ov, k, kn);
         }
         kvq_buf_dispose(&out);
         return rc;
@@ -403,8 +423,9 @@ int emb_overlay_atomic(
     if (x == NULL && emb_overlay_cleared(ov, k, kn)) {
         /* Cleared earlier in this transaction: the base is a missing value. */
         kvq_buf out = KVQ_BUF_INIT;
-        rc = emb_apply_atomic(&out, op, NULL, 0, 0, param, pn);
-        if (rc == 0)
+        int present;
+        rc = emb_apply_atomic(&out, &present, op, NULL, 0, 0, param, pn);
+        if (rc == 0 && present)
             rc = emb_overlay_set(ov, k, kn, out.data, out.len);
         kvq_buf_dispose(&out);
         return rc;
@@ -454,6 +475,7 @@ static int le_cmp(const uint8_t *a, const uint8_t *b, size_t n)
 }
 
 int emb_apply_atomic(kvq_buf *out,
+                     int *out_present,
                      int op,
                      const uint8_t *old,
                      size_t oldn,
@@ -462,6 +484,24 @@ int emb_apply_atomic(kvq_buf *out,
                      size_t pn)
 {
     out->len = 0;
+    *out_present = 1;
+    if (op == KVQ_MUT_COMPARE_AND_CLEAR) {
+        /* Cleared when the value equals the operand; a missing key stays missing. */
+        if (!present || cmp(old, oldn, param, pn) == 0) {
+            *out_present = 0;
+            return 0;
+        }
+        return kvq_buf_append(out, old, oldn);
+    }
+    if (op == KVQ_MUT_APPEND_IF_FITS) {
+        /* A missing key counts as empty; a result longer than a value may be leaves the value
+         * as it was. */
+        size_t have = present ? oldn : 0;
+        int rc = have > 0 ? kvq_buf_append(out, old, have) : 0;
+        if (rc == 0 && have + pn <= KVQ_MAX_VALUE_SIZE)
+            rc = kvq_buf_append(out, param, pn);
+        return rc;
+    }
     if (!present && (op == KVQ_MUT_BIT_AND || op == KVQ_MUT_MIN || op == KVQ_MUT_BYTE_MIN ||
                      op == KVQ_MUT_BYTE_MAX || op == KVQ_MUT_MAX)) {
         /* A missing key takes the operand (FoundationDB's behaviour since API 510). */

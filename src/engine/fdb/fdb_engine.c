@@ -36,6 +36,10 @@ _Static_assert((int)KVQ_MUT_SET_VERSIONSTAMPED_VALUE ==
                "mutation numbers");
 _Static_assert((int)KVQ_MUT_BYTE_MIN == (int)FDB_MUTATION_TYPE_BYTE_MIN, "mutation numbers");
 _Static_assert((int)KVQ_MUT_BYTE_MAX == (int)FDB_MUTATION_TYPE_BYTE_MAX, "mutation numbers");
+_Static_assert((int)KVQ_MUT_APPEND_IF_FITS == (int)FDB_MUTATION_TYPE_APPEND_IF_FITS,
+               "mutation numbers");
+_Static_assert((int)KVQ_MUT_COMPARE_AND_CLEAR == (int)FDB_MUTATION_TYPE_COMPARE_AND_CLEAR,
+               "mutation numbers");
 _Static_assert((int)KVQ_CONFLICT_READ == (int)FDB_CONFLICT_RANGE_TYPE_READ, "conflict types");
 _Static_assert((int)KVQ_CONFLICT_WRITE == (int)FDB_CONFLICT_RANGE_TYPE_WRITE, "conflict types");
 _Static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym returns function pointers");
