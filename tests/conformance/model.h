@@ -114,24 +114,46 @@ static inline void cf_fit(uint8_t *out, const uint8_t *from, size_t from_n, size
 }
 
 /* FoundationDB's atomic operations (fdbclient/Atomic.h; MIN and AND as MinV2 and AndV2).
- * `present` says whether the key exists; out gets at most max(old_n, p_n) bytes. */
-static inline void cf_atomic_apply(int present,
-                                   const uint8_t *old,
-                                   size_t old_n,
-                                   kvq_mutation op,
-                                   const uint8_t *p,
-                                   size_t p_n,
-                                   uint8_t *out,
-                                   size_t *out_n)
+ * `present` says whether the key exists; out gets at most old_n + p_n bytes. Returns 1, or 0
+ * when the key is absent afterwards (COMPARE_AND_CLEAR). */
+static inline int cf_atomic_apply(int present,
+                                  const uint8_t *old,
+                                  size_t old_n,
+                                  kvq_mutation op,
+                                  const uint8_t *p,
+                                  size_t p_n,
+                                  uint8_t *out,
+                                  size_t *out_n)
 {
     if (!present)
         old_n = 0;
     *out_n = p_n;
     switch (op) {
+    case KVQ_MUT_APPEND_IF_FITS:
+        /* A missing key is empty; a result longer than a value may be leaves it unchanged. */
+        if (old_n > 0)
+            memcpy(out, old, old_n);
+        *out_n = old_n;
+        if (old_n + p_n <= KVQ_MAX_VALUE_SIZE) {
+            if (p_n > 0)
+                memcpy(out + old_n, p, p_n);
+            *out_n = old_n + p_n;
+        }
+        return 1;
+    case KVQ_MUT_COMPARE_AND_CLEAR:
+        /* Cleared when the value equals the operand; a missing key stays missing. */
+        if (!present || cf_bytes_cmp(old, old_n, p, p_n) == 0) {
+            *out_n = 0;
+            return 0;
+        }
+        if (old_n > 0)
+            memcpy(out, old, old_n);
+        *out_n = old_n;
+        return 1;
     case KVQ_MUT_ADD: {
         if (old_n == 0 || p_n == 0) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         unsigned carry = 0;
         for (size_t i = 0; i < p_n; i++) {
@@ -139,36 +161,36 @@ static inline void cf_atomic_apply(int present,
             out[i] = (uint8_t)s;
             carry = s >> 8;
         }
-        return;
+        return 1;
     }
     case KVQ_MUT_BIT_AND:
         if (!present) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         for (size_t i = 0; i < p_n; i++)
             out[i] = (uint8_t)((i < old_n ? old[i] : 0) & p[i]);
-        return;
+        return 1;
     case KVQ_MUT_BIT_OR:
     case KVQ_MUT_BIT_XOR:
         if (old_n == 0 || p_n == 0) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         for (size_t i = 0; i < p_n; i++) {
             uint8_t a = i < old_n ? old[i] : 0;
             out[i] = (uint8_t)(op == KVQ_MUT_BIT_OR ? (a | p[i]) : (a ^ p[i]));
         }
-        return;
+        return 1;
     case KVQ_MUT_MAX:
     case KVQ_MUT_MIN: {
         if (op == KVQ_MUT_MAX && (old_n == 0 || p_n == 0)) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         if (op == KVQ_MUT_MIN && (!present || p_n == 0)) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         /* Compare the old value fitted to the operand's width, as unsigned little-endian. */
         uint8_t fitted[CF_MODEL_VAL > 128 ? CF_MODEL_VAL : 128];
@@ -182,13 +204,13 @@ static inline void cf_atomic_apply(int present,
         }
         int take_old = op == KVQ_MUT_MAX ? cmp > 0 : cmp < 0;
         memcpy(out, take_old ? fitted : p, p_n);
-        return;
+        return 1;
     }
     case KVQ_MUT_BYTE_MIN:
     case KVQ_MUT_BYTE_MAX: {
         if (!present) {
             memcpy(out, p, p_n);
-            return;
+            return 1;
         }
         int c = cf_bytes_cmp(old, old_n, p, p_n);
         int take_old = op == KVQ_MUT_BYTE_MIN ? c < 0 : c > 0;
@@ -198,11 +220,11 @@ static inline void cf_atomic_apply(int present,
         } else {
             memcpy(out, p, p_n);
         }
-        return;
+        return 1;
     }
     default:
         memcpy(out, p, p_n);
-        return;
+        return 1;
     }
 }
 
@@ -214,7 +236,11 @@ static inline int cf_model_atomic(
     size_t on = 0;
     if (pn > CF_MODEL_VAL)
         return -1;
-    cf_atomic_apply(cur != NULL, cur ? cur->v : NULL, cur ? cur->vn : 0, op, p, pn, out, &on);
+    if (!cf_atomic_apply(cur != NULL, cur ? cur->v : NULL, cur ? cur->vn : 0, op, p, pn, out,
+                         &on)) {
+        cf_model_clear(m, k, kn);
+        return 0;
+    }
     return cf_model_set(m, k, kn, out, on);
 }
 

@@ -1,11 +1,12 @@
 /* Read-your-writes against an in-memory model: thousands of random operation sequences, each in
- * one transaction over randomly pre-seeded data (sets, clears, clear_ranges, atomic ADD, MAX and
- * BYTE_MIN, gets, ranges with limits in both directions, snapshot or not). Every read is checked
+ * one transaction over randomly pre-seeded data (sets, clears, clear_ranges, atomic ADD, MAX,
+ * BYTE_MIN, APPEND_IF_FITS and COMPARE_AND_CLEAR, gets, ranges with limits in both directions,
+ * snapshot or not). Every read is checked
  * against the model; after commit the whole key range is compared with it. */
 #include "harness.h"
 
 #define NKEYS 12
-#define VMAX  8
+#define VMAX  64 /* room for 12 appends of 4 bytes to a 4-byte value */
 
 /* The model: keys "t/m/" + one letter 'a'..; values up to VMAX bytes. */
 typedef struct model {
@@ -28,6 +29,21 @@ static void le_fit(uint8_t *r, const uint8_t *old, size_t oldn, size_t n)
 static void model_atomic(model *m, int k, int op, const uint8_t *p, size_t n)
 {
     uint8_t r[VMAX];
+    if (op == KVQ_MUT_APPEND_IF_FITS) {
+        /* A missing key is empty (values here stay far below the 100,000-byte limit). */
+        size_t old = m->present[k] ? m->len[k] : 0;
+        if (old + n > VMAX)
+            fail_msg("the model cannot hold %zu bytes", old + n);
+        memcpy(m->val[k] + old, p, n);
+        m->len[k] = old + n;
+        m->present[k] = 1;
+        return;
+    }
+    if (op == KVQ_MUT_COMPARE_AND_CLEAR) {
+        if (m->present[k] && m->len[k] == n && memcmp(m->val[k], p, n) == 0)
+            m->present[k] = 0;
+        return;
+    }
     if (op == KVQ_MUT_ADD) {
         le_fit(r, m->val[k], m->present[k] ? m->len[k] : 0, n);
         unsigned carry = 0;
@@ -180,12 +196,18 @@ static void test_ryw_model(void **state)
                 for (int i = lo; i < hi; i++)
                     m.present[i] = 0;
             } else if (kind == 3) {
-                static const int ops[] = { KVQ_MUT_ADD, KVQ_MUT_MAX, KVQ_MUT_BYTE_MIN };
-                int o = ops[rand() % 3];
+                static const int ops[] = { KVQ_MUT_ADD, KVQ_MUT_MAX, KVQ_MUT_BYTE_MIN,
+                                           KVQ_MUT_APPEND_IF_FITS, KVQ_MUT_COMPARE_AND_CLEAR };
+                int o = ops[rand() % 5];
                 uint8_t p[VMAX];
                 size_t n = (size_t)(1 + rand() % 4);
                 for (size_t j = 0; j < n; j++)
                     p[j] = (uint8_t)(rand() % 256);
+                if (o == KVQ_MUT_COMPARE_AND_CLEAR && m.present[k] && rand() % 3 != 0) {
+                    /* The current value: the key is cleared. */
+                    n = m.len[k];
+                    memcpy(p, m.val[k], n);
+                }
                 OK(kvq_txn_atomic_op(t, K(key), p, n, (kvq_mutation)o));
                 model_atomic(&m, k, o, p, n);
             } else if (kind <= 5) {

@@ -3,7 +3,8 @@
  * over a small key alphabet (keys of 1-3 bytes from {0x00, 'a', 'b', 'c'} under a prefix, so
  * that neighbouring keys, key + 0x00 and empty ranges come up all the time). Operations: set,
  * clear, clear_range, atomic ADD (1/2/4/8-byte operands), MAX and BYTE_MIN (and, less often,
- * MIN, BYTE_MAX, BIT_AND, BIT_OR, BIT_XOR), get and get_range
+ * MIN, BYTE_MAX, BIT_AND, BIT_OR, BIT_XOR, APPEND_IF_FITS and COMPARE_AND_CLEAR, whose operand
+ * is often the key's current value, so that it clears), get and get_range
  * with random limits in both directions, snapshot or not. Every read is compared with the model
  * (the committed data overlaid with the transaction's writes in order); then the transaction is
  * committed (or, sometimes, dropped) and the whole database compared with the model.
@@ -204,7 +205,7 @@ static void reseed(struct run *r)
 static void one_op(struct run *r)
 {
     kvq_txn *t = r->txn;
-    uint8_t k[64], k2[64], v[16];
+    uint8_t k[64], k2[64], v[CF_MODEL_VAL];
     size_t kn, k2n, vn;
     char a[64], b[64], c[64];
     uint32_t pick = cf_below(&r->rng, 100);
@@ -249,9 +250,16 @@ static void one_op(struct run *r)
     } else if (pick < 50) { /* atomic */
         static const size_t widths[] = { 1, 2, 4, 8 };
         /* ADD, MAX and BYTE_MIN mostly; now and then the others. */
-        static const kvq_mutation others[] = { KVQ_MUT_MIN, KVQ_MUT_BYTE_MAX, KVQ_MUT_BIT_AND,
-                                               KVQ_MUT_BIT_OR, KVQ_MUT_BIT_XOR };
-        static const char *const other_names[] = { "min", "byte_max", "and", "or", "xor" };
+        static const kvq_mutation others[] = {
+            KVQ_MUT_MIN,     KVQ_MUT_BYTE_MAX,       KVQ_MUT_BIT_AND,          KVQ_MUT_BIT_OR,
+            KVQ_MUT_BIT_XOR, KVQ_MUT_APPEND_IF_FITS, KVQ_MUT_COMPARE_AND_CLEAR
+        };
+        static const char *const other_names[] = {
+            "min", "byte_max", "and", "or", "xor", "append_if_fits", "compare_and_clear"
+        };
+        _Static_assert(sizeof(others) / sizeof(others[0]) ==
+                           sizeof(other_names) / sizeof(other_names[0]),
+                       "names");
         kvq_mutation op;
         const char *opname;
         uint32_t o = cf_below(&r->rng, 10);
@@ -269,17 +277,28 @@ static void one_op(struct run *r)
                 op = KVQ_MUT_BYTE_MIN;
                 opname = "byte_min";
             } else {
-                uint32_t x = cf_below(&r->rng, 5);
+                uint32_t x = cf_below(&r->rng, sizeof(others) / sizeof(others[0]));
                 op = others[x];
                 opname = other_names[x];
             }
             vn = rand_value(r, v);
-            if (vn == 0) {
+            if (vn == 0 && op != KVQ_MUT_APPEND_IF_FITS && op != KVQ_MUT_COMPARE_AND_CLEAR) {
                 vn = 1;
                 v[0] = (uint8_t)'x';
             }
         }
         kn = rand_key(r, k);
+        const cf_mentry *cur = cf_model_find(&r->view, k, kn);
+        if (op == KVQ_MUT_COMPARE_AND_CLEAR && cur != NULL && cf_chance(&r->rng, 60)) {
+            /* The current value: the key is cleared. */
+            memcpy(v, cur->v, cur->vn);
+            vn = cur->vn;
+        }
+        if (op == KVQ_MUT_APPEND_IF_FITS && cur != NULL && cur->vn + vn > CF_MODEL_VAL) {
+            /* Longer than the model holds (far below the 100,000 bytes of a value). */
+            op = KVQ_MUT_COMPARE_AND_CLEAR;
+            opname = "compare_and_clear";
+        }
         kname(a, sizeof(a), k, kn);
         hex(b, sizeof(b), v, vn);
         logf_op(r, "%s %s, %s", opname, a, b);
@@ -410,6 +429,24 @@ static void test_model_self_check(void **state)
     cf_atomic_apply(1, (const uint8_t *)"ab", 2, KVQ_MUT_BYTE_MIN, (const uint8_t *)"abc", 3, out,
                     &n);
     assert_int_equal(n, 2);
+    /* APPEND_IF_FITS: a missing key is empty. COMPARE_AND_CLEAR: absent when equal or missing. */
+    assert_int_equal(cf_atomic_apply(1, (const uint8_t *)"ab", 2, KVQ_MUT_APPEND_IF_FITS,
+                                     (const uint8_t *)"c", 1, out, &n),
+                     1);
+    assert_int_equal(n, 3);
+    assert_memory_equal(out, "abc", 3);
+    assert_int_equal(
+        cf_atomic_apply(0, NULL, 0, KVQ_MUT_APPEND_IF_FITS, (const uint8_t *)"c", 1, out, &n), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(cf_atomic_apply(1, (const uint8_t *)"ab", 2, KVQ_MUT_COMPARE_AND_CLEAR,
+                                     (const uint8_t *)"ab", 2, out, &n),
+                     0);
+    assert_int_equal(cf_atomic_apply(1, (const uint8_t *)"ab", 2, KVQ_MUT_COMPARE_AND_CLEAR,
+                                     (const uint8_t *)"a", 1, out, &n),
+                     1);
+    assert_int_equal(n, 2);
+    assert_int_equal(
+        cf_atomic_apply(0, NULL, 0, KVQ_MUT_COMPARE_AND_CLEAR, (const uint8_t *)"", 0, out, &n), 0);
     cf_model m = { NULL, 0, 0 };
     assert_int_equal(cf_model_set(&m, (const uint8_t *)"b", 1, (const uint8_t *)"1", 1), 0);
     assert_int_equal(cf_model_set(&m, (const uint8_t *)"a", 1, (const uint8_t *)"2", 1), 0);

@@ -1,8 +1,9 @@
 /* Conformance: the basic transaction contract of kvq/db.h, point by point. get, set, clear and
  * clear_range; get_range forward and reverse with limits, `more` and paging; read-your-writes
  * after every kind of write; every atomic operation with FoundationDB's exact byte semantics
- * (API >= 510); visibility of commits and snapshot isolation; read-only commits; versionstamped
- * keys and values, their stamps and the unreadable span. */
+ * (API >= 510), APPEND_IF_FITS up to the 100,000-byte value limit and COMPARE_AND_CLEAR;
+ * visibility of commits and snapshot isolation; read-only commits; versionstamped keys and
+ * values, their stamps and the unreadable span. */
 #include "conformance.h"
 #include "model.h"
 
@@ -680,6 +681,194 @@ static void test_atomic_sequences(void **state)
     t = new_txn(db);
     CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)3), KVQ_EINVALID_MUTATION_TYPE);
     CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)99), KVQ_EINVALID_MUTATION_TYPE);
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+}
+
+/* ---- APPEND_IF_FITS and COMPARE_AND_CLEAR --------------------------------------------------- */
+
+struct append_clear_case {
+    const char *name;
+    kvq_mutation op;
+    const char *init; /* NULL: the key is missing */
+    const char *arg;
+    const char *want; /* NULL: the key is absent afterwards */
+};
+
+/* FoundationDB's results (fdbclient/Atomic.h doAppendIfFits, doCompareAndClear). */
+static const struct append_clear_case append_clear_cases[] = {
+    { "append", KVQ_MUT_APPEND_IF_FITS, "ab", "cd", "abcd" },
+    { "append to a missing key", KVQ_MUT_APPEND_IF_FITS, NULL, "cd", "cd" },
+    { "append nothing to a missing key", KVQ_MUT_APPEND_IF_FITS, NULL, "", "" },
+    { "append nothing", KVQ_MUT_APPEND_IF_FITS, "ab", "", "ab" },
+    { "append to an empty value", KVQ_MUT_APPEND_IF_FITS, "", "cd", "cd" },
+    { "compare_and_clear equal", KVQ_MUT_COMPARE_AND_CLEAR, "ab", "ab", NULL },
+    { "compare_and_clear longer", KVQ_MUT_COMPARE_AND_CLEAR, "ab", "abc", "ab" },
+    { "compare_and_clear prefix", KVQ_MUT_COMPARE_AND_CLEAR, "ab", "a", "ab" },
+    { "compare_and_clear other", KVQ_MUT_COMPARE_AND_CLEAR, "ab", "xy", "ab" },
+    { "compare_and_clear missing", KVQ_MUT_COMPARE_AND_CLEAR, NULL, "ab", NULL },
+    { "compare_and_clear missing, empty", KVQ_MUT_COMPARE_AND_CLEAR, NULL, "", NULL },
+    { "compare_and_clear empty value", KVQ_MUT_COMPARE_AND_CLEAR, "", "", NULL },
+    { "compare_and_clear empty value, other", KVQ_MUT_COMPARE_AND_CLEAR, "", "x", "" },
+};
+
+/* As run_atomic_case: (A) initial value committed, op and reads in the next transaction;
+ * (B) the op applied at commit without a read; (C) initial value and op in one transaction.
+ * Reads in the transaction are a get and a get_range over the key (forward and reverse). */
+static void run_append_clear_case(kvq_db *db, const char *p, size_t idx)
+{
+    const struct append_clear_case *c = &append_clear_cases[idx];
+    char where[160];
+    for (int mode = 0; mode < 3; mode++) {
+        char ks[32];
+        snprintf(ks, sizeof(ks), "c%zu_%d", idx, mode);
+        cf_key k = cf_k(p, ks);
+        kvq_txn *t = new_txn(db);
+        if (c->init != NULL)
+            CF_OK(kvq_txn_set(t, k.b, k.n, CF_S(c->init)));
+        else
+            CF_OK(kvq_txn_clear(t, k.b, k.n));
+        if (mode != 2) {
+            CF_OK(kvq_txn_commit(t));
+            kvq_txn_reset(t);
+        }
+        CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S(c->arg), c->op));
+        size_t wn = c->want != NULL ? strlen(c->want) : 0;
+        if (mode != 1) {
+            snprintf(where, sizeof(where), "'%s' (mode %c), read in the transaction", c->name,
+                     'A' + mode);
+            cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
+            cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, wn, where);
+            struct kv_str row = { ks, c->want };
+            char end[40];
+            snprintf(end, sizeof(end), "%s~", ks);
+            expect_range(t, p, ks, end, 0, 0, &row, c->want != NULL, 0);
+            expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->want != NULL, 0);
+        }
+        CF_OK(kvq_txn_commit(t));
+        kvq_txn_reset(t);
+        snprintf(where, sizeof(where), "'%s' (mode %c), read after commit", c->name, 'A' + mode);
+        cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
+        kvq_txn_destroy(t);
+    }
+}
+
+static void test_append_if_fits_compare_and_clear(void **state)
+{
+    (void)state;
+    const char *p = "basic_append_clear";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    for (size_t i = 0; i < sizeof(append_clear_cases) / sizeof(append_clear_cases[0]); i++)
+        run_append_clear_case(db, p, i);
+    kvq_db_close(db);
+}
+
+/* APPEND_IF_FITS up to exactly 100,000 bytes; one byte more leaves the value unchanged. */
+static void test_append_if_fits_limit(void **state)
+{
+    (void)state;
+    const char *p = "basic_append_limit";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    uint8_t *v = malloc(KVQ_MAX_VALUE_SIZE + 1);
+    assert_non_null(v);
+    memset(v, 'a', KVQ_MAX_VALUE_SIZE);
+    v[KVQ_MAX_VALUE_SIZE - 1] = 'b';
+    cf_key k = cf_k(p, "k"), k2 = cf_k(p, "k2"), k3 = cf_k(p, "k3");
+    kvq_txn *t = new_txn(db);
+    /* Read in the transaction. */
+    CF_OK(kvq_txn_set(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE - 1));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("b"), KVQ_MUT_APPEND_IF_FITS));
+    cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "append to exactly 100,000 bytes");
+    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("c"), KVQ_MUT_APPEND_IF_FITS));
+    cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "append past 100,000 bytes");
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "100,000 bytes after commit");
+    kvq_txn_reset(t);
+    /* Applied at commit, unread: 99,998 + 2 fits, then + 1 does not. */
+    CF_OK(kvq_txn_set(t, k2.b, k2.n, v, KVQ_MAX_VALUE_SIZE - 2));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    CF_OK(kvq_txn_atomic_op(t, k2.b, k2.n, CF_S("ab"), KVQ_MUT_APPEND_IF_FITS));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    CF_OK(kvq_txn_atomic_op(t, k2.b, k2.n, CF_S("x"), KVQ_MUT_APPEND_IF_FITS));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    cf_expect_value(t, k2.b, k2.n, 0, v, KVQ_MAX_VALUE_SIZE, "appended at commit");
+    kvq_txn_reset(t);
+    /* A 100,000-byte operand fits a missing key, and then nothing more fits. */
+    v[KVQ_MAX_VALUE_SIZE - 1] = 'a';
+    CF_OK(kvq_txn_atomic_op(t, k3.b, k3.n, v, KVQ_MAX_VALUE_SIZE, KVQ_MUT_APPEND_IF_FITS));
+    CF_OK(kvq_txn_atomic_op(t, k3.b, k3.n, CF_S("z"), KVQ_MUT_APPEND_IF_FITS));
+    cf_expect_value(t, k3.b, k3.n, 0, v, KVQ_MAX_VALUE_SIZE, "a 100,000-byte operand");
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    cf_expect_value(t, k3.b, k3.n, 0, v, KVQ_MAX_VALUE_SIZE, "a 100,000-byte operand, committed");
+    kvq_txn_reset(t);
+    /* Operands longer than a value are refused, as for every atomic operation. */
+    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_APPEND_IF_FITS),
+           KVQ_EVALUE_TOO_LARGE);
+    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_COMPARE_AND_CLEAR),
+           KVQ_EVALUE_TOO_LARGE);
+    kvq_txn_destroy(t);
+    free(v);
+    kvq_db_close(db);
+}
+
+/* Read-your-writes of the two operations among other writes: gets and ranges see a cleared key
+ * as absent, whether its value was written in the transaction or is read from the database. */
+static void test_append_clear_ryw(void **state)
+{
+    (void)state;
+    const char *p = "basic_append_ryw";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    kvq_txn *t = new_txn(db);
+    set_s(t, p, "a", "x");
+    set_s(t, p, "b", "y");
+    set_s(t, p, "c", "z");
+    set_s(t, p, "d", "w");
+    set_s(t, p, "e", "e1");
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    cf_key b = cf_k(p, "b"), c = cf_k(p, "c"), d = cf_k(p, "d"), e = cf_k(p, "e");
+    /* b: read first (the base is known), cleared, then appended to: a missing key. */
+    expect_s(t, p, "b", "y", "b before");
+    CF_OK(kvq_txn_atomic_op(t, b.b, b.n, CF_S("y"), KVQ_MUT_COMPARE_AND_CLEAR));
+    expect_s(t, p, "b", NULL, "b cleared");
+    static const struct kv_str r1[] = { { "a", "x" }, { "c", "z" }, { "d", "w" }, { "e", "e1" } };
+    static const struct kv_str r1r[] = { { "e", "e1" }, { "d", "w" }, { "c", "z" }, { "a", "x" } };
+    expect_range(t, p, "", "z", 0, 0, r1, 4, 0);
+    expect_range(t, p, "", "z", 0, KVQ_REVERSE, r1r, 4, 0);
+    expect_range(t, p, "", "z", 2, 0, r1, 2, 1);
+    CF_OK(kvq_txn_atomic_op(t, b.b, b.n, CF_S("q"), KVQ_MUT_APPEND_IF_FITS));
+    expect_s(t, p, "b", "q", "b appended after the clear");
+    /* c: no match, unchanged. d: cleared without a read (the base comes from the database). */
+    CF_OK(kvq_txn_atomic_op(t, c.b, c.n, CF_S("nope"), KVQ_MUT_COMPARE_AND_CLEAR));
+    CF_OK(kvq_txn_atomic_op(t, d.b, d.n, CF_S("w"), KVQ_MUT_COMPARE_AND_CLEAR));
+    static const struct kv_str r2[] = { { "a", "x" }, { "b", "q" }, { "c", "z" }, { "e", "e1" } };
+    static const struct kv_str r2r[] = { { "e", "e1" }, { "c", "z" }, { "b", "q" }, { "a", "x" } };
+    expect_range(t, p, "", "z", 0, 0, r2, 4, 0);
+    expect_range(t, p, "", "z", 0, KVQ_REVERSE, r2r, 4, 0);
+    expect_range(t, p, "c", "e", 0, 0, r2 + 2, 1, 0);
+    expect_s(t, p, "d", NULL, "d cleared");
+    /* e: append, clear on the appended value, append again, all on an unread base. */
+    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("2"), KVQ_MUT_APPEND_IF_FITS));
+    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("e12"), KVQ_MUT_COMPARE_AND_CLEAR));
+    static const struct kv_str r3[] = { { "a", "x" }, { "b", "q" }, { "c", "z" } };
+    expect_range(t, p, "", "z", 0, 0, r3, 3, 0);
+    expect_s(t, p, "e", NULL, "e cleared");
+    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("3"), KVQ_MUT_APPEND_IF_FITS));
+    expect_s(t, p, "e", "3", "e appended after the clear");
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_reset(t);
+    static const struct kv_str after[] = { { "a", "x" }, { "b", "q" }, { "c", "z" }, { "e", "3" } };
+    expect_range(t, p, "", "z", 0, 0, after, 4, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -1560,6 +1749,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ryw_ranges),
         cmocka_unit_test(test_atomic_ops),
         cmocka_unit_test(test_atomic_sequences),
+        cmocka_unit_test(test_append_if_fits_compare_and_clear),
+        cmocka_unit_test(test_append_if_fits_limit),
+        cmocka_unit_test(test_append_clear_ryw),
         cmocka_unit_test(test_visibility_and_snapshot),
         cmocka_unit_test(test_uncommitted_writes_invisible),
         cmocka_unit_test(test_versionstamped_keys),

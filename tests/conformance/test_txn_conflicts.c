@@ -373,6 +373,80 @@ static void test_concurrent_atomic_adds(void **state)
     kvq_db_close(db);
 }
 
+/* APPEND_IF_FITS and COMPARE_AND_CLEAR read nothing: a concurrent change of their key is no
+ * conflict, and they apply at commit to the value committed last (with read-your-writes on or
+ * off). */
+static void test_concurrent_append_and_compare_and_clear(void **state)
+{
+    (void)state;
+    const char *p = "confl_append_clear";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    cf_key a = cf_k(p, "a"), c = cf_k(p, "c"), n = cf_k(p, "n");
+    for (int ryw_off = 0; ryw_off < 2; ryw_off++) {
+        kvq_txn *t = new_txn(db);
+        CF_OK(kvq_txn_set(t, a.b, a.n, CF_S("x")));
+        CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("old")));
+        CF_OK(kvq_txn_clear(t, n.b, n.n));
+        CF_OK(kvq_txn_commit(t));
+        kvq_txn_destroy(t);
+        kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
+        if (ryw_off)
+            CF_OK(kvq_txn_set_option(t1, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0));
+        int64_t rv;
+        CF_OK(kvq_txn_get_read_version(&rv, t1));
+        CF_OK(kvq_txn_get_read_version(&rv, t2));
+        /* t1 appends and compares against values t2 writes after t1's read version. */
+        CF_OK(kvq_txn_atomic_op(t1, a.b, a.n, CF_S("y"), KVQ_MUT_APPEND_IF_FITS));
+        CF_OK(kvq_txn_atomic_op(t1, c.b, c.n, CF_S("new"), KVQ_MUT_COMPARE_AND_CLEAR));
+        CF_OK(kvq_txn_atomic_op(t1, n.b, n.n, CF_S("1"), KVQ_MUT_COMPARE_AND_CLEAR));
+        CF_OK(kvq_txn_atomic_op(t2, a.b, a.n, CF_S("w"), KVQ_MUT_APPEND_IF_FITS));
+        CF_OK(kvq_txn_set(t2, c.b, c.n, CF_S("new")));
+        CF_OK(kvq_txn_set(t2, n.b, n.n, CF_S("1")));
+        CF_OK(kvq_txn_commit(t2));
+        CF_OK(kvq_txn_commit(t1));
+        kvq_txn_destroy(t1);
+        kvq_txn_destroy(t2);
+        t = new_txn(db);
+        cf_expect_value(t, a.b, a.n, 0, "xwy", 3, "appended to the value committed last");
+        cf_expect_value(t, c.b, c.n, 0, NULL, 0, "compared with the value committed last");
+        cf_expect_value(t, n.b, n.n, 0, NULL, 0, "a key created concurrently, cleared");
+        kvq_txn_destroy(t);
+    }
+    /* Both sides COMPARE_AND_CLEAR the same key: both commit, the key is gone. */
+    kvq_txn *t = new_txn(db);
+    CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("v")));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_destroy(t);
+    kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
+    int64_t rv;
+    CF_OK(kvq_txn_get_read_version(&rv, t1));
+    CF_OK(kvq_txn_get_read_version(&rv, t2));
+    CF_OK(kvq_txn_atomic_op(t1, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    CF_OK(kvq_txn_atomic_op(t2, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    CF_OK(kvq_txn_commit(t1));
+    CF_OK(kvq_txn_commit(t2));
+    kvq_txn_destroy(t1);
+    kvq_txn_destroy(t2);
+    /* A reader of the key still conflicts with them: they are writes. */
+    t = new_txn(db);
+    CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("v")));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_destroy(t);
+    t1 = new_txn(db);
+    t2 = new_txn(db);
+    kvq_bytes v;
+    int present;
+    CF_OK(kvq_txn_get(&v, &present, t1, c.b, c.n, 0));
+    CF_OK(kvq_txn_set(t1, a.b, a.n, CF_S("r")));
+    CF_OK(kvq_txn_atomic_op(t2, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    CF_OK(kvq_txn_commit(t2));
+    CF_ERR(kvq_txn_commit(t1), KVQ_ENOT_COMMITTED);
+    kvq_txn_destroy(t1);
+    kvq_txn_destroy(t2);
+    kvq_db_close(db);
+}
+
 struct adder {
     kvq_db *db;
     cf_key key;
@@ -1006,6 +1080,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_options_across_on_error),
         cmocka_unit_test(test_skip_conflict_check_knob),
         cmocka_unit_test(test_concurrent_atomic_adds),
+        cmocka_unit_test(test_concurrent_append_and_compare_and_clear),
         cmocka_unit_test(test_threads_atomic_adds),
         cmocka_unit_test(test_versionstamped_pushes_no_conflict),
         cmocka_unit_test(test_clear_after_versionstamped_push_conflicts),

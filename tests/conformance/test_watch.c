@@ -325,6 +325,53 @@ static void test_transaction_reset_or_failed(void **state)
     kvq_db_close(db);
 }
 
+/* Commits one atomic operation on a key. */
+static void atomic_commit(kvq_db *db, const cf_key *k, const char *arg, kvq_mutation op)
+{
+    kvq_txn *t = new_txn(db);
+    CF_OK(kvq_txn_atomic_op(t, k->b, k->n, CF_S(arg), op));
+    CF_OK(kvq_txn_commit(t));
+    kvq_txn_destroy(t);
+}
+
+/* A key that COMPARE_AND_CLEAR clears or APPEND_IF_FITS changes fires its watches; one they
+ * leave as it was does not. */
+static void test_append_and_compare_and_clear_fire(void **state)
+{
+    (void)state;
+    const char *p = "watch_append_clear";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    cf_key k = cf_k(p, "k");
+    cf_write_key(db, k.b, k.n, "v", 1);
+    kvq_watch *w = arm(db, &k);
+    atomic_commit(db, &k, "other", KVQ_MUT_COMPARE_AND_CLEAR); /* no match: unchanged */
+    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    atomic_commit(db, &k, "v", KVQ_MUT_COMPARE_AND_CLEAR); /* cleared */
+    CF_OK(kvq_watch_wait(w, 10000));
+    kvq_watch_destroy(w);
+    /* Absent: a COMPARE_AND_CLEAR leaves it absent, an append creates it. */
+    w = arm(db, &k);
+    atomic_commit(db, &k, "", KVQ_MUT_COMPARE_AND_CLEAR);
+    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    atomic_commit(db, &k, "ab", KVQ_MUT_APPEND_IF_FITS);
+    CF_OK(kvq_watch_wait(w, 10000));
+    kvq_watch_destroy(w);
+    /* An append that does not fit leaves the value, and the watch, alone. */
+    uint8_t *big = malloc(KVQ_MAX_VALUE_SIZE);
+    assert_non_null(big);
+    memset(big, 'b', KVQ_MAX_VALUE_SIZE);
+    cf_write_key(db, k.b, k.n, big, KVQ_MAX_VALUE_SIZE);
+    free(big);
+    w = arm(db, &k);
+    atomic_commit(db, &k, "c", KVQ_MUT_APPEND_IF_FITS);
+    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    atomic_commit(db, &k, "", KVQ_MUT_APPEND_IF_FITS);
+    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    kvq_watch_destroy(w);
+    kvq_db_close(db);
+}
+
 static void test_change_between_read_and_commit(void **state)
 {
     (void)state;
@@ -512,6 +559,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_waiters_across_threads),
         cmocka_unit_test(test_two_waiters_one_watch),
         cmocka_unit_test(test_many_watches_one_commit),
+        cmocka_unit_test(test_append_and_compare_and_clear_fire),
     };
     return CF_RUN("watch", tests);
 }

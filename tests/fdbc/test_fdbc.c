@@ -982,6 +982,30 @@ static void test_atomic_ops(void **state)
     assert_int_equal(present, 0);
     assert_int_equal(commit(tr), 0);
     fdb_transaction_reset(tr);
+    /* Neither reads its key: a change of it by a transaction that commits first is no conflict,
+     * and they apply to the value that one committed. */
+    set_s(tr, "m/cc", "old");
+    set_s(tr, "m/ca", "a");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    FDBTransaction *other = new_tr();
+    assert_int_equal(get_s(tr, "m/unrelated", &present, s, sizeof(s)), 0); /* a read version */
+    fdb_transaction_atomic_op(tr, (const uint8_t *)"m/cc", 4, (const uint8_t *)"new", 3,
+                              (FDBMutationType)20);
+    fdb_transaction_atomic_op(tr, (const uint8_t *)"m/ca", 4, (const uint8_t *)"c", 1,
+                              (FDBMutationType)9);
+    set_s(other, "m/cc", "new");
+    fdb_transaction_atomic_op(other, (const uint8_t *)"m/ca", 4, (const uint8_t *)"b", 1,
+                              (FDBMutationType)9);
+    assert_int_equal(commit(other), 0);
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    assert_int_equal(get_s(tr, "m/cc", &present, s, sizeof(s)), 0);
+    assert_int_equal(present, 0);
+    assert_int_equal(get_s(tr, "m/ca", &present, s, sizeof(s)), 0);
+    assert_string_equal(s, "abc");
+    fdb_transaction_reset(tr);
+    fdb_transaction_destroy(other);
     /* An unknown type is invalid_mutation_type (2018), with the commit. */
     fdb_transaction_atomic_op(tr, (const uint8_t *)"m/bad", 5, U8(1), 1, (FDBMutationType)99);
     assert_int_equal(commit(tr), 2018);
