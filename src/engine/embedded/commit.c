@@ -217,7 +217,7 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
     }
     sqlite3_reset(st);
     if (rc == 0 && present && !same)
-        rc = put_row(e, m->a.p, m->a.n, out.data, out.len);
+        rc = put_row(e, m->a.p, m->a.n, out.len > 0 ? out.data : z, out.len);
     else if (rc == 0 && !present && had)
         rc = delete_row(e, m->a.p, m->a.n);
     kvq_buf_dispose(&out);
