@@ -197,7 +197,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_consumer_start(kvq_workq_consumer **out,
                                                    const kvq_workq_consumer_options *opts);
 
 /** Asks every worker to stop once its item in hand is settled (a worker waiting for an item
- * stops within 200 ms). Safe from any thread, and from a handler; does not wait. */
+ * is woken and stops at once). Safe from any thread, and from a handler; does not wait. */
 KVQ_API void kvq_workq_consumer_stop(kvq_workq_consumer *c);
 
 /**

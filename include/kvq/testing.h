@@ -102,6 +102,12 @@ enum {
  * is shared. @return 0; KVQ_EINVAL (NULL, an unknown flag). */
 KVQ_API KVQ_NODISCARD int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags);
 
+/** What the long polls (kvq_workq_receive_wait, the consumer runtime) through a work queue
+ * handle have done so far: how many times they looked for an item (a receive each) and how
+ * many times they went to sleep. Either pointer may be NULL. @return 0; KVQ_EINVAL (NULL w). */
+KVQ_API KVQ_NODISCARD int
+kvq_testing_workq_wait_counts(kvq_workq *w, uint64_t *looks, uint64_t *sleeps);
+
 #ifdef __cplusplus
 }
 #endif

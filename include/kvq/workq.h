@@ -158,8 +158,12 @@ kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t le
 /**
  * kvq_workq_receive that waits up to wait_ms for an item (a long poll). A push or an item
  * given back wakes it at once on a durable queue (it sleeps on the push counter), as do items
- * this API makes ready on a priority queue; items that fall due (delays, ended leases) are
- * looked for at least every 200 ms. It never spins.
+ * this API makes ready on a priority queue (not a plain kvq_queue_push_prio, which moves no
+ * counter: such an item is found at the next wake-up or at the deadline). A delayed item is
+ * received when it falls due and an item whose lease ends when it ends: the waiter sleeps
+ * until the first of these times, and delayed pushes, nacks, receives and shortening extends
+ * wake it to work that time out again. It never polls on a timer (except as a fallback when
+ * no watch can be set: then it looks every 200 ms) and never spins.
  * @param wait_ms  0 (look once) to 86,400,000 (a day)
  * @return as kvq_workq_receive: KVQ_ENOTFOUND once wait_ms has passed with nothing ready.
  */

@@ -10,8 +10,10 @@
 #include "layers/layers_internal.h"
 
 #define MAX_WORKERS 1024
-/* A waiting worker looks at its stop flag at least this often. */
-#define WAIT_MS 100
+/* How long one wait of a worker lasts; a worker with nothing to do waits again. It sleeps on
+ * watches and the due times of delayed items and leases, and a stop wakes it at once, so this
+ * only bounds one call. */
+#define WAIT_MS 3600000
 
 typedef struct slot slot;
 
@@ -45,6 +47,8 @@ struct slot {
     int holding;          /* a lease is in hand */
     int64_t next_extend;  /* monotonic microseconds */
     kvq_workq_lease lease;
+    kvq__wq_waker waker;  /* the worker's long poll; stopped by kvq_workq_consumer_stop */
+    int waker_ready;
 };
 
 static void count(kvq_workq_consumer *c, uint64_t *field)
@@ -101,7 +105,7 @@ static void *worker_main(void *arg)
     kvq_workq_lease lease;
     while (!stopping(c)) {
         int rc = kvq__workq_receive_wait(c->w, &v, &lease, c->lease_ms,
-                                         c->opts.drain ? 0 : WAIT_MS, &c->stop);
+                                         c->opts.drain ? 0 : WAIT_MS, &s->waker);
         if (rc == KVQ_ENOTFOUND) {
             if (c->opts.drain)
                 break;
@@ -217,12 +221,15 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
     c->slots = slots;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->heart_cv, NULL);
+    int rc = 0;
     for (int i = 0; i < opts->workers; i++) {
         slots[i].c = c;
         slots[i].id = i;
         pthread_mutex_init(&slots[i].mu, NULL);
+        if (rc == 0)
+            rc = kvq__wq_waker_init(&slots[i].waker);
+        slots[i].waker_ready = rc == 0;
     }
-    int rc = 0;
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < opts->workers && rc == 0; i++) {
         if (pthread_create(&slots[i].thread, NULL, worker_main, &slots[i]) != 0)
@@ -247,8 +254,13 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
 
 void kvq_workq_consumer_stop(kvq_workq_consumer *c)
 {
-    if (c != NULL)
-        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+    if (c == NULL)
+        return;
+    __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+    /* Wakes the workers that wait for an item. */
+    for (int i = 0; i < c->opts.workers; i++)
+        if (c->slots[i].waker_ready)
+            kvq__wq_waker_stop(&c->slots[i].waker);
 }
 
 int kvq_workq_consumer_join(kvq_workq_consumer *c)
@@ -294,8 +306,11 @@ void kvq_workq_consumer_free(kvq_workq_consumer *c)
         return;
     kvq_workq_consumer_stop(c);
     (void)kvq_workq_consumer_join(c);
-    for (int i = 0; i < c->opts.workers; i++)
+    for (int i = 0; i < c->opts.workers; i++) {
         pthread_mutex_destroy(&c->slots[i].mu);
+        if (c->slots[i].waker_ready)
+            kvq__wq_waker_destroy(&c->slots[i].waker);
+    }
     pthread_cond_destroy(&c->heart_cv);
     pthread_mutex_destroy(&c->mu);
     kvq__free(c->slots);

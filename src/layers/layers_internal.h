@@ -17,6 +17,7 @@
 #ifndef KVQ_LAYERS_INTERNAL_H
 #define KVQ_LAYERS_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "engine/engine.h"
@@ -207,14 +208,30 @@ int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
 
-/* kvq_workq_receive_wait without the argument checks, that also gives up once *stop (read
- * atomically; NULL: never) is set, within one 200 ms slice of the wait. */
+/* What a long poll sleeps on: its watches' helper threads and a stop request wake it through
+ * cond. One waiter uses a waker at a time; kvq__wq_waker_stop may be called from any thread. */
+typedef struct kvq__wq_waker {
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+    int stop;            /* set once by kvq__wq_waker_stop: the waiter gives up */
+    int fired;           /* a watch of the current sleep fired */
+    int failed;          /* a watch of the current sleep failed (too many watches, ...) */
+} kvq__wq_waker;
+
+/* 0 or KVQ_ENOMEM. */
+int kvq__wq_waker_init(kvq__wq_waker *k);
+void kvq__wq_waker_destroy(kvq__wq_waker *k);
+/* Asks the waiter to give up and wakes it at once. */
+void kvq__wq_waker_stop(kvq__wq_waker *k);
+
+/* kvq_workq_receive_wait without the argument checks, that also gives up, at once, when the
+ * waker (NULL: none) is stopped. */
 int kvq__workq_receive_wait(kvq_workq *w,
                             kvq_buf *out,
                             kvq_workq_lease *lease,
                             int64_t lease_ms,
                             int64_t wait_ms,
-                            const int *stop);
+                            kvq__wq_waker *waker);
 
 /* The work queue's default lease. */
 int64_t kvq__workq_lease_ms(const kvq_workq *w);
