@@ -60,8 +60,8 @@ static const cli_cmd commands[] = {
       "receive ready items with a lease; print TOKEN and value for each",
       "  --lease D    the lease (default: the queue's, else 30s); ack, nack or extend it\n"
       "               with the TOKEN before it ends, or the item is delivered again\n"
-      "  --wait D     when nothing is ready, wait up to D for an item (woken by a push;\n"
-      "               due delays and ended leases are looked for every 200ms)\n"
+      "  --wait D     when nothing is ready, wait up to D for an item (woken by a push,\n"
+      "               a delayed item falling due or a lease ending; it does not poll)\n"
       "  -n K         up to K items (one lease each); --json prints an array\n",
       cmd_receive },
     { "ack", "NAME TOKEN...", "acknowledge received items: they are deleted",
