@@ -334,6 +334,13 @@ wait
 check "receive --wait: woken by a push (in $took ms)" bash -c "[ '$got' = late ] && [ $took -lt 3000 ]"
 "$KVQ" --db "$DB3" receive wq4 --wait 300ms >/dev/null 2>&1; rc=$?
 check "receive --wait 300ms with nothing: exit 1" bash -c "[ $rc = 1 ]"
+start=$(date +%s%N)
+k3 push wq4 --delay 400ms due
+line=$("$KVQ" --db "$DB3" receive wq4 --wait 10s); rc=$?
+took=$(( ($(date +%s%N) - start) / 1000000 ))
+got=$(printf '%s' "$line" | cut -f2)
+check "receive --wait: a delayed item once it falls due (in $took ms)" bash -c "[ $rc = 0 ] && [ '$got' = due ] && [ $took -ge 400 ] && [ $took -lt 9000 ]"
+k3 ack wq4 "$(printf '%s' "$line" | cut -f1)" >/dev/null
 k3 push wq4 bad
 t=$("$KVQ" --db "$DB3" receive wq4 | cut -f1)
 k3 nack wq4 "$t"
