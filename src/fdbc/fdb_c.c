@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "kvq/kvq.h"
@@ -49,6 +50,8 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 
 /* Errors of get_range's parameters (as fdb_c.h's caller meets them). */
 enum { FDB_ERR_RANGE_LIMITS_INVALID = 2012, FDB_ERR_EXACT_MODE_WITHOUT_LIMITS = 2210 };
+/* A file an option names does not exist. */
+enum { FDB_ERR_FILE_NOT_FOUND = 1507 };
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -117,8 +120,13 @@ struct FDB_future {
     int destroyed; /* fdb_future_destroy was called */
     int released;  /* fdb_future_release_memory was called: the results are gone */
     int cb_set;
-    FDBCallback cb;
+    FDBCallback cb; /* the first callback set */
     void *cb_arg;
+    struct fut_cb {
+        FDBCallback cb;
+        void *arg;
+    } *more_cbs; /* callbacks set after the first, in order */
+    int n_more_cbs;
     /* Results, owned by the future. */
     int64_t i64;
     uint8_t *bytes; /* malloc'd, or `small` */
@@ -215,6 +223,7 @@ static void fut_free(FDBFuture *f)
     free(f->kvs);
     free(f->keys);
     free(f->strs);
+    free(f->more_cbs);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->mu);
     fut_cache *c = fut_cache_get();
@@ -318,6 +327,8 @@ const char *fdb_get_error(fdb_error_t code)
         return "Range limits not valid";
     case FDB_ERR_EXACT_MODE_WITHOUT_LIMITS:
         return "EXACT streaming mode requires limits, but none were given";
+    case FDB_ERR_FILE_NOT_FOUND:
+        return "File not found";
     default:
         return kvq_strerror(code);
     }
@@ -374,7 +385,10 @@ fdb_error_t fdb_run_network(void)
             if (net.head == NULL)
                 net.tail = NULL;
             pthread_mutex_unlock(&net.mu);
+            /* Every callback set on the future, in the order they were set. */
             f->cb(f, f->cb_arg);
+            for (int i = 0; i < f->n_more_cbs; i++)
+                f->more_cbs[i].cb(f, f->more_cbs[i].arg);
             fut_unref(f);
             pthread_mutex_lock(&net.mu);
         }
@@ -455,15 +469,23 @@ fdb_error_t fdb_future_set_callback(FDBFuture *f, FDBCallback callback, void *ca
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
         misuse("fdb_future_set_callback on a destroyed future");
-    if (f->cb_set) {
-        pthread_mutex_unlock(&f->mu);
-        complain("fdb_future_set_callback called twice on one future");
-        return FDB_ERR_CLIENT_INVALID_OPERATION;
-    }
-    f->cb_set = 1;
-    f->cb = callback;
-    f->cb_arg = callback_parameter;
     int ready = f->ready;
+    if (ready) {
+        /* Runs now, below; the future keeps nothing. */
+    } else if (f->cb_set) {
+        /* A callback set again (or another one) is added: each runs once, in order. */
+        struct fut_cb *v = realloc(f->more_cbs, ((size_t)f->n_more_cbs + 1) * sizeof(*v));
+        if (v == NULL)
+            misuse("out of memory");
+        v[f->n_more_cbs].cb = callback;
+        v[f->n_more_cbs].arg = callback_parameter;
+        f->more_cbs = v;
+        f->n_more_cbs++;
+    } else {
+        f->cb_set = 1;
+        f->cb = callback;
+        f->cb_arg = callback_parameter;
+    }
     pthread_mutex_unlock(&f->mu);
     /* A ready future's callback runs at once, in this thread (libfdb_c may do either). */
     if (ready)
@@ -755,6 +777,11 @@ struct FDB_transaction {
      * (0: none). */
     long read_delay_ms;
     int page_rows;
+    /* Kept as the engine keeps them (until a reset or a retry): access_system_keys or
+     * read_system_keys was set (key selectors may then resolve into the system keys), and
+     * snapshot reads do not see the transaction's writes (snapshot_ryw_disable). */
+    int system_keys;
+    int snapshot_no_ryw;
 };
 
 static void knobs_read(FDBTransaction *tr)
@@ -774,16 +801,81 @@ static void on_error_join(FDBTransaction *tr)
     }
 }
 
-/* An Int option parameter: 8 bytes, little-endian. */
-static fdb_error_t int_param(const uint8_t *value, int value_length, int64_t *out)
+/* Option values ------------------------------------------------------------------------------
+ *
+ * An option's value is present when the pointer is not NULL (an empty value is present, and
+ * empty). Each option says what it takes, as FoundationDB's client checks it:
+ * invalid_option_value (2006) for a missing value an option needs, or a non-empty one given to
+ * an option that takes none. */
+
+/* An option that takes no value: none, or an empty one. */
+static fdb_error_t no_param(const uint8_t *value, int value_length)
+{
+    return value != NULL && value_length > 0 ? FDB_ERR_INVALID_OPTION_VALUE : 0;
+}
+
+/* An option that needs a value (of `min` to `max` bytes). */
+static fdb_error_t str_param(const uint8_t *value, int value_length, int min, int max)
+{
+    return value == NULL || value_length < min || value_length > max
+               ? FDB_ERR_INVALID_OPTION_VALUE
+               : 0;
+}
+
+/* An Int option parameter: 8 bytes, little-endian, from `min` to `max`. */
+static fdb_error_t
+int_param(const uint8_t *value, int value_length, int64_t min, int64_t max, int64_t *out)
 {
     if (value == NULL || value_length != 8)
         return FDB_ERR_INVALID_OPTION_VALUE;
     uint64_t u = 0;
     for (int i = 0; i < 8; i++)
         u |= (uint64_t)value[i] << (8 * i);
-    *out = (int64_t)u;
+    if ((int64_t)u < min || (int64_t)u > max)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    if (out != NULL)
+        *out = (int64_t)u;
     return 0;
+}
+
+/* The value of a transaction option (as given to a transaction, or to a database as the default
+ * of its transactions): 0 if it is one the option takes. */
+static fdb_error_t tr_option_value(int option, const uint8_t *value, int value_length)
+{
+    switch (option) {
+    case 10: case 20: case 23: case 30: case 40: case 50: case 51: case 52: case 200:
+    case 201: case 300: case 301: case 302: case 303: case 400: case 404: case 406: case 505:
+    case 600: case 601: case 700: case 701: case 702: case 710: case 711: case 712: case 713:
+    case 714: case 1000: case 1100: case 1101: case 1102:
+        return no_param(value, value_length);
+    case 402: /* transaction_logging_enable */
+    case 403: /* debug_transaction_identifier: 1 to 100 bytes */
+        return str_param(value, value_length, 1, 100);
+    case 405: { /* transaction_logging_max_field_length: -1 (none) or positive */
+        int64_t v = 0;
+        fdb_error_t err = int_param(value, value_length, -1, INT32_MAX, &v);
+        return err != 0 || v != 0 ? err : FDB_ERR_INVALID_OPTION_VALUE;
+    }
+    case FDB_TR_OPTION_TIMEOUT:
+        return int_param(value, value_length, 0, INT32_MAX, NULL);
+    case FDB_TR_OPTION_RETRY_LIMIT:
+        return int_param(value, value_length, -1, INT32_MAX, NULL);
+    case FDB_TR_OPTION_MAX_RETRY_DELAY:
+        return int_param(value, value_length, 0, INT32_MAX, NULL);
+    case FDB_TR_OPTION_SIZE_LIMIT:
+        return int_param(value, value_length, 32, KVQ_MAX_TXN_SIZE, NULL);
+    case 504: /* idempotency_id: 16 to 255 bytes, else invalid_option */
+        if (value == NULL)
+            return FDB_ERR_INVALID_OPTION_VALUE;
+        return value_length >= 16 && value_length < 256 ? 0 : FDB_ERR_INVALID_OPTION;
+    case 800: /* tag */
+    case 801: /* auto_throttle_tag */
+        return str_param(value, value_length, 0, INT32_MAX);
+    case 900: /* span_parent: a serialized span context of 33 bytes */
+        return str_param(value, value_length, 33, 33);
+    default: /* the others take a value or not, as the caller likes */
+        return 0;
+    }
 }
 
 /* Applies one of the four Int transaction options (timeout, retry limit, max retry delay, size
@@ -817,8 +909,11 @@ static int db_defaults(FDBTransaction *tr)
     int snapshot_ryw = d->snapshot_ryw;
     pthread_mutex_unlock(&d->mu);
     int rc = 0;
-    if (snapshot_ryw != 0)
+    tr->snapshot_no_ryw = 0;
+    if (snapshot_ryw != 0) {
         rc = kvq_txn_set_option(tr->kt, (kvq_txn_option)snapshot_ryw, 0);
+        tr->snapshot_no_ryw = rc == 0 && snapshot_ryw == FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE;
+    }
     for (int i = 0; i < 4 && rc == 0; i++)
         if (defaults[i] >= 0)
             rc = set_int_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i),
@@ -891,36 +986,29 @@ void fdb_transaction_reset(FDBTransaction *tr)
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     kvq_txn_reset(tr->kt);
     tr->deferred = 0;
+    tr->system_keys = 0;
     defer(tr, db_defaults(tr));
 }
 
-/* Transaction options: those with a local meaning go to kvq under the same numbers; those that
- * concern a cluster (causality across proxies, durability across datacenters, priorities, tags,
- * locks, logging, the read-version cache) have nothing to change on one machine and are
- * accepted without effect. Others are refused with invalid_option (2007). */
-fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
-                                       FDBTransactionOption option,
-                                       const uint8_t *value,
-                                       int value_length)
+/* Whether libfdb_c (7.1 under API 710, 7.3 from 730) knows a transaction option: 1 if it does
+ * and kvq honours it or accepts it without effect, 2 if kvq cannot honour it, 0 if unknown. */
+static int tr_option_known(int option)
 {
-    if (value_length < 0 || (value == NULL && value_length > 0))
-        return FDB_ERR_INVALID_OPTION_VALUE;
-    switch ((int)option) {
+    switch (option) {
     case FDB_TR_OPTION_TIMEOUT:
     case FDB_TR_OPTION_RETRY_LIMIT:
     case FDB_TR_OPTION_MAX_RETRY_DELAY:
-    case FDB_TR_OPTION_SIZE_LIMIT: {
-        int64_t v;
-        fdb_error_t err = int_param(value, value_length, &v);
-        return err != 0 ? err : set_int_option(tr, option, v);
-    }
+    case FDB_TR_OPTION_SIZE_LIMIT:
     case FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
     case FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE:
     case FDB_TR_OPTION_ACCESS_SYSTEM_KEYS:
     case FDB_TR_OPTION_READ_SYSTEM_KEYS:
     case FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE:
     case FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE:
-        return kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+    /* Without a local meaning: causality across proxies, durability across datacenters,
+     * priorities, tags, locks, logging, the read-version cache, port numbers in addresses,
+     * proxies, read-ahead, raw access (there are no tenants), tracing, special-key-space
+     * relaxation, clear cost estimates; and the hidden ones. */
     case FDB_TR_OPTION_CAUSAL_WRITE_RISKY:
     case FDB_TR_OPTION_CAUSAL_READ_RISKY:
     case FDB_TR_OPTION_CAUSAL_READ_DISABLE:
@@ -937,10 +1025,6 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     case FDB_TR_OPTION_TAG:
     case FDB_TR_OPTION_AUTO_THROTTLE_TAG:
     case FDB_TR_OPTION_USE_GRV_CACHE:
-    /* Also without a local meaning: port numbers in addresses, proxies, read-ahead, server-side
-     * caches, durability to nowhere, raw access (there are no tenants), storage quotas,
-     * logging and tracing, special-key-space relaxation, clear cost estimates, the read
-     * version cache; and the hidden ones. */
     case 23:   /* include_port_in_address */
     case 40:   /* commit_on_first_proxy */
     case 50:   /* check_writes_enable */
@@ -958,7 +1042,11 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     case 900:  /* span_parent */
     case 1000: /* expensive_clear_cost_estimation_enable */
     case 1102: /* skip_grv_cache */
-        return 0;
+        return 1;
+    case 300:  /* initialize_new_database */
+    case 714:  /* special_key_space_enable_writes */
+    case 1100: /* bypass_unreadable */
+        return 2;
     case 304:  /* bypass_storage_quota */
     case 504:  /* idempotency_id */
     case 505:  /* automatic_idempotency */
@@ -971,15 +1059,60 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
         pthread_mutex_lock(&net.mu);
         int api = net.api;
         pthread_mutex_unlock(&net.mu);
-        if (api >= 730)
-            return 0;
-        break;
+        return api >= 730;
     }
     default:
-        break;
+        return 0;
     }
-    complain("transaction option %d is not supported on a kvq directory", (int)option);
-    return FDB_ERR_INVALID_OPTION;
+}
+
+/* Transaction options: those with a local meaning go to kvq under the same numbers; those that
+ * concern a cluster have nothing to change on one machine and are accepted without effect (their
+ * values checked all the same). Unknown ones, and the few kvq cannot honour, are refused with
+ * invalid_option (2007). */
+fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
+                                       FDBTransactionOption option,
+                                       const uint8_t *value,
+                                       int value_length)
+{
+    if (value_length < 0)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    int known = tr_option_known((int)option);
+    if (known != 1) {
+        complain("transaction option %d is not supported on a kvq directory", (int)option);
+        return FDB_ERR_INVALID_OPTION;
+    }
+    fdb_error_t err = tr_option_value((int)option, value, value_length);
+    if (err != 0)
+        return err;
+    int rc = 0;
+    switch ((int)option) {
+    case FDB_TR_OPTION_TIMEOUT:
+    case FDB_TR_OPTION_RETRY_LIMIT:
+    case FDB_TR_OPTION_MAX_RETRY_DELAY:
+    case FDB_TR_OPTION_SIZE_LIMIT: {
+        int64_t v = 0;
+        (void)int_param(value, value_length, INT64_MIN, INT64_MAX, &v);
+        return set_int_option(tr, option, v);
+    }
+    case FDB_TR_OPTION_ACCESS_SYSTEM_KEYS:
+    case FDB_TR_OPTION_READ_SYSTEM_KEYS:
+        rc = kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+        if (rc == 0)
+            tr->system_keys = 1;
+        return rc;
+    case FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE:
+    case FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE:
+        rc = kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+        if (rc == 0)
+            tr->snapshot_no_ryw = (int)option == FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE;
+        return rc;
+    case FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
+    case FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE:
+        return kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+    default:
+        return 0;
+    }
 }
 
 FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
@@ -1205,7 +1338,8 @@ FDBFuture *fdb_transaction_get(FDBTransaction *tr,
 /* The key a selector (key, or_equal, offset) names, as FoundationDB resolves it: the last key
  * below `key` (at or below it, with or_equal) is the base, and the selector names the key
  * `offset` places after the base (offset 1: the next key; 0: the base itself; -1: the one
- * before). Before the first key it resolves to the empty key, past the last one to \xff. For
+ * before). Before the first key it resolves to the empty key, past the last one to \xff (to
+ * \xff\xff when the transaction may read the system keys, which it then searches too). For
  * a range boundary with offset 1 the search key itself serves (the same rows), so no read is
  * needed unless `exact` asks for the key itself (get_key). The reads made are the
  * transaction's (snapshot or not), so they take their read-conflict ranges. */
@@ -1226,7 +1360,8 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
         *out_len = slen;
         return 0;
     }
-    static const uint8_t end_key[1] = { 0xff };
+    static const uint8_t end_key[2] = { 0xff, 0xff };
+    size_t end_len = tr->system_keys ? 2 : 1;
     const kvq_kv *kvs = NULL;
     size_t got = 0;
     unsigned flags = snapshot ? KVQ_SNAPSHOT : 0;
@@ -1234,8 +1369,8 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
     size_t want;
     if (offset >= 1) {
         want = (size_t)offset;
-        rc = key_less(start, slen, end_key, 1)
-                 ? kvq_txn_get_range(&kvs, &got, NULL, tr->kt, start, slen, end_key, 1,
+        rc = key_less(start, slen, end_key, end_len)
+                 ? kvq_txn_get_range(&kvs, &got, NULL, tr->kt, start, slen, end_key, end_len,
                                      (int)(want > INT32_MAX ? INT32_MAX : want), flags)
                  : 0;
     } else {
@@ -1249,7 +1384,7 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
     if (rc != 0)
         return rc;
     const uint8_t *k = offset >= 1 ? end_key : (const uint8_t *)"";
-    size_t klen = offset >= 1 ? 1 : 0;
+    size_t klen = offset >= 1 ? end_len : 0;
     if (got >= want) {
         k = kvs[want - 1].key.data;
         klen = kvs[want - 1].key.len;
@@ -1265,36 +1400,131 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
 }
 
 
-/* Rows of one get_range answer (a page; `more` tells the caller to ask again). The product
- * follows the streaming mode as FoundationDB's client sizes its requests (in rows here, not
- * bytes): everything asked for with WANT_ALL, and pages that grow with the iteration with
- * ITERATOR. */
-static int page_size(const FDBTransaction *tr, FDBStreamingMode mode, int iteration)
+/* The limits of one get_range answer (a page; `more` tells the caller to ask again), as
+ * FoundationDB's client sizes its requests: a byte budget per streaming mode (none for EXACT,
+ * 256 bytes for SMALL, 1,000 for MEDIUM, 4,096 for LARGE, 80,000 for SERIAL and WANT_ALL;
+ * ITERATOR from 4,096 growing by half with each iteration to 120,000), lowered to target_bytes
+ * when that is smaller (or target_bytes alone with EXACT), and the row limit. A row costs its
+ * key, its value and 8 bytes; the page ends with the row that fills the budget, so it holds at
+ * least one. $KVQ_FDBC_PAGE_ROWS caps the rows too, except for EXACT with a row limit.
+ * *budget is -1 when there is no byte limit. */
+static void page_limits(const FDBTransaction *tr, int limit, int target_bytes,
+                        FDBStreamingMode mode, int iteration, int *rows, long *budget)
 {
-    if (tr->page_rows > 0)
-        return tr->page_rows;
+    static const int progression[] = { 4096,  6144,  9216,  13824, 20736,
+                                       31104, 46656, 69984, 80000, 120000 };
+    long mode_bytes;
     switch (mode) {
-    case FDB_STREAMING_MODE_WANT_ALL:
-    case FDB_STREAMING_MODE_SERIAL:
-        return 100000;
+    case FDB_STREAMING_MODE_EXACT:
+        mode_bytes = -1;
+        break;
     case FDB_STREAMING_MODE_SMALL:
-        return 100;
+        mode_bytes = 256;
+        break;
     case FDB_STREAMING_MODE_MEDIUM:
-        return 1000;
+        mode_bytes = 1000;
+        break;
     case FDB_STREAMING_MODE_LARGE:
-        return 10000;
-    case FDB_STREAMING_MODE_ITERATOR:
-    default: {
-        int it = iteration < 1 ? 1 : iteration > 8 ? 8 : iteration;
-        return 100 << (it - 1);
+        mode_bytes = 4096;
+        break;
+    case FDB_STREAMING_MODE_ITERATOR: {
+        int n = (int)(sizeof(progression) / sizeof(progression[0]));
+        int it = iteration < 1 ? 1 : iteration > n ? n : iteration;
+        mode_bytes = progression[it - 1];
+        break;
     }
+    default: /* WANT_ALL, SERIAL */
+        mode_bytes = 80000;
+        break;
     }
+    long b = mode_bytes;
+    if (target_bytes > 0 && (b < 0 || target_bytes < b))
+        b = target_bytes;
+    *budget = b;
+    /* At most the rows the budget can hold (each costs at least 8 bytes), or the limit. */
+    long r = b < 0 ? INT32_MAX : b / 8 + 1;
+    if (limit > 0 && limit < r)
+        r = limit;
+    if (tr->page_rows > 0 && tr->page_rows < r && !(mode == FDB_STREAMING_MODE_EXACT && limit > 0))
+        r = tr->page_rows;
+    *rows = (int)r;
+}
+
+/* The rows of a page, gathered from the transaction's reads (whose results stay valid until it
+ * is reset). */
+typedef struct page {
+    kvq_kv *v;
+    size_t n, cap;
+    int byte_limited; /* the byte budget ended the page */
+} page;
+
+/* Reads the page of [b, e) with snapshot reads, in chunks that grow: at most `rows` rows,
+ * ending with the row that fills `budget` bytes. */
+static int page_probe(FDBTransaction *tr, const uint8_t *b, size_t blen, const uint8_t *e,
+                      size_t elen, int rows, long budget, int reverse, page *pg)
+{
+    long acc = 0;
+    size_t chunk = (size_t)(budget / 128 + 1);
+    chunk = chunk < 8 ? 8 : chunk > 256 ? 256 : chunk;
+    uint8_t *after = NULL; /* forward: the key just after the last one read */
+    int rc = 0;
+    for (;;) {
+        size_t want = (size_t)rows - pg->n;
+        if (want > chunk)
+            want = chunk;
+        const kvq_kv *kvs = NULL;
+        size_t got = 0;
+        rc = kvq_txn_get_range(&kvs, &got, NULL, tr->kt, b, blen, e, elen, (int)want,
+                               KVQ_SNAPSHOT | (reverse ? KVQ_REVERSE : 0));
+        if (rc != 0)
+            break;
+        if (pg->n + got > pg->cap) {
+            size_t cap = pg->cap == 0 ? 64 : pg->cap;
+            while (cap < pg->n + got)
+                cap *= 2;
+            kvq_kv *v = realloc(pg->v, cap * sizeof(*v));
+            if (v == NULL)
+                misuse("out of memory");
+            pg->v = v;
+            pg->cap = cap;
+        }
+        for (size_t i = 0; i < got; i++) {
+            pg->v[pg->n++] = kvs[i];
+            acc += 8 + (long)kvs[i].key.len + (long)kvs[i].value.len;
+            if (acc >= budget) {
+                pg->byte_limited = 1;
+                free(after);
+                return 0;
+            }
+        }
+        if (got < want || pg->n >= (size_t)rows)
+            break;
+        /* On from the last key read. */
+        const kvq_bytes *last = &kvs[got - 1].key;
+        if (reverse) {
+            e = last->data;
+            elen = last->len;
+        } else {
+            uint8_t *k = realloc(after, last->len + 1);
+            if (k == NULL)
+                misuse("out of memory");
+            if (last->len > 0)
+                memmove(k, last->data, last->len);
+            k[last->len] = 0;
+            after = k;
+            b = after;
+            blen = last->len + 1;
+        }
+        if (chunk < 4096)
+            chunk *= 2;
+    }
+    free(after);
+    return rc;
 }
 
 /* get_range's limits and streaming mode, checked as libfdb_c checks them: 0 (or -1) is no
  * limit, anything below -1 is range_limits_invalid (2012); EXACT needs a row or byte limit
- * (2210); ITERATOR counts its calls from 1; other modes are client_invalid_operation (2000).
- * target_bytes is a soft cap, which kvq's pages (counted in rows) may exceed. */
+ * (2210); ITERATOR counts its calls from 1; other modes are client_invalid_operation (2000). */
 static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mode, int iteration)
 {
     if ((int)mode < FDB_STREAMING_MODE_WANT_ALL || (int)mode > FDB_STREAMING_MODE_SERIAL ||
@@ -1352,16 +1582,42 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
                               snapshot, 0, &e, &elen);
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_KV_ARRAY);
-    /* One page: the limit, but at most a few rows unless the caller wants them exactly. */
-    int eff = mode == FDB_STREAMING_MODE_EXACT && limit > 0 ? limit : page_size(tr, mode, iteration);
-    if (limit > 0 && limit < eff)
-        eff = limit;
+    int rows = 0;
+    long budget = -1;
+    page_limits(tr, limit, target_bytes, mode, iteration, &rows, &budget);
     const kvq_kv *kvs = NULL;
     size_t n = 0;
+    int more = 0;
+    page pg = { 0 };
+    unsigned flags = (snapshot ? KVQ_SNAPSHOT : 0) | (reverse ? KVQ_REVERSE : 0);
     /* Selectors that meet or cross resolve to an empty range, not an error. */
-    if (rc == 0 && key_less(b, blen, e, elen))
-        rc = kvq_txn_get_range(&kvs, &n, NULL, tr->kt, b, blen, e, elen, eff,
-                               (snapshot ? KVQ_SNAPSHOT : 0) | (reverse ? KVQ_REVERSE : 0));
+    if (rc == 0 && key_less(b, blen, e, elen)) {
+        if (budget < 0) {
+            /* Rows only: one read. */
+            rc = kvq_txn_get_range(&kvs, &n, NULL, tr->kt, b, blen, e, elen, rows, flags);
+            more = n == (size_t)rows;
+        } else {
+            /* The page is found with snapshot reads, which see what this read sees (snapshot
+             * reads see the transaction's writes for the while) and add no conflict. */
+            int toggled = !snapshot && tr->snapshot_no_ryw &&
+                          kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_ENABLE, 0) == 0;
+            rc = page_probe(tr, b, blen, e, elen, rows, budget, reverse != 0, &pg);
+            if (toggled && kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0) != 0)
+                misuse("cannot restore snapshot_ryw_disable");
+            if (rc == 0 && snapshot) {
+                kvs = pg.v;
+                n = pg.n;
+                more = pg.byte_limited || n == (size_t)rows;
+            } else if (rc == 0) {
+                /* Then the read itself, limited to the rows of the page when the byte budget
+                 * ended it, so that its read-conflict range ends just after the last key it
+                 * returns (before the first, in reverse), as FoundationDB's does. */
+                int lim = pg.byte_limited ? (int)pg.n : rows;
+                rc = kvq_txn_get_range(&kvs, &n, NULL, tr->kt, b, blen, e, elen, lim, flags);
+                more = pg.byte_limited || n == (size_t)lim;
+            }
+        }
+    }
     free(b);
     free(e);
     if (rc == 0 && n > 0) {
@@ -1387,8 +1643,9 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
         f->count = (int)n;
         /* As a storage server does: `more` whenever a limit was reached, even if the range
          * happens to end there. */
-        f->more = (int)n == eff;
+        f->more = more;
     }
+    free(pg.v);
     fut_settle(f, rc);
     return f;
 }
@@ -1578,111 +1835,251 @@ fdb_bool_t fdb_error_predicate(int predicate_test, fdb_error_t code)
     }
 }
 
-/* Network options: the client-side ones (tracing, knobs, the multi-version client, client
- * threads, a temporary directory) mean nothing for a local directory; they are accepted and
- * have no effect. Any other is refused with invalid_option (2007). */
+/* Whether `value` (of `len` bytes) is one of the NULL-terminated `words`. */
+static int one_of(const uint8_t *value, int len, const char *const *words)
+{
+    for (; *words != NULL; words++)
+        if (strlen(*words) == (size_t)len && memcmp(value, *words, (size_t)len) == 0)
+            return 1;
+    return 0;
+}
+
+/* A trace file identifier: at most 50 letters, digits and underscores. */
+static int identifier_ok(const uint8_t *value, int len)
+{
+    if (len > 50)
+        return 0;
+    for (int i = 0; i < len; i++) {
+        uint8_t c = value[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The multi-version client's switches, which exclude one another and must come before
+ * fdb_setup_network. */
+static struct {
+    int multi_version_disabled; /* disable_multi_version_client_api */
+    int local_client_disabled;  /* disable_local_client */
+    int bypass_disabled;        /* disable_client_bypass */
+} mv;
+
+/* Network options: the client-side ones (tracing, TLS, knobs, the multi-version client, client
+ * threads, a temporary directory) mean nothing for a local directory; they are accepted and have
+ * no effect, their values checked as FoundationDB's client checks them. Those that shape the
+ * multi-version client (which client libraries, how many threads, where callbacks run) are
+ * refused once the network is set up, with invalid_option (2007); the others may come later
+ * too. Unknown options are refused with invalid_option. */
 fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_length)
 {
-    (void)value;
     if (value_length < 0)
         return FDB_ERR_INVALID_OPTION_VALUE;
     pthread_mutex_lock(&net.mu);
     int api = net.api;
+    int setup = net.setup;
     pthread_mutex_unlock(&net.mu);
     if (api == 0)
         return FDB_ERR_API_VERSION_UNSET;
+    static const char *const formats[] = { "xml", "json", NULL };
+    static const char *const clocks[] = { "now", "realtime", NULL };
+    static const char *const tracers[] = { "none", "disabled", "logfile", "file",
+                                           "log_file", "network_lossy", NULL };
+    fdb_error_t err = 0;
     switch (option) {
     case 10: /* local_address */
     case 20: /* cluster_file */
-    case 30: /* trace_enable */
+    case 30: /* trace_enable: a directory, or none */
+    case 33: /* trace_log_group */
+    case 48: /* buggify_enable */
+    case 49: /* buggify_disable */
+    case 50: /* buggify_section_activated_probability */
+    case 51: /* buggify_section_fired_probability */
+    case 80: /* client_buggify_enable */
+    case 81: /* client_buggify_disable */
+    case 1002: /* external_client_transport_id */
+        return 0;
     case 31: /* trace_roll_size */
     case 32: /* trace_max_logs_size */
-    case 33: /* trace_log_group */
+        return int_param(value, value_length, 0, INT64_MAX, NULL);
+    case 82: /* client_buggify_section_activated_probability */
+    case 83: /* client_buggify_section_fired_probability */
+        return int_param(value, value_length, 0, 100, NULL);
     case 34: /* trace_format */
+        return value != NULL && one_of(value, value_length, formats)
+                   ? 0
+                   : FDB_ERR_INVALID_OPTION_VALUE;
     case 35: /* trace_clock_source */
+        return value != NULL && one_of(value, value_length, clocks)
+                   ? 0
+                   : FDB_ERR_INVALID_OPTION_VALUE;
+    case 90: /* distributed_client_tracer */
+        return value != NULL && one_of(value, value_length, tracers)
+                   ? 0
+                   : FDB_ERR_INVALID_OPTION_VALUE;
     case 36: /* trace_file_identifier */
+        return value != NULL && identifier_ok(value, value_length)
+                   ? 0
+                   : FDB_ERR_INVALID_OPTION_VALUE;
+    case 40: /* knob: name=value (unknown names are ignored) */
+        return value != NULL && memchr(value, '=', (size_t)value_length) != NULL
+                   ? 0
+                   : FDB_ERR_INVALID_OPTION_VALUE;
     case 39: /* trace_partial_file_suffix */
-    case 40: /* knob */
     case 41: /* TLS_plugin */
     case 42: /* TLS_cert_bytes */
     case 43: /* TLS_cert_path */
     case 45: /* TLS_key_bytes */
     case 46: /* TLS_key_path */
     case 47: /* TLS_verify_peers */
-    case 48: /* buggify_enable */
-    case 49: /* buggify_disable */
-    case 50: /* buggify_section_activated_probability */
-    case 51: /* buggify_section_fired_probability */
     case 52: /* TLS_ca_bytes */
     case 53: /* TLS_ca_path */
     case 54: /* TLS_password */
-    case 60: /* disable_multi_version_client_api */
-    case 61: /* callbacks_on_external_threads */
-    case 62: /* external_client_library */
-    case 63: /* external_client_directory */
-    case 64: /* disable_local_client */
-    case 65: /* client_threads_per_version */
-    case 67: /* retain_client_library_copies */
+        return str_param(value, value_length, 0, INT32_MAX);
     case 70: /* disable_client_statistics_logging */
     case 71: /* enable_slow_task_profiling, enable_run_loop_profiling */
-    case 80: /* client_buggify_enable */
-    case 81: /* client_buggify_disable */
-    case 82: /* client_buggify_section_activated_probability */
-    case 83: /* client_buggify_section_fired_probability */
-    case 90: /* distributed_client_tracer */
-    case 1000: /* supported_client_versions */
-    case 1001: /* external_client */
-    case 1002: /* external_client_transport_id */
-        return 0;
+        return no_param(value, value_length);
+    case 61: /* callbacks_on_external_threads */
+        err = no_param(value, value_length);
+        return err != 0 ? err : setup ? FDB_ERR_INVALID_OPTION : 0;
+    case 67: /* retain_client_library_copies */
+        return no_param(value, value_length);
+    case 60: /* disable_multi_version_client_api */
+        err = no_param(value, value_length);
+        if (err != 0)
+            return err;
+        pthread_mutex_lock(&net.mu);
+        if (net.setup || mv.local_client_disabled || mv.bypass_disabled)
+            err = FDB_ERR_INVALID_OPTION;
+        else
+            mv.multi_version_disabled = 1;
+        pthread_mutex_unlock(&net.mu);
+        return err;
+    case 64: /* disable_local_client */
+        err = no_param(value, value_length);
+        if (err != 0)
+            return err;
+        pthread_mutex_lock(&net.mu);
+        if (net.setup || mv.multi_version_disabled)
+            err = FDB_ERR_INVALID_OPTION;
+        else
+            mv.local_client_disabled = 1;
+        pthread_mutex_unlock(&net.mu);
+        return err;
+    case 62: /* external_client_library */
+    case 66: /* future_version_client_library (730) */
+        if (option == 66 && api < 730)
+            break;
+        err = str_param(value, value_length, 1, INT32_MAX);
+        if (err == 0) {
+            /* The library must exist (file_not_found, 1507), though kvq never loads it. */
+            char *path = malloc((size_t)value_length + 1);
+            if (path == NULL)
+                return FDB_ERR_INTERNAL_ERROR;
+            memcpy(path, value, (size_t)value_length);
+            path[value_length] = 0;
+            struct stat st;
+            int found = stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+            free(path);
+            err = !found ? FDB_ERR_FILE_NOT_FOUND : setup ? FDB_ERR_INVALID_OPTION : 0;
+        }
+        return err;
+    case 63: /* external_client_directory */
+        err = str_param(value, value_length, 1, INT32_MAX);
+        return err != 0 ? err : setup ? FDB_ERR_INVALID_OPTION : 0;
+    case 65: /* client_threads_per_version */
+        err = str_param(value, value_length, 1, INT32_MAX);
+        if (err == 0 && setup)
+            return FDB_ERR_INVALID_OPTION;
+        return err != 0 ? err : int_param(value, value_length, 1, 1024, NULL);
+    case 1000: /* supported_client_versions: only after setup, with a value */
+        return value != NULL && setup ? 0 : FDB_ERR_INTERNAL_ERROR;
+    case 1001: /* external_client: only before setup, without a value */
+        return value == NULL && !setup ? 0 : FDB_ERR_INTERNAL_ERROR;
     case 37: /* trace_share_among_client_threads (730) */
-    case 38: /* trace_initialize_on_setup */
-    case 66: /* future_version_client_library */
     case 68: /* ignore_external_client_failures */
     case 69: /* fail_incompatible_client */
-    case 72: /* disable_client_bypass */
-    case 91: /* client_tmp_dir */
-        return api >= 730 ? 0 : FDB_ERR_INVALID_OPTION;
+        if (api < 730)
+            break;
+        return no_param(value, value_length);
+    case 38: /* trace_initialize_on_setup (730) */
+        if (api < 730)
+            break;
+        return 0;
+    case 91: /* client_tmp_dir (730) */
+        if (api < 730)
+            break;
+        return str_param(value, value_length, 1, INT32_MAX);
+    case 72: /* disable_client_bypass (730) */
+        if (api < 730)
+            break;
+        pthread_mutex_lock(&net.mu);
+        if (net.setup)
+            err = FDB_ERR_INTERNAL_ERROR;
+        else if (mv.multi_version_disabled)
+            err = FDB_ERR_INVALID_OPTION;
+        else
+            mv.bypass_disabled = 1;
+        pthread_mutex_unlock(&net.mu);
+        return err;
     default:
-        complain("network option %d is not supported on a kvq directory", option);
-        return FDB_ERR_INVALID_OPTION;
+        break;
     }
+    complain("network option %d is not supported on a kvq directory", option);
+    return FDB_ERR_INVALID_OPTION;
 }
 
 /* Database options: the transaction defaults (timeout, retry limit, max retry delay, size
- * limit) go to every transaction created afterwards. max_watches, causal_read_risky and
- * bypass_unreadable are accepted without effect (kvq's own watch limit applies; local reads
- * are always causal and never unreadable). */
+ * limit) go to every transaction created afterwards, and snapshot_ryw_enable/_disable too. The
+ * others are accepted without effect (kvq's own watch limit applies; local reads are always
+ * causal and never unreadable). Values are checked as FoundationDB's client checks them; a
+ * default for transactions as the transaction option it stands for. */
 fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *value,
                                     int value_length)
 {
     if (d == NULL)
         misuse("fdb_database_set_option on a NULL database");
+    if (value_length < 0)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    pthread_mutex_lock(&net.mu);
+    int api = net.api;
+    pthread_mutex_unlock(&net.mu);
     switch (option) {
-    case 10:  /* location_cache_size */
-    case 20:  /* max_watches */
+    case 10: /* location_cache_size */
+        return int_param(value, value_length, 0, INT32_MAX, NULL);
+    case 20: /* max_watches */
+        return int_param(value, value_length, 0, 1000000, NULL);
+    case 900: /* test_causal_read_risky: a percentage */
+        return int_param(value, value_length, 0, 100, NULL);
     case 21:  /* machine_id */
     case 22:  /* datacenter_id */
+        return 0;
+    case 800: /* use_config_database */
+        return no_param(value, value_length);
     case 405: /* transaction_logging_max_field_length */
+        return tr_option_value(405, value, value_length);
     case 504: /* transaction_causal_read_risky */
     case 505: /* transaction_include_port_in_address */
     case 700: /* transaction_bypass_unreadable */
-    case 800: /* use_config_database */
-    case 900: /* test_causal_read_risky */
-        return 0;
+        return no_param(value, value_length);
     case 506: /* transaction_automatic_idempotency (730) */
     case 701: /* transaction_used_during_commit_protection_disable */
     case 702: /* transaction_report_conflicting_keys */
-        pthread_mutex_lock(&net.mu);
-        option = net.api;
-        pthread_mutex_unlock(&net.mu);
-        return option >= 730 ? 0 : FDB_ERR_INVALID_OPTION;
+        if (api < 730)
+            return FDB_ERR_INVALID_OPTION;
+        return no_param(value, value_length);
     case 26: /* snapshot_ryw_enable: the default of new transactions */
-    case 27: /* snapshot_ryw_disable */
+    case 27: /* snapshot_ryw_disable */ {
+        fdb_error_t err = no_param(value, value_length);
+        if (err != 0)
+            return err;
         pthread_mutex_lock(&d->mu);
         d->snapshot_ryw = option == 26 ? FDB_TR_OPTION_SNAPSHOT_RYW_ENABLE
                                        : FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE;
         pthread_mutex_unlock(&d->mu);
         return 0;
+    }
     case 500:
     case 501:
     case 502:
@@ -1692,12 +2089,11 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
         complain("database option %d is not supported on a kvq directory", option);
         return FDB_ERR_INVALID_OPTION;
     }
-    int64_t v;
-    fdb_error_t err = int_param(value, value_length, &v);
+    fdb_error_t err = tr_option_value(option, value, value_length);
     if (err != 0)
         return err;
-    if (v < -1 || (option != 501 && v < 0) || (option == 503 && (v < 32 || v > KVQ_MAX_TXN_SIZE)))
-        return FDB_ERR_INVALID_OPTION_VALUE;
+    int64_t v = 0;
+    (void)int_param(value, value_length, INT64_MIN, INT64_MAX, &v);
     pthread_mutex_lock(&d->mu);
     /* -1 for the retry limit is "unlimited", kept as a large value so that -1 can mean unset. */
     d->tr_defaults[option - 500] = option == 501 && v == -1 ? INT64_MAX : v;
@@ -1796,6 +2192,11 @@ static void *on_error_main(void *arg)
     /* kvq's retry rules are FoundationDB's: which errors are retried, the backoff (slept here,
      * off the caller's thread), the retry limit and the timeout, then the reset. */
     int rc = j->err == 0 ? FDB_ERR_CLIENT_INVALID_OPERATION : kvq_txn_on_error(j->tr->kt, j->err);
+    if (rc == 0) {
+        /* The retry resets the options that do not outlive it, as the engine does. */
+        j->tr->system_keys = 0;
+        j->tr->snapshot_no_ryw = 0;
+    }
     /* A transaction that is not to be retried is cancelled until it is reset (a timed-out one
      * keeps failing with 1031), as libfdb_c does from API 610. */
     j->tr->deferred = rc == 0 ? 0 : rc == KVQ_ETRANSACTION_TIMED_OUT ? rc : FDB_ERR_TRANSACTION_CANCELLED;

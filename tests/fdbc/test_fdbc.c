@@ -82,9 +82,10 @@ static void test_versions_and_network_options(void **state)
     /* Chosen once (in setup). */
     assert_int_equal(fdb_select_api_version_impl(710, 710), 2201);
     assert_int_equal(fdb_setup_network(), 2009);
-    /* Client-side options mean nothing locally and are accepted; others are refused. */
+    /* Client-side options mean nothing locally and are accepted; others are refused (and the
+     * multi-version client's switches once the network is set up, as it is here). */
     assert_int_equal(fdb_network_set_option(30, (const uint8_t *)"/tmp", 4), 0);
-    assert_int_equal(fdb_network_set_option(60, NULL, 0), 0);
+    assert_int_equal(fdb_network_set_option(60, NULL, 0), 2007);
     assert_int_equal(fdb_network_set_option(91, (const uint8_t *)"/tmp", 4), 2007); /* 730 only */
     assert_int_equal(fdb_network_set_option(12345, NULL, 0), 2007);
     assert_int_equal(fdb_network_set_option(30, NULL, -1), 2006);
@@ -1065,7 +1066,7 @@ static void test_atomic_ops(void **state)
 static void test_option_lists(void **state)
 {
     (void)state;
-    assert_int_equal(fdb_network_set_option(61, NULL, 0), 0); /* callbacks_on_external_threads */
+    assert_int_equal(fdb_network_set_option(61, NULL, 0), 2007); /* after setup */
     assert_int_equal(fdb_network_set_option(43, (const uint8_t *)"/c.pem", 6), 0); /* TLS path */
     assert_int_equal(fdb_network_set_option(70, NULL, 0), 0);
     assert_int_equal(fdb_network_set_option(37, NULL, 0), 2007); /* 730 only */
@@ -1223,6 +1224,354 @@ static void test_callbacks_cancel_unsupported(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* Option values as FoundationDB's client checks them (NativeAPI, ReadYourWrites and
+ * MultiVersionTransaction's option handling): a value is present when its pointer is not NULL.
+ * An option that takes none refuses a non-empty value, one that needs a value refuses a missing
+ * one, Int options take 8 bytes within their range: invalid_option_value (2006) otherwise. */
+static void test_option_values(void **state)
+{
+    (void)state;
+    const uint8_t *x = (const uint8_t *)"x";
+    const uint8_t *empty = (const uint8_t *)"";
+    uint8_t v8[8];
+    FDBTransaction *tr = new_tr();
+    /* Options without a value. */
+    static const int none[] = { 10, 20, 23, 30, 51, 52, 200, 201, 301, 302, 303,
+                                600, 601, 700, 701, 702, 712, 713, 1101 };
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+        fdb_transaction_reset(tr);
+        assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)none[i], x, 1),
+                         2006);
+        assert_int_equal(
+            fdb_transaction_set_option(tr, (FDBTransactionOption)none[i], empty, 0), 0);
+    }
+    fdb_transaction_reset(tr);
+    /* Options that need one. */
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)800, NULL, 0), 2006);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)800, x, 1), 0);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)801, NULL, 0), 2006);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, NULL, 0), 2006);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, empty, 0), 2006);
+    uint8_t long_id[101];
+    memset(long_id, 'i', sizeof(long_id));
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, long_id, 101),
+                     2006);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, long_id, 100), 0);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)900, x, 1), 2006);
+    /* Int options: 8 bytes, within range. */
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, NULL, 0), 2006);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, v8, 4), 2006);
+    le64(v8, -1);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, v8, 8), 2006);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 0);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_MAX_RETRY_DELAY, v8, 8), 2006);
+    le64(v8, -2);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 2006);
+    le64(v8, 0);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)405, v8, 8), 2006);
+    le64(v8, 1000);
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)405, v8, 8), 0);
+    /* The options were checked, not applied: the transaction works. */
+    set_s(tr, "ov/k", "v");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_destroy(tr);
+
+    /* Database options. */
+    assert_int_equal(fdb_database_set_option(db, 26, x, 1), 2006);
+    assert_int_equal(fdb_database_set_option(db, 27, x, 1), 2006);
+    assert_int_equal(fdb_database_set_option(db, 504, x, 1), 2006);
+    assert_int_equal(fdb_database_set_option(db, 700, x, 1), 2006);
+    assert_int_equal(fdb_database_set_option(db, 800, x, 1), 2006);
+    assert_int_equal(fdb_database_set_option(db, 10, NULL, 0), 2006);
+    assert_int_equal(fdb_database_set_option(db, 20, NULL, 0), 2006);
+    le64(v8, 2000000);
+    assert_int_equal(fdb_database_set_option(db, 20, v8, 8), 2006); /* at most 1,000,000 */
+    le64(v8, 101);
+    assert_int_equal(fdb_database_set_option(db, 900, v8, 8), 2006); /* a percentage */
+    le64(v8, 10000);
+    assert_int_equal(fdb_database_set_option(db, 20, v8, 8), 0);
+    assert_int_equal(fdb_database_set_option(db, 504, empty, 0), 0);
+
+    /* Network options. */
+    assert_int_equal(fdb_network_set_option(70, x, 1), 2006);
+    assert_int_equal(fdb_network_set_option(71, x, 1), 2006);
+    assert_int_equal(fdb_network_set_option(31, NULL, 0), 2006);
+    assert_int_equal(fdb_network_set_option(31, x, 1), 2006);
+    assert_int_equal(fdb_network_set_option(43, NULL, 0), 2006);
+    assert_int_equal(fdb_network_set_option(40, NULL, 0), 2006);
+    assert_int_equal(fdb_network_set_option(40, (const uint8_t *)"no_equals", 9), 2006);
+    assert_int_equal(fdb_network_set_option(40, (const uint8_t *)"k=v", 3), 0);
+    assert_int_equal(fdb_network_set_option(34, (const uint8_t *)"yaml", 4), 2006);
+    assert_int_equal(fdb_network_set_option(34, (const uint8_t *)"json", 4), 0);
+    assert_int_equal(fdb_network_set_option(35, (const uint8_t *)"realtime", 8), 0);
+    assert_int_equal(fdb_network_set_option(35, (const uint8_t *)"later", 5), 2006);
+    assert_int_equal(fdb_network_set_option(36, (const uint8_t *)"bad id", 6), 2006);
+    assert_int_equal(fdb_network_set_option(36, (const uint8_t *)"good_id1", 8), 0);
+    assert_int_equal(fdb_network_set_option(90, (const uint8_t *)"other", 5), 2006);
+    le64(v8, 101);
+    assert_int_equal(fdb_network_set_option(82, v8, 8), 2006);
+    le64(v8, 50);
+    assert_int_equal(fdb_network_set_option(82, v8, 8), 0);
+    assert_int_equal(fdb_network_set_option(30, NULL, 0), 0); /* trace_enable: optional */
+    assert_int_equal(fdb_network_set_option(48, x, 1), 0);    /* buggify_enable: unchecked */
+}
+
+/* After fdb_setup_network, as MultiVersionApi::setNetworkOption decides: the options that
+ * shape the multi-version client are invalid_option (2007), an external library is looked for
+ * first (file_not_found, 1507), the hidden external_client is an internal_error (4100), and
+ * supported_client_versions is taken only now; every other option is still accepted. */
+static void test_network_options_after_setup(void **state)
+{
+    (void)state;
+    uint8_t v8[8];
+    le64(v8, 2);
+    assert_int_equal(fdb_network_set_option(60, NULL, 0), 2007); /* disable_multi_version */
+    assert_int_equal(fdb_network_set_option(61, NULL, 0), 2007); /* callbacks_on_external */
+    assert_int_equal(fdb_network_set_option(64, NULL, 0), 2007); /* disable_local_client */
+    assert_int_equal(fdb_network_set_option(65, v8, 8), 2007);   /* client_threads_per_version */
+    assert_int_equal(fdb_network_set_option(63, (const uint8_t *)"/tmp", 4), 2007);
+    assert_int_equal(fdb_network_set_option(62, (const uint8_t *)"/nonexistent/libfdb_c.so", 24),
+                     1507);
+    assert_int_equal(fdb_network_set_option(62, (const uint8_t *)cluster, (int)strlen(cluster)),
+                     2007);
+    assert_int_equal(fdb_network_set_option(62, NULL, 0), 2006);
+    assert_int_equal(fdb_network_set_option(1001, NULL, 0), 4100);
+    assert_int_equal(fdb_network_set_option(1000, (const uint8_t *)"7.1.0", 5), 0);
+    assert_int_equal(fdb_network_set_option(1000, NULL, 0), 4100);
+    /* Tracing, knobs, TLS, buggify: accepted after setup too. */
+    assert_int_equal(fdb_network_set_option(30, (const uint8_t *)"/tmp", 4), 0);
+    assert_int_equal(fdb_network_set_option(40, (const uint8_t *)"k=v", 3), 0);
+    assert_int_equal(fdb_network_set_option(43, (const uint8_t *)"/c.pem", 6), 0);
+    assert_int_equal(fdb_network_set_option(80, NULL, 0), 0);
+    assert_int_equal(fdb_network_set_option(70, NULL, 0), 0);
+}
+
+/* A second fdb_future_set_callback on one future adds a callback: libfdb_c keeps every callback
+ * set (its ThreadMultiCallback) and runs each once, in order. */
+static struct cb_order {
+    int seen[4];
+    int n;
+} cb_order;
+
+static void on_ready_a(FDBFuture *f, void *arg)
+{
+    (void)f;
+    (void)arg;
+    int i = __atomic_fetch_add(&cb_order.n, 1, __ATOMIC_SEQ_CST);
+    if (i < 4)
+        cb_order.seen[i] = 'a';
+}
+
+static void on_ready_b(FDBFuture *f, void *arg)
+{
+    (void)f;
+    (void)arg;
+    int i = __atomic_fetch_add(&cb_order.n, 1, __ATOMIC_SEQ_CST);
+    if (i < 4)
+        cb_order.seen[i] = 'b';
+}
+
+static void test_callback_set_twice(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    /* Not ready yet: both run on the network thread when it completes. */
+    FDBFuture *w = fdb_transaction_watch(tr, (const uint8_t *)"cb2/k", 5);
+    assert_int_equal(commit(tr), 0);
+    memset(&cb_order, 0, sizeof(cb_order));
+    assert_int_equal(fdb_future_set_callback(w, on_ready_a, NULL), 0);
+    assert_int_equal(fdb_future_set_callback(w, on_ready_b, NULL), 0);
+    FDBTransaction *other = new_tr();
+    set_s(other, "cb2/k", "changed");
+    assert_int_equal(commit(other), 0);
+    assert_int_equal(wait_f(w), 0);
+    for (int i = 0; i < 500 && __atomic_load_n(&cb_order.n, __ATOMIC_SEQ_CST) < 2; i++)
+        usleep(2000);
+    usleep(10000);
+    assert_int_equal(__atomic_load_n(&cb_order.n, __ATOMIC_SEQ_CST), 2);
+    assert_int_equal(cb_order.seen[0], 'a');
+    assert_int_equal(cb_order.seen[1], 'b');
+    fdb_future_destroy(w);
+    /* Ready: each runs at once. */
+    fdb_transaction_reset(tr);
+    memset(&cb_order, 0, sizeof(cb_order));
+    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)"cb2/k", 5, 0);
+    assert_int_equal(wait_f(f), 0);
+    assert_int_equal(fdb_future_set_callback(f, on_ready_a, NULL), 0);
+    assert_int_equal(fdb_future_set_callback(f, on_ready_a, NULL), 0);
+    assert_int_equal(cb_order.n, 2);
+    fdb_future_destroy(f);
+    fdb_transaction_destroy(other);
+    fdb_transaction_destroy(tr);
+}
+
+/* Reads [b, e) with a byte budget: the rows' count, `more`, and the first and last keys. */
+static void page_of(FDBTransaction *tr, const char *b, const char *e, int limit, int target_bytes,
+                    FDBStreamingMode mode, int iteration, fdb_bool_t reverse, int *count,
+                    fdb_bool_t *more, char *first, char *last)
+{
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)b, (int)strlen(b), 0, 1,
+                                             (const uint8_t *)e, (int)strlen(e), 0, 1, limit,
+                                             target_bytes, mode, iteration, 0, reverse);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kv;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, count, more), 0);
+    first[0] = last[0] = 0;
+    if (*count > 0) {
+        snprintf(first, 16, "%.*s", kv[0].key_length, (const char *)kv[0].key);
+        snprintf(last, 16, "%.*s", kv[*count - 1].key_length, (const char *)kv[*count - 1].key);
+    }
+    fdb_future_destroy(f);
+}
+
+/* Pages by bytes, as fdb_c.cpp and GetRangeLimits size them: SMALL 256 bytes, MEDIUM 1,000,
+ * LARGE 4,096, SERIAL and WANT_ALL 80,000, ITERATOR from 4,096; target_bytes lowers the budget;
+ * a row costs its key, its value and 8 bytes, and a page ends with the row that fills the budget
+ * (so at least one). The read-conflict range of a page ends just after its last key (begins at
+ * it, in reverse): a write beyond is no conflict. */
+static void test_range_pages_by_bytes(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    char val[101];
+    memset(val, 'v', 100);
+    val[100] = 0;
+    char k[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(k, sizeof(k), "rb/%02d", i); /* 5 bytes: a row costs 5 + 100 + 8 = 113 */
+        set_s(tr, k, val);
+    }
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    int n;
+    fdb_bool_t more;
+    char first[16], last[16];
+    page_of(tr, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 3); /* 113, 226, 339 >= 256 */
+    assert_true(more);
+    assert_string_equal(last, "rb/02");
+    page_of(tr, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_MEDIUM, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 9); /* 1017 >= 1000 */
+    assert_true(more);
+    page_of(tr, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_WANT_ALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 10);
+    assert_false(more);
+    page_of(tr, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_ITERATOR, 1, 0, &n, &more, first, last);
+    assert_int_equal(n, 10);
+    assert_false(more);
+    /* target_bytes: a soft cap, at least one row. */
+    page_of(tr, "rb/", "rb0", 0, 50, FDB_STREAMING_MODE_WANT_ALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 1);
+    assert_true(more);
+    page_of(tr, "rb/", "rb0", 0, 250, FDB_STREAMING_MODE_EXACT, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 3);
+    assert_true(more);
+    page_of(tr, "rb/", "rb0", 0, 500, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 3); /* the smaller of the two budgets */
+    /* The row limit still applies; EXACT with a limit has no byte budget. */
+    page_of(tr, "rb/", "rb0", 2, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 2);
+    assert_true(more);
+    page_of(tr, "rb/", "rb0", 8, 0, FDB_STREAMING_MODE_EXACT, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 8);
+    /* Reverse. */
+    page_of(tr, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
+    assert_int_equal(n, 3);
+    assert_string_equal(first, "rb/09");
+    assert_string_equal(last, "rb/07");
+    fdb_transaction_destroy(tr);
+
+    /* Conflicts: a forward SMALL page covers rb/00..rb/02, no further. */
+    FDBTransaction *r = new_tr(), *w = new_tr();
+    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
+    assert_int_equal(n, 3);
+    set_s(w, "rb/03", "changed");
+    assert_int_equal(commit(w), 0);
+    set_s(r, "rb-out/1", "x");
+    assert_int_equal(commit(r), 0);
+    fdb_transaction_reset(r);
+    fdb_transaction_reset(w);
+    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
+    set_s(w, "rb/02", "changed");
+    assert_int_equal(commit(w), 0);
+    set_s(r, "rb-out/1", "x");
+    assert_int_equal(commit(r), 1020);
+    /* Reverse: rb/07..rb/09. */
+    fdb_transaction_reset(r);
+    fdb_transaction_reset(w);
+    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
+    assert_string_equal(last, "rb/07");
+    set_s(w, "rb/06", "changed");
+    assert_int_equal(commit(w), 0);
+    set_s(r, "rb-out/1", "x");
+    assert_int_equal(commit(r), 0);
+    fdb_transaction_reset(r);
+    fdb_transaction_reset(w);
+    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
+    set_s(w, "rb/07", "changed2");
+    assert_int_equal(commit(w), 0);
+    set_s(r, "rb-out/1", "x");
+    assert_int_equal(commit(r), 1020);
+    /* The transaction's own writes count, with snapshot_ryw_disable too. */
+    fdb_transaction_reset(r);
+    assert_int_equal(fdb_transaction_set_option(r, (FDBTransactionOption)FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE, NULL, 0),
+                     0);
+    char big[301];
+    memset(big, 'b', 300);
+    big[300] = 0;
+    set_s(r, "rb/00", big);
+    FDBFuture *f = fdb_transaction_get_range(r, (const uint8_t *)"rb/", 3, 0, 1,
+                                             (const uint8_t *)"rb0", 3, 0, 1, 0, 0,
+                                             FDB_STREAMING_MODE_SMALL, 0, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kv;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, &n, &more), 0);
+    assert_int_equal(n, 1); /* 5 + 300 + 8 >= 256 */
+    assert_int_equal(kv[0].value_length, 300);
+    assert_true(more);
+    fdb_future_destroy(f);
+    fdb_transaction_destroy(r);
+    fdb_transaction_destroy(w);
+}
+
+/* With read_system_keys (or access_system_keys) a key selector resolves into the system keys,
+ * and past the last key to \xff\xff, as FoundationDB's do (its getMaxReadKey); without them
+ * past the last key is \xff. */
+static void test_selectors_in_system_keys(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)FDB_TR_OPTION_ACCESS_SYSTEM_KEYS, NULL, 0), 0);
+    set_s(tr, "\xff\xfe/kvq-sel", "s");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    char k[32];
+    /* Without the option. */
+    assert_int_equal(key_of(tr, "\xfe", 0, 1, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "\xff");
+    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)FDB_TR_OPTION_READ_SYSTEM_KEYS, NULL, 0), 0);
+    assert_int_equal(key_of(tr, "\xff\xfe", 0, 1, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "\xff\xfe/kvq-sel");
+    assert_int_equal(key_of(tr, "\xff\xfe/kvq-sel", 1, 1, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "\xff\xff");
+    /* A range whose end selector resolves past the last key reads the system keys too. */
+    FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)"\xff\xfe", 2, 0, 1,
+                                             (const uint8_t *)"\xff\xfe/kvq-sel", 14, 1, 2, 0, 0,
+                                             FDB_STREAMING_MODE_WANT_ALL, 0, 0, 0);
+    assert_int_equal(wait_f(f), 0);
+    const FDBKeyValue *kv;
+    int n;
+    fdb_bool_t more;
+    assert_int_equal(fdb_future_get_keyvalue_array(f, &kv, &n, &more), 0);
+    assert_int_equal(n, 1);
+    fdb_future_destroy(f);
+    /* A reset ends the option. */
+    fdb_transaction_reset(tr);
+    assert_int_equal(key_of(tr, "\xfe", 0, 1, 0, k, sizeof(k)), 0);
+    assert_string_equal(k, "\xff");
+    fdb_transaction_destroy(tr);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1280,6 +1629,11 @@ int main(void)
         cmocka_unit_test(test_atomic_ops),
         cmocka_unit_test(test_option_lists),
         cmocka_unit_test(test_callbacks_cancel_unsupported),
+        cmocka_unit_test(test_option_values),
+        cmocka_unit_test(test_network_options_after_setup),
+        cmocka_unit_test(test_callback_set_twice),
+        cmocka_unit_test(test_range_pages_by_bytes),
+        cmocka_unit_test(test_selectors_in_system_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
