@@ -1000,6 +1000,10 @@ int64_t kvq__workq_lease_ms(const kvq_workq *w)
  * WAIT_SLICE_MS, as a safe fallback. */
 #define WAIT_SLICE_MS 200
 #define N_WAIT_KEYS   4
+/* A plain kvq_queue_push_prio moves no counter a waiter can watch: on a priority queue the
+ * waiter also looks this often, so that such an item is received within it (not at the end of a
+ * long wait). Durable queues need no such look: every push moves npush. */
+#define PRIO_PLAIN_LOOK_MS 1000
 /* Something was due and yet nothing was received (another waiter took it): sleep at least this
  * much before looking again, doubling up to WAIT_BACKOFF_MAX_MS while it lasts. */
 #define WAIT_BACKOFF_MAX_MS 100
@@ -1230,6 +1234,8 @@ int kvq__workq_receive_wait(kvq_workq *w,
             if (dv / VPM < (deadline - c.mono_us) / 1000)
                 until = c.mono_us + (dv / VPM + 1) * 1000;
         }
+        if (w->q->type == KVQ_QUEUE_PRIORITY && until > now + PRIO_PLAIN_LOOK_MS * 1000)
+            until = now + PRIO_PLAIN_LOOK_MS * 1000;
         sleep_on(k, c.watch, until);
         arm_release(&c);
         __atomic_add_fetch(&w->wait_sleeps, 1, __ATOMIC_RELAXED);

@@ -265,6 +265,26 @@ static void test_push_wakes(void **state)
     env_close(&e);
 }
 
+/* A plain kvq_queue_push_prio moves no counter a waiter watches: a waiter on a priority queue
+ * still receives the item at its next look, within about a second, not at the end of its wait. */
+static void test_plain_priority_push_seen(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_PRIORITY);
+    waiter x;
+    int64_t t0 = kvq__mono_us();
+    waiter_start(&x, &e, 20000, NULL);
+    kvq__sleep_us(200 * 1000);
+    assert_int_equal(kvq_queue_push_prio(e.q, (const uint8_t *)"plain", 5, 0), 0);
+    waiter_join(&x);
+    assert_int_equal(x.rc, 0);
+    assert_value(&x.v, "plain");
+    assert_true(x.done_us - t0 < 10000 * 1000LL); /* the wait was 20 s */
+    assert_int_equal(kvq_workq_ack(e.w, &x.lease), 0);
+    kvq_buf_dispose(&x.v);
+    env_close(&e);
+}
+
 /* A stopped waker ends a long wait at once, with nothing received. */
 static void test_waker_stop(void **state)
 {
@@ -370,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_nack_delay_wakes),
         cmocka_unit_test(test_shorter_extend_wakes),
         cmocka_unit_test(test_push_wakes),
+        cmocka_unit_test(test_plain_priority_push_seen),
         cmocka_unit_test(test_waker_stop),
         cmocka_unit_test(test_consumer_idle_and_stop),
     };
