@@ -1556,7 +1556,7 @@ static void test_selectors_in_system_keys(void **state)
     assert_string_equal(k, "\xff\xff");
     /* A range whose end selector resolves past the last key reads the system keys too. */
     FDBFuture *f = fdb_transaction_get_range(tr, (const uint8_t *)"\xff\xfe", 2, 0, 1,
-                                             (const uint8_t *)"\xff\xfe/kvq-sel", 14, 1, 2, 0, 0,
+                                             (const uint8_t *)"\xff\xfe/kvq-sel", 10, 1, 2, 0, 0,
                                              FDB_STREAMING_MODE_WANT_ALL, 0, 0, 0);
     assert_int_equal(wait_f(f), 0);
     const FDBKeyValue *kv;
