@@ -414,15 +414,11 @@ int kvq_txn_clear(kvq_txn *txn, const uint8_t *key, size_t key_len)
         return rc;
     /* A point clear is the range [key, key + 0x00). */
     uint8_t stack[256];
-    uint8_t *end = key_len + 1 <= sizeof(stack) ? stack : kvq__malloc(key_len + 1);
+    uint8_t *end = kvq__key_succ(stack, sizeof(stack), key, key_len);
     if (end == NULL)
         return kvq__error(KVQ_ENOMEM, "kvq_txn_clear: out of memory");
-    if (key_len > 0)
-        memcpy(end, key, key_len);
-    end[key_len] = 0;
     rc = txn->db->ops->clear_range(txn->t, key, key_len, end, key_len + 1);
-    if (end != stack)
-        kvq__free(end);
+    kvq__key_succ_free(end, stack);
     return rc;
 }
 

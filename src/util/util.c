@@ -42,6 +42,23 @@ char *kvq__strdup(const char *s)
     return kvq__memdup(s, strlen(s) + 1);
 }
 
+uint8_t *kvq__key_succ(uint8_t *stack, size_t cap, const uint8_t *key, size_t len)
+{
+    uint8_t *p = len + 1 <= cap ? stack : kvq__malloc(len + 1);
+    if (p == NULL)
+        return NULL;
+    if (len > 0)
+        memcpy(p, key, len);
+    p[len] = 0;
+    return p;
+}
+
+void kvq__key_succ_free(uint8_t *succ, const uint8_t *stack)
+{
+    if (succ != stack)
+        kvq__free(succ);
+}
+
 static int64_t clock_us(clockid_t id)
 {
     struct timespec ts;

@@ -22,6 +22,11 @@ void kvq__free(void *p);
 /* Copies n bytes into a new allocation (n may be 0; the result is still a valid pointer). */
 void *kvq__memdup(const void *p, size_t n);
 char *kvq__strdup(const char *s);
+/* The key just after `key` (key + 0x00, the end of the point range [key, key + 0x00)): built in
+ * `stack` when it has room (cap bytes), else in a new allocation; NULL when out of memory.
+ * Release it with kvq__key_succ_free(result, stack). */
+uint8_t *kvq__key_succ(uint8_t *stack, size_t cap, const uint8_t *key, size_t len);
+void kvq__key_succ_free(uint8_t *succ, const uint8_t *stack);
 
 /* Records a one-line detail for err on this thread and returns err, so that callers can write
  * `return kvq__error(KVQ_EINVAL, "key is NULL");`. */

@@ -331,15 +331,11 @@ static int add_read_conflict(emb_txn *t, const uint8_t *b, size_t bn, const uint
 static int point_range(emb_ranges *r, const uint8_t *k, size_t kn)
 {
     uint8_t stack[256];
-    uint8_t *e = kn + 1 <= sizeof(stack) ? stack : kvq__malloc(kn + 1);
+    uint8_t *e = kvq__key_succ(stack, sizeof(stack), k, kn);
     if (e == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory");
-    if (kn > 0)
-        memcpy(e, k, kn);
-    e[kn] = 0;
     int rc = emb_ranges_add(r, k, kn, e, kn + 1);
-    if (e != stack)
-        kvq__free(e);
+    kvq__key_succ_free(e, stack);
     return rc;
 }
 

@@ -385,15 +385,11 @@ int emb_overlay_clear_range(
 static int overlay_clear_key(emb_overlay *ov, const uint8_t *k, size_t kn)
 {
     uint8_t stack[256];
-    uint8_t *e = kn + 1 <= sizeof(stack) ? stack : kvq__malloc(kn + 1);
+    uint8_t *e = kvq__key_succ(stack, sizeof(stack), k, kn);
     if (e == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
-    if (kn > 0)
-        memcpy(e, k, kn);
-    e[kn] = 0;
     int rc = emb_overlay_clear_range(ov, k, kn, e, kn + 1);
-    if (e != stack)
-        kvq__free(e);
+    kvq__key_succ_free(e, stack);
     return rc;
 }
 
