@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs tests/bindings/python_smoke.py: FoundationDB's own Python binding, taken from a
+# FoundationDB source tree (7.3), against a fresh kvq directory through libkvq_fdb_c.so. The
+# binding's generated files (fdboptions.py from fdb.options, apiversion.py) are written into a
+# scratch directory; nothing of FoundationDB's is kept. Not run by CI.
+#
+#   tests/bindings/run_python.sh FDB_SOURCE_TREE BUILD_DIR [API_VERSION...]   (default 710 730)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+src="$(cd "${1:?usage: run_python.sh FDB_SOURCE_TREE BUILD_DIR [API_VERSION...]}" && pwd)"
+build="$(cd "${2:?usage: run_python.sh FDB_SOURCE_TREE BUILD_DIR [API_VERSION...]}" && pwd)"
+shift 2
+versions=("$@")
+((${#versions[@]})) || versions=(710 730)
+[[ -e "$build/fdbc/libfdb_c.so" ]] || { echo "no $build/fdbc/libfdb_c.so: build kvq first" >&2; exit 2; }
+[[ -d "$src/bindings/python/fdb" ]] || { echo "$src has no bindings/python/fdb" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -r "$src/bindings/python/fdb" "$work/fdb"
+python3 - "$src/fdbclient/vexillographer/fdb.options" "$work/fdb" <<'PY'
+# The binding's option tables, one dict per scope: name -> (code, description, type, param).
+import sys
+import xml.etree.ElementTree as ET
+types = {None: "type(None)", "Int": "type(0)", "String": "type('')", "Bytes": "type(b'')"}
+lines = []
+for scope in ET.parse(sys.argv[1]).getroot().findall("Scope"):
+    lines.append("%s = {" % scope.get("name"))
+    for o in scope.findall("Option"):
+        if o.get("hidden") == "true":
+            continue
+        pd = o.get("paramDescription")
+        lines.append("    %r : (%s, %r, %s, %r)," % (o.get("name"), o.get("code"),
+                     o.get("description") or "", types[o.get("paramType")], pd))
+    lines.append("}\n")
+open(sys.argv[2] + "/fdboptions.py", "w").write("\n".join(lines))
+open(sys.argv[2] + "/apiversion.py", "w").write('LATEST_API_VERSION = 730\nFDB_VERSION = "7.3"\n')
+PY
+export LD_LIBRARY_PATH="$build/fdbc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for v in "${versions[@]}"; do
+    rm -rf "$work/data"
+    echo "kvq:$work/data" >"$work/kvq.cluster"
+    echo "== API version $v"
+    V="$v" FDB_PYTHON_DIR="$work" KVQ_CLUSTER_FILE="$work/kvq.cluster" timeout 120 python3 "$here/python_smoke.py"
+done
