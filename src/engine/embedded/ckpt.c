@@ -33,7 +33,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
      * for as long as one idle transaction keeps its snapshot. */
     sqlite3_busy_timeout(db, 0);
     sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
-    sqlite3_busy_timeout(db, 30000);
+    sqlite3_busy_timeout(db, EMB_BUSY_TIMEOUT_MS);
     __atomic_add_fetch(&e->n_checkpoints, 1, __ATOMIC_RELAXED);
     return SQLITE_OK;
 }

@@ -77,9 +77,17 @@ typedef struct emb_shm {
     int64_t written_version;
     int64_t synced_version;
     uint32_t sync_gen; /* futex word: bumped after each sync */
+    /* Set by a sync of the WAL that failed, by any process: the kernel may have dropped those
+     * frames' pages, and a later sync that succeeds cannot vouch for them, nor for the commits
+     * written after them. Cleared once a checkpoint has copied the whole WAL into the database
+     * file and synced it (sync.c). Zero in a kvq.shm of an older kvq. */
+    uint32_t sync_broken;
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
+
+/* How long SQLite waits for its own locks before SQLITE_BUSY. */
+#define EMB_BUSY_TIMEOUT_MS 30000
 /* Processes share the page's atomics: they must be lock-free, not guarded by a local lock. */
 #if !defined(__GCC_ATOMIC_LLONG_LOCK_FREE) || __GCC_ATOMIC_LLONG_LOCK_FREE != 2
 #error "kvq.shm needs lock-free 64-bit atomics"

@@ -17,7 +17,6 @@
  * refused at open (no format before 3 was released). */
 #define FORMAT_VERSION  3
 #define MARKER_TEXT     "kvq database\nformat 1\n"
-#define BUSY_TIMEOUT_MS 30000
 
 int emb_sqlite_error(sqlite3 *db, int src, const char *what)
 {
@@ -121,7 +120,7 @@ static int open_sqlite(emb_db *e, sqlite3 **out, int create)
         return code;
     }
     sqlite3_extended_result_codes(db, 1);
-    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+    sqlite3_busy_timeout(db, EMB_BUSY_TIMEOUT_MS);
     /* SQLite does not sync commits: kvq does, once for the commits of every process (sync.c),
      * unless the handle is relaxed. Checkpoints still sync the WAL and the database file. */
     rc = exec(db, "PRAGMA synchronous=NORMAL;", "setting synchronous");

@@ -98,22 +98,58 @@ static int covered(const emb_shm *m, int64_t v)
     return m != NULL && __atomic_load_n(&m->synced_version, __ATOMIC_SEQ_CST) >= v;
 }
 
+/* After a failed sync (sync_broken), nothing written to the WAL is known to be on disk, and a
+ * sync that now succeeds proves nothing about pages the kernel gave up on. What does: a
+ * checkpoint that copies every frame of the WAL into the database file, which SQLite then syncs.
+ * Until one has done so, commits are reported as of unknown outcome (the caller's 1021). */
+static int repair_broken_sync(emb_db *e)
+{
+    emb_shm *m = e->shm;
+    emb_conn *c = NULL;
+    int rc = emb_conn_acquire(e, &c);
+    if (rc != 0)
+        return rc;
+    int log = 0, done = 0;
+    /* A reader's snapshot may keep the checkpoint from copying every frame: then the WAL is
+     * still not known to be on disk. Never wait for readers or the commit lock here. */
+    sqlite3_busy_timeout(c->db, 0);
+    int src = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+    sqlite3_busy_timeout(c->db, EMB_BUSY_TIMEOUT_MS);
+    emb_conn_release(e, c);
+    if (src == SQLITE_OK && done >= log) {
+        __atomic_store_n(&m->sync_broken, 0, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    return kvq__error(KVQ_EIO,
+                      "an earlier sync of the WAL failed, and the checkpoint that would make its "
+                      "commits durable has not completed (%s)",
+                      src == SQLITE_OK ? "a reader still needs old frames" : sqlite3_errstr(src));
+}
+
 /* Syncs the WAL and publishes what that covers: target and every commit written by now. */
 static int sync_now(emb_db *e, int64_t target)
 {
     emb_shm *m = e->shm;
+    int rw = m != NULL && !(e->opts.flags & KVQ_DB_READ_ONLY);
     if (m != NULL) {
         int64_t w = __atomic_load_n(&m->written_version, __ATOMIC_SEQ_CST);
         if (w > target)
             target = w;
     }
     int none = 0;
-    int rc = open_wal(e, &none);
+    int rc = 0;
+    if (rw && __atomic_load_n(&m->sync_broken, __ATOMIC_SEQ_CST))
+        rc = repair_broken_sync(e);
+    if (rc == 0)
+        rc = open_wal(e, &none);
     if (rc == 0 && !none) {
-        if (fdatasync(e->wal_fd) != 0)
+        if (fdatasync(e->wal_fd) != 0) {
             rc = kvq__error(KVQ_EIO, "syncing the WAL failed: %s", strerror(errno));
-        else
+            if (rw)
+                __atomic_store_n(&m->sync_broken, 1, __ATOMIC_SEQ_CST);
+        } else {
             __atomic_add_fetch(&e->db->n_syncs, 1, __ATOMIC_RELAXED);
+        }
     }
     /* A read-only handle maps the page read-only: it syncs for itself alone. */
     if (rc == 0 && m != NULL && !(e->opts.flags & KVQ_DB_READ_ONLY)) {
