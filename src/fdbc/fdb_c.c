@@ -1070,21 +1070,12 @@ static int tr_option_known(int option)
  * concern a cluster have nothing to change on one machine and are accepted without effect (their
  * values checked all the same). Unknown ones, and the few kvq cannot honour, are refused with
  * invalid_option (2007). */
-fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
-                                       FDBTransactionOption option,
-                                       const uint8_t *value,
-                                       int value_length)
+/* Applies a known transaction option whose value has been checked. */
+static fdb_error_t tr_option_apply(FDBTransaction *tr,
+                                   FDBTransactionOption option,
+                                   const uint8_t *value,
+                                   int value_length)
 {
-    if (value_length < 0)
-        return FDB_ERR_INVALID_OPTION_VALUE;
-    int known = tr_option_known((int)option);
-    if (known != 1) {
-        complain("transaction option %d is not supported on a kvq directory", (int)option);
-        return FDB_ERR_INVALID_OPTION;
-    }
-    fdb_error_t err = tr_option_value((int)option, value, value_length);
-    if (err != 0)
-        return err;
     int rc = 0;
     switch ((int)option) {
     case FDB_TR_OPTION_TIMEOUT:
@@ -1113,6 +1104,30 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     default:
         return 0;
     }
+}
+
+fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
+                                       FDBTransactionOption option,
+                                       const uint8_t *value,
+                                       int value_length)
+{
+    if (value_length < 0)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    int known = tr_option_known((int)option);
+    if (known != 1) {
+        complain("transaction option %d is not supported on a kvq directory", (int)option);
+        return FDB_ERR_INVALID_OPTION;
+    }
+    /* Only an unknown option is refused by the call itself. As with libfdb_c, which hands a
+     * known option to the transaction on its network thread, any other error (a bad value, an
+     * option too late) is the transaction's deferred error: the next read or the commit
+     * returns it. */
+    fdb_error_t err = tr_option_value((int)option, value, value_length);
+    if (err == 0)
+        err = tr_option_apply(tr, option, value, value_length);
+    if (err != 0 && tr->deferred == 0)
+        tr->deferred = err;
+    return 0;
 }
 
 FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)

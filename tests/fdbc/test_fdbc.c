@@ -532,6 +532,27 @@ static fdb_error_t opt(FDBTransaction *tr, int option)
     return fdb_transaction_set_option(tr, (FDBTransactionOption)option, NULL, 0);
 }
 
+/* The error a transaction holds for its next operation, read through a read-version request. */
+static fdb_error_t deferred_err(FDBTransaction *tr)
+{
+    FDBFuture *f = fdb_transaction_get_read_version(tr);
+    fdb_error_t err = wait_f(f);
+    fdb_future_destroy(f);
+    return err;
+}
+
+/* A transaction option as libfdb_c answers it: the call refuses only an unknown option (2007);
+ * any other error (a bad value, an option set too late) becomes the transaction's deferred
+ * error, returned by its next operation. Returns whichever there is, then resets tr. */
+static fdb_error_t tr_opt(FDBTransaction *tr, int option, const uint8_t *value, int length)
+{
+    fdb_error_t err = fdb_transaction_set_option(tr, (FDBTransactionOption)option, value, length);
+    if (err == 0)
+        err = deferred_err(tr);
+    fdb_transaction_reset(tr);
+    return err;
+}
+
 static void test_transaction_options(void **state)
 {
     (void)state;
@@ -550,10 +571,15 @@ static void test_transaction_options(void **state)
     FDBFuture *w = fdb_transaction_watch(tr, (const uint8_t *)"o/k", 3);
     assert_int_equal(wait_f(w), 1034);
     fdb_future_destroy(w);
-    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 2000);
+    /* Too late: the call succeeds and the transaction's next operation fails, as libfdb_c
+     * hands options to the transaction on its network thread. */
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 0);
+    assert_int_equal(deferred_err(tr), 2000);
+    assert_int_equal(commit(tr), 2000);
     fdb_transaction_reset(tr);
     assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 0);
-    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 2000);
+    assert_int_equal(opt(tr, FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE), 0);
+    assert_int_equal(get_err(tr, "o/k", 0, &present, out, sizeof(out)), 2000);
     /* snapshot_ryw_disable: snapshot reads skip the transaction's writes, others see them. */
     fdb_transaction_reset(tr);
     assert_int_equal(opt(tr, FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE), 0);
@@ -593,7 +619,7 @@ static void test_transaction_options(void **state)
     assert_int_equal(commit(tr), 2101);
     le64(v8, 31);
     fdb_transaction_reset(tr);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_SIZE_LIMIT, v8, 8), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_SIZE_LIMIT, v8, 8), 2006);
     /* The system keys: writes need access_system_keys, reads read_system_keys (or access). */
     static const uint8_t sys[] = { 0xff, 's', 'y', 's' };
     fdb_transaction_reset(tr);
@@ -1227,7 +1253,9 @@ static void test_callbacks_cancel_unsupported(void **state)
 /* Option values as FoundationDB's client checks them (NativeAPI, ReadYourWrites and
  * MultiVersionTransaction's option handling): a value is present when its pointer is not NULL.
  * An option that takes none refuses a non-empty value, one that needs a value refuses a missing
- * one, Int options take 8 bytes within their range: invalid_option_value (2006) otherwise. */
+ * one, Int options take 8 bytes within their range: invalid_option_value (2006) otherwise. A
+ * transaction option's error is the transaction's deferred error (tr_opt); a database or
+ * network option's is the call's. */
 static void test_option_values(void **state)
 {
     (void)state;
@@ -1239,38 +1267,34 @@ static void test_option_values(void **state)
     static const int none[] = { 10, 20, 23, 30, 51, 52, 200, 201, 301, 302, 303,
                                 600, 601, 700, 701, 702, 712, 713, 1101 };
     for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
-        fdb_transaction_reset(tr);
-        assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)none[i], x, 1),
-                         2006);
-        assert_int_equal(
-            fdb_transaction_set_option(tr, (FDBTransactionOption)none[i], empty, 0), 0);
+        assert_int_equal(tr_opt(tr, none[i], x, 1), 2006);
+        assert_int_equal(tr_opt(tr, none[i], empty, 0), 0);
     }
     fdb_transaction_reset(tr);
     /* Options that need one. */
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)800, NULL, 0), 2006);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)800, x, 1), 0);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)801, NULL, 0), 2006);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, NULL, 0), 2006);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, empty, 0), 2006);
+    assert_int_equal(tr_opt(tr, 800, NULL, 0), 2006);
+    assert_int_equal(tr_opt(tr, 800, x, 1), 0);
+    assert_int_equal(tr_opt(tr, 801, NULL, 0), 2006);
+    assert_int_equal(tr_opt(tr, 403, NULL, 0), 2006);
+    assert_int_equal(tr_opt(tr, 403, empty, 0), 2006);
     uint8_t long_id[101];
     memset(long_id, 'i', sizeof(long_id));
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, long_id, 101),
-                     2006);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)403, long_id, 100), 0);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)900, x, 1), 2006);
+    assert_int_equal(tr_opt(tr, 403, long_id, 101), 2006);
+    assert_int_equal(tr_opt(tr, 403, long_id, 100), 0);
+    assert_int_equal(tr_opt(tr, 900, x, 1), 2006);
     /* Int options: 8 bytes, within range. */
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, NULL, 0), 2006);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, v8, 4), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_TIMEOUT, NULL, 0), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_TIMEOUT, v8, 4), 2006);
     le64(v8, -1);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, v8, 8), 2006);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 0);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_MAX_RETRY_DELAY, v8, 8), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_TIMEOUT, v8, 8), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 0);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_MAX_RETRY_DELAY, v8, 8), 2006);
     le64(v8, -2);
-    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 2006);
+    assert_int_equal(tr_opt(tr, FDB_TR_OPTION_RETRY_LIMIT, v8, 8), 2006);
     le64(v8, 0);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)405, v8, 8), 2006);
+    assert_int_equal(tr_opt(tr, 405, v8, 8), 2006);
     le64(v8, 1000);
-    assert_int_equal(fdb_transaction_set_option(tr, (FDBTransactionOption)405, v8, 8), 0);
+    assert_int_equal(tr_opt(tr, 405, v8, 8), 0);
     /* The options were checked, not applied: the transaction works. */
     set_s(tr, "ov/k", "v");
     assert_int_equal(commit(tr), 0);

@@ -101,6 +101,7 @@ typedef struct fdb_txn {
     ptr_vec watches;  /* fdb_watch of this transaction, until it commits */
     FDBFuture *stamp; /* the versionstamp, requested before commit */
     int wrote;        /* a mutation or write-conflict range was added */
+    int read;         /* a key or range was read */
     int committed;
     int64_t committed_version;
     /* The FoundationDB timeout option last applied, and when the FDB transaction started. */
@@ -367,6 +368,7 @@ static void txn_clear(fdb_txn *t)
         t->stamp = NULL;
     }
     t->wrote = 0;
+    t->read = 0;
     t->committed = 0;
     t->committed_version = 0;
     t->applied_timeout_ms = 0;
@@ -467,6 +469,7 @@ static int fdb_get(void *tp,
     int rc = prepare(t);
     if (rc != 0)
         return rc;
+    t->read = 1;
     FDBFuture *f = F.fdb_transaction_get(t->tr, key != NULL ? key : empty_key, (int)key_len,
                                          snapshot_flag(t, flags));
     rc = await(f, "get");
@@ -538,6 +541,7 @@ static int fdb_get_range(void *tp,
     int rc = prepare(t);
     if (rc != 0)
         return rc;
+    t->read = 1;
     int reverse = (flags & KVQ_REVERSE) != 0;
     int snapshot = snapshot_flag(t, flags);
     const uint8_t *b = begin != NULL ? begin : empty_key;
@@ -728,6 +732,11 @@ static int fdb_set_option(void *tp, kvq_txn_option option, int64_t value)
     int rc = prepare(t);
     if (rc != 0)
         return rc;
+    /* libfdb_c reports an option's misuse only at the transaction's next operation; kvq reports
+     * it from the call, as the embedded engine does, so the error means the same on both. */
+    if (option == KVQ_TXN_READ_YOUR_WRITES_DISABLE && (t->read || t->wrote))
+        return kvq__error(KVQ_ECLIENT_INVALID_OPERATION,
+                          "read-your-writes can be disabled only before the first read or write");
     uint8_t param[8];
     for (int i = 0; i < 8; i++)
         param[i] = (uint8_t)((uint64_t)value >> (8 * i));
