@@ -1240,6 +1240,17 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
     CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
     assert_int_equal(n, 0);
     kvq_txn_destroy(t);
+
+    /* An atomic operation is not a clear, COMPARE_AND_CLEAR included: it applies to a value the
+     * transaction cannot know, so the key stays unreadable (FoundationDB's write map keeps
+     * whatever a mutation touches unreadable; only clears make it readable). */
+    t = new_txn(db);
+    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
+    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("x"), KVQ_MUT_COMPARE_AND_CLEAR));
+    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("y"), KVQ_MUT_APPEND_IF_FITS));
+    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    kvq_txn_destroy(t);
     kvq_db_close(db);
 }
 
