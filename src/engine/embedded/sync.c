@@ -152,7 +152,7 @@ static int sync_now(emb_db *e, int64_t target)
         }
     }
     /* A read-only handle maps the page read-only: it syncs for itself alone. */
-    if (rc == 0 && m != NULL && !(e->opts.flags & KVQ_DB_READ_ONLY)) {
+    if (rc == 0 && rw) {
         int64_t cur = __atomic_load_n(&m->synced_version, __ATOMIC_SEQ_CST);
         while (cur < target &&
                !__atomic_compare_exchange_n(&m->synced_version, &cur, target, 0, __ATOMIC_SEQ_CST,
