@@ -56,6 +56,14 @@ enum {
      * which the commit may or may not survive) is reported as the definite KVQ_EIO instead of
      * KVQ_ECOMMIT_UNKNOWN_RESULT. */
     KVQ_TEST_IOERR_AS_DEFINITE = 1u << 3,
+    /** Embedded engine, a crash point rather than a broken guarantee: this handle's next
+     * commit leader waits (up to 10 s) until another process has queued a batch in the shared
+     * commit queue, takes it into its own batch, and stops its process with SIGSTOP just before
+     * the storage commit, holding the commit lock, so that a test can kill it there. */
+    KVQ_TEST_LEADER_STOP_BEFORE_COMMIT = 1u << 4,
+    /** As KVQ_TEST_LEADER_STOP_BEFORE_COMMIT, but the process stops just after the storage
+     * commit, before the other process's batch learns its outcome. */
+    KVQ_TEST_LEADER_STOP_AFTER_COMMIT = 1u << 5,
 };
 
 #define KVQ_TESTING_OPTIONS_VERSION 1

@@ -17,7 +17,8 @@ static const char *default_url(void)
 
 #define KVQ__TEST_FLAGS_KNOWN                                                                \
     (KVQ_TEST_SKIP_CONFLICT_CHECK | KVQ_TEST_DROP_IDEMPOTENCY_MARKER | KVQ_TEST_ACK_BEFORE_SYNC | \
-     KVQ_TEST_IOERR_AS_DEFINITE)
+     KVQ_TEST_IOERR_AS_DEFINITE | KVQ_TEST_LEADER_STOP_BEFORE_COMMIT |                           \
+     KVQ_TEST_LEADER_STOP_AFTER_COMMIT)
 
 static int db_open(kvq_db **out, const char *url, const kvq_db_options *opts,
                    const kvq_testing_options *testing, const char *fn)

@@ -368,7 +368,7 @@ static void check_modes(const char *url, unsigned want)
 {
     char path[PATH_MAX + 300];
     static const char *const files[] = { "data.db",  "data.db-wal", "data.db-shm", "kvq.marker",
-                                         "kvq.lock", "kvq.shm",     "kvq.reserve" };
+                                         "kvq.lock", "kvq.shm",     "kvq.reserve", "kvq.cq" };
     int seen = 0;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", url, files[i]);

@@ -10,7 +10,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <unistd.h>
 
 #include "emb.h"
 
@@ -338,12 +340,62 @@ static void unlock_commit(emb_db *e)
 
 static void req_fail(emb_commit_req *r, int rc);
 
-/* Writes one batch. Sets each request's rc. Returns KVQ_ENOSPC when the disk filled up while
- * the batch was written outside drain mode (the caller then retries it in drain mode). */
-static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_sync)
+/* The test knobs KVQ_TEST_LEADER_STOP_*: wait for another process's batch to take. */
+static void stall_for_remote(emb_db *e)
+{
+    for (int i = 0; i < 10000 && !emb_cq_any_ready(e); i++)
+        usleep(1000);
+}
+
+static void stop_here(emb_db *e, unsigned int flag, const emb_cq_taken *tk)
+{
+    if ((e->opts.test_flags & flag) && tk->n_slots > 0)
+        raise(SIGSTOP);
+}
+
+/* The requests a batch failed before writing anything: this process's, unless another leader
+ * wrote them (*own_done), and of unknown outcome if a leader that died had taken them. */
+static void fail_early(emb_db *e, emb_commit_req **reqs, size_t n, int own, int *own_done, int rc)
+{
+    int st = own >= 0 ? emb_cq_own_claim(e, own) : 0;
+    if (st == 2) {
+        *own_done = 1;
+        return;
+    }
+    if (st == 1)
+        rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                        "the process writing this commit died, and the database could not be "
+                        "read to learn whether it was written: %s",
+                        kvq_last_error());
+    for (size_t i = 0; i < n; i++)
+        req_fail(reqs[i], rc);
+}
+
+/* A request's final outcome once the storage commit is done (rc: its result). */
+static void settle(emb_commit_req *r, int rc)
+{
+    if (r->applied) {
+        r->applied = 0;
+        if (rc != 0) {
+            req_fail(r, rc);
+            r->t->committed_version = 0;
+        }
+    } else if (rc != 0 && r->rc == 0) {
+        req_fail(r, rc);
+    }
+}
+
+/* Writes one batch, with the commit lock held by the caller; releases it. The batch is this
+ * process's requests (reqs, n) and the batches other processes published in kvq.cq (cq.c).
+ * own: the slot of kvq.cq where this process published reqs before it got the lock (-1: none);
+ * if another leader wrote them meanwhile, *own_done is set and they are not written again.
+ * Sets each request's rc. Returns KVQ_ENOSPC when the disk filled up while the batch was
+ * written outside drain mode (the caller then retries it in drain mode). */
+static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int *own_done,
+                       int64_t *to_sync)
 {
     *to_sync = 0;
-    lock_commit(e);
+    *own_done = 0;
     emb_reserve_refresh(e);
     int rc = exec_w(e, "BEGIN IMMEDIATE", "starting a commit");
     int64_t prev = 0, version = 0;
@@ -356,11 +408,51 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
     if (rc != 0) {
         if (!sqlite3_get_autocommit(e->writer))
             exec_w(e, "ROLLBACK", "rolling back");
+        fail_early(e, reqs, n, own, own_done, rc);
         unlock_commit(e);
-        for (size_t i = 0; i < n; i++)
-            req_fail(reqs[i], rc);
+        emb_cq_wake_next(e);
         return 0;
     }
+    /* Before anything is committed: the slots of a leader that died are settled against the
+     * version just read. */
+    emb_cq_recover(e, prev);
+    if (own >= 0 && emb_cq_own_done(e, own)) {
+        *own_done = 1;
+        n = 0;
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += reqs[i]->t->size;
+    emb_cq_taken *tk = &e->cq_taken;
+    if (e->cq != NULL) {
+        if (e->opts.test_flags &
+            (KVQ_TEST_LEADER_STOP_BEFORE_COMMIT | KVQ_TEST_LEADER_STOP_AFTER_COMMIT))
+            stall_for_remote(e);
+        emb_cq_take(e, n < MAX_BATCH ? MAX_BATCH - n : 0,
+                    bytes < MAX_BATCH_BYTES ? MAX_BATCH_BYTES - bytes : 0, tk);
+    }
+    size_t total = n + tk->n;
+    if (total == 0) {
+        exec_w(e, "ROLLBACK", "rolling back");
+        unlock_commit(e);
+        emb_cq_wake_next(e);
+        return 0;
+    }
+    emb_commit_req **all = kvq__malloc(total * sizeof(*all));
+    if (all == NULL) {
+        rc = kvq__error(KVQ_ENOMEM, "out of memory for a batch");
+        exec_w(e, "ROLLBACK", "rolling back");
+        emb_cq_untake(e, tk);
+        int ignored = 0;
+        fail_early(e, reqs, n, -1, &ignored, rc);
+        unlock_commit(e);
+        emb_cq_wake_next(e);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        all[i] = reqs[i];
+    for (size_t i = 0; i < tk->n; i++)
+        all[n + i] = &tk->reqs[i];
     /* From here until the SQLite COMMIT or ROLLBACK is done, this commit is marked in flight
      * in kvq.shm, so that readers never hand out a read version at or above its version unless
      * their snapshot holds it (rv.c). */
@@ -370,8 +462,8 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
     uint16_t order = 0;
     kvq_buf batch = KVQ_BUF_INIT;
     size_t applied = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        emb_commit_req *r = reqs[i];
+    for (size_t i = 0; i < total && rc == 0; i++) {
+        emb_commit_req *r = all[i];
         emb_txn *t = r->t;
         if (t->has_rv && t->reads.n > 0) {
             if (!log_covers(e, t->rv)) {
@@ -452,6 +544,11 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
         }
     }
     if (rc == 0) {
+        /* What the other processes' requests will be told, written before the COMMIT: if this
+         * process dies after it, the next lock holder finds the version in the database and
+         * hands these on (cq.c). */
+        emb_cq_outcomes(e, tk, version, 0);
+        stop_here(e, KVQ_TEST_LEADER_STOP_BEFORE_COMMIT, tk);
         int src = sqlite3_exec(e->writer, "COMMIT", NULL, NULL, NULL);
         if (src != SQLITE_OK) {
             /* A failed COMMIT rolls back, except that a failure while syncing may leave the
@@ -466,6 +563,8 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
                                 sqlite3_errmsg(e->writer));
             if (!sqlite3_get_autocommit(e->writer))
                 exec_w(e, "ROLLBACK", "rolling back");
+        } else {
+            stop_here(e, KVQ_TEST_LEADER_STOP_AFTER_COMMIT, tk);
         }
     } else if (!sqlite3_get_autocommit(e->writer)) {
         exec_w(e, "ROLLBACK", "rolling back");
@@ -480,7 +579,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
     emb_watch_publish(e);
     emb_rv_commit_end(e);
     if (rc == KVQ_ENOSPC && !e->drain_only && emb_reserve_release(e)) {
-        /* Retry the whole batch in drain mode, on the space the reserve held. */
+        /* Retry the whole batch in drain mode, on the space the reserve held; the other
+         * processes' batches go back to their slots for it or the next leader. */
+        emb_cq_untake(e, tk);
         unlock_commit(e);
         for (size_t i = 0; i < n; i++) {
             reqs[i]->applied = 0;
@@ -488,21 +589,20 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int64_t *to_s
             reqs[i]->msg[0] = '\0';
             reqs[i]->t->committed_version = 0;
         }
+        kvq__free(all);
         return KVQ_ENOSPC;
     }
+    /* The other processes' outcomes are final before the lock is released: a lock holder that
+     * finds a slot still taken knows its leader died. */
+    for (size_t i = n; i < total; i++)
+        settle(all[i], rc);
+    emb_cq_outcomes(e, tk, version, 1);
+    emb_cq_free_taken(tk);
     unlock_commit(e);
-    for (size_t i = 0; i < n; i++) {
-        emb_commit_req *r = reqs[i];
-        if (r->applied) {
-            r->applied = 0;
-            if (rc != 0) {
-                req_fail(r, rc);
-                r->t->committed_version = 0;
-            }
-        } else if (rc != 0 && r->rc == 0) {
-            req_fail(r, rc);
-        }
-    }
+    emb_cq_wake_next(e);
+    for (size_t i = 0; i < n; i++)
+        settle(all[i], rc);
+    kvq__free(all);
     if (rc == 0 && applied > 0) {
         __atomic_add_fetch(&e->db->n_batches, 1, __ATOMIC_RELAXED);
         emb_notify_commit(e);
@@ -596,8 +696,30 @@ int emb_commit(void *tp)
                 e->queue_tail = NULL;
             pthread_mutex_unlock(&e->gc_mu);
             int64_t to_sync = 0;
-            if (write_batch(e, batch, n, &to_sync) == KVQ_ENOSPC)
-                write_batch(e, batch, n, &to_sync);
+            int own = -1, own_done = 0, locked = 0;
+            if (e->cq != NULL) {
+                /* The lock is taken: publish the batch for its holder (or the next) to write
+                 * with its own, and sleep until it is written or the lock is ours. */
+                if (flock(e->lock_fd, LOCK_EX | LOCK_NB) == 0)
+                    locked = 1;
+                else if ((own = emb_cq_publish(e, batch, n)) >= 0)
+                    locked = emb_cq_wait(e, own);
+            }
+            if (own < 0 && !locked) {
+                lock_commit(e);
+                locked = 1;
+            }
+            if (!locked) {
+                own_done = 1;
+            } else if (write_batch(e, batch, n, own, &own_done, &to_sync) == KVQ_ENOSPC) {
+                int ignored;
+                lock_commit(e);
+                write_batch(e, batch, own_done ? 0 : n, -1, &ignored, &to_sync);
+            }
+            if (own >= 0 && own_done)
+                to_sync = emb_cq_collect(e, own, batch, n);
+            else if (own >= 0)
+                emb_cq_release(e, own);
             /* Other processes write their commits while this batch waits for the disk (the
              * commit lock is free); this process's next commits gather meanwhile and go as the
              * next batch. */

@@ -10,7 +10,8 @@
  *   kvq.lock                kvq's cross-process commit lock (flock)
  *   kvq.shm                 a shared page: a counter bumped by every commit, on which watchers
  *                           sleep with a futex (watches across processes without polling), and
- *                           the counters that let read versions advance with time (rv.c) */
+ *                           the counters that let read versions advance with time (rv.c)
+ *   kvq.cq                  the commit queue shared by every process (cq.c) */
 #ifndef KVQ_EMB_H
 #define KVQ_EMB_H
 
@@ -94,6 +95,21 @@ _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
 #endif
 
 typedef struct emb_commit_req emb_commit_req;
+typedef struct emb_txn emb_txn;
+
+/* The commit queue shared by every process (cq.c): slots of kvq.cq, each one process's batch. */
+#define EMB_CQ_SLOTS      32
+#define EMB_CQ_MAX_REQS   64
+#define EMB_CQ_SLOT_BYTES (256u << 10)
+
+/* The requests a leader took from other processes' slots. */
+typedef struct emb_cq_taken {
+    size_t n, n_slots;
+    int slot[EMB_CQ_SLOTS];
+    size_t first[EMB_CQ_SLOTS], count[EMB_CQ_SLOTS];
+    emb_commit_req *reqs; /* EMB_CQ_SLOTS * EMB_CQ_MAX_REQS of each */
+    emb_txn *txns;
+} emb_cq_taken;
 
 typedef struct emb_db {
     kvq_db *db;
@@ -146,6 +162,12 @@ typedef struct emb_db {
     uint64_t watch_reads, watch_scans; /* keys read and scans made by the watcher (tests) */
     /* Leader only, under the commit lock: the watch buckets the batch touched. */
     uint64_t touched[EMB_WATCH_BUCKETS / 64];
+    /* The shared commit queue (cq.c); NULL for a read-only handle. cq_own: the slot this
+     * handle's batch is in, or -1 (one batch of a handle at a time: its leader's). */
+    void *cq;
+    int cq_fd;
+    int cq_own;
+    emb_cq_taken cq_taken; /* leader only */
 } emb_db;
 
 /* One buffered write, applied in order at commit. */
@@ -185,7 +207,7 @@ typedef struct emb_arena_block {
     uint8_t data[];
 } emb_arena_block;
 
-typedef struct emb_txn {
+struct emb_txn {
     emb_db *e;
     kvq_txn *owner;
     emb_conn *conn; /* held from the first read to commit or reset */
@@ -216,7 +238,7 @@ typedef struct emb_txn {
 
     kvq_watch **pending_watches;
     size_t n_pending, cap_pending;
-} emb_txn;
+};
 
 /* Per-watch engine data. */
 typedef struct emb_watch {
@@ -407,6 +429,44 @@ void emb_reserve_refresh(emb_db *e);
 /* Drain mode's test, under the commit lock: *grows = 1 unless the transaction frees more bytes
  * (stored rows its clears delete) than it writes (keys and values it sets). */
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows);
+
+/* the commit queue shared by every process (cq.c) */
+/* Maps kvq.cq (a read-write handle that knows this boot's id; otherwise commits wait on the
+ * commit lock alone). */
+int emb_cq_open(emb_db *e);
+void emb_cq_close(emb_db *e);
+/* Owner: publishes a batch in a free slot; its index, or -1 (no slot free, too large). */
+int emb_cq_publish(emb_db *e, emb_commit_req **reqs, size_t n);
+/* Owner: sleeps until the slot is DONE (0) or this thread holds the commit lock (1). */
+int emb_cq_wait(emb_db *e, int own);
+/* Owner holding the commit lock, after emb_cq_recover: 1 if its slot is DONE; else the slot is
+ * private again and the owner leads its own requests. */
+int emb_cq_own_done(emb_db *e, int own);
+/* Owner holding the commit lock that could not read the database: 2 if its slot is DONE;
+ * else the slot is private again, and 1 if a leader that died had taken it (its outcome is
+ * unknown), 0 if not. */
+int emb_cq_own_claim(emb_db *e, int own);
+/* Owner: copies the outcomes of a DONE slot into its requests and frees the slot; the version
+ * to sync, or 0 when none committed. */
+int64_t emb_cq_collect(emb_db *e, int own, emb_commit_req **reqs, size_t n);
+/* Owner: frees its slot. */
+void emb_cq_release(emb_db *e, int own);
+/* Lock holder, with the database's version read under the lock, before it commits anything:
+ * settles the slots of a leader that died (DONE if its COMMIT happened, READY otherwise) and
+ * frees the slots of owners that died. */
+void emb_cq_recover(emb_db *e, int64_t db_version);
+/* Lock holder: takes READY slots, whole, while they fit in room requests and bytes_room bytes. */
+int emb_cq_take(emb_db *e, size_t room, size_t bytes_room, emb_cq_taken *out);
+/* Lock holder: writes the taken requests' outcomes; tentative (before the COMMIT, for a leader
+ * that would die before the final ones) or final (the slots become DONE, owners are woken). */
+void emb_cq_outcomes(emb_db *e, emb_cq_taken *tk, int64_t version, int final);
+/* Lock holder giving up its batch before committing: the taken slots are READY again. */
+void emb_cq_untake(emb_db *e, emb_cq_taken *tk);
+void emb_cq_free_taken(emb_cq_taken *tk);
+/* After releasing the lock: wakes the owner of a slot still waiting, to lead the next batch. */
+void emb_cq_wake_next(emb_db *e);
+/* Is another process's batch waiting in a slot? */
+int emb_cq_any_ready(emb_db *e);
 
 /* checkpoints (ckpt.c) */
 int emb_ckpt_start(emb_db *e);

@@ -444,6 +444,8 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
     e->opts = *opts;
     e->lock_fd = -1;
     e->shm_fd = -1;
+    e->cq_fd = -1;
+    e->cq_own = -1;
 
     pthread_mutex_init(&e->pool_mu, NULL);
     pthread_mutex_init(&e->gc_mu, NULL);
@@ -560,8 +562,10 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
     if (rc != 0)
         goto fail;
     rc = emb_shm_open(e);
-    if (rc == 0)
+    if (rc == 0) {
         emb_rv_clock_open(e);
+        rc = emb_cq_open(e);
+    }
     if (rc == 0 && !(opts->flags & KVQ_DB_READ_ONLY))
         rc = exec(e->writer, "PRAGMA journal_size_limit=67108864;", "limiting the WAL size");
     if (rc == 0)
@@ -604,6 +608,7 @@ static void emb_close(void *ep)
     pthread_mutex_destroy(&e->gc_mu);
     pthread_mutex_destroy(&e->watch_mu);
     emb_sync_close(e);
+    emb_cq_close(e);
     pthread_mutex_destroy(&e->sync_mu);
     kvq__free(e->dir);
     kvq__free(e->path);

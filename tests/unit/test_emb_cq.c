@@ -1,0 +1,330 @@
+/* The commit queue shared by every process (kvq.cq): one storage transaction carries the
+ * commits of several processes, and a leader killed in the middle of a batch neither loses nor
+ * doubles the other processes' commits, nor leaves them waiting.
+ *
+ * shared_batches: four single-threaded processes commit at once, each commit adding one to a
+ * counter of its process, to a shared sum (atomically), every other one to a shared counter by
+ * reading and writing it (so they conflict, and are retried), and writing a key of its own.
+ * Every acknowledged commit must be there exactly once (each counter equals its number of
+ * commits, every key is present), and the processes' storage transactions must be fewer than
+ * their commits: with one thread each, only a batch that carries another process's commits can
+ * make them so.
+ *
+ * leader_killed: a process A opens its handle with a crash-point knob (kvq/testing.h): its
+ * commit leader waits, holding the commit lock, until another process has queued its batch in
+ * kvq.cq, takes it, and stops (SIGSTOP) just before or just after its storage commit. A second
+ * process B then commits (adding 1 to a counter and writing its key): it finds the lock taken
+ * and queues. Once A is stopped with B's batch in hand, A is killed (SIGKILL). B must return
+ * success within the test's time limit, and the database must hold B's commit exactly once:
+ * killed before its commit, A's own write is absent and the counter is 1 (B's commit was applied
+ * by B itself, once); killed after, both are present and the counter is 2 (B learnt that A's
+ * batch carried it, and did not apply it again). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvq/kvq.h"
+#include "kvq/testing.h"
+#include "test_scale.h"
+
+#define PROCS 4
+
+static void rm_rf(const char *dir)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "# could not remove %s\n", dir);
+}
+
+static int64_t read_counter(kvq_db *db, const char *key)
+{
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    kvq_bytes v;
+    int present = 0;
+    assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)key, strlen(key), 0), 0);
+    int64_t n = 0;
+    if (present) {
+        assert_int_equal(v.len, 8);
+        memcpy(&n, v.data, 8);
+    }
+    kvq_txn_destroy(t);
+    return n;
+}
+
+static int key_present(kvq_db *db, const char *key)
+{
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    kvq_bytes v;
+    int present = 0;
+    assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)key, strlen(key), 0), 0);
+    kvq_txn_destroy(t);
+    return present;
+}
+
+/* ---- shared_batches ----------------------------------------------------------------------- */
+
+/* Adds one to the counter at key by reading and writing it (a read-conflict range). */
+static int rmw(kvq_txn *t, const char *key)
+{
+    kvq_bytes v;
+    int present = 0;
+    int64_t n = 0;
+    int rc = kvq_txn_get(&v, &present, t, (const uint8_t *)key, strlen(key), 0);
+    if (rc == 0 && present && v.len == 8)
+        memcpy(&n, v.data, 8);
+    n++;
+    return rc != 0 ? rc : kvq_txn_set(t, (const uint8_t *)key, strlen(key), (const uint8_t *)&n, 8);
+}
+
+/* Commit i of process id: adds one to the process's own counter (read and written), to "sum"
+ * (an atomic add: no conflict with anyone), on even i to "rmw" (read and written: conflicts
+ * with every other process's commit of it, so a batch that carries several processes' commits
+ * must resolve them against each other), and writes its key; retried until it commits. */
+static int commit_one(kvq_db *db, int id, int i)
+{
+    char own[32], key[32];
+    snprintf(own, sizeof(own), "c-%d", id);
+    snprintf(key, sizeof(key), "k-%d-%d", id, i);
+    kvq_txn *t;
+    if (kvq_txn_create(&t, db) != 0)
+        return -1;
+    int rc;
+    int64_t one = 1;
+    for (;;) {
+        rc = rmw(t, own);
+        if (rc == 0 && i % 2 == 0)
+            rc = rmw(t, "rmw");
+        if (rc == 0)
+            rc = kvq_txn_atomic_op(t, (const uint8_t *)"sum", 3, (const uint8_t *)&one, 8,
+                                   KVQ_MUT_ADD);
+        if (rc == 0)
+            rc = kvq_txn_set(t, (const uint8_t *)key, strlen(key), (const uint8_t *)"v", 1);
+        if (rc == 0)
+            rc = kvq_txn_commit(t);
+        if (rc == 0 || kvq_txn_on_error(t, rc) != 0)
+            break;
+    }
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+static void batches_child(const char *dir, int id, int n, int out_fd)
+{
+    kvq_db *db;
+    if (kvq_db_open(&db, dir, NULL) != 0)
+        _exit(3);
+    /* Start together. */
+    char go;
+    if (read(0, &go, 1) < 0)
+        _exit(4);
+    for (int i = 0; i < n; i++)
+        if (commit_one(db, id, i) != 0)
+            _exit(5);
+    kvq_db_stats st;
+    kvq_db_get_stats(&st, db);
+    uint64_t both[2] = { st.commits, st.batches };
+    if (write(out_fd, both, sizeof(both)) != (ssize_t)sizeof(both))
+        _exit(6);
+    kvq_db_close(db);
+    _exit(0);
+}
+
+static void test_shared_batches(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvq-cq-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0); /* created before the children race */
+    kvq_db_close(db);
+    int n = (int)kvq_test_scaled(150);
+    int go[2], res[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(res), 0);
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            dup2(go[0], 0);
+            close(go[1]);
+            close(res[0]);
+            batches_child(dir, i, n, res[1]);
+        }
+    }
+    close(go[0]);
+    close(res[1]);
+    close(go[1]); /* every child's read returns: go */
+    uint64_t commits = 0, batches = 0;
+    for (int i = 0; i < PROCS; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        uint64_t both[2];
+        assert_int_equal(read(res[0], both, sizeof(both)), (ssize_t)sizeof(both));
+        commits += both[0];
+        batches += both[1];
+    }
+    close(res[0]);
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    assert_int_equal(read_counter(db, "sum"), (int64_t)PROCS * n);
+    assert_int_equal(read_counter(db, "rmw"), (int64_t)PROCS * ((n + 1) / 2));
+    for (int i = 0; i < PROCS; i++) {
+        char own[32];
+        snprintf(own, sizeof(own), "c-%d", i);
+        assert_int_equal(read_counter(db, own), n);
+    }
+    for (int i = 0; i < PROCS; i++)
+        for (int j = 0; j < n; j++) {
+            char key[32];
+            snprintf(key, sizeof(key), "k-%d-%d", i, j);
+            if (!key_present(db, key))
+                fail_msg("acknowledged key %s is missing", key);
+        }
+    kvq_db_close(db);
+    printf("cq: procs=%d commits=%llu storage_transactions=%llu\n", PROCS,
+           (unsigned long long)commits, (unsigned long long)batches);
+    assert_int_equal(commits, (uint64_t)PROCS * (uint64_t)n);
+    assert_true(batches < commits);
+    rm_rf(dir);
+}
+
+/* ---- leader_killed ------------------------------------------------------------------------ */
+
+static int add_and_set(kvq_db *db, const char *key)
+{
+    kvq_txn *t;
+    if (kvq_txn_create(&t, db) != 0)
+        return -1;
+    int64_t one = 1;
+    int rc = kvq_txn_atomic_op(t, (const uint8_t *)"ctr", 3, (const uint8_t *)&one, 8, KVQ_MUT_ADD);
+    if (rc == 0)
+        rc = kvq_txn_set(t, (const uint8_t *)key, strlen(key), (const uint8_t *)"v", 1);
+    if (rc == 0)
+        rc = kvq_txn_commit(t);
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+static int lock_held(const char *dir)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/kvq.lock", dir);
+    int fd = open(p, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (!held)
+        flock(fd, LOCK_UN);
+    close(fd);
+    return held;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static void leader_killed(unsigned int knob, const char *where)
+{
+    char dir[] = "/tmp/kvq-cqkill-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    kvq_db_close(db);
+
+    pid_t a = fork();
+    assert_true(a >= 0);
+    if (a == 0) {
+        kvq_testing_options tk = KVQ_TESTING_OPTIONS_INIT;
+        tk.flags = knob;
+        kvq_db *d;
+        if (kvq_db_open_testing(&d, dir, NULL, &tk) != 0)
+            _exit(3);
+        add_and_set(d, "A");
+        _exit(0); /* not reached when the knob works: A is stopped, then killed */
+    }
+    /* A holds the commit lock while it waits for another process's batch. */
+    for (int i = 0; i < 3000 && !lock_held(dir); i++)
+        sleep_ms(10);
+    assert_true(lock_held(dir));
+
+    pid_t b = fork();
+    assert_true(b >= 0);
+    if (b == 0) {
+        kvq_db *d;
+        if (kvq_db_open(&d, dir, NULL) != 0)
+            _exit(3);
+        int rc = add_and_set(d, "B");
+        kvq_db_close(d);
+        _exit(rc == 0 ? 0 : 10);
+    }
+    int status;
+    assert_int_equal(waitpid(a, &status, WUNTRACED), a);
+    if (!WIFSTOPPED(status))
+        fail_msg("the leader was not stopped at its crash point (status 0x%x)", status);
+    kill(a, SIGKILL);
+    assert_int_equal(waitpid(a, &status, 0), a);
+    assert_true(WIFSIGNALED(status));
+
+    assert_int_equal(waitpid(b, &status, 0), b);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the process whose batch the killed leader held failed its commit (exit %d)",
+                 WEXITSTATUS(status));
+
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    int64_t ctr = read_counter(db, "ctr");
+    int has_a = key_present(db, "A"), has_b = key_present(db, "B");
+    kvq_db_close(db);
+    printf("cq: leader killed %s its commit: counter=%lld A=%d B=%d\n", where, (long long)ctr,
+           has_a, has_b);
+    assert_true(has_b);
+    if (knob == KVQ_TEST_LEADER_STOP_BEFORE_COMMIT) {
+        assert_false(has_a);
+        assert_int_equal(ctr, 1);
+    } else {
+        assert_true(has_a);
+        assert_int_equal(ctr, 2);
+    }
+    rm_rf(dir);
+}
+
+static void test_leader_killed_before_commit(void **state)
+{
+    (void)state;
+    leader_killed(KVQ_TEST_LEADER_STOP_BEFORE_COMMIT, "before");
+}
+
+static void test_leader_killed_after_commit(void **state)
+{
+    (void)state;
+    leader_killed(KVQ_TEST_LEADER_STOP_AFTER_COMMIT, "after");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shared_batches),
+        cmocka_unit_test(test_leader_killed_before_commit),
+        cmocka_unit_test(test_leader_killed_after_commit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
