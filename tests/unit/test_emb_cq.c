@@ -293,7 +293,7 @@ static void leader_killed(unsigned int knob, const char *where)
     int64_t ctr = read_counter(db, "ctr");
     int has_a = key_present(db, "A"), has_b = key_present(db, "B");
     kvq_db_close(db);
-    printf("cq: leader killed %s its commit: counter=%lld A=%d B=%d\n", where, (long long)ctr,
+    printf("pause: kind=leader_killed_%s_commit counter=%lld A=%d B=%d\n", where, (long long)ctr,
            has_a, has_b);
     assert_true(has_b);
     if (knob == KVQ_TEST_LEADER_STOP_BEFORE_COMMIT) {

@@ -116,81 +116,75 @@ static int slot_lock(const emb_db *e, int i, short type)
     return fcntl(e->cq_fd, F_OFD_SETLK, &fl);
 }
 
-int emb_cq_open(emb_db *e)
+/* Is kvq.cq set up by this boot? */
+static int cq_ready(const emb_db *e, int fd)
+{
+    struct stat st;
+    cq_header h = { 0 };
+    return fstat(fd, &st) == 0 && (size_t)st.st_size == CQ_FILE_BYTES &&
+           pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == CQ_MAGIC &&
+           h.boot[0] == e->boot_id[0] && h.boot[1] == e->boot_id[1];
+}
+
+/* Clears kvq.cq and allocates its blocks (a store into a page of a sparse file on a full disk
+ * would kill the process with SIGBUS); the magic goes last, so that on any failure nobody uses
+ * the file. Under the commit lock. */
+static int cq_setup(const emb_db *e, int fd)
+{
+    cq_header h = { .magic = CQ_MAGIC, .boot = { e->boot_id[0], e->boot_id[1] } };
+    if (ftruncate(fd, 0) == 0 && ftruncate(fd, (off_t)CQ_FILE_BYTES) == 0 &&
+        posix_fallocate(fd, 0, (off_t)CQ_FILE_BYTES) == 0 &&
+        pwrite(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h))
+        return 1;
+    int freed = ftruncate(fd, 0); /* the space back; nothing else to do if that fails too */
+    (void)freed;
+    return 0;
+}
+
+void emb_cq_open(emb_db *e)
 {
     e->cq = NULL;
     e->cq_fd = -1;
     e->cq_own = -1;
+    /* Without the file (read-only, no boot id to tell a torn file from this boot's, no room,
+     * no descriptor), commits of this handle wait on the commit lock alone. */
     if ((e->opts.flags & KVQ_DB_READ_ONLY) || e->lock_fd < 0 ||
         (e->boot_id[0] == 0 && e->boot_id[1] == 0))
-        return 0; /* commits of this handle wait on the commit lock */
+        return;
     size_t n = strlen(e->dir) + 16;
     char *p = kvq__malloc(n);
     if (p == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
+        return;
     snprintf(p, n, "%s/kvq.cq", e->dir);
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, e->opts.file_mode);
-    int rc = 0;
-    if (fd < 0) {
-        rc = kvq__error(errno == EACCES ? KVQ_EPERM : KVQ_EIO, "cannot open %s: %s", p,
-                        strerror(errno));
-        kvq__free(p);
-        return rc;
-    }
-    /* Cleared and sized under the commit lock, so that two first openers agree; a file this
-     * boot already set up is used as it is, without waiting for the lock. */
-    int rc2 = 0;
-    for (int locked = 0; locked < 2 && rc == 0; locked++) {
-        if (locked)
-            while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
-            }
-        struct stat st;
-        cq_header h = { 0 };
-        if (fstat(fd, &st) != 0) {
-            rc = kvq__error(KVQ_EIO, "cannot stat %s: %s", p, strerror(errno));
-        } else if ((size_t)st.st_size == CQ_FILE_BYTES &&
-                   pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == CQ_MAGIC &&
-                   h.boot[0] == e->boot_id[0] && h.boot[1] == e->boot_id[1]) {
-            rc2 = 1; /* ready */
-        } else if (locked) {
-            h.magic = CQ_MAGIC;
-            h.boot[0] = e->boot_id[0];
-            h.boot[1] = e->boot_id[1];
-            if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)CQ_FILE_BYTES) != 0 ||
-                pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-                rc = kvq__error(errno == ENOSPC ? KVQ_ENOSPC : KVQ_EIO, "cannot set up %s: %s", p,
-                                strerror(errno));
-        }
-        if (locked)
-            flock(e->lock_fd, LOCK_UN);
-        if (rc2)
-            break;
-    }
-    void *m = MAP_FAILED;
-    if (rc == 0) {
-        m = mmap(NULL, CQ_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-            rc = kvq__error(KVQ_EIO, "cannot map %s: %s", p, strerror(errno));
-    }
     kvq__free(p);
-    if (rc != 0) {
-        close(fd);
-        return rc;
+    if (fd < 0)
+        return;
+    /* A file this boot already set up is used as it is, without waiting for the lock;
+     * otherwise it is set up under the lock, so that two first openers agree. */
+    int ok = cq_ready(e, fd);
+    if (!ok) {
+        while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+        ok = cq_ready(e, fd) || cq_setup(e, fd);
+        flock(e->lock_fd, LOCK_UN);
     }
+    void *m = ok ? mmap(NULL, CQ_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                 : MAP_FAILED;
     e->cq_taken.reqs = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_commit_req));
     e->cq_taken.txns = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_txn));
-    if (e->cq_taken.reqs == NULL || e->cq_taken.txns == NULL) {
+    if (m == MAP_FAILED || e->cq_taken.reqs == NULL || e->cq_taken.txns == NULL) {
+        if (m != MAP_FAILED)
+            munmap(m, CQ_FILE_BYTES);
+        close(fd);
         kvq__free(e->cq_taken.reqs);
         kvq__free(e->cq_taken.txns);
         e->cq_taken.reqs = NULL;
         e->cq_taken.txns = NULL;
-        munmap(m, CQ_FILE_BYTES);
-        close(fd);
-        return kvq__error(KVQ_ENOMEM, "out of memory");
+        return;
     }
     e->cq = m;
     e->cq_fd = fd;
-    return 0;
 }
 
 void emb_cq_close(emb_db *e)

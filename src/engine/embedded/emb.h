@@ -98,9 +98,9 @@ typedef struct emb_commit_req emb_commit_req;
 typedef struct emb_txn emb_txn;
 
 /* The commit queue shared by every process (cq.c): slots of kvq.cq, each one process's batch. */
-#define EMB_CQ_SLOTS      32
+#define EMB_CQ_SLOTS      16
 #define EMB_CQ_MAX_REQS   64
-#define EMB_CQ_SLOT_BYTES (256u << 10)
+#define EMB_CQ_SLOT_BYTES (128u << 10)
 
 /* The requests a leader took from other processes' slots. */
 typedef struct emb_cq_taken {
@@ -431,9 +431,9 @@ void emb_reserve_refresh(emb_db *e);
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows);
 
 /* the commit queue shared by every process (cq.c) */
-/* Maps kvq.cq (a read-write handle that knows this boot's id; otherwise commits wait on the
- * commit lock alone). */
-int emb_cq_open(emb_db *e);
+/* Maps kvq.cq for a read-write handle that knows this boot's id; without it (or on any
+ * failure) the handle's commits wait on the commit lock alone. */
+void emb_cq_open(emb_db *e);
 void emb_cq_close(emb_db *e);
 /* Owner: publishes a batch in a free slot; its index, or -1 (no slot free, too large). */
 int emb_cq_publish(emb_db *e, emb_commit_req **reqs, size_t n);

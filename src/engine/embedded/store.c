@@ -564,7 +564,7 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
     rc = emb_shm_open(e);
     if (rc == 0) {
         emb_rv_clock_open(e);
-        rc = emb_cq_open(e);
+        emb_cq_open(e);
     }
     if (rc == 0 && !(opts->flags & KVQ_DB_READ_ONLY))
         rc = exec(e->writer, "PRAGMA journal_size_limit=67108864;", "limiting the WAL size");
