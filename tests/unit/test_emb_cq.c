@@ -18,7 +18,13 @@
  * success within the test's time limit, and the database must hold B's commit exactly once:
  * killed before its commit, A's own write is absent and the counter is 1 (B's commit was applied
  * by B itself, once); killed after, both are present and the counter is 2 (B learnt that A's
- * batch carried it, and did not apply it again). */
+ * batch carried it, and did not apply it again).
+ *
+ * dead_owner: with the commit lock held by the test, a child commits: its batch waits in a
+ * slot of kvq.cq (the test reads the slot's state in the file). The child is killed there. A
+ * commit made a second later by another process must drop the dead child's batch, not apply it
+ * (its committer is gone), and free the slot; meanwhile a second child that waits past that
+ * second and is alive has its commit applied (its process still waits for the outcome). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -34,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/embedded/emb.h"
 #include "kvq/kvq.h"
 #include "kvq/testing.h"
 #include "test_scale.h"
@@ -318,6 +325,97 @@ static void test_leader_killed_after_commit(void **state)
     leader_killed(KVQ_TEST_LEADER_STOP_AFTER_COMMIT, "after");
 }
 
+/* ---- dead_owner --------------------------------------------------------------------------- */
+
+/* The state of slot i of kvq.cq, read from the file. */
+static uint32_t slot_state(const char *dir, int i)
+{
+    char p[300];
+    snprintf(p, sizeof(p), "%s/kvq.cq", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    uint32_t st = 0;
+    off_t off = (off_t)EMB_CQ_HEADER_BYTES + (off_t)i * EMB_CQ_SLOT_BYTES;
+    assert_int_equal(pread(fd, &st, sizeof(st), off), (ssize_t)sizeof(st));
+    close(fd);
+    return st;
+}
+
+static int ready_slots(const char *dir)
+{
+    int n = 0;
+    for (int i = 0; i < EMB_CQ_SLOTS; i++)
+        n += slot_state(dir, i) == EMB_CQ_READY;
+    return n;
+}
+
+static pid_t committer(const char *dir, const char *key)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        kvq_db *d;
+        if (kvq_db_open(&d, dir, NULL) != 0)
+            _exit(3);
+        int rc = add_and_set(d, key);
+        kvq_db_close(d);
+        _exit(rc == 0 ? 0 : 10);
+    }
+    return pid;
+}
+
+static void wait_ready(const char *dir, int want)
+{
+    for (int i = 0; i < 1000 && ready_slots(dir) < want; i++)
+        sleep_ms(10);
+    assert_int_equal(ready_slots(dir), want);
+}
+
+static void test_dead_owner(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvq-cqdead-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/kvq.lock", dir);
+    int lock = open(p, O_RDWR | O_CLOEXEC);
+    assert_true(lock >= 0);
+    assert_int_equal(flock(lock, LOCK_EX), 0);
+
+    pid_t dead = committer(dir, "dead");
+    wait_ready(dir, 1);
+    kill(dead, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(dead, &status, 0), dead);
+    pid_t alive = committer(dir, "alive");
+    wait_ready(dir, 2);
+    sleep_ms(1200); /* both slots now unchanged for over a second */
+    /* The test's own commit takes the lock as soon as it is free (before the waiting child
+     * looks again, most of the time) and meets both slots. */
+    assert_int_equal(flock(lock, LOCK_UN), 0);
+    assert_int_equal(add_and_set(db, "test"), 0);
+    assert_int_equal(waitpid(alive, &status, 0), alive);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    int has_dead = key_present(db, "dead"), has_alive = key_present(db, "alive");
+    int64_t ctr = read_counter(db, "ctr");
+    printf("cq: dead owner's batch applied=%d, live owner's applied=%d, counter=%lld, "
+           "ready slots left=%d\n",
+           has_dead, has_alive, (long long)ctr, ready_slots(dir));
+    assert_false(has_dead);
+    assert_true(has_alive);
+    assert_int_equal(ctr, 2);
+    assert_int_equal(ready_slots(dir), 0);
+    for (int i = 0; i < EMB_CQ_SLOTS; i++)
+        assert_int_equal(slot_state(dir, i), EMB_CQ_FREE);
+    close(lock);
+    kvq_db_close(db);
+    rm_rf(dir);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -325,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_shared_batches),
         cmocka_unit_test(test_leader_killed_before_commit),
         cmocka_unit_test(test_leader_killed_after_commit),
+        cmocka_unit_test(test_dead_owner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

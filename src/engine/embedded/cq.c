@@ -46,14 +46,14 @@
 #include "emb.h"
 
 #define CQ_MAGIC 0x6b767163u /* "kvqc" */
-#define CQ_HEADER_BYTES 4096u
-#define CQ_FILE_BYTES   (CQ_HEADER_BYTES + (size_t)EMB_CQ_SLOTS * EMB_CQ_SLOT_BYTES)
+#define CQ_FILE_BYTES   (EMB_CQ_HEADER_BYTES + (size_t)EMB_CQ_SLOTS * EMB_CQ_SLOT_BYTES)
 /* A slot not FREE, unchanged for this long, is checked for a living owner. */
 #define CQ_STALE_US 1000000
 /* An owner that is not woken looks at its slot and the lock again after this long. */
 #define CQ_LOOK_US 2000
 
-enum { CQ_FREE = 0, CQ_FILLING, CQ_READY, CQ_TAKEN, CQ_DONE };
+enum { CQ_FREE = EMB_CQ_FREE, CQ_FILLING, CQ_READY = EMB_CQ_READY, CQ_TAKEN, CQ_DONE };
+_Static_assert(CQ_READY == 2, "the states are numbered as emb.h says");
 
 typedef struct cq_header {
     uint32_t magic;
@@ -84,12 +84,12 @@ typedef struct cq_slot {
 
 #define CQ_PAYLOAD_BYTES (EMB_CQ_SLOT_BYTES - sizeof(cq_slot))
 
-_Static_assert(sizeof(cq_header) <= CQ_HEADER_BYTES, "the header fits its page");
+_Static_assert(sizeof(cq_header) <= EMB_CQ_HEADER_BYTES, "the header fits its page");
 _Static_assert(sizeof(cq_slot) + 4096 < EMB_CQ_SLOT_BYTES, "a slot has room for requests");
 
 static cq_slot *slot_at(const emb_db *e, int i)
 {
-    return (cq_slot *)((uint8_t *)e->cq + CQ_HEADER_BYTES + (size_t)i * EMB_CQ_SLOT_BYTES);
+    return (cq_slot *)((uint8_t *)e->cq + EMB_CQ_HEADER_BYTES + (size_t)i * EMB_CQ_SLOT_BYTES);
 }
 
 static uint32_t ld(const uint32_t *p)

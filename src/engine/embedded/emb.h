@@ -98,9 +98,13 @@ typedef struct emb_commit_req emb_commit_req;
 typedef struct emb_txn emb_txn;
 
 /* The commit queue shared by every process (cq.c): slots of kvq.cq, each one process's batch. */
-#define EMB_CQ_SLOTS      16
-#define EMB_CQ_MAX_REQS   64
-#define EMB_CQ_SLOT_BYTES (128u << 10)
+#define EMB_CQ_SLOTS        16
+#define EMB_CQ_MAX_REQS     64
+#define EMB_CQ_SLOT_BYTES   (128u << 10)
+/* Slot i starts at EMB_CQ_HEADER_BYTES + i * EMB_CQ_SLOT_BYTES, with its state (a uint32_t):
+ * free 0, being filled 1, ready 2, taken 3, done 4 (tests read them). */
+#define EMB_CQ_HEADER_BYTES 4096u
+enum { EMB_CQ_FREE = 0, EMB_CQ_READY = 2 };
 
 /* The requests a leader took from other processes' slots. */
 typedef struct emb_cq_taken {
