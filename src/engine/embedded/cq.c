@@ -171,16 +171,8 @@ void emb_cq_open(emb_db *e)
     }
     void *m = ok ? mmap(NULL, CQ_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                  : MAP_FAILED;
-    e->cq_taken.reqs = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_commit_req));
-    e->cq_taken.txns = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_txn));
-    if (m == MAP_FAILED || e->cq_taken.reqs == NULL || e->cq_taken.txns == NULL) {
-        if (m != MAP_FAILED)
-            munmap(m, CQ_FILE_BYTES);
+    if (m == MAP_FAILED) {
         close(fd);
-        kvq__free(e->cq_taken.reqs);
-        kvq__free(e->cq_taken.txns);
-        e->cq_taken.reqs = NULL;
-        e->cq_taken.txns = NULL;
         return;
     }
     e->cq = m;
@@ -508,6 +500,19 @@ int emb_cq_take(emb_db *e, size_t room, size_t bytes_room, emb_cq_taken *out)
     out->n_slots = 0;
     if (e->cq == NULL)
         return 0;
+    if (out->reqs == NULL) {
+        /* The first time this handle leads: room for every slot's requests. Without it, the
+         * slots wait for another leader. */
+        out->reqs = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_commit_req));
+        out->txns = kvq__calloc((size_t)EMB_CQ_SLOTS * EMB_CQ_MAX_REQS, sizeof(emb_txn));
+        if (out->reqs == NULL || out->txns == NULL) {
+            kvq__free(out->reqs);
+            kvq__free(out->txns);
+            out->reqs = NULL;
+            out->txns = NULL;
+            return 0;
+        }
+    }
     size_t total = 0, bytes = 0;
     for (int i = 0; i < EMB_CQ_SLOTS; i++) {
         if (i == e->cq_own)
