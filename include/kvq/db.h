@@ -107,7 +107,10 @@ typedef struct kvq_db_stats {
     uint64_t commits;         /**< successful commits that wrote something */
     uint64_t conflicts;       /**< commits that failed with 1020 */
     uint64_t retries;         /**< retries made by kvq_txn_on_error */
-    uint64_t batches;         /**< storage transactions that carried those commits */
+    /** Storage transactions this handle wrote. On the embedded engine one may carry commits
+     * queued by other processes, and this handle's commits may ride in another process's, so
+     * commits / batches is not this handle's batch size alone. */
+    uint64_t batches;
     uint64_t injected_faults; /**< faults injected (kvq_db_open_testing, kvq/testing.h) */
     /** Embedded engine: syncs of the disk this handle made. One sync covers the commits of
      * every process written by then, so a process may see its commits synced by another. */
