@@ -416,7 +416,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
     /* Before anything is committed: the slots of a leader that died are settled against the
      * version just read. */
     emb_cq_recover(e, prev);
-    if (own >= 0 && emb_cq_own_done(e, own)) {
+    if (own >= 0 && emb_cq_own_claim(e, own) == 2) {
         *own_done = 1;
         n = 0;
     }

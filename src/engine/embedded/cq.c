@@ -307,17 +307,6 @@ int emb_cq_wait(emb_db *e, int own)
     }
 }
 
-int emb_cq_own_done(emb_db *e, int own)
-{
-    cq_slot *s = slot_at(e, own);
-    if (ld(&s->state) == CQ_DONE)
-        return 1;
-    /* The owner leads its requests itself: the slot is private again (only the lock holder,
-     * which this thread now is, takes slots). */
-    set_state(s, CQ_FILLING);
-    return 0;
-}
-
 int emb_cq_own_claim(emb_db *e, int own)
 {
     cq_slot *s = slot_at(e, own);
@@ -480,8 +469,8 @@ void emb_cq_recover(emb_db *e, int64_t db_version)
         uint32_t st = ld(&s->state);
         if (st == CQ_TAKEN) {
             /* Its leader died holding the lock (this handle's own slot included). */
-            if (ld(&s->outcome_ready) && __atomic_load_n(&s->version, __ATOMIC_SEQ_CST) > 0 &&
-                db_version >= __atomic_load_n(&s->version, __ATOMIC_SEQ_CST)) {
+            int64_t v = __atomic_load_n(&s->version, __ATOMIC_SEQ_CST);
+            if (ld(&s->outcome_ready) && v > 0 && db_version >= v) {
                 set_state(s, CQ_DONE);
             } else {
                 __atomic_store_n(&s->outcome_ready, 0, __ATOMIC_SEQ_CST);
@@ -608,25 +597,25 @@ void emb_cq_free_taken(emb_cq_taken *tk)
     tk->n_slots = 0;
 }
 
-void emb_cq_wake_next(emb_db *e)
+/* The first slot of another handle's batch waiting to be taken, or -1. */
+static int first_ready(emb_db *e)
 {
     if (e->cq == NULL)
-        return;
-    for (int i = 0; i < EMB_CQ_SLOTS; i++) {
-        cq_slot *s = slot_at(e, i);
-        if (i != e->cq_own && ld(&s->state) == CQ_READY) {
-            wake(s);
-            return;
-        }
-    }
+        return -1;
+    for (int i = 0; i < EMB_CQ_SLOTS; i++)
+        if (i != e->cq_own && ld(&slot_at(e, i)->state) == CQ_READY)
+            return i;
+    return -1;
+}
+
+void emb_cq_wake_next(emb_db *e)
+{
+    int i = first_ready(e);
+    if (i >= 0)
+        wake(slot_at(e, i));
 }
 
 int emb_cq_any_ready(emb_db *e)
 {
-    if (e->cq == NULL)
-        return 0;
-    for (int i = 0; i < EMB_CQ_SLOTS; i++)
-        if (i != e->cq_own && ld(&slot_at(e, i)->state) == CQ_READY)
-            return 1;
-    return 0;
+    return first_ready(e) >= 0;
 }

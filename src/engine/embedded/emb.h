@@ -443,12 +443,10 @@ void emb_cq_close(emb_db *e);
 int emb_cq_publish(emb_db *e, emb_commit_req **reqs, size_t n);
 /* Owner: sleeps until the slot is DONE (0) or this thread holds the commit lock (1). */
 int emb_cq_wait(emb_db *e, int own);
-/* Owner holding the commit lock, after emb_cq_recover: 1 if its slot is DONE; else the slot is
- * private again and the owner leads its own requests. */
-int emb_cq_own_done(emb_db *e, int own);
-/* Owner holding the commit lock that could not read the database: 2 if its slot is DONE;
- * else the slot is private again, and 1 if a leader that died had taken it (its outcome is
- * unknown), 0 if not. */
+/* Owner holding the commit lock: 2 if its slot is DONE (another leader wrote its requests);
+ * otherwise the slot is private again, the owner leads its requests itself, and the result is 1
+ * if a leader that died had taken them (only before emb_cq_recover: their outcome is unknown),
+ * 0 if not. */
 int emb_cq_own_claim(emb_db *e, int own);
 /* Owner: copies the outcomes of a DONE slot into its requests and frees the slot; the version
  * to sync, or 0 when none committed. */
