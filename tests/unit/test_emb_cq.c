@@ -24,7 +24,11 @@
  * slot of kvq.cq (the test reads the slot's state in the file). The child is killed there. A
  * commit made a second later by another process must drop the dead child's batch, not apply it
  * (its committer is gone), and free the slot; meanwhile a second child that waits past that
- * second and is alive has its commit applied (its process still waits for the outcome). */
+ * second and is alive has its commit applied (its process still waits for the outcome).
+ *
+ * no_queue_file: when kvq.cq cannot be set up (here a directory stands in its place), the
+ * database still opens and commits from several processes still go through, on the commit lock
+ * alone. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -36,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -418,6 +423,36 @@ static void test_dead_owner(void **state)
     rm_rf(dir);
 }
 
+/* ---- no_queue_file ------------------------------------------------------------------------ */
+
+static void test_no_queue_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvq-cqnone-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[300];
+    snprintf(p, sizeof(p), "%s/kvq.cq", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    kvq_db *db;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "p%d", i);
+        pids[i] = committer(dir, key);
+    }
+    for (int i = 0; i < PROCS; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    assert_int_equal(add_and_set(db, "test"), 0);
+    assert_int_equal(read_counter(db, "ctr"), PROCS + 1);
+    kvq_db_close(db);
+    rm_rf(dir);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -426,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_leader_killed_before_commit),
         cmocka_unit_test(test_leader_killed_after_commit),
         cmocka_unit_test(test_dead_owner),
+        cmocka_unit_test(test_no_queue_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
