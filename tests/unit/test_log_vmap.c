@@ -1,0 +1,351 @@
+/* The log store's versioned map against a naive model: gets and ranges (forward, reverse, with
+ * limits) at any version of the window, forgetting, memory accounting and its limit. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/embedded/logstore/vmap.h"
+#include "util/util.h"
+#include "test_log_util.h"
+#include "test_scale.h"
+
+#define NKEYS 48
+#define MAXH  4096
+
+/* The model: for each key, its history of (version, value length, value byte, dead). */
+typedef struct hist {
+    int64_t v[MAXH];
+    int len[MAXH];
+    uint8_t byte[MAXH];
+    int dead[MAXH];
+    int n;
+} hist;
+
+static hist model[NKEYS];
+
+static void key_of(int i, uint8_t *k, size_t *kl)
+{
+    /* keys of 1 to 3 bytes whose order is i's order */
+    k[0] = (uint8_t)(i / 4);
+    *kl = 1 + (size_t)(i % 4 > 0) + (size_t)(i % 4 > 1);
+    k[1] = (uint8_t)(i % 4);
+    k[2] = 0;
+    if (i % 4 == 3)
+        k[2] = 7;
+}
+
+static int model_at(int i, int64_t ver, int *len, uint8_t *byte)
+{
+    hist *h = &model[i];
+    for (int j = h->n - 1; j >= 0; j--) {
+        if (h->v[j] <= ver) {
+            if (h->dead[j])
+                return 0;
+            *len = h->len[j];
+            *byte = h->byte[j];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void model_put(int i, int64_t ver, int len, uint8_t byte, int dead)
+{
+    hist *h = &model[i];
+    if (h->n > 0 && h->v[h->n - 1] == ver) {
+        h->n--;
+    } else if (dead && !(h->n > 0 && !h->dead[h->n - 1])) {
+        return; /* a clear of an absent key writes nothing */
+    }
+    assert_true(h->n < MAXH);
+    h->v[h->n] = ver;
+    h->len[h->n] = len;
+    h->byte[h->n] = byte;
+    h->dead[h->n] = dead;
+    h->n++;
+}
+
+static void check_value(kvq_bytes v, int len, uint8_t byte)
+{
+    assert_int_equal(v.len, (size_t)len);
+    for (int j = 0; j < len; j++)
+        assert_int_equal(v.data[j], byte);
+}
+
+static void check_read(kvq__vmap *m, int64_t ver, kvq__rng *r)
+{
+    uint8_t k[3];
+    size_t kl;
+    int len;
+    uint8_t byte;
+    int i = (int)(kvq__rng_next(r) % NKEYS);
+    key_of(i, k, &kl);
+    kvq_bytes v;
+    kvq__vmap_rdlock(m);
+    int got = kvq__vmap_get(m, ver, k, kl, &v);
+    kvq__vmap_rdunlock(m);
+    int want = model_at(i, ver, &len, &byte);
+    assert_int_equal(got, want);
+    if (want)
+        check_value(v, len, byte);
+    /* a range [a, b) with a limit, forward or reverse */
+    int a = (int)(kvq__rng_next(r) % (NKEYS + 1)), b = (int)(kvq__rng_next(r) % (NKEYS + 1));
+    if (a > b) {
+        int t = a;
+        a = b;
+        b = t;
+    }
+    int reverse = (int)(kvq__rng_next(r) % 2), limit = 1 + (int)(kvq__rng_next(r) % 10);
+    uint8_t bk[3], ek[3];
+    size_t bl = 0, el = 0;
+    if (a < NKEYS)
+        key_of(a, bk, &bl);
+    if (b < NKEYS)
+        key_of(b, ek, &el);
+    kvq__vmap_cursor c;
+    kvq__vmap_cursor_init(&c, m, ver, a < NKEYS ? bk : NULL, bl, b < NKEYS ? ek : NULL, el,
+                          reverse);
+    int expect[NKEYS], ne = 0;
+    for (int j = reverse ? b - 1 : a; reverse ? j >= a : j < b; j += reverse ? -1 : 1) {
+        if (j >= NKEYS || ne == limit)
+            continue;
+        if (model_at(j, ver, &len, &byte))
+            expect[ne++] = j;
+    }
+    if (a >= NKEYS)
+        ne = 0;
+    for (int n = 0; n < ne; n++) {
+        kvq_bytes kk, vv;
+        /* the lock is taken per step, as the store does */
+        kvq__vmap_rdlock(m);
+        int has = kvq__vmap_cursor_next(&c, &kk, &vv);
+        kvq__vmap_rdunlock(m);
+        assert_int_equal(has, 1);
+        uint8_t ek2[3];
+        size_t el2;
+        key_of(expect[n], ek2, &el2);
+        assert_int_equal(kk.len, el2);
+        assert_memory_equal(kk.data, ek2, el2);
+        model_at(expect[n], ver, &len, &byte);
+        check_value(vv, len, byte);
+    }
+    if (ne < limit && a < NKEYS) {
+        kvq_bytes kk, vv;
+        kvq__vmap_rdlock(m);
+        assert_int_equal(kvq__vmap_cursor_next(&c, &kk, &vv), 0);
+        kvq__vmap_rdunlock(m);
+    }
+}
+
+static void test_against_model(void **state)
+{
+    (void)state;
+    unsigned seed = tl_seed();
+    printf("vmap model: seed %u (replay: KVQ_TEST_SEED=%u)\n", seed, seed);
+    kvq__rng r = { seed };
+    memset(model, 0, sizeof model);
+    kvq__vmap *m = kvq__vmap_new(0);
+    assert_non_null(m);
+    int64_t ver = 100, floor = 0;
+    long steps = kvq_test_scaled(3000);
+    static uint8_t val[300];
+    for (long s = 0; s < steps; s++) {
+        /* one batch of 1 to 4 mutations at a new version */
+        ver += 1 + (int64_t)(kvq__rng_next(&r) % 3);
+        int nm = 1 + (int)(kvq__rng_next(&r) % 4);
+        kvq__vmap_wrlock(m);
+        for (int j = 0; j < nm; j++) {
+            int i = (int)(kvq__rng_next(&r) % NKEYS);
+            uint8_t k[3];
+            size_t kl;
+            key_of(i, k, &kl);
+            int op = (int)(kvq__rng_next(&r) % 10);
+            if (op < 6) {
+                int len = (int)(kvq__rng_next(&r) % sizeof val);
+                uint8_t byte = (uint8_t)kvq__rng_next(&r);
+                memset(val, byte, (size_t)len);
+                assert_int_equal(kvq__vmap_set(m, ver, k, kl, val, (size_t)len), 0);
+                model_put(i, ver, len, byte, 0);
+            } else if (op < 8) {
+                assert_int_equal(kvq__vmap_clear(m, ver, k, kl), 0);
+                model_put(i, ver, 0, 0, 1);
+            } else {
+                int i2 = i + (int)(kvq__rng_next(&r) % 6);
+                uint8_t e[3];
+                size_t elen = 0;
+                if (i2 < NKEYS)
+                    key_of(i2, e, &elen);
+                int cleared = 0;
+                assert_int_equal(kvq__vmap_clear_range(m, ver, k, kl, i2 < NKEYS ? e : NULL, elen,
+                                                       NULL, NULL),
+                                 0);
+                for (int x = i; x < i2 && x < NKEYS; x++) {
+                    int len;
+                    uint8_t byte;
+                    if (model_at(x, ver, &len, &byte)) {
+                        model_put(x, ver, 0, 0, 1);
+                        cleared++;
+                    }
+                }
+                (void)cleared;
+            }
+        }
+        kvq__vmap_wrunlock(m);
+        assert_int_equal(kvq__vmap_version(m), ver);
+        /* reads at the newest version and at older ones in the window */
+        for (int q = 0; q < 3; q++) {
+            int64_t at = ver - (int64_t)(kvq__rng_next(&r) % (uint64_t)(ver - floor + 1));
+            if (at < floor)
+                at = floor;
+            check_read(m, at, &r);
+        }
+        if (kvq__rng_next(&r) % 20 == 0) {
+            int64_t f = ver - (int64_t)(kvq__rng_next(&r) % 50);
+            if (f > floor) {
+                floor = f;
+                kvq__vmap_wrlock(m);
+                kvq__vmap_forget(m, floor);
+                kvq__vmap_wrunlock(m);
+            }
+        }
+    }
+    /* live bytes agree with the model */
+    kvq__vmap_stats st;
+    kvq__vmap_get_stats(m, &st);
+    uint64_t live = 0, keys = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        int len;
+        uint8_t byte, k[3];
+        size_t kl;
+        key_of(i, k, &kl);
+        if (model_at(i, ver, &len, &byte)) {
+            live += kl + (uint64_t)len;
+            keys++;
+        }
+    }
+    assert_int_equal(st.live_bytes, live);
+    assert_int_equal(st.live_keys, keys);
+    /* everything cleared and forgotten: no node, no entry, no byte left but the queue */
+    kvq__vmap_wrlock(m);
+    assert_int_equal(kvq__vmap_clear_range(m, ver + 1, NULL, 0, NULL, 0, NULL, NULL), 0);
+    kvq__vmap_forget(m, ver + 1);
+    kvq__vmap_wrunlock(m);
+    kvq__vmap_get_stats(m, &st);
+    assert_int_equal(st.nodes, 0);
+    assert_int_equal(st.entries, 0);
+    assert_int_equal(st.live_bytes, 0);
+    kvq__vmap_free(m);
+}
+
+static void count_key(void *arg, const uint8_t *k, size_t kl)
+{
+    (void)k;
+    (void)kl;
+    (*(int *)arg)++;
+}
+
+static void test_memory_limit_and_accounting(void **state)
+{
+    (void)state;
+    kvq__vmap *m = kvq__vmap_new(200000);
+    assert_non_null(m);
+    uint8_t key[16], val[100];
+    memset(val, 'v', sizeof val);
+    int64_t ver = 1;
+    int stored = 0, rc = 0;
+    kvq__vmap_wrlock(m);
+    for (int i = 0; i < 100000; i++) {
+        snprintf((char *)key, sizeof key, "k%08d", i);
+        rc = kvq__vmap_set(m, ver++, key, 9, val, sizeof val);
+        if (rc != 0)
+            break;
+        stored++;
+    }
+    assert_int_equal(rc, KVQ_ENOMEM);
+    assert_non_null(strstr(kvq_last_error(), "limit"));
+    kvq__vmap_stats st;
+    kvq__vmap_get_stats(m, &st);
+    assert_true(st.mem <= 200000);
+    assert_int_equal(st.live_keys, (uint64_t)stored);
+    printf("vmap: %d items of 9+100 bytes in %llu bytes: %.2f bytes of memory per live byte\n",
+           stored, (unsigned long long)st.mem, (double)st.mem / (double)st.live_bytes);
+    /* the refused set changed nothing */
+    kvq_bytes v;
+    snprintf((char *)key, sizeof key, "k%08d", stored);
+    assert_int_equal(kvq__vmap_get(m, ver, key, 9, &v), 0);
+    /* deletes are never refused, and forgetting gives the memory back */
+    int deleted = 0;
+    assert_int_equal(kvq__vmap_clear_range(m, ver, (const uint8_t *)"k", 1, (const uint8_t *)"l",
+                                           1, count_key, &deleted),
+                     0);
+    assert_int_equal(deleted, stored);
+    kvq__vmap_forget(m, ver);
+    kvq__vmap_get_stats(m, &st);
+    assert_int_equal(st.nodes, 0);
+    assert_true(st.mem < 200000 / 4);
+    /* a write below the newest version is refused */
+    assert_int_equal(kvq__vmap_set(m, ver - 5, key, 9, val, 1), KVQ_EINVAL);
+    assert_int_equal(kvq__vmap_set(m, ver + 1, key, 9, val, 1), 0);
+    kvq__vmap_wrunlock(m);
+    kvq__vmap_free(m);
+}
+
+/* Old versions stay readable until forgotten, and a cursor keeps its snapshot while newer
+ * batches are applied between its steps. */
+static void test_snapshot_stability(void **state)
+{
+    (void)state;
+    kvq__vmap *m = kvq__vmap_new(0);
+    uint8_t k[8];
+    kvq__vmap_wrlock(m);
+    for (int i = 0; i < 100; i++) {
+        snprintf((char *)k, sizeof k, "q%03d", i);
+        assert_int_equal(kvq__vmap_set(m, 10, k, 4, k, 4), 0);
+    }
+    kvq__vmap_wrunlock(m);
+    kvq__vmap_cursor c;
+    kvq__vmap_cursor_init(&c, m, 10, NULL, 0, NULL, 0, 0);
+    kvq_bytes kk, vv;
+    int seen = 0;
+    for (int step = 0; step < 100; step++) {
+        kvq__vmap_rdlock(m);
+        int has = kvq__vmap_cursor_next(&c, &kk, &vv);
+        kvq__vmap_rdunlock(m);
+        assert_int_equal(has, 1);
+        char want[8];
+        snprintf(want, sizeof want, "q%03d", step);
+        assert_memory_equal(kk.data, want, 4);
+        seen++;
+        /* a pop of the head and a push at the tail, at newer versions */
+        kvq__vmap_wrlock(m);
+        assert_int_equal(kvq__vmap_clear(m, 11 + step, kk.data, 4), 0);
+        snprintf((char *)k, sizeof k, "q%03d", 100 + step);
+        assert_int_equal(kvq__vmap_set(m, 11 + step, k, 4, k, 4), 0);
+        kvq__vmap_forget(m, 10);
+        kvq__vmap_wrunlock(m);
+    }
+    kvq__vmap_rdlock(m);
+    assert_int_equal(kvq__vmap_cursor_next(&c, &kk, &vv), 0);
+    kvq__vmap_rdunlock(m);
+    assert_int_equal(seen, 100);
+    /* at the newest version: q100..q199 */
+    kvq__vmap_cursor_init(&c, m, 110, NULL, 0, NULL, 0, 1);
+    kvq__vmap_rdlock(m);
+    assert_int_equal(kvq__vmap_cursor_next(&c, &kk, &vv), 1);
+    assert_memory_equal(kk.data, "q199", 4);
+    kvq__vmap_rdunlock(m);
+    kvq__vmap_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_model),
+        cmocka_unit_test(test_memory_limit_and_accounting),
+        cmocka_unit_test(test_snapshot_stability),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
