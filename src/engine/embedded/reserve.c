@@ -1,7 +1,7 @@
 /* Room to drain a full queue on a full disk.
  *
- * A delete needs disk space too (SQLite writes the changed pages to the WAL first), so on a full
- * disk a queue could not even be emptied. kvq keeps a preallocated file, kvq.reserve, in the
+ * A delete needs disk space too (SQLite, for one, writes the changed pages to the WAL first), so
+ * on a full disk a queue could not even be emptied. kvq keeps a preallocated file, kvq.reserve, in the
  * database directory. When a commit fails because the disk is full, the committing process frees
  * the reserve and enters drain mode: transactions that free more than they write (the bytes of
  * the rows their clears delete against the keys and values they set; atomic operations count
@@ -125,29 +125,6 @@ void emb_reserve_refresh(emb_db *e)
     }
 }
 
-/* Bytes of the rows in [b, e), counted until they pass `stop`. */
-static int range_bytes(emb_db *e, const emb_str *b, const emb_str *en, int64_t stop, int64_t *out)
-{
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st;
-    int src = sqlite3_prepare_v2(e->writer,
-                                 "SELECT length(key) + length(value) FROM kv "
-                                 "WHERE key >= ?1 AND key < ?2",
-                                 -1, &st, NULL);
-    if (src != SQLITE_OK)
-        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
-    sqlite3_bind_blob(st, 1, b->n ? b->p : z, (int)b->n, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, en->n ? en->p : z, (int)en->n, SQLITE_STATIC);
-    int64_t sum = 0;
-    while (sum <= stop && (src = sqlite3_step(st)) == SQLITE_ROW)
-        sum += sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (src != SQLITE_ROW && src != SQLITE_DONE)
-        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
-    *out = sum;
-    return 0;
-}
-
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
 {
     /* What it writes: every key it sets, with its value (a versionstamped key without its 4
@@ -172,7 +149,8 @@ int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
         if (m->op != EMB_OP_CLEAR_RANGE)
             continue;
         int64_t part = 0;
-        int rc = range_bytes(e, &m->a, &m->b, written - freed, &part);
+        int rc = e->so->write_range_bytes(e->store, m->a.p, m->a.n, m->b.p, m->b.n,
+                                          written - freed, &part);
         if (rc != 0)
             return rc;
         freed += part;

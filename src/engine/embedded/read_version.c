@@ -1,6 +1,6 @@
 /* Read versions that advance with time, even when nothing commits.
  *
- * A transaction's snapshot is a SQLite read transaction; the version stored in it (S) is the
+ * A transaction's snapshot is a storage snapshot (store.h); the version stored in it (S) is the
  * version of the last commit the snapshot sees. Handing out S as the read version is correct but
  * stands still on a quiet database, whereas FoundationDB's read versions advance about a million
  * a second, and kvq measures time (leases, staging timeouts) in read versions. A read version R
@@ -12,7 +12,7 @@
  * - rv_floor: readers publish their clock reading into it (an atomic max) before their snapshot;
  *   every commit picks a version >= rv_floor, read after it marked itself in flight.
  * - commit_seq: the commit lock holder makes it odd before choosing its version and even again
- *   after its SQLite COMMIT (or ROLLBACK) is done, before releasing the lock.
+ *   after its storage commit (or abort) is done, before releasing the lock.
  *
  * Reader: f = max(rv_floor, clock) (published); s1 = commit_seq; snapshot (S); s2 = commit_seq.
  * If s1 == s2 and even, no commit was in flight at any time between the two loads, so a commit
@@ -143,7 +143,7 @@ static int64_t atomic_max(int64_t *p, int64_t v)
 
 /* An odd commit_seq with the commit lock free means its committer died between marking itself
  * in flight and the end of its commit: a live one holds the lock throughout. Whatever it did,
- * its SQLite transaction is now committed or rolled back, and every later commit takes a
+ * its storage write is now committed or undone, and every later commit takes a
  * version at least its published one (rv_floor was raised to it first), so ending its in-flight
  * mark is safe; without it, read versions would stand still until some process commits. The
  * commit lock is also what this process's own leader holds while it commits, and flock does not
@@ -158,7 +158,7 @@ static uint64_t repair_dead_commit(emb_db *e)
             uint64_t s = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
             if (s & 1) {
                 /* Which keys it changed is unknown: every watcher looks again. */
-                emb_watch_touch_all(m);
+                emb_shm_touch_all(m);
                 __atomic_store_n(&m->commit_seq, s + 1, __ATOMIC_SEQ_CST);
                 emb_notify_commit(e);
             }
@@ -224,7 +224,7 @@ int64_t emb_rv_commit_begin(emb_db *e, int64_t prev)
      * commit), +2, which also repairs it. */
     uint64_t before = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
     if (before & 1)
-        emb_watch_touch_all(m); /* the dead committer's keys are unknown */
+        emb_shm_touch_all(m); /* the dead committer's keys are unknown */
     uint64_t mine = (before + 1) | 1;
     __atomic_store_n(&m->commit_seq, mine, __ATOMIC_SEQ_CST);
     int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
