@@ -99,7 +99,7 @@ static void test_append_reopen(void **state)
         assert_int_equal(lsn % 8, 0);
     }
     assert_int_equal(kvq__log_tail(log), end);
-    assert_int_equal(kvq__log_sync(log, end), 0);
+    assert_int_equal(kvq__log_sync(log, end, NULL), 0);
     assert_true(kvq__log_synced(log) >= end);
     /* A second handle (as another process would) reads the same records from the shared tail. */
     seen *s2 = seen_new(0);
@@ -189,7 +189,7 @@ static void test_segments_and_recycling(void **state)
         append_one(log, i, 100 + (i * 37) % 3000, &lsn, &end);
         lsns[i] = lsn;
     }
-    assert_int_equal(kvq__log_sync(log, end), 0);
+    assert_int_equal(kvq__log_sync(log, end, NULL), 0);
     uint64_t last_seg = end / SEG;
     assert_true(last_seg >= 10);
     kvq__log_close(log);
@@ -215,7 +215,7 @@ static void test_segments_and_recycling(void **state)
     kvq__log_get_stats(log, &st0);
     for (uint32_t i = 600; i < 700; i++)
         append_one(log, i, 2000, &lsn, &end);
-    assert_int_equal(kvq__log_sync(log, end), 0);
+    assert_int_equal(kvq__log_sync(log, end, NULL), 0);
     kvq__log_get_stats(log, &st1);
     assert_true(st1.segments_recycled > st0.segments_recycled);
     kvq__log_close(log);
@@ -277,7 +277,7 @@ static void test_torn_tail_and_stale_records(void **state)
     append_one(log, 1000, 200, &l, &e);
     assert_int_equal(l, lsn[7]);
     assert_int_equal(e, end[7]);
-    assert_int_equal(kvq__log_sync(log, e), 0);
+    assert_int_equal(kvq__log_sync(log, e, NULL), 0);
     kvq__log_close(log);
     free(s);
     s = seen_new(0);
@@ -298,7 +298,7 @@ static void test_bit_flips(void **state)
     uint64_t lsn[6], end[6];
     for (uint32_t i = 0; i < 6; i++) {
         append_one(log, i, 300, &lsn[i], &end[i]);
-        assert_int_equal(kvq__log_sync(log, end[i]), 0);
+        assert_int_equal(kvq__log_sync(log, end[i], NULL), 0);
     }
     kvq__log_close(log);
     /* A flipped bit in the last record: a torn tail as far as anyone can tell; cut. */

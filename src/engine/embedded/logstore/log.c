@@ -603,6 +603,24 @@ static int recover(kvq__log *log, uint64_t start, kvq__log_rec_fn fn, void *arg)
     pthread_mutex_unlock(&log->seg_mu);
     if (rc != 0)
         return rc;
+    /* Segments before the start are left from a checkpoint whose release did not finish:
+     * they become spares (or go). */
+    if (!log->read_only) {
+        unsigned int nspare = 0;
+        char tmp[256];
+        spare_find(log, tmp, sizeof tmp, &nspare);
+        for (uint64_t s_i = low; s_i < seg_of(log, start); s_i++) {
+            char name[64], spare[64];
+            seg_name(name, sizeof name, s_i);
+            snprintf(spare, sizeof spare, "spare-%016llx.seg", (unsigned long long)s_i);
+            if (nspare < log->spares && renameat(log->dir_fd, name, log->dir_fd, spare) == 0)
+                nspare++;
+            else
+                unlinkat(log->dir_fd, name, 0);
+        }
+        if (low < seg_of(log, start))
+            fsync(log->dir_fd);
+    }
     sh->seg_bytes = log->sb;
     sh->tail = end;
     sh->tail_crc = crc;
@@ -880,8 +898,10 @@ out:
     return rc;
 }
 
-int kvq__log_sync(kvq__log *log, uint64_t lsn)
+int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued)
 {
+    if (issued)
+        *issued = 0;
     if (log == NULL || log->read_only)
         return kvq__error(KVQ_EINVAL, "log: not writable");
     log_shm *sh = log->shm;
@@ -911,6 +931,8 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn)
             break;
         }
         log->st.syncs++;
+        if (issued)
+            *issued = 1;
     }
     pthread_mutex_unlock(&log->seg_mu);
     if (rc == 0) {
@@ -997,7 +1019,7 @@ static void lead(kvq__log *log, kvq__log_build_fn build, void *arg)
     pthread_cond_broadcast(&log->gc_cv);
     pthread_mutex_unlock(&log->gc_mu);
     if (rc == 0 && end > 0)
-        rc = kvq__log_sync(log, end);
+        rc = kvq__log_sync(log, end, NULL);
     pthread_mutex_lock(&log->gc_mu);
     for (size_t i = 0; i < n; i++) {
         if (rc != 0 && reqs[i]->rc == 0)

@@ -84,8 +84,8 @@ int kvq__log_append_locked(kvq__log *log, uint32_t type, const void *data, size_
 
 /* Makes every record that ends at or before lsn durable. One fdatasync serves every process
  * waiting at once. After a failed sync every later sync fails too (the kernel may have dropped
- * the pages): KVQ_EIO. */
-int kvq__log_sync(kvq__log *log, uint64_t lsn);
+ * the pages): KVQ_EIO. *issued (may be NULL) is 1 when this call ran fdatasync. */
+int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued);
 
 /* Group commit. Each thread's request is one entry; the leader puts the pending entries of
  * this process into one KVQ__LOG_REC_BATCH record (entries are u32 length + bytes, 8-aligned),

@@ -346,6 +346,41 @@ int kvq__vmap_clear_range(kvq__vmap *m, int64_t version, const uint8_t *b, size_
     return 0;
 }
 
+int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen)
+{
+    if (m == NULL || (key == NULL && klen) || version < m->version || klen > UINT32_MAX)
+        return kvq__error(KVQ_EINVAL, "vmap: bad tombstone");
+    vm_node *preds[MAX_LEVEL];
+    vm_node *n = find(m, key, klen, preds, 0);
+    if (n != NULL && cmp(n, key, klen) != 0)
+        n = NULL;
+    if (n != NULL && n->vers != NULL && n->vers->dead && n->vers->version == version)
+        return 0;
+    return put(m, version, n, preds, key, klen, NULL, 0, 1, 0);
+}
+
+int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
+                    kvq_bytes *val)
+{
+    val->data = NULL;
+    val->len = 0;
+    if (m == NULL || (key == NULL && klen))
+        return 0;
+    vm_node *n = find(m, key, klen, NULL, 0);
+    if (n == NULL || cmp(n, key, klen) != 0)
+        return 0;
+    const vm_ver *v = n->vers;
+    while (v && v->version > version)
+        v = v->older;
+    if (v == NULL)
+        return 0;
+    if (v->dead)
+        return -1;
+    val->data = v->val;
+    val->len = v->len;
+    return 1;
+}
+
 void kvq__vmap_set_version(kvq__vmap *m, int64_t version)
 {
     if (m && version > m->version)

@@ -42,6 +42,12 @@ int kvq__vmap_clear(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
 typedef void (*kvq__vmap_key_fn)(void *arg, const uint8_t *key, size_t klen);
 int kvq__vmap_clear_range(kvq__vmap *m, int64_t version, const uint8_t *b, size_t blen,
                           const uint8_t *e, size_t elen, kvq__vmap_key_fn fn, void *arg);
+/* A tombstone for key at version whether or not the key has a value (a write's overlay uses it
+ * to hide the key from the map below it). */
+int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen);
+/* What key's newest entry at version is: 1 a value (*val, borrowed), -1 a tombstone, 0 none. */
+int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
+                    kvq_bytes *val);
 /* Raises the newest version without a mutation (a batch that wrote nothing). */
 void kvq__vmap_set_version(kvq__vmap *m, int64_t version);
 
