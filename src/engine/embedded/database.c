@@ -11,6 +11,7 @@
 
 #include "emb.h"
 #include "files.h"
+#include "logstore/store_log.h"
 
 /* The marker's format: the database is complete. Each storage numbers its own layout. */
 #define MARKER_TEXT "kvq database\nformat 1\n"
@@ -126,8 +127,43 @@ static int sync_parent(const char *dir)
     return rc;
 }
 
-static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts *opts)
+/* Which storage a database uses: the log store when its directory holds one; for a new
+ * database, when the URL says "log:" (or $KVQ_STORAGE is "log"); else SQLite. A database of
+ * one storage is never opened with, or converted to, the other. */
+static int pick_storage(emb_db *e, const char *dir, int marker, int want_log, int url_log)
 {
+    int has_log = kvq__logstore_present(dir);
+    char *sq = emb_path_join(dir, "data.db");
+    if (sq == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    struct stat st;
+    int has_sqlite = stat(sq, &st) == 0;
+    kvq__free(sq);
+    if (has_log && has_sqlite)
+        return kvq__error(KVQ_EDAMAGED, "%s holds both a SQLite and a log store database", dir);
+    if (has_log || (!marker && !has_sqlite && want_log)) {
+        e->so = &emb_log_store;
+        return 0;
+    }
+    if (url_log && (marker || has_sqlite))
+        return kvq__error(KVQ_EINVAL,
+                          "%s is a database of the SQLite storage: it is not converted to the "
+                          "log store (open it without \"log:\")",
+                          dir);
+    return 0;
+}
+
+static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts *opts)
+{
+    /* "log:DIR" asks for the log store (logstore/store_log.c) for a new database. */
+    const char *dir = url;
+    int url_log = strncmp(url, "log:", 4) == 0;
+    if (url_log)
+        dir = url + 4;
+    const char *env = getenv("KVQ_STORAGE");
+    int want_log = url_log || (env != NULL && strcmp(env, "log") == 0);
+    if (dir[0] == '\0')
+        return kvq__error(KVQ_EINVAL, "the database path is empty");
     emb_db *e = kvq__calloc(1, sizeof(*e));
     if (e == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory");
@@ -163,6 +199,9 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
         rc = kvq__error(KVQ_ENOTFOUND, "no kvq database in %s", dir);
         goto fail;
     }
+    rc = pick_storage(e, dir, marker, want_log, url_log);
+    if (rc != 0)
+        goto fail;
     rc = open_lock_file(e);
     if (rc != 0)
         goto fail;

@@ -437,10 +437,15 @@ static int walk(kvq__log *log, uint64_t lsn, uint64_t limit, int prev_known, uin
     while (limit == 0 || pos < limit) {
         seg_file *s = seg_get(log, seg_of(log, pos), &rc);
         if (s == NULL) {
-            if (rc == KVQ_ENOTFOUND || rc == KVQ_EDAMAGED) {
-                /* the log ends where a segment that would follow is missing or not ours */
+            if (rc == KVQ_ENOTFOUND && pos == lsn && pos % log->sb == KVQ__LOG_SEG_HEADER) {
+                /* the log starts (and ends) at a segment not made yet */
                 kvq__error_clear();
                 rc = 0;
+            } else if (rc == KVQ_ENOTFOUND) {
+                /* a segment is made, and its name synced, before the record that leads into
+                 * it is written: one that is gone was lost */
+                rc = kvq__error(KVQ_EDAMAGED, "log: the segment holding %llu is missing",
+                                (unsigned long long)pos);
             }
             break;
         }

@@ -1,0 +1,24 @@
+/* The log store (store_log.c): the embedded engine's second storage, behind store.h. */
+#ifndef KVQ_LOGSTORE_STORE_LOG_H
+#define KVQ_LOGSTORE_STORE_LOG_H
+
+#include <stdint.h>
+
+#include "engine/embedded/store.h"
+
+extern const emb_store_ops emb_log_store;
+
+/* 1 when directory dir (a database) holds a log store (its logstore/ directory). */
+int kvq__logstore_present(const char *dir);
+
+/* Writes a checkpoint now (tests, and the checkpoint thread). */
+int kvq__logstore_checkpoint_now(emb_store *s);
+
+typedef struct kvq__logstore_stats {
+    uint64_t mem, live_bytes, live_keys, limit;
+    uint64_t log_bytes, log_syncs, log_records, checkpoints;
+    int64_t applied_version;
+} kvq__logstore_stats;
+void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out);
+
+#endif
