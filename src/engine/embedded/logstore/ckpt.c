@@ -103,6 +103,8 @@ static int each_ckpt(int dir_fd, void (*fn)(void *, const char *, int64_t), void
         close(dfd);
         return sys_err("read directory");
     }
+    /* the descriptor is a dup: its position is shared, start from the top */
+    rewinddir(d);
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         unsigned long long v;

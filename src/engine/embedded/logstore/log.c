@@ -334,6 +334,7 @@ static int spare_find(kvq__log *log, char *name, size_t cap, unsigned int *count
         close(dfd);
         return 0;
     }
+    /* the descriptor is a dup: its position is shared, start from the top */
     rewinddir(d);
     int found = 0;
     unsigned int n = 0;
@@ -520,6 +521,8 @@ static int lowest_segment(kvq__log *log, uint64_t *seq_out)
         close(dfd);
         return sys_err(KVQ_EIO, "read", "log directory");
     }
+    /* the descriptor is a dup: its position is shared, start from the top */
+    rewinddir(d);
     uint64_t best = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
@@ -1188,4 +1191,24 @@ void kvq__log_get_stats(kvq__log *log, kvq__log_stats *out)
 {
     if (log && out)
         *out = log->st;
+}
+
+int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *seg_bytes)
+{
+    if (dir == NULL || synced == NULL || tail == NULL || seg_bytes == NULL)
+        return kvq__error(KVQ_EINVAL, "log: bad peek");
+    char p[4096];
+    snprintf(p, sizeof p, "%s/log.shm", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sys_err(KVQ_EIO, "open", p);
+    log_shm sh;
+    ssize_t n = pread(fd, &sh, sizeof sh, 0);
+    close(fd);
+    if (n != (ssize_t)sizeof sh || sh.magic != SHM_MAGIC)
+        return kvq__error(KVQ_EDAMAGED, "log: %s is not valid", p);
+    *synced = sh.synced;
+    *tail = sh.tail;
+    *seg_bytes = sh.seg_bytes;
+    return 0;
 }

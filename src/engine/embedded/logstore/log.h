@@ -143,6 +143,10 @@ typedef struct kvq__log_stats {
 } kvq__log_stats;
 void kvq__log_get_stats(kvq__log *log, kvq__log_stats *out);
 
+/* Tests only: the shared positions of the log in dir, read from log.shm without opening the
+ * log (so without recovery), for a test that simulates a power cut. */
+int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *seg_bytes);
+
 /* Tests only: a crash point. When set, the process calls it with a step name ("append.before",
  * "append.after_pwrite", "append.after_tail", "sync.before", "sync.after", "segment.renamed",
  * "release.renamed"...) and it may kill the process there. */

@@ -79,6 +79,7 @@ struct emb_store {
     size_t cl_head, cl_len, cl_cap;
     int64_t cl_floor;
     int64_t last_forget;
+    int replaying;
 
     /* Open snapshots' versions: the map keeps what they read (under pin_mu). */
     pthread_mutex_t pin_mu;
@@ -222,6 +223,20 @@ static int64_t min_pin(emb_store *s, int64_t dflt)
     return m;
 }
 
+/* Forgets what no read at floor or later, and no open snapshot, can see. */
+static void forget_to(emb_store *s, int64_t floor)
+{
+    pthread_mutex_lock(&s->pin_mu);
+    floor = min_pin(s, floor);
+    if (floor > s->floor) {
+        s->floor = floor;
+        kvq__vmap_wrlock(s->map);
+        kvq__vmap_forget(s->map, floor);
+        kvq__vmap_wrunlock(s->map);
+    }
+    pthread_mutex_unlock(&s->pin_mu);
+}
+
 /* Forgets versions older than the window that no snapshot holds. apply_mu held. */
 static void maybe_forget(emb_store *s)
 {
@@ -229,7 +244,8 @@ static void maybe_forget(emb_store *s)
         return;
     s->last_forget = s->applied_version;
     pthread_mutex_lock(&s->pin_mu);
-    int64_t floor = min_pin(s, s->applied_version - LS_WINDOW);
+    /* While the log is replayed at open, no transaction reads an older version. */
+    int64_t floor = min_pin(s, s->applied_version - (s->replaying ? 0 : LS_WINDOW));
     if (floor > s->floor) {
         s->floor = floor;
         kvq__vmap_wrlock(s->map);
@@ -565,6 +581,8 @@ static int has_segment_or_ckpt(int dir_fd)
         close(dfd);
         return 0;
     }
+    /* the descriptor is a dup: its position is shared, start from the top */
+    rewinddir(d);
     int yes = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL)
@@ -642,6 +660,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         kvq__log_options lo = { .segment_bytes = seg, .file_mode = s->mode,
                                 .read_only = s->read_only };
         pthread_mutex_lock(&s->apply_mu);
+        s->replaying = 1;
         rc = kvq__log_open(&s->log, s->dir, &lo, found ? ci.lsn : 0, replay_fn, s);
         if (rc == 0 && s->applied_lsn < kvq__log_first(s->log))
             s->applied_lsn = kvq__log_first(s->log);
@@ -649,12 +668,14 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
             s->ckpt_lsn = kvq__log_first(s->log);
         if (rc == 0)
             rc = catch_up_locked(s);
+        s->replaying = 0;
         pthread_mutex_unlock(&s->apply_mu);
     }
     flock(s->ckpt_fd, LOCK_UN);
     if (rc != 0)
         goto fail;
     cl_prune(s, s->applied_version - LS_WINDOW);
+    forget_to(s, s->applied_version);
     if (s->limit && kvq__vmap_mem(s->map) > s->limit) {
         rc = kvq__error(KVQ_ENOMEM,
                         "the log store's data takes %llu bytes of memory, past its limit of "
@@ -1029,6 +1050,10 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
                         (long long)version, (long long)s->applied_version);
         goto out;
     }
+    if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit)
+        /* Short of memory: the versions of the window go first (reads at an older version then
+         * get transaction_too_old), except what open snapshots read. */
+        forget_to(s, s->applied_version);
     if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit) {
         rc = kvq__error(KVQ_ENOMEM,
                         "the log store's data would take %llu bytes of memory, past its limit "

@@ -1,0 +1,617 @@
+/* The log store through the engine: choosing it, reopening, checkpoints bounding the log, old
+ * versions readable inside the window, the memory limit, damaged files, and kill -9 at each
+ * step of append, sync, segment switch, checkpoint and recycling, with and without a power cut
+ * (unsynced pages of the log thrown away before recovery). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "kvq/kvq.h"
+#include "engine/embedded/logstore/ckpt.h"
+#include "engine/embedded/logstore/log.h"
+#include "util/util.h"
+#include "test_log_util.h"
+#include "test_scale.h"
+
+static char base[128];
+
+static void url_of(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "log:%s/%s", base, name);
+}
+
+static kvq_db *open_db(const char *url)
+{
+    kvq_db *db = NULL;
+    int rc = kvq_db_open(&db, url, NULL);
+    if (rc != 0)
+        fprintf(stderr, "open %s: %s (%s)\n", url, kvq_strerror(rc), kvq_last_error());
+    assert_int_equal(rc, 0);
+    return db;
+}
+
+static int put(kvq_db *db, const char *k, const char *v)
+{
+    kvq_txn *t;
+    int rc = kvq_txn_create(&t, db);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        rc = kvq_txn_set(t, (const uint8_t *)k, strlen(k), (const uint8_t *)v, strlen(v));
+        if (rc == 0)
+            rc = kvq_txn_commit(t);
+        if (rc == 0 || kvq_txn_on_error(t, rc) != 0)
+            break;
+    }
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+static int del_range(kvq_db *db, const char *b, const char *e)
+{
+    kvq_txn *t;
+    int rc = kvq_txn_create(&t, db);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        rc = kvq_txn_clear_range(t, (const uint8_t *)b, strlen(b), (const uint8_t *)e,
+                                 strlen(e));
+        if (rc == 0)
+            rc = kvq_txn_commit(t);
+        if (rc == 0 || kvq_txn_on_error(t, rc) != 0)
+            break;
+    }
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+/* The value of k ("" when absent) into out. */
+static int get(kvq_db *db, const char *k, char *out, size_t cap)
+{
+    kvq_txn *t;
+    int rc = kvq_txn_create(&t, db);
+    if (rc != 0)
+        return rc;
+    kvq_bytes v;
+    int present;
+    rc = kvq_txn_get(&v, &present, t, (const uint8_t *)k, strlen(k), 0);
+    out[0] = '\0';
+    if (rc == 0 && present) {
+        size_t n = v.len < cap - 1 ? v.len : cap - 1;
+        memcpy(out, v.data, n);
+        out[n] = '\0';
+    }
+    kvq_txn_destroy(t);
+    return rc;
+}
+
+static size_t count_range(kvq_db *db, const char *b, const char *e)
+{
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    const kvq_kv *kvs;
+    size_t n;
+    int more;
+    assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)b, strlen(b),
+                                       (const uint8_t *)e, strlen(e), 0, 0),
+                     0);
+    kvq_txn_destroy(t);
+    return n;
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    tl_mkdir(base, sizeof base, "logstore");
+    unsetenv("KVQ_STORAGE");
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    tl_rmdir(base);
+    return 0;
+}
+
+static void test_choose_and_reopen(void **state)
+{
+    (void)state;
+    char url[256], dir[256], buf[64];
+    url_of(url, sizeof url, "a");
+    snprintf(dir, sizeof dir, "%s/a", base);
+    kvq_db *db = open_db(url);
+    assert_int_equal(put(db, "k1", "v1"), 0);
+    assert_int_equal(put(db, "k2", "v2"), 0);
+    kvq_db_close(db);
+    assert_true(exists(dir, "logstore"));
+    assert_false(exists(dir, "data.db"));
+    /* Reopened by its plain path: the directory says which storage it is. */
+    db = open_db(dir);
+    assert_int_equal(get(db, "k1", buf, sizeof buf), 0);
+    assert_string_equal(buf, "v1");
+    assert_int_equal(get(db, "k2", buf, sizeof buf), 0);
+    assert_string_equal(buf, "v2");
+    kvq_db_close(db);
+    /* A SQLite database is never opened as, or converted to, a log store. */
+    char sdir[256], surl[300];
+    snprintf(sdir, sizeof sdir, "%s/sq", base);
+    snprintf(surl, sizeof surl, "log:%s", sdir);
+    db = open_db(sdir);
+    assert_int_equal(put(db, "s", "1"), 0);
+    kvq_db_close(db);
+    assert_int_equal(kvq_db_open(&db, surl, NULL), KVQ_EINVAL);
+    assert_non_null(strstr(kvq_last_error(), "not converted"));
+    setenv("KVQ_STORAGE", "log", 1);
+    db = open_db(sdir); /* the environment chooses only for new databases */
+    assert_int_equal(get(db, "s", buf, sizeof buf), 0);
+    assert_string_equal(buf, "1");
+    kvq_db_close(db);
+    unsetenv("KVQ_STORAGE");
+    assert_false(exists(sdir, "logstore"));
+    /* Two handles (as two processes would) see each other's commits through the log. */
+    kvq_db *a = open_db(url), *b = open_db(dir);
+    assert_int_equal(put(a, "x", "from a"), 0);
+    assert_int_equal(get(b, "x", buf, sizeof buf), 0);
+    assert_string_equal(buf, "from a");
+    assert_int_equal(put(b, "x", "from b"), 0);
+    assert_int_equal(get(a, "x", buf, sizeof buf), 0);
+    assert_string_equal(buf, "from b");
+    kvq_db_close(a);
+    kvq_db_close(b);
+}
+
+/* A read version set to an older version of the window reads that version (FoundationDB's
+ * MVCC); the SQLite storage answers 1007. */
+static void test_old_read_version(void **state)
+{
+    (void)state;
+    char url[256];
+    url_of(url, sizeof url, "mvcc");
+    kvq_db *db = open_db(url);
+    assert_int_equal(put(db, "k", "one"), 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    int64_t rv;
+    assert_int_equal(kvq_txn_get_read_version(&rv, t), 0);
+    kvq_txn_destroy(t);
+    assert_int_equal(put(db, "k", "two"), 0);
+    assert_int_equal(put(db, "k", "three"), 0);
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    assert_int_equal(kvq_txn_set_read_version(t, rv), 0);
+    kvq_bytes v;
+    int present;
+    assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)"k", 1, 0), 0);
+    assert_true(present);
+    assert_int_equal(v.len, 3);
+    assert_memory_equal(v.data, "one", 3);
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+}
+
+static size_t ckpt_items_bytes(const char *lsdir, int64_t *version)
+{
+    DIR *d = opendir(lsdir);
+    assert_non_null(d);
+    struct dirent *de;
+    size_t size = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "ckpt-", 5) == 0) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", lsdir, de->d_name);
+            struct stat st;
+            assert_int_equal(stat(p, &st), 0);
+            size = (size_t)st.st_size;
+            *version = (int64_t)strtoull(de->d_name + 5, NULL, 16);
+        }
+    }
+    closedir(d);
+    return size;
+}
+
+static uint64_t log_files_bytes(const char *lsdir, int *segs)
+{
+    DIR *d = opendir(lsdir);
+    struct dirent *de;
+    uint64_t total = 0;
+    *segs = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "log-", 4) == 0 || strncmp(de->d_name, "spare-", 6) == 0) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", lsdir, de->d_name);
+            struct stat st;
+            stat(p, &st);
+            total += (uint64_t)st.st_size;
+            (*segs) += strncmp(de->d_name, "log-", 4) == 0;
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+/* Checkpoints bound the log: pushes and pops far beyond the segment size leave a few segments,
+ * and items pushed and popped between two checkpoints are never in a checkpoint. */
+static void test_checkpoints_bound_the_log(void **state)
+{
+    (void)state;
+    setenv("KVQ_LOGSTORE_SEGMENT_BYTES", "131072", 1);
+    setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "200000", 1);
+    char url[256], lsdir[256], key[32], val[128], buf[128];
+    url_of(url, sizeof url, "ckpt");
+    snprintf(lsdir, sizeof lsdir, "%s/ckpt/logstore", base);
+    kvq_db *db = open_db(url);
+    /* a few items that stay */
+    for (int i = 0; i < 10; i++) {
+        snprintf(key, sizeof key, "keep%03d", i);
+        assert_int_equal(put(db, key, "kept"), 0);
+    }
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = '\0';
+    long rounds = kvq_test_scaled(30);
+    for (long r = 0; r < rounds; r++) {
+        for (int i = 0; i < 50; i++) {
+            snprintf(key, sizeof key, "q%06ld", r * 50 + i);
+            assert_int_equal(put(db, key, val), 0);
+        }
+        assert_int_equal(del_range(db, "q", "r"), 0);
+    }
+    /* The checkpoint thread runs off the commit path: write (small overwrites of one key)
+     * until a checkpoint taken after the last pop is there, and the log is recycled. */
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    int64_t rv;
+    assert_int_equal(kvq_txn_get_read_version(&rv, t), 0);
+    kvq_txn_destroy(t);
+    int segs = 0;
+    uint64_t files = 0;
+    int64_t cv = 0;
+    size_t cks = 0;
+    for (int w = 0; w < 3000; w++) {
+        cks = ckpt_items_bytes(lsdir, &cv);
+        files = log_files_bytes(lsdir, &segs);
+        if (cv > rv && segs <= 3)
+            break;
+        assert_int_equal(put(db, "tick", val), 0);
+    }
+    printf("log store: %ld x 50 pushes and pops of 128 bytes (%ld KiB written to the log): "
+           "%d segments and %llu bytes of log files left; checkpoint %zu bytes\n",
+           rounds, rounds * 50 * 180 / 1024, segs, (unsigned long long)files, cks);
+    assert_true(cv > rv);
+    assert_true(segs <= 3);
+    /* The checkpoint holds the kept items and no popped one: items pushed and popped between
+     * two checkpoints were written once, in the log. */
+    int dfd = open(lsdir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    kvq__vmap *m = kvq__vmap_new(0);
+    kvq__ckpt_info ci;
+    int found = 0;
+    assert_int_equal(kvq__ckpt_load(dfd, m, &ci, &found), 0);
+    close(dfd);
+    assert_true(found);
+    kvq__vmap_cursor c;
+    kvq_bytes ck, cvv;
+    int keep = 0, popped = 0;
+    kvq__vmap_cursor_init(&c, m, ci.version, NULL, 0, NULL, 0, 0);
+    while (kvq__vmap_cursor_next(&c, &ck, &cvv)) {
+        keep += ck.len == 7 && memcmp(ck.data, "keep", 4) == 0;
+        popped += ck.len == 7 && ck.data[0] == 'q';
+    }
+    kvq__vmap_free(m);
+    assert_int_equal(keep, 10);
+    assert_int_equal(popped, 0);
+    kvq_db_close(db);
+    /* recovery: checkpoint + the log after it */
+    db = open_db(url);
+    assert_int_equal(count_range(db, "keep", "keeq"), 10);
+    assert_int_equal(count_range(db, "q", "r"), 0);
+    assert_int_equal(get(db, "keep005", buf, sizeof buf), 0);
+    assert_string_equal(buf, "kept");
+    kvq_db_close(db);
+    unsetenv("KVQ_LOGSTORE_SEGMENT_BYTES");
+    unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+}
+
+static void test_memory_limit(void **state)
+{
+    (void)state;
+    char url[256], key[32], val[1000];
+    url_of(url, sizeof url, "mem");
+    setenv("KVQ_LOGSTORE_MEMORY_LIMIT", "300000", 1);
+    kvq_db *db = open_db(url);
+    memset(val, 'm', sizeof val - 1);
+    val[sizeof val - 1] = '\0';
+    int rc = 0, n = 0;
+    for (; n < 10000; n++) {
+        snprintf(key, sizeof key, "m%05d", n);
+        if ((rc = put(db, key, val)) != 0)
+            break;
+    }
+    assert_int_equal(rc, KVQ_ENOMEM);
+    assert_non_null(strstr(kvq_last_error(), "SQLite storage"));
+    assert_true(n > 100);
+    /* deletes still go through */
+    assert_int_equal(del_range(db, "m", "n"), 0);
+    assert_int_equal(put(db, "after", "ok"), 0);
+    kvq_db_close(db);
+    /* data past a lower limit: the database is refused at open, with a clear error */
+    db = open_db(url);
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "m%05d", i);
+        assert_int_equal(put(db, key, val), 0);
+    }
+    kvq_db_close(db);
+    setenv("KVQ_LOGSTORE_MEMORY_LIMIT", "50000", 1);
+    assert_int_equal(kvq_db_open(&db, url, NULL), KVQ_ENOMEM);
+    assert_non_null(strstr(kvq_last_error(), "limit"));
+    unsetenv("KVQ_LOGSTORE_MEMORY_LIMIT");
+    db = open_db(url);
+    assert_int_equal(count_range(db, "m", "n"), 100);
+    kvq_db_close(db);
+}
+
+/* Damaged or missing files of a log store database are reported, never re-created empty. */
+static void test_damage_reported(void **state)
+{
+    (void)state;
+    char url[256], dir[256], cmd[600];
+    kvq_db *db;
+    /* the whole logstore directory gone */
+    url_of(url, sizeof url, "dmg1");
+    snprintf(dir, sizeof dir, "%s/dmg1", base);
+    db = open_db(url);
+    assert_int_equal(put(db, "k", "v"), 0);
+    kvq_db_close(db);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/logstore/*", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kvq_db_open(&db, url, NULL), KVQ_EDAMAGED);
+    assert_int_equal(kvq_db_open(&db, dir, NULL), KVQ_EDAMAGED);
+    /* a segment truncated */
+    url_of(url, sizeof url, "dmg2");
+    snprintf(dir, sizeof dir, "%s/dmg2", base);
+    db = open_db(url);
+    assert_int_equal(put(db, "k", "v"), 0);
+    kvq_db_close(db);
+    char seg[512];
+    snprintf(seg, sizeof seg, "%s/logstore/log-%016llx.seg", dir, 1ull);
+    assert_int_equal(truncate(seg, 4096), 0);
+    assert_int_equal(kvq_db_open(&db, url, NULL), KVQ_EDAMAGED);
+    assert_int_equal(truncate(seg, 0), 0);
+    assert_int_equal(kvq_db_open(&db, url, NULL), KVQ_EDAMAGED);
+    /* a bit flipped in a checkpoint */
+    url_of(url, sizeof url, "dmg3");
+    snprintf(dir, sizeof dir, "%s/dmg3", base);
+    db = open_db(url);
+    assert_int_equal(put(db, "k", "value"), 0);
+    kvq_db_close(db);
+    char lsdir[300];
+    snprintf(lsdir, sizeof lsdir, "%s/logstore", dir);
+    int dfd = open(lsdir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    kvq__vmap *m = kvq__vmap_new(0);
+    kvq__vmap_wrlock(m);
+    assert_int_equal(kvq__vmap_set(m, 5, (const uint8_t *)"k", 1, (const uint8_t *)"value", 5),
+                     0);
+    kvq__vmap_wrunlock(m);
+    kvq__ckpt_info ci;
+    /* a checkpoint of version 5 whose log position is the log's start: valid as written */
+    assert_int_equal(kvq__ckpt_write(dfd, m, 5, 0, 0600, &ci), 0);
+    kvq__vmap_free(m);
+    db = open_db(url);
+    kvq_db_close(db);
+    int64_t cv;
+    ckpt_items_bytes(lsdir, &cv);
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/ckpt-%016llx.kvq", lsdir, (unsigned long long)cv);
+    int fd = open(ck, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, 64 + 8 + 1), 1);
+    b ^= 4;
+    assert_int_equal(pwrite(fd, &b, 1, 64 + 8 + 1), 1);
+    close(fd);
+    close(dfd);
+    int drc = kvq_db_open(&db, url, NULL);
+    if (drc == 0)
+        fprintf(stderr, "opened a flipped checkpoint %s\n", ck);
+    assert_int_equal(drc, KVQ_EDAMAGED);
+    assert_non_null(strstr(kvq_last_error(), "checksum"));
+}
+
+/* ---- kill -9 at each step, and power cuts ---- */
+
+static const char *kill_step;
+static long kill_after;
+
+static void kill_hook(const char *step)
+{
+    if (kill_step && strcmp(step, kill_step) == 0 && --kill_after <= 0)
+        kill(getpid(), SIGKILL);
+}
+
+/* Child: commits keys c<i> one at a time (several threads' worth are not needed: the steps are
+ * the same), writing each acknowledged i to fd. */
+static void child_run(const char *url, int ackfd, const char *step, long after)
+{
+    kvq_db *db;
+    if (kvq_db_open(&db, url, NULL) != 0)
+        _exit(3);
+    kill_step = step;
+    kill_after = after;
+    kvq__log_test_hook = kill_hook;
+    kvq__ckpt_test_hook = kill_hook;
+    char key[32], val[200];
+    memset(val, 'p', sizeof val - 1);
+    val[sizeof val - 1] = '\0';
+    for (int i = 0; i < 4000; i++) {
+        snprintf(key, sizeof key, "c%06d", i);
+        int rc = put(db, key, val);
+        if (rc != 0) {
+            fprintf(stderr, "child: commit %d: %s (%s)\n", i, kvq_strerror(rc), kvq_last_error());
+            _exit(4);
+        }
+        if (write(ackfd, &i, sizeof i) != (ssize_t)sizeof i)
+            _exit(5);
+        if (i % 7 == 6) {
+            /* pops too, so that checkpoints have something to drop */
+            char b[32], e[32];
+            snprintf(b, sizeof b, "c%06d", i - 6);
+            snprintf(e, sizeof e, "c%06d", i - 3);
+            if (del_range(db, b, e) != 0)
+                _exit(6);
+        }
+    }
+    _exit(0);
+}
+
+/* Zeroes or keeps, at random, each 4 KiB page of the log after the synced position: what a
+ * power cut may leave of writes not yet synced. */
+static void power_cut(const char *lsdir, kvq__rng *r)
+{
+    uint64_t synced, tail, sb;
+    assert_int_equal(kvq__log_peek(lsdir, &synced, &tail, &sb), 0);
+    assert_true(synced <= tail);
+    uint64_t dropped = 0, kept = 0;
+    /* page by page from the synced position to the tail: each page's unsynced part is lost
+     * (zero, as the preallocated file was) or kept, at random */
+    /* past the tail too: a writer that died may have left an unacknowledged record there */
+    uint64_t end = tail + 65536;
+    for (uint64_t pg = synced & ~(uint64_t)4095; pg < end; pg += 4096) {
+        uint64_t from = pg < synced ? synced : pg;
+        uint64_t to = pg + 4096 < end ? pg + 4096 : end;
+        if (from / sb != (to - 1) / sb || from % sb < KVQ__LOG_SEG_HEADER)
+            continue; /* segment headers are synced when the segment is made */
+        if (kvq__rng_next(r) % 2) {
+            kept++;
+            continue;
+        }
+        char seg[512];
+        tl_seg_path(seg, sizeof seg, lsdir, (unsigned long long)(from / sb));
+        int fd = open(seg, O_RDWR);
+        if (fd < 0)
+            continue;
+        static const uint8_t zeros[4096];
+        assert_int_equal(pwrite(fd, zeros, (size_t)(to - from), (off_t)(from % sb)),
+                         (ssize_t)(to - from));
+        close(fd);
+        dropped++;
+    }
+    printf("power cut: %llu unsynced bytes, %llu pages dropped, %llu kept\n",
+           (unsigned long long)(tail - synced), (unsigned long long)dropped,
+           (unsigned long long)kept);
+}
+
+static void check_after_crash(const char *url, const int *acked, int n_acked, const char *what)
+{
+    kvq_db *db = NULL;
+    int rc = kvq_db_open(&db, url, NULL);
+    if (rc != 0)
+        fprintf(stderr, "%s: reopen: %s\n", what, kvq_last_error());
+    assert_int_equal(rc, 0);
+    char key[32], buf[256];
+    for (int j = 0; j < n_acked; j++) {
+        int i = acked[j];
+        /* popped ones: i % 7 in 0..2 of a finished group of 7 */
+        int group_done = (i / 7) * 7 + 6 <= acked[n_acked - 1];
+        if (group_done && i % 7 < 3)
+            continue;
+        snprintf(key, sizeof key, "c%06d", i);
+        assert_int_equal(get(db, key, buf, sizeof buf), 0);
+        if (strlen(buf) != 199) {
+            fprintf(stderr, "%s: acknowledged key %s is missing\n", what, key);
+            fail();
+        }
+    }
+    kvq_db_close(db);
+}
+
+static void crash_at(const char *step, long after, int cut)
+{
+    char url[256], name[64], lsdir[300];
+    snprintf(name, sizeof name, "crash-%s-%ld-%d", step, after, cut);
+    url_of(url, sizeof url, name);
+    snprintf(lsdir, sizeof lsdir, "%s/%s/logstore", base, name);
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        child_run(url, pfd[1], step, after);
+    }
+    close(pfd[1]);
+    static int acked[200000];
+    int n = 0, v;
+    while (read(pfd[0], &v, sizeof v) == (ssize_t)sizeof v)
+        acked[n++] = v;
+    close(pfd[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)) {
+        fprintf(stderr, "step %s: the child was not killed there (status %d)\n", step, st);
+        fail();
+    }
+    if (cut) {
+        kvq__rng r = { tl_seed() ^ (uint64_t)after };
+        power_cut(lsdir, &r);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "kill -9 at %s #%ld%s", step, after, cut ? " + power cut" : "");
+    printf("%s: %d acknowledged commits\n", what, n);
+    check_after_crash(url, acked, n, what);
+}
+
+static void test_kill9_at_each_step(void **state)
+{
+    (void)state;
+    setenv("KVQ_LOGSTORE_SEGMENT_BYTES", "131072", 1);
+    setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "100000", 1);
+    static const struct {
+        const char *step;
+        long after;
+    } steps[] = {
+        { "append.before", 30 },      { "append.after_pwrite", 40 },
+        { "append.after_tail", 50 },  { "sync.before", 60 },
+        { "sync.after", 70 },         { "segment.renamed", 1 },
+        { "segment.renamed", 3 },     { "ckpt.written", 1 },
+        { "ckpt.renamed", 1 },        { "ckpt.renamed", 2 },
+        { "release.renamed", 1 },     { "release.renamed", 2 },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        crash_at(steps[i].step, steps[i].after, 0);
+    /* A power cut on top: what was written but not synced is lost, page by page. */
+    crash_at("append.after_pwrite", 45, 1);
+    crash_at("append.after_tail", 55, 1);
+    crash_at("sync.before", 65, 1);
+    crash_at("segment.renamed", 2, 1);
+    crash_at("ckpt.renamed", 1, 1);
+    unsetenv("KVQ_LOGSTORE_SEGMENT_BYTES");
+    unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose_and_reopen),
+        cmocka_unit_test(test_old_read_version),
+        cmocka_unit_test(test_checkpoints_bound_the_log),
+        cmocka_unit_test(test_memory_limit),
+        cmocka_unit_test(test_damage_reported),
+        cmocka_unit_test(test_kill9_at_each_step),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
