@@ -13,7 +13,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@ void (*kvq__log_test_hook)(const char *step);
     } while (0)
 
 #define REC_MAGIC 0x5251564bu /* "KVQR" little-endian */
+#define SYNC_PATIENCE_NS 20000000L
 #define SHM_MAGIC 0x4d53514bu
 static const char seg_magic[8] = { 'K', 'V', 'Q', 'L', 'O', 'G', 'S', 'G' };
 
@@ -74,6 +74,9 @@ struct kvq__log {
     uint8_t *buf; /* the leader's payload buffer */
     size_t buf_cap;
     kvq__log_stats st;
+    int spare_wanted; /* a spare was used: make another, off the commit path */
+    uint8_t *wbuf;    /* the record being written (append lock held) */
+    size_t wcap;
 };
 
 static uint64_t align8(uint64_t n)
@@ -367,6 +370,7 @@ static int seg_make(kvq__log *log, uint64_t seq)
     } else {
         log->st.segments_recycled++;
     }
+    __atomic_store_n(&log->spare_wanted, 1, __ATOMIC_RELEASE);
     int fd = openat(log->dir_fd, spare, O_RDWR | O_CLOEXEC);
     if (fd < 0)
         return sys_err(KVQ_EIO, "open", spare);
@@ -803,6 +807,7 @@ void kvq__log_close(kvq__log *log)
     pthread_mutex_destroy(&log->gc_mu);
     pthread_cond_destroy(&log->gc_cv);
     kvq__free(log->buf);
+    kvq__free(log->wbuf);
     kvq__free(log->dir);
     kvq__free(log);
 }
@@ -831,15 +836,27 @@ static int put_record(kvq__log *log, seg_file *s, uint32_t type, const void *dat
     static const uint8_t pad[8];
     uint64_t synced = __atomic_load_n(&sh->synced, __ATOMIC_ACQUIRE);
     rec_header(h, sh->tail_crc, type, lsn, synced, data, len);
-    struct iovec iov[3] = { { h, sizeof h },
-                            { (void *)(uintptr_t)data, len },
-                            { (void *)(uintptr_t)pad, (size_t)(align8(len) - len) } };
     size_t total = sizeof h + (size_t)align8(len);
+    /* One contiguous buffer, one pwrite: the record reaches the file in one system call. */
+    if (total > log->wcap) {
+        size_t cap = log->wcap ? log->wcap : 4096;
+        while (cap < total)
+            cap *= 2;
+        uint8_t *b = kvq__realloc(log->wbuf, cap);
+        if (b == NULL)
+            return kvq__error(KVQ_ENOMEM, "log: out of memory");
+        log->wbuf = b;
+        log->wcap = cap;
+    }
+    memcpy(log->wbuf, h, sizeof h);
+    if (len)
+        memcpy(log->wbuf + sizeof h, data, len);
+    memcpy(log->wbuf + sizeof h + len, pad, (size_t)(align8(len) - len));
     HOOK("append.before");
     off_t off = (off_t)(lsn % log->sb);
     ssize_t w;
     do {
-        w = pwritev(s->fd, iov, iov[2].iov_len ? 3 : 2, off);
+        w = pwrite(s->fd, log->wbuf, total, off);
     } while (w < 0 && errno == EINTR);
     if (w != (ssize_t)total) {
         if (w >= 0)
@@ -915,9 +932,23 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued)
     log_shm *sh = log->shm;
     if (__atomic_load_n(&sh->synced, __ATOMIC_ACQUIRE) >= lsn)
         return 0;
-    int rc = robust_lock(&sh->sync_mu);
-    if (rc != 0)
-        return rc;
+    /* Wait for the sync at work (it may cover lsn), but not for long: a syncer that is stopped
+     * (SIGSTOP, a debugger) must not hold up every committer. Past the patience, sync alone. */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += SYNC_PATIENCE_NS;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    int rc = 0, locked = 1;
+    int e = pthread_mutex_timedlock(&sh->sync_mu, &dl);
+    if (e == EOWNERDEAD)
+        pthread_mutex_consistent(&sh->sync_mu);
+    else if (e == ETIMEDOUT)
+        locked = 0;
+    else if (e != 0)
+        return kvq__error(KVQ_EIO, "log: shared lock: %s", strerror(e));
     if (__atomic_load_n(&sh->sync_failed, __ATOMIC_ACQUIRE)) {
         rc = kvq__error(KVQ_EIO, "log: an earlier sync failed; reopen the database");
         goto out;
@@ -945,10 +976,37 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued)
     pthread_mutex_unlock(&log->seg_mu);
     if (rc == 0) {
         HOOK("sync.after");
-        __atomic_store_n(&sh->synced, to, __ATOMIC_RELEASE);
+        /* a solo syncer may race with the holder: the synced position only moves forward */
+        uint64_t cur = __atomic_load_n(&sh->synced, __ATOMIC_ACQUIRE);
+        while (cur < to && !__atomic_compare_exchange_n(&sh->synced, &cur, to, 0,
+                                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        }
     }
 out:
-    pthread_mutex_unlock(&sh->sync_mu);
+    if (locked)
+        pthread_mutex_unlock(&sh->sync_mu);
+    return rc;
+}
+
+int kvq__log_repaired(kvq__log *log, uint64_t covered)
+{
+    if (log == NULL || log->read_only)
+        return kvq__error(KVQ_EINVAL, "log: not writable");
+    log_shm *sh = log->shm;
+    int rc = robust_lock(&sh->append_mu);
+    if (rc != 0)
+        return rc;
+    uint64_t tail = sh->tail;
+    if (__atomic_load_n(&sh->sync_failed, __ATOMIC_ACQUIRE)) {
+        if (covered < tail) {
+            rc = kvq__error(KVQ_EIO, "log: the repair covers %llu of %llu",
+                            (unsigned long long)covered, (unsigned long long)tail);
+        } else {
+            __atomic_store_n(&sh->synced, tail, __ATOMIC_RELEASE);
+            __atomic_store_n(&sh->sync_failed, 0, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&sh->append_mu);
     return rc;
 }
 
@@ -1211,4 +1269,9 @@ int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *s
     *tail = sh.tail;
     *seg_bytes = sh.seg_bytes;
     return 0;
+}
+
+int kvq__log_spare_wanted(kvq__log *log)
+{
+    return log != NULL && __atomic_exchange_n(&log->spare_wanted, 0, __ATOMIC_ACQ_REL);
 }

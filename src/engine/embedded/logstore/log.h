@@ -87,6 +87,11 @@ int kvq__log_append_locked(kvq__log *log, uint32_t type, const void *data, size_
  * the pages): KVQ_EIO. *issued (may be NULL) is 1 when this call ran fdatasync. */
 int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued);
 
+/* After a failed sync: the log before covered is no longer needed (a checkpoint holds it,
+ * written and synced by other means). When covered reaches the tail, the log is usable again:
+ * everything written is taken as synced and appends resume. KVQ_EIO when it does not. */
+int kvq__log_repaired(kvq__log *log, uint64_t covered);
+
 /* Group commit. Each thread's request is one entry; the leader puts the pending entries of
  * this process into one KVQ__LOG_REC_BATCH record (entries are u32 length + bytes, 8-aligned),
  * writes it with one pwrite and syncs it. build, when not NULL, is called by the leader under
@@ -135,6 +140,9 @@ int kvq__log_release(kvq__log *log, uint64_t keep_lsn);
 /* Makes sure a spare segment is ready, off the commit path (the appender otherwise creates one
  * when it needs it). */
 int kvq__log_prepare_spare(kvq__log *log);
+
+/* 1 (once) when this handle used up a spare since the last call: time to prepare another. */
+int kvq__log_spare_wanted(kvq__log *log);
 
 /* Statistics of this handle (tests and benchmarks). */
 typedef struct kvq__log_stats {

@@ -99,7 +99,8 @@ struct emb_store {
 
     /* The checkpoint thread. */
     pthread_t ckpt_thread;
-    int ckpt_started, ckpt_stop, ckpt_wanted;
+    int ckpt_started, ckpt_stop, ckpt_wanted, spare_wanted;
+    uint64_t spare_seg; /* the segment during which a spare was last asked for */
     pthread_mutex_t ckpt_mu;
     pthread_cond_t ckpt_cv;
     uint64_t n_ckpts;
@@ -407,9 +408,11 @@ static uint64_t slots_min(emb_store *s, uint64_t dflt)
 
 /* ---- checkpoints ---- */
 
-static int do_checkpoint(emb_store *s)
+/* Writes a checkpoint of everything applied; wait: wait for another checkpointer rather than
+ * leave it to it. *covered (may be NULL) gets the log position the newest checkpoint covers. */
+static int do_checkpoint(emb_store *s, int wait, uint64_t *covered)
 {
-    if (flock(s->ckpt_fd, LOCK_EX | LOCK_NB) != 0)
+    if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0)
         return 0; /* another handle is writing one */
     pthread_mutex_lock(&s->apply_mu);
     int rc = catch_up_locked(s);
@@ -421,6 +424,8 @@ static int do_checkpoint(emb_store *s)
     if (rc == 0)
         rc = kvq__ckpt_find(s->dir_fd, &have, &found);
     if (rc != 0 || (found && have.version >= v)) {
+        if (rc == 0 && covered)
+            *covered = have.lsn;
         flock(s->ckpt_fd, LOCK_UN);
         return rc;
     }
@@ -454,6 +459,8 @@ static int do_checkpoint(emb_store *s)
         }
     pthread_mutex_unlock(&s->pin_mu);
     if (rc == 0) {
+        if (covered)
+            *covered = lsn;
         s->ckpt_version = v;
         __atomic_store_n(&s->ckpt_lsn, lsn, __ATOMIC_RELEASE);
         s->n_ckpts++;
@@ -475,10 +482,14 @@ static void *ckpt_main(void *arg)
             pthread_cond_wait(&s->ckpt_cv, &s->ckpt_mu);
             continue;
         }
+        int spare = s->spare_wanted, ckpt = s->ckpt_wanted > 1 || !spare;
         s->ckpt_wanted = 0;
+        s->spare_wanted = 0;
         pthread_mutex_unlock(&s->ckpt_mu);
         /* Errors are reported when space runs out; the next trigger tries again. */
-        if (do_checkpoint(s) != 0)
+        if (spare && kvq__log_prepare_spare(s->log) != 0)
+            kvq__error_clear();
+        if (ckpt && do_checkpoint(s, 0, NULL) != 0)
             kvq__error_clear();
         pthread_mutex_lock(&s->ckpt_mu);
     }
@@ -498,14 +509,34 @@ static int needs_checkpoint(emb_store *s)
     return since > st.live_bytes;
 }
 
-static int ls_checkpoint(emb_store *s)
+/* Tells the checkpoint thread what to do: a checkpoint (2), a spare segment (spare). */
+static void wake_thread(emb_store *s, int ckpt, int spare)
 {
-    if (s->read_only || !s->ckpt_started || !needs_checkpoint(s))
-        return 0;
     pthread_mutex_lock(&s->ckpt_mu);
-    s->ckpt_wanted = 1;
+    if (ckpt)
+        s->ckpt_wanted = 2;
+    else if (!s->ckpt_wanted)
+        s->ckpt_wanted = 1;
+    if (spare)
+        s->spare_wanted = 1;
     pthread_cond_signal(&s->ckpt_cv);
     pthread_mutex_unlock(&s->ckpt_mu);
+}
+
+static int ls_checkpoint(emb_store *s)
+{
+    if (s->read_only || !s->ckpt_started)
+        return 0;
+    int spare = kvq__log_spare_wanted(s->log), ckpt = needs_checkpoint(s);
+    /* Half way through a segment, make sure a spare is ready for the next one, so that no
+     * committer zero-fills a segment. */
+    uint64_t tail = kvq__log_tail(s->log), sb = kvq__log_segment_bytes(s->log);
+    if (tail / sb != s->spare_seg && tail % sb > sb / 2) {
+        s->spare_seg = tail / sb;
+        spare = 1;
+    }
+    if (spare || ckpt)
+        wake_thread(s, ckpt, spare);
     return 0;
 }
 
@@ -513,7 +544,7 @@ int kvq__logstore_checkpoint_now(emb_store *s)
 {
     if (s == NULL || s->read_only)
         return kvq__error(KVQ_EINVAL, "log store: no writable store");
-    return do_checkpoint(s);
+    return do_checkpoint(s, 1, NULL);
 }
 
 /* ---- open, close ---- */
@@ -687,8 +718,9 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     if (!s->read_only) {
         if ((rc = slots_open(s)) != 0)
             goto fail;
-        if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0)
+        if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0) {
             s->ckpt_started = 1;
+        }
     }
     *out = s;
     return 0;
@@ -1118,9 +1150,18 @@ static int ls_sync(emb_store *s, int repair, int *issued)
     *issued = 0;
     if (s->read_only)
         return 0;
-    if (repair)
-        return kvq__error(KVQ_EIO, "log store: a sync of the log failed earlier; reopen the "
-                                   "database once no process has it open");
+    if (repair) {
+        /* A sync failed: the kernel may have dropped pages of the log, which a later sync
+         * cannot vouch for. Everything is in memory: a checkpoint of it, written and synced
+         * whole, makes the log before it unneeded (the SQLite storage's checkpoint of its WAL
+         * plays the same part). */
+        uint64_t covered = 0;
+        int rc = do_checkpoint(s, 1, &covered);
+        if (rc == 0)
+            rc = kvq__log_repaired(s->log, covered);
+        if (rc != 0)
+            return rc;
+    }
     return kvq__log_sync(s->log, kvq__log_tail(s->log), issued);
 }
 
