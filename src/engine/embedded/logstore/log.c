@@ -566,7 +566,7 @@ static int read_seg_bytes(kvq__log *log, uint64_t seq, uint64_t *sb)
 static int recover(kvq__log *log, uint64_t start, kvq__log_rec_fn fn, void *arg)
 {
     log_shm *sh = log->shm;
-    uint64_t low;
+    uint64_t low = 0;
     int rc = lowest_segment(log, &low);
     if (rc != 0)
         return rc;
@@ -707,6 +707,7 @@ int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
     pthread_mutex_init(&log->gc_mu, NULL);
     pthread_cond_init(&log->gc_cv, NULL);
     int rc = 0, init_fd = -1;
+    uint64_t attach_from = 0;
     log->dir = kvq__strdup(dir);
     if (log->dir == NULL) {
         rc = kvq__error(KVQ_ENOMEM, "log: out of memory");
@@ -765,9 +766,7 @@ int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
                             (unsigned long long)start_lsn, (unsigned long long)first);
             goto fail;
         }
-        uint64_t next;
-        if (fn && (rc = kvq__log_read(log, start_lsn, fn, arg, &next)) != 0)
-            goto fail;
+        attach_from = start_lsn;
     }
     if (!log->read_only) {
         while (flock(log->lock_fd, LOCK_SH) != 0) {
@@ -780,6 +779,14 @@ int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
         flock(log->lock_fd, LOCK_UN);
     }
     close(init_fd);
+    init_fd = -1;
+    /* Joining a log that others have open: its records are read once the next opener may go
+     * on (the shared lock held keeps the log from being recovered under this reader). */
+    if (attach_from != 0 && fn != NULL) {
+        uint64_t next;
+        if ((rc = kvq__log_read(log, attach_from, fn, arg, &next)) != 0)
+            goto fail;
+    }
     *out = log;
     return 0;
 fail:

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ struct emb_store {
     cl_entry *cl;
     size_t cl_head, cl_len, cl_cap;
     int64_t cl_floor;
+    uint64_t cl_bytes; /* memory the conflict log's ranges take */
     int64_t last_forget;
     int replaying;
 
@@ -190,6 +192,7 @@ static void cl_push(emb_store *s, int64_t version, const uint8_t *p, size_t n)
         goto lost;
     s->cl[(s->cl_head + s->cl_len) % s->cl_cap] = (cl_entry){ version, copy, n };
     s->cl_len++;
+    __atomic_add_fetch(&s->cl_bytes, n + 16, __ATOMIC_RELAXED);
     return;
 lost:
     /* Out of memory for the conflict log: forget all of it, so that older transactions get
@@ -199,6 +202,7 @@ lost:
         s->cl_head = (s->cl_head + 1) % s->cl_cap;
         s->cl_len--;
     }
+    s->cl_bytes = 0;
     s->cl_floor = version;
 }
 
@@ -209,6 +213,7 @@ static void cl_prune(emb_store *s, int64_t before)
         if (c->version >= before)
             break;
         s->cl_floor = c->version;
+        __atomic_sub_fetch(&s->cl_bytes, c->n + 16, __ATOMIC_RELAXED);
         kvq__free(c->packed);
         s->cl_head = (s->cl_head + 1) % s->cl_cap;
         s->cl_len--;
@@ -351,6 +356,13 @@ static int catch_up(emb_store *s)
 }
 
 static int ls_checkpoint(emb_store *s);
+
+/* The memory the store's data takes: the map and the conflict log. */
+static uint64_t mem_used(emb_store *s)
+{
+    return kvq__vmap_mem(s->map) + __atomic_load_n(&s->cl_bytes, __ATOMIC_RELAXED) +
+           s->cl_cap * sizeof(cl_entry);
+}
 
 /* ---- readers.shm ---- */
 
@@ -705,14 +717,18 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     flock(s->ckpt_fd, LOCK_UN);
     if (rc != 0)
         goto fail;
-    cl_prune(s, s->applied_version - LS_WINDOW);
+    /* No transaction of this handle has a read version yet: the conflict log and the versions
+     * of the window start from here (a read version from before is answered with 1007). */
+    cl_prune(s, s->applied_version);
     forget_to(s, s->applied_version);
-    if (s->limit && kvq__vmap_mem(s->map) > s->limit) {
+    /* The replay freed what the log's popped items took: give it back to the system. */
+    malloc_trim(0);
+    if (s->limit && mem_used(s) > s->limit) {
         rc = kvq__error(KVQ_ENOMEM,
                         "the log store's data takes %llu bytes of memory, past its limit of "
                         "%llu (KVQ_LOGSTORE_MEMORY_LIMIT): raise it, or keep data this large "
                         "in the SQLite storage",
-                        (unsigned long long)kvq__vmap_mem(s->map), (unsigned long long)s->limit);
+                        (unsigned long long)mem_used(s), (unsigned long long)s->limit);
         goto fail;
     }
     if (!s->read_only) {
@@ -1082,16 +1098,16 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
                         (long long)version, (long long)s->applied_version);
         goto out;
     }
-    if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit)
+    if (s->limit && s->add_cost > 0 && mem_used(s) + s->add_cost > s->limit)
         /* Short of memory: the versions of the window go first (reads at an older version then
          * get transaction_too_old), except what open snapshots read. */
         forget_to(s, s->applied_version);
-    if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit) {
+    if (s->limit && s->add_cost > 0 && mem_used(s) + s->add_cost > s->limit) {
         rc = kvq__error(KVQ_ENOMEM,
                         "the log store's data would take %llu bytes of memory, past its limit "
                         "of %llu (KVQ_LOGSTORE_MEMORY_LIMIT): raise it, or keep data this "
                         "large in the SQLite storage",
-                        (unsigned long long)(kvq__vmap_mem(s->map) + s->add_cost),
+                        (unsigned long long)(mem_used(s) + s->add_cost),
                         (unsigned long long)s->limit);
         goto out;
     }
@@ -1174,7 +1190,7 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     kvq__vmap_rdlock(s->map);
     kvq__vmap_get_stats(s->map, &st);
     kvq__vmap_rdunlock(s->map);
-    out->mem = st.mem;
+    out->mem = mem_used(s);
     out->live_bytes = st.live_bytes;
     out->live_keys = st.live_keys;
     out->limit = s->limit;

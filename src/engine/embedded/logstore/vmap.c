@@ -518,6 +518,21 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
         if (--n->gc_refs == 0 && n->unlinked)
             free_node(n);
     }
+    /* A queue that grew during a burst gives its memory back once mostly empty. */
+    if (m->q_cap > 1024 && m->q_len < m->q_cap / 8) {
+        size_t cap = m->q_cap / 2;
+        while (cap > 1024 && m->q_len < cap / 8)
+            cap /= 2;
+        gc_rec *q = kvq__malloc(cap * sizeof *q);
+        if (q != NULL) {
+            for (size_t i = 0; i < m->q_len; i++)
+                q[i] = m->q[(m->q_head + i) % m->q_cap];
+            kvq__free(m->q);
+            m->q = q;
+            m->q_cap = cap;
+            m->q_head = 0;
+        }
+    }
 }
 
 void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
