@@ -960,27 +960,43 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued)
         rc = kvq__error(KVQ_EIO, "log: an earlier sync failed; reopen the database");
         goto out;
     }
+again:;
     uint64_t from = __atomic_load_n(&sh->synced, __ATOMIC_ACQUIRE);
     if (from >= lsn)
         goto out;
     /* Everything written so far: one fdatasync per segment it spans (one, but at a switch). */
     uint64_t to = __atomic_load_n(&sh->tail, __ATOMIC_ACQUIRE);
     HOOK("sync.before");
+    /* The files to sync, taken under seg_mu (dup'ed: the cache may close its own), synced
+     * outside it, so that readers of the log are not held up by the disk. */
+    int fds[4], nfd = 0;
     pthread_mutex_lock(&log->seg_mu);
-    for (uint64_t seq = seg_of(log, from); seq <= seg_of(log, to - 1); seq++) {
+    for (uint64_t seq = seg_of(log, from); seq <= seg_of(log, to - 1) && nfd < 4; seq++) {
         seg_file *s = seg_get(log, seq, &rc);
         if (s == NULL)
             break;
-        if (fdatasync(s->fd) != 0) {
-            rc = sys_err(KVQ_EIO, "sync", "log segment");
-            __atomic_store_n(&sh->sync_failed, 1, __ATOMIC_RELEASE);
+        if ((fds[nfd] = dup(s->fd)) < 0) {
+            rc = sys_err(KVQ_EIO, "dup", "log segment");
             break;
         }
-        log->st.syncs++;
-        if (issued)
-            *issued = 1;
+        nfd++;
     }
     pthread_mutex_unlock(&log->seg_mu);
+    if (rc == 0 && seg_of(log, from) + (uint64_t)nfd <= seg_of(log, to - 1))
+        to = (seg_of(log, from) + (uint64_t)nfd) * log->sb; /* the rest at the next sync */
+    for (int i = 0; i < nfd; i++) {
+        if (rc == 0) {
+            if (fdatasync(fds[i]) != 0) {
+                rc = sys_err(KVQ_EIO, "sync", "log segment");
+                __atomic_store_n(&sh->sync_failed, 1, __ATOMIC_RELEASE);
+            } else {
+                __atomic_add_fetch(&log->st.syncs, 1, __ATOMIC_RELAXED);
+                if (issued)
+                    *issued = 1;
+            }
+        }
+        close(fds[i]);
+    }
     if (rc == 0) {
         HOOK("sync.after");
         /* a solo syncer may race with the holder: the synced position only moves forward */
@@ -988,6 +1004,8 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued)
         while (cur < to && !__atomic_compare_exchange_n(&sh->synced, &cur, to, 0,
                                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         }
+        if (nfd > 0 && to < lsn)
+            goto again; /* more segments than one round takes */
     }
 out:
     if (locked)

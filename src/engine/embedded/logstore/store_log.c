@@ -24,6 +24,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/embedded/files.h"
@@ -265,7 +266,7 @@ static void maybe_forget(emb_store *s)
 static int apply_record(emb_store *s, const kvq__log_rec *r)
 {
     if (r->type != LS_REC_COMMIT) {
-        s->applied_lsn = r->end;
+        __atomic_store_n(&s->applied_lsn, r->end, __ATOMIC_RELEASE);
         return 0;
     }
     const uint8_t *p = r->data;
@@ -277,7 +278,7 @@ static int apply_record(emb_store *s, const kvq__log_rec *r)
         return bad_record(r->lsn);
     if (version <= s->applied_version) {
         /* held by the checkpoint already */
-        s->applied_lsn = r->end;
+        __atomic_store_n(&s->applied_lsn, r->end, __ATOMIC_RELEASE);
         return 0;
     }
     const uint8_t *o = p + LS_REC_HDR, *end = o + ops_len;
@@ -320,7 +321,7 @@ static int apply_record(emb_store *s, const kvq__log_rec *r)
         return rc;
     cl_push(s, version, end, (size_t)packed_len);
     s->applied_version = version;
-    s->applied_lsn = r->end;
+    __atomic_store_n(&s->applied_lsn, r->end, __ATOMIC_RELEASE);
     if (s->slots && s->slot >= 0)
         __atomic_store_n(&s->slots[s->slot].applied, r->end, __ATOMIC_RELEASE);
     maybe_forget(s);
@@ -491,7 +492,19 @@ static void *ckpt_main(void *arg)
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted) {
-            pthread_cond_wait(&s->ckpt_cv, &s->ckpt_mu);
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_sec += 1;
+            if (pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &dl) == ETIMEDOUT) {
+                /* A handle that is open but idle still applies the log now and then, so that
+                 * it does not keep the log from being recycled (readers.shm). */
+                pthread_mutex_unlock(&s->ckpt_mu);
+                if (kvq__log_tail(s->log) - __atomic_load_n(&s->applied_lsn, __ATOMIC_ACQUIRE) >
+                        (4u << 20) &&
+                    catch_up(s) != 0)
+                    kvq__error_clear();
+                pthread_mutex_lock(&s->ckpt_mu);
+            }
             continue;
         }
         int spare = s->spare_wanted, ckpt = s->ckpt_wanted > 1 || !spare;
@@ -698,7 +711,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
             s->ckpt_version = ci.version;
             s->ckpt_lsn = ci.lsn;
             s->cl_floor = ci.version;
-            s->applied_lsn = ci.lsn;
+            __atomic_store_n(&s->applied_lsn, ci.lsn, __ATOMIC_RELEASE);
         }
         kvq__log_options lo = { .segment_bytes = seg, .file_mode = s->mode,
                                 .read_only = s->read_only };
@@ -706,7 +719,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         s->replaying = 1;
         rc = kvq__log_open(&s->log, s->dir, &lo, found ? ci.lsn : 0, replay_fn, s);
         if (rc == 0 && s->applied_lsn < kvq__log_first(s->log))
-            s->applied_lsn = kvq__log_first(s->log);
+            __atomic_store_n(&s->applied_lsn, kvq__log_first(s->log), __ATOMIC_RELEASE);
         if (rc == 0 && !found)
             s->ckpt_lsn = kvq__log_first(s->log);
         if (rc == 0)
