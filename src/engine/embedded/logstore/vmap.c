@@ -1,5 +1,15 @@
-/* The log store's versioned ordered map (vmap.h): a skip list of keys, each with a chain of
- * versioned values, and a queue of (version, key) that tells forget where old entries are. */
+/* The log store's versioned ordered map (vmap.h).
+ *
+ * Two skip lists. The live list holds the keys that have a value at the newest version, each
+ * with its chain of values (newest first). A delete moves the key's node, its chain topped by
+ * a tombstone, to the graveyard list (merging it with the key's older graveyard history, if
+ * any); a later set of the key starts a new node in the live list. A read at the newest
+ * version - every snapshot but those taken at an older version - never looks at the graveyard,
+ * so the items a queue popped in the last seconds cost its consumers nothing; a read at an
+ * older version merges both lists. A queue of (version, node) tells forget where old entries
+ * are. Nodes taken out of both lists wait in a limbo until no snapshot that could have reached
+ * them is open (their version stamp is below the floor given to forget, which the store keeps
+ * at or below its oldest open snapshot). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +19,8 @@
 
 #define MAX_LEVEL 24
 #define MALLOC_OVERHEAD 16u
+
+enum { LIVE = 0, GRAVE = 1 };
 
 typedef struct vm_ver {
     struct vm_ver *older;
@@ -24,7 +36,9 @@ struct vm_node {
     uint8_t *key;
     uint32_t klen;
     uint32_t gc_refs; /* records of the forget queue that name this node */
-    uint8_t level, unlinked;
+    uint8_t level, unlinked, list;
+    int64_t stamp;    /* unlinked: the newest version when it was */
+    vm_node *limbo;   /* unlinked: the next node of the limbo */
     vm_node *next[];
 };
 
@@ -35,13 +49,16 @@ typedef struct gc_rec {
 
 struct kvq__vmap {
     pthread_rwlock_t lock;
-    vm_node *head; /* sentinel, MAX_LEVEL links */
-    int level;
+    vm_node *head[2]; /* sentinels, MAX_LEVEL links */
+    int level[2];
     uint64_t rng;
     uint64_t mem, limit, live_bytes, live_keys, nodes, entries;
     int64_t version, floor;
-    gc_rec *q; /* ring */
+    int64_t grave_max; /* the newest tombstone that ever went to the graveyard */
+    uint64_t gen;      /* moves a node between lists: cursors look again */
+    gc_rec *q;         /* ring */
     size_t q_cap, q_head, q_len;
+    vm_node *limbo, *limbo_tail;
 };
 
 static uint64_t node_cost(size_t klen, int level)
@@ -64,15 +81,19 @@ kvq__vmap *kvq__vmap_new(uint64_t limit)
     kvq__vmap *m = kvq__calloc(1, sizeof *m);
     if (m == NULL)
         return NULL;
-    m->head = kvq__calloc(1, sizeof(vm_node) + MAX_LEVEL * sizeof(vm_node *));
-    if (m->head == NULL) {
-        kvq__free(m);
-        return NULL;
+    for (int l = 0; l < 2; l++) {
+        m->head[l] = kvq__calloc(1, sizeof(vm_node) + MAX_LEVEL * sizeof(vm_node *));
+        if (m->head[l] == NULL) {
+            kvq__free(m->head[0]);
+            kvq__free(m);
+            return NULL;
+        }
+        m->head[l]->level = MAX_LEVEL;
+        m->level[l] = 1;
     }
-    m->head->level = MAX_LEVEL;
-    m->level = 1;
     m->rng = 0x9e3779b97f4a7c15ull;
     m->limit = limit;
+    m->grave_max = INT64_MIN;
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -96,20 +117,22 @@ void kvq__vmap_free(kvq__vmap *m)
 {
     if (m == NULL)
         return;
-    /* Unlinked nodes still named by the queue are freed through it. */
-    for (size_t i = 0; i < m->q_len; i++) {
-        gc_rec *r = &m->q[(m->q_head + i) % m->q_cap];
-        if (--r->node->gc_refs == 0 && r->node->unlinked)
-            free_node(r->node);
-    }
-    vm_node *n = m->head->next[0];
-    while (n) {
-        vm_node *nx = n->next[0];
+    /* Every node is in one of the lists or in the limbo. */
+    for (vm_node *n = m->limbo; n;) {
+        vm_node *nx = n->limbo;
         free_node(n);
         n = nx;
     }
+    for (int l = 0; l < 2; l++) {
+        vm_node *n = m->head[l]->next[0];
+        while (n) {
+            vm_node *nx = n->next[0];
+            free_node(n);
+            n = nx;
+        }
+        kvq__free(m->head[l]);
+    }
     kvq__free(m->q);
-    kvq__free(m->head);
     pthread_rwlock_destroy(&m->lock);
     kvq__free(m);
 }
@@ -136,33 +159,45 @@ static int cmp(const vm_node *n, const uint8_t *k, size_t kl)
     return kvq__bytes_cmp(n->key, n->klen, k, kl);
 }
 
-/* The first node >= key (or > key when after), filling preds with each level's last node
- * before it. */
-static vm_node *find(kvq__vmap *m, const uint8_t *k, size_t kl, vm_node **preds, int after)
+/* The first node of list l >= key (> key when after), filling preds. */
+static vm_node *find(kvq__vmap *m, int l, const uint8_t *k, size_t kl, vm_node **preds,
+                     int after)
 {
-    vm_node *x = m->head;
-    for (int l = m->level - 1; l >= 0; l--) {
-        while (x->next[l] != NULL) {
-            int c = cmp(x->next[l], k, kl);
+    vm_node *x = m->head[l];
+    for (int lv = m->level[l] - 1; lv >= 0; lv--) {
+        while (x->next[lv] != NULL) {
+            int c = cmp(x->next[lv], k, kl);
             if (c < 0 || (after && c == 0))
-                x = x->next[l];
+                x = x->next[lv];
             else
                 break;
         }
         if (preds)
-            preds[l] = x;
+            preds[lv] = x;
     }
     return x->next[0];
 }
 
-/* The last node < key (NULL key: the last node); NULL when none. */
-static vm_node *find_before(kvq__vmap *m, const uint8_t *k, size_t kl)
+static vm_node *find_exact(kvq__vmap *m, int l, const uint8_t *k, size_t kl, vm_node **preds)
 {
-    vm_node *x = m->head;
-    for (int l = m->level - 1; l >= 0; l--)
-        while (x->next[l] != NULL && (k == NULL || cmp(x->next[l], k, kl) < 0))
-            x = x->next[l];
-    return x == m->head ? NULL : x;
+    vm_node *n = find(m, l, k, kl, preds, 0);
+    return n != NULL && cmp(n, k, kl) == 0 ? n : NULL;
+}
+
+/* The last node of list l < key (NULL key: the last node), or <= key when incl; NULL: none. */
+static vm_node *find_before(kvq__vmap *m, int l, const uint8_t *k, size_t kl, int incl)
+{
+    vm_node *x = m->head[l];
+    for (int lv = m->level[l] - 1; lv >= 0; lv--) {
+        while (x->next[lv] != NULL) {
+            int c = k == NULL ? -1 : cmp(x->next[lv], k, kl);
+            if (c < 0 || (incl && c == 0))
+                x = x->next[lv];
+            else
+                break;
+        }
+    }
+    return x == m->head[l] ? NULL : x;
 }
 
 static int random_level(kvq__vmap *m)
@@ -177,6 +212,54 @@ static int random_level(kvq__vmap *m)
         r >>= 2;
     }
     return l;
+}
+
+/* Links n into list l after preds (from find on that list). */
+static void link_node(kvq__vmap *m, int l, vm_node *n, vm_node **preds)
+{
+    if (n->level > m->level[l]) {
+        for (int lv = m->level[l]; lv < n->level; lv++)
+            preds[lv] = m->head[l];
+        m->level[l] = n->level;
+    }
+    for (int lv = 0; lv < n->level; lv++) {
+        n->next[lv] = preds[lv]->next[lv];
+        preds[lv]->next[lv] = n;
+    }
+    n->prev = preds[0] == m->head[l] ? NULL : preds[0];
+    if (n->next[0])
+        n->next[0]->prev = n;
+    n->list = (uint8_t)l;
+}
+
+static void unlink_from(kvq__vmap *m, vm_node *n)
+{
+    int l = n->list;
+    vm_node *preds[MAX_LEVEL];
+    find(m, l, n->key, n->klen, preds, 0);
+    for (int lv = 0; lv < n->level; lv++)
+        if (preds[lv]->next[lv] == n)
+            preds[lv]->next[lv] = n->next[lv];
+    if (n->next[0])
+        n->next[0]->prev = n->prev;
+    while (m->level[l] > 1 && m->head[l]->next[m->level[l] - 1] == NULL)
+        m->level[l]--;
+    m->gen++;
+}
+
+/* Takes n out of the map for good; freed once no snapshot can still read it. */
+static void retire(kvq__vmap *m, vm_node *n)
+{
+    unlink_from(m, n);
+    n->unlinked = 1;
+    n->stamp = m->version;
+    n->limbo = NULL;
+    if (m->limbo_tail)
+        m->limbo_tail->limbo = n;
+    else
+        m->limbo = n;
+    m->limbo_tail = n;
+    m->nodes--;
 }
 
 static int q_push(kvq__vmap *m, int64_t version, vm_node *n)
@@ -199,105 +282,66 @@ static int q_push(kvq__vmap *m, int64_t version, vm_node *n)
     return 0;
 }
 
-static void live_sub(kvq__vmap *m, const vm_node *n)
+static vm_ver *new_ver(int64_t version, const uint8_t *val, size_t vlen, int dead)
 {
-    if (n->vers && !n->vers->dead) {
-        m->live_bytes -= n->klen + n->vers->len;
-        m->live_keys--;
-    }
-}
-
-static void live_add(kvq__vmap *m, const vm_node *n)
-{
-    if (n->vers && !n->vers->dead) {
-        m->live_bytes += n->klen + n->vers->len;
-        m->live_keys++;
-    }
-}
-
-/* Puts an entry (value, or a tombstone when dead) at version on node n (NULL: a new node for
- * key, linked after preds). */
-static int put(kvq__vmap *m, int64_t version, vm_node *n, vm_node **preds, const uint8_t *key,
-               size_t klen, const uint8_t *val, size_t vlen, int dead, int check_limit)
-{
-    uint64_t add = ver_cost(vlen);
-    int level = 0;
-    if (n == NULL) {
-        level = random_level(m);
-        add += node_cost(klen, level);
-    }
-    if (m->q_len == m->q_cap)
-        add += (m->q_cap ? m->q_cap : 256) * sizeof(gc_rec); /* the queue grows */
-    uint64_t total = m->mem + m->q_cap * sizeof(gc_rec) + add;
-    if (check_limit && m->limit && total > m->limit)
-        return kvq__error(KVQ_ENOMEM,
-                          "log store: the data would take %llu bytes of memory, past the limit "
-                          "of %llu (raise it, or use the SQLite storage for data this large)",
-                          (unsigned long long)total, (unsigned long long)m->limit);
-    if (m->q_len == m->q_cap)
-        add -= (m->q_cap ? m->q_cap : 256) * sizeof(gc_rec);
     vm_ver *v = kvq__malloc(sizeof *v + vlen);
     if (v == NULL)
-        return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+        return NULL;
+    v->older = NULL;
     v->version = version;
     v->len = (uint32_t)vlen;
     v->dead = (uint32_t)dead;
     if (vlen)
         memcpy(v->val, val, vlen);
-    if (n == NULL) {
-        n = kvq__malloc(sizeof *n + (size_t)level * sizeof(vm_node *) + klen);
-        if (n == NULL) {
-            kvq__free(v);
-            return kvq__error(KVQ_ENOMEM, "log store: out of memory");
-        }
-        memset(n, 0, sizeof *n);
-        n->key = (uint8_t *)&n->next[level];
+    return v;
+}
+
+static vm_node *new_node(kvq__vmap *m, const uint8_t *key, size_t klen)
+{
+    int level = random_level(m);
+    vm_node *n = kvq__malloc(sizeof *n + (size_t)level * sizeof(vm_node *) + klen);
+    if (n == NULL)
+        return NULL;
+    memset(n, 0, sizeof *n);
+    n->key = (uint8_t *)&n->next[level];
+    if (klen)
         memcpy(n->key, key, klen);
-        n->klen = (uint32_t)klen;
-        n->level = (uint8_t)level;
-        if (q_push(m, version, n) != 0) {
-            kvq__free(v);
-            kvq__free(n);
-            return KVQ_ENOMEM;
-        }
-        if (level > m->level) {
-            for (int l = m->level; l < level; l++)
-                preds[l] = m->head;
-            m->level = level;
-        }
-        for (int l = 0; l < level; l++) {
-            n->next[l] = preds[l]->next[l];
-            preds[l]->next[l] = n;
-        }
-        n->prev = preds[0] == m->head ? NULL : preds[0];
-        if (n->next[0])
-            n->next[0]->prev = n;
-        m->nodes++;
-        v->older = NULL;
+    n->klen = (uint32_t)klen;
+    n->level = (uint8_t)level;
+    n->stamp = INT64_MAX;
+    return n;
+}
+
+/* Puts entry v (at v->version) on top of n's chain: replacing an entry of the same version,
+ * else pushing (and queueing the node for forget). */
+static int push_ver(kvq__vmap *m, vm_node *n, vm_ver *v)
+{
+    if (n->vers && n->vers->version == v->version) {
+        vm_ver *old = n->vers;
+        v->older = old->older;
+        m->mem -= ver_cost(old->len);
+        kvq__free(old);
         n->vers = v;
-        m->entries++;
-    } else {
-        live_sub(m, n);
-        if (n->vers && n->vers->version == version) {
-            /* the same batch wrote this key before: replace its entry */
-            vm_ver *old = n->vers;
-            v->older = old->older;
-            m->mem -= ver_cost(old->len);
-            kvq__free(old);
-        } else {
-            if (q_push(m, version, n) != 0) {
-                live_add(m, n);
-                kvq__free(v);
-                return KVQ_ENOMEM;
-            }
-            v->older = n->vers;
-            m->entries++;
-        }
-        n->vers = v;
+        return 0;
     }
-    m->mem += add;
-    live_add(m, n);
-    m->version = version;
+    if (q_push(m, v->version, n) != 0)
+        return KVQ_ENOMEM;
+    v->older = n->vers;
+    n->vers = v;
+    m->entries++;
+    return 0;
+}
+
+static int check_room(kvq__vmap *m, uint64_t add)
+{
+    if (m->q_len == m->q_cap)
+        add += (m->q_cap ? m->q_cap : 256) * sizeof(gc_rec); /* the queue grows */
+    uint64_t total = m->mem + m->q_cap * sizeof(gc_rec) + add;
+    if (m->limit && total > m->limit)
+        return kvq__error(KVQ_ENOMEM,
+                          "log store: the data would take %llu bytes of memory, past the limit "
+                          "of %llu (raise it, or use the SQLite storage for data this large)",
+                          (unsigned long long)total, (unsigned long long)m->limit);
     return 0;
 }
 
@@ -308,23 +352,86 @@ int kvq__vmap_set(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen
         klen > UINT32_MAX || vlen > UINT32_MAX)
         return kvq__error(KVQ_EINVAL, "vmap: bad set");
     vm_node *preds[MAX_LEVEL];
-    vm_node *n = find(m, key, klen, preds, 0);
-    if (n != NULL && cmp(n, key, klen) != 0)
-        n = NULL;
-    return put(m, version, n, preds, key, klen, val, vlen, 0, 1);
+    vm_node *n = find_exact(m, LIVE, key, klen, preds);
+    uint64_t add = ver_cost(vlen) + (n == NULL ? node_cost(klen, MAX_LEVEL) : 0);
+    int rc = check_room(m, add);
+    if (rc != 0)
+        return rc;
+    vm_ver *v = new_ver(version, val, vlen, 0);
+    if (v == NULL)
+        return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+    if (n != NULL) {
+        m->live_bytes -= n->klen + n->vers->len;
+        if ((rc = push_ver(m, n, v)) != 0) {
+            m->live_bytes += n->klen + n->vers->len;
+            kvq__free(v);
+            return rc;
+        }
+        m->live_bytes += n->klen + vlen;
+        m->mem += ver_cost(vlen);
+    } else {
+        n = new_node(m, key, klen);
+        if (n == NULL || q_push(m, version, n) != 0) {
+            kvq__free(v);
+            kvq__free(n);
+            return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+        }
+        n->vers = v;
+        link_node(m, LIVE, n, preds);
+        m->nodes++;
+        m->entries++;
+        m->mem += ver_cost(vlen) + node_cost(klen, n->level);
+        m->live_bytes += klen + vlen;
+        m->live_keys++;
+    }
+    m->version = version;
+    return 0;
+}
+
+/* Moves live node n to the graveyard with a tombstone at version on top. */
+static int bury(kvq__vmap *m, vm_node *n, int64_t version)
+{
+    vm_ver *t = new_ver(version, NULL, 0, 1);
+    if (t == NULL)
+        return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+    uint32_t vlen = n->vers->len;
+    if (push_ver(m, n, t) != 0) {
+        kvq__free(t);
+        return KVQ_ENOMEM;
+    }
+    m->mem += ver_cost(0);
+    m->live_bytes -= n->klen + vlen;
+    m->live_keys--;
+    unlink_from(m, n);
+    vm_node *preds[MAX_LEVEL];
+    vm_node *g = find_exact(m, GRAVE, n->key, n->klen, preds);
+    if (g != NULL) {
+        /* the key's older history goes under n's chain, and g leaves the map */
+        vm_ver *last = n->vers;
+        while (last->older)
+            last = last->older;
+        last->older = g->vers;
+        g->vers = NULL;
+        m->mem -= node_cost(g->klen, g->level);
+        retire(m, g);
+        find(m, GRAVE, n->key, n->klen, preds, 0);
+    }
+    link_node(m, GRAVE, n, preds);
+    if (version > m->grave_max)
+        m->grave_max = version;
+    return 0;
 }
 
 int kvq__vmap_clear(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen)
 {
     if (m == NULL || (key == NULL && klen) || version < m->version)
         return kvq__error(KVQ_EINVAL, "vmap: bad clear");
-    vm_node *n = find(m, key, klen, NULL, 0);
-    if (n == NULL || cmp(n, key, klen) != 0 || n->vers == NULL || n->vers->dead) {
-        m->version = version;
-        return 0;
-    }
     /* Deletes are never refused for memory: they are how a full map is drained. */
-    return put(m, version, n, NULL, key, klen, NULL, 0, 1, 0);
+    vm_node *n = find_exact(m, LIVE, key, klen, NULL);
+    int rc = n != NULL ? bury(m, n, version) : 0;
+    if (rc == 0)
+        m->version = version;
+    return rc;
 }
 
 int kvq__vmap_clear_range(kvq__vmap *m, int64_t version, const uint8_t *b, size_t blen,
@@ -332,15 +439,15 @@ int kvq__vmap_clear_range(kvq__vmap *m, int64_t version, const uint8_t *b, size_
 {
     if (m == NULL || (b == NULL && blen) || (e == NULL && elen) || version < m->version)
         return kvq__error(KVQ_EINVAL, "vmap: bad clear_range");
-    vm_node *n = find(m, b, blen, NULL, 0);
-    for (; n != NULL && (e == NULL || cmp(n, e, elen) < 0); n = n->next[0]) {
-        if (n->vers == NULL || n->vers->dead)
-            continue;
-        int rc = put(m, version, n, NULL, n->key, n->klen, NULL, 0, 1, 0);
+    vm_node *n = find(m, LIVE, b, blen, NULL, 0);
+    while (n != NULL && (e == NULL || cmp(n, e, elen) < 0)) {
+        vm_node *nx = n->next[0];
+        int rc = bury(m, n, version);
         if (rc != 0)
             return rc;
         if (fn)
             fn(arg, n->key, n->klen);
+        n = nx;
     }
     m->version = version;
     return 0;
@@ -350,13 +457,62 @@ int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_
 {
     if (m == NULL || (key == NULL && klen) || version < m->version || klen > UINT32_MAX)
         return kvq__error(KVQ_EINVAL, "vmap: bad tombstone");
+    vm_node *n = find_exact(m, LIVE, key, klen, NULL);
+    if (n != NULL)
+        return bury(m, n, version);
     vm_node *preds[MAX_LEVEL];
-    vm_node *n = find(m, key, klen, preds, 0);
-    if (n != NULL && cmp(n, key, klen) != 0)
-        n = NULL;
-    if (n != NULL && n->vers != NULL && n->vers->dead && n->vers->version == version)
+    vm_node *g = find_exact(m, GRAVE, key, klen, preds);
+    if (g != NULL && g->vers != NULL && g->vers->dead && g->vers->version == version)
         return 0;
-    return put(m, version, n, preds, key, klen, NULL, 0, 1, 0);
+    vm_ver *t = new_ver(version, NULL, 0, 1);
+    if (t == NULL)
+        return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+    if (g == NULL) {
+        g = new_node(m, key, klen);
+        if (g == NULL || q_push(m, version, g) != 0) {
+            kvq__free(t);
+            kvq__free(g);
+            return kvq__error(KVQ_ENOMEM, "log store: out of memory");
+        }
+        g->vers = t;
+        link_node(m, GRAVE, g, preds);
+        m->nodes++;
+        m->entries++;
+        m->mem += node_cost(klen, g->level);
+    } else if (push_ver(m, g, t) != 0) {
+        kvq__free(t);
+        return KVQ_ENOMEM;
+    }
+    m->mem += ver_cost(0);
+    if (version > m->grave_max)
+        m->grave_max = version;
+    m->version = version;
+    return 0;
+}
+
+void kvq__vmap_set_version(kvq__vmap *m, int64_t version)
+{
+    if (m && version > m->version)
+        m->version = version;
+}
+
+/* The newest entry of n at or before version (NULL: none). */
+static const vm_ver *at_version(const vm_node *n, int64_t version)
+{
+    const vm_ver *v = n ? n->vers : NULL;
+    while (v && v->version > version)
+        v = v->older;
+    return v;
+}
+
+/* What a key is at version, from its live node l and graveyard node g (either may be NULL):
+ * the live node's history is the newer one. */
+static const vm_ver *resolve(const vm_node *l, const vm_node *g, int64_t version)
+{
+    const vm_ver *v = at_version(l, version);
+    if (v == NULL)
+        v = at_version(g, version);
+    return v;
 }
 
 int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
@@ -366,12 +522,11 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     val->len = 0;
     if (m == NULL || (key == NULL && klen))
         return 0;
-    vm_node *n = find(m, key, klen, NULL, 0);
-    if (n == NULL || cmp(n, key, klen) != 0)
-        return 0;
-    const vm_ver *v = n->vers;
-    while (v && v->version > version)
-        v = v->older;
+    vm_node *l = find_exact(m, LIVE, key, klen, NULL);
+    vm_node *g = (l == NULL || at_version(l, version) == NULL)
+                     ? find_exact(m, GRAVE, key, klen, NULL)
+                     : NULL;
+    const vm_ver *v = resolve(l, g, version);
     if (v == NULL)
         return 0;
     if (v->dead)
@@ -381,36 +536,12 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     return 1;
 }
 
-void kvq__vmap_set_version(kvq__vmap *m, int64_t version)
-{
-    if (m && version > m->version)
-        m->version = version;
-}
-
-static const vm_ver *visible(const vm_node *n, int64_t version)
-{
-    const vm_ver *v = n->vers;
-    while (v && v->version > version)
-        v = v->older;
-    return v && !v->dead ? v : NULL;
-}
-
 int kvq__vmap_get(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
                   kvq_bytes *val)
 {
-    if (m == NULL || val == NULL || (key == NULL && klen))
+    if (m == NULL || val == NULL)
         return 0;
-    vm_node *n = find(m, key, klen, NULL, 0);
-    val->data = NULL;
-    val->len = 0;
-    if (n == NULL || cmp(n, key, klen) != 0)
-        return 0;
-    const vm_ver *v = visible(n, version);
-    if (v == NULL)
-        return 0;
-    val->data = v->val;
-    val->len = v->len;
-    return 1;
+    return kvq__vmap_probe(m, version, key, klen, val) > 0;
 }
 
 void kvq__vmap_cursor_init(kvq__vmap_cursor *c, kvq__vmap *m, int64_t version, const uint8_t *b,
@@ -426,55 +557,85 @@ void kvq__vmap_cursor_init(kvq__vmap_cursor *c, kvq__vmap *m, int64_t version, c
     c->reverse = reverse;
 }
 
+static int in_range(const kvq__vmap_cursor *c, const vm_node *n)
+{
+    if (n == NULL)
+        return 0;
+    return c->reverse ? (c->b == NULL || cmp(n, c->b, c->blen) >= 0)
+                      : (c->e == NULL || cmp(n, c->e, c->elen) < 0);
+}
+
+/* Positions the cursor's two lists at the first node of the range, or just past `after`
+ * (a key returned before) when it is not NULL. */
+static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
+{
+    kvq__vmap *m = c->m;
+    int use_grave = c->version < m->grave_max;
+    for (int l = 0; l < 2; l++) {
+        vm_node *n = NULL;
+        if (l == GRAVE && !use_grave)
+            n = NULL;
+        else if (!c->reverse)
+            n = after ? find(m, l, after, alen, NULL, 1) : find(m, l, c->b, c->blen, NULL, 0);
+        else
+            n = after ? find_before(m, l, after, alen, 0) : find_before(m, l, c->e, c->elen, 0);
+        if (l == LIVE)
+            c->at = n;
+        else
+            c->at_grave = n;
+    }
+    c->gen = m->gen;
+}
+
 int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
 {
-    if (c == NULL || c->m == NULL)
+    if (c == NULL || c->m == NULL || c->done)
         return 0;
-    vm_node *n;
+    kvq__vmap *m = c->m;
     if (!c->started) {
         c->started = 1;
-        n = c->reverse ? find_before(c->m, c->e, c->elen) : find(c->m, c->b, c->blen, NULL, 0);
-    } else if (c->at == NULL) {
-        return 0;
-    } else {
-        n = c->reverse ? c->at->prev : c->at->next[0];
+        seek(c, NULL, 0);
+    } else if (c->gen != m->gen) {
+        /* nodes moved between the lists since the last step: find the place again, just past
+         * the key last returned (its node is still in memory: see retire) */
+        seek(c, c->last->key, c->last->klen);
     }
-    for (; n != NULL; n = c->reverse ? n->prev : n->next[0]) {
-        if (c->reverse ? (c->b != NULL && cmp(n, c->b, c->blen) < 0)
-                       : (c->e != NULL && cmp(n, c->e, c->elen) >= 0))
-            break;
-        const vm_ver *v = visible(n, c->version);
-        if (v == NULL)
+    for (;;) {
+        vm_node *l = in_range(c, c->at) ? c->at : NULL;
+        vm_node *g = in_range(c, c->at_grave) ? c->at_grave : NULL;
+        if (l == NULL && g == NULL) {
+            c->done = 1;
+            return 0;
+        }
+        /* d < 0: the live node comes first in the cursor's direction; > 0 the graveyard's;
+         * 0: the same key in both */
+        int d;
+        if (l == NULL)
+            d = 1;
+        else if (g == NULL)
+            d = -1;
+        else
+            d = kvq__bytes_cmp(l->key, l->klen, g->key, g->klen) * (c->reverse ? -1 : 1);
+        vm_node *kl = d <= 0 ? l : NULL, *kg = d >= 0 ? g : NULL;
+        if (kl)
+            c->at = c->reverse ? kl->prev : kl->next[0];
+        if (kg)
+            c->at_grave = c->reverse ? kg->prev : kg->next[0];
+        const vm_ver *v = resolve(kl, kg, c->version);
+        if (v == NULL || v->dead)
             continue;
-        c->at = n;
+        vm_node *n = kl ? kl : kg;
+        c->last = n;
         key->data = n->key;
         key->len = n->klen;
         val->data = v->val;
         val->len = v->len;
         return 1;
     }
-    c->at = NULL;
-    return 0;
 }
 
-static void unlink_node(kvq__vmap *m, vm_node *n)
-{
-    vm_node *preds[MAX_LEVEL];
-    vm_node *x = find(m, n->key, n->klen, preds, 0);
-    if (x != n)
-        return; /* cannot happen: keys are unique */
-    for (int l = 0; l < n->level; l++)
-        if (preds[l]->next[l] == n)
-            preds[l]->next[l] = n->next[l];
-    if (n->next[0])
-        n->next[0]->prev = n->prev;
-    while (m->level > 1 && m->head->next[m->level - 1] == NULL)
-        m->level--;
-    n->unlinked = 1;
-    m->nodes--;
-}
-
-/* Drops the entries of n that no read at >= floor sees. */
+/* Drops the entries of n that no read at >= floor sees; a graveyard node left with only its
+ * tombstone leaves the map. */
 static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
 {
     if (n->unlinked)
@@ -494,11 +655,9 @@ static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
         o = nx;
     }
     if (v == n->vers && v->dead) {
-        unlink_node(m, n);
         m->mem -= ver_cost(0) + node_cost(n->klen, n->level);
         m->entries--;
-        kvq__free(v);
-        n->vers = NULL;
+        retire(m, n);
     }
 }
 
@@ -515,8 +674,15 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
         m->q_head = (m->q_head + 1) % m->q_cap;
         m->q_len--;
         trim(m, n, floor);
-        if (--n->gc_refs == 0 && n->unlinked)
-            free_node(n);
+        n->gc_refs--;
+    }
+    /* Nodes out of the map since before every open snapshot: nobody can reach them. */
+    while (m->limbo != NULL && m->limbo->stamp < floor && m->limbo->gc_refs == 0) {
+        vm_node *n = m->limbo;
+        m->limbo = n->limbo;
+        if (m->limbo == NULL)
+            m->limbo_tail = NULL;
+        free_node(n);
     }
     /* A queue that grew during a burst gives its memory back once mostly empty. */
     if (m->q_cap > 1024 && m->q_len < m->q_cap / 8) {
@@ -539,14 +705,8 @@ void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
 {
     if (m == NULL || out == NULL)
         return;
-    *out = (kvq__vmap_stats){ m->mem + m->q_cap * sizeof(gc_rec),
-                              m->live_bytes,
-                              m->live_keys,
-                              m->nodes,
-                              m->entries,
-                              m->version,
-                              m->floor,
-                              m->limit };
+    *out = (kvq__vmap_stats){ kvq__vmap_mem(m), m->live_bytes, m->live_keys, m->nodes,
+                              m->entries,      m->version,    m->floor,     m->limit };
 }
 
 uint64_t kvq__vmap_mem(kvq__vmap *m)

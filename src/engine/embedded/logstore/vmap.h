@@ -1,4 +1,5 @@
-/* The log store's in-memory data: an ordered map of keys to version chains (MVCC), a skip list.
+/* The log store's in-memory data: an ordered map of keys to version chains (MVCC), in two skip
+ * lists (keys with a value at the newest version; deleted keys whose history is still kept).
  *
  * Each key keeps its values newest first, each tagged with the version of the batch that wrote
  * it (a delete is a tombstone). A read at version v sees, for each key, the newest entry with a
@@ -8,9 +9,10 @@
  * whose only entry left is a tombstone <= floor.
  *
  * Locking is the caller's: mutations and forget under kvq__vmap_wrlock, reads (get, cursors)
- * under kvq__vmap_rdlock, taken per call. A node a cursor stands on is never freed while the
+ * under kvq__vmap_rdlock, taken per call. A node a cursor has seen is never freed while the
  * cursor's version is >= every floor given to forget (the store pins its open snapshots' versions
- * for that), so a cursor may release the lock between steps.
+ * for that), so a cursor may release the lock between steps; it finds its place again when
+ * nodes moved meanwhile.
  *
  * Memory: every node and entry is counted (allocation sizes with their headers); a mutation
  * that would take the count past the limit fails with KVQ_ENOMEM and changes nothing. */
@@ -62,8 +64,10 @@ typedef struct kvq__vmap_cursor {
     int64_t version;
     const uint8_t *b, *e;
     size_t blen, elen;
-    int reverse, started;
-    vm_node *at;
+    int reverse, started, done;
+    vm_node *at, *at_grave; /* the next node of each list */
+    vm_node *last;          /* the node last returned */
+    uint64_t gen;
 } kvq__vmap_cursor;
 void kvq__vmap_cursor_init(kvq__vmap_cursor *c, kvq__vmap *m, int64_t version, const uint8_t *b,
                            size_t blen, const uint8_t *e, size_t elen, int reverse);
