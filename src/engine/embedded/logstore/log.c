@@ -370,7 +370,8 @@ static int seg_make(kvq__log *log, uint64_t seq)
     } else {
         log->st.segments_recycled++;
     }
-    __atomic_store_n(&log->spare_wanted, 1, __ATOMIC_RELEASE);
+    if (seq > 1) /* the first segment of a new log needs no spare yet */
+        __atomic_store_n(&log->spare_wanted, 1, __ATOMIC_RELEASE);
     int fd = openat(log->dir_fd, spare, O_RDWR | O_CLOEXEC);
     if (fd < 0)
         return sys_err(KVQ_EIO, "open", spare);
