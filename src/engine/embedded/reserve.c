@@ -6,9 +6,9 @@
  * the reserve and enters drain mode: transactions that free more than they write (the bytes of
  * the rows their clears delete against the keys and values they set; atomic operations count
  * nothing) are accepted, the others are refused with KVQ_ENOSPC. A queue's pop, which clears
- * its items and writes a small result slot, drains; a push does not. Once the
- * file system has room again for the reserve and a megabyte more, the reserve is taken back and
- * writes resume. Every process learns of drain mode the same way: from a full disk, or from the
+ * its items and writes a small result slot, drains; a push does not. Once the file system has
+ * room again for the reserve and RESERVE_MARGIN more, the reserve is taken back and writes
+ * resume. Every process learns of drain mode the same way: from a full disk, or from the
  * reserve file's size. */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +21,12 @@
 
 #define RESERVE_BYTES (8 * 1024 * 1024)
 #define RECHECK_US    100000
-/* Free space beyond the reserve needed before it is taken (back). */
-#define RESERVE_MARGIN (1024 * 1024)
+/* Free space beyond the reserve needed before it is taken (back) and drain mode ends: room for
+ * the storage to work in without giving the reserve up again at once. For SQLite that is a WAL
+ * growing to its checkpoint size (1,000 pages of 4 KiB, store_sqlite.c), which is also what a
+ * last close frees by removing the WAL: with less, a reopened database would take the reserve
+ * back on the space its own WAL is about to need again. */
+#define RESERVE_MARGIN (4 * 1024 * 1024)
 
 static void reserve_path(emb_db *e, char *buf, size_t n)
 {
