@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq/workq.h"
 
 #define MB (1024LL * 1024)
 
@@ -238,11 +239,67 @@ static void test_reopen_after_drain_keeps_drain_mode(void **state)
     printf("diskfull_open: reopened_free=%lld drain_mode_kept=yes drained=%zu\n", room, popped);
 }
 
+/* The work queue's at-least-once path (what `kvq consume` does by default): a receive moves
+ * the item into a lease (its value under another key, with the lease's records), which writes a
+ * little more than it frees; the ack then frees it all. Drain mode accepts such a move, so a
+ * full disk is drained by receive + ack as by pops. */
+static void test_full_disk_receive_ack_drains(void **state)
+{
+    (void)state;
+    if (mnt[0] == '\0') {
+        printf("diskfull_open: skipped=cannot_mount_tmpfs\n");
+        skip();
+    }
+    clean();
+    char dir[300], filler[300];
+    snprintf(dir, sizeof(dir), "%s/db-workq", mnt);
+    snprintf(filler, sizeof(filler), "%s/filler-workq", mnt);
+    kvq_db *db;
+    kvq_queue *q;
+    kvq_workq *w;
+    assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
+    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL), 0);
+    assert_int_equal(kvq_workq_open(&w, q, NULL), 0);
+    push_items(q, N);
+    fill_disk(filler);
+    int rc = 0;
+    for (int i = 0; i < 5000 && rc == 0; i++)
+        rc = kvq_queue_push(q, val, sizeof(val));
+    assert_int_equal(rc, KVQ_ENOSPC);
+    uint64_t len = 0;
+    assert_int_equal(kvq_queue_len(q, &len), 0);
+    size_t acked = 0;
+    kvq_buf out = KVQ_BUF_INIT;
+    for (;;) {
+        kvq_workq_lease lease;
+        rc = kvq_workq_receive(w, &out, &lease, 0);
+        if (rc == KVQ_ENOTFOUND)
+            break;
+        if (rc != 0)
+            fail_msg("receive %zu on a full disk: %s (%s)", acked, kvq_errname(rc),
+                     kvq_last_error());
+        rc = kvq_workq_ack(w, &lease);
+        if (rc != 0)
+            fail_msg("ack %zu on a full disk: %s (%s)", acked, kvq_errname(rc), kvq_last_error());
+        acked++;
+    }
+    kvq_buf_dispose(&out);
+    assert_int_equal(acked, (size_t)len);
+    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(len, 0);
+    assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
+    kvq_workq_close(w);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    printf("diskfull_open: receive_ack_drained=%zu pushes_refused=ENOSPC\n", acked);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_full_disk_with_reserve),
         cmocka_unit_test(test_reopen_after_drain_keeps_drain_mode),
+        cmocka_unit_test(test_full_disk_receive_ack_drains),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
