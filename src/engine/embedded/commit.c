@@ -557,8 +557,11 @@ int emb_commit(void *tp)
     pthread_cond_destroy(&req.cond);
     /* The storage's upkeep, after this thread led a batch that is now synced and its
      * committers are woken: no lock is held (store.h). */
-    if (upkeep && e->so->checkpoint != NULL)
+    if (upkeep && e->so->checkpoint != NULL &&
+        !__atomic_exchange_n(&e->upkeep_busy, 1, __ATOMIC_ACQUIRE)) {
         (void)e->so->checkpoint(e->store);
+        __atomic_store_n(&e->upkeep_busy, 0, __ATOMIC_RELEASE);
+    }
 
     t->committing = 0;
     int rc = req.rc;
