@@ -387,9 +387,7 @@ static int metrics_body(kvq_txn *txn, void *arg)
     /* A durable item key ends with the 12-byte tuple versionstamp: 8 bytes of version first. */
     if (rc == 0 && got == 1 && kvs[0].key.len >= q->val_prefix.len + 13) {
         const uint8_t *vs = kvs[0].key.data + kvs[0].key.len - 12;
-        int64_t ver = 0;
-        for (int i = 0; i < 8; i++)
-            ver = (int64_t)(((uint64_t)ver << 8) | vs[i]);
+        int64_t ver = (int64_t)kvq__be_get(vs, 8);
         int64_t age = (rv - ver) / VPM;
         c->m.oldest_ready_age_ms = age < 0 ? 0 : age;
     }
