@@ -1,5 +1,6 @@
-/* The consumer runtime: worker threads popping batches, sleeping on a watch when the queue is
- * empty, stopping cleanly. */
+/* The queue consumer runtime (kvq_consumer_*, for durable queues): worker threads popping
+ * batches, sleeping on a watch when the queue is empty, stopping cleanly. The work queue's
+ * runtime, with leases, is workq_consumer.c. */
 #include <pthread.h>
 #include <string.h>
 

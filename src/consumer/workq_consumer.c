@@ -1,6 +1,6 @@
-/* The at-least-once consumer runtime: workers receive one item at a time with a lease, hand it
- * to the handler, and ack or nack by its answer; a heartbeat thread extends the leases of the
- * items in hand. */
+/* The work queue's consumer runtime (kvq_workq_consumer_*, at least once): workers receive one
+ * item at a time with a lease, hand it to the handler, and ack or nack by its answer; a
+ * heartbeat thread extends the leases of the items in hand. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
