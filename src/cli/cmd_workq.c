@@ -142,8 +142,8 @@ int cmd_receive(cli *c, int argc, char **argv)
         printf("[");
     while (got < k) {
         /* Long poll only until the first item; then take what is ready. */
-        err = got == 0 ? kvq_workq_receive_wait(w, &v, &l, lease, wait_ms)
-                       : kvq_workq_receive(w, &v, &l, lease);
+        err = got == 0 ? kvq_workq_receive_wait(&v, &l, w, lease, wait_ms)
+                       : kvq_workq_receive(&v, &l, w, lease);
         if (err != 0)
             break;
         print_received(c, &v, &l, got == 0);
@@ -395,7 +395,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
     } else {
         uint64_t moved = 0;
         int purge = strcmp(what, "purge") == 0;
-        err = purge ? kvq_workq_dlq_purge(w, &moved) : kvq_workq_dlq_redrive(w, &moved);
+        err = purge ? kvq_workq_dlq_purge(&moved, w) : kvq_workq_dlq_redrive(&moved, w);
         if (err == 0) {
             if (c->json)
                 printf("{\"%s\":%llu}\n", purge ? "purged" : "redriven",

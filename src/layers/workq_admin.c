@@ -311,16 +311,16 @@ static int dlq_drain(kvq_workq *w, uint64_t *moved, int purge)
     return rc;
 }
 
-int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved)
+int kvq_workq_dlq_redrive(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_dlq_redrive");
-    return rc != 0 ? rc : dlq_drain(w, moved, 0);
+    return rc != 0 ? rc : dlq_drain(w, out, 0);
 }
 
-int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged)
+int kvq_workq_dlq_purge(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_dlq_purge");
-    return rc != 0 ? rc : dlq_drain(w, purged, 1);
+    return rc != 0 ? rc : dlq_drain(w, out, 1);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------- */
@@ -394,7 +394,7 @@ static int metrics_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_get_metrics(kvq_workq *w, kvq_workq_metrics *out)
+int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_metrics");
     if (rc == 0 && out == NULL)

@@ -243,20 +243,20 @@ static int tick_body(kvq_txn *txn, void *arg)
     return kvq__wq_counter_add(txn, &w->tick, 1);
 }
 
-int kvq_workq_recover(kvq_workq *w, uint64_t *moved)
+int kvq_workq_recover(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_recover");
     if (rc != 0)
         return rc;
-    if (moved != NULL)
-        *moved = 0;
+    if (out != NULL)
+        *out = 0;
     /* A tiny commit, so that the read versions below are the present on every engine. */
     rc = kvq_db_transact(w->q->db, tick_body, w);
     pass_ctx p = { w, 0, 1, 0 };
     while (rc == 0 && p.more) {
         rc = kvq_db_transact(w->q->db, pass_body, &p);
-        if (rc == 0 && moved != NULL)
-            *moved += p.moved;
+        if (rc == 0 && out != NULL)
+            *out += p.moved;
     }
     return rc;
 }
