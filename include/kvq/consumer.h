@@ -115,7 +115,7 @@ KVQ_API int kvq_consumer_finished(kvq_consumer *c);
 KVQ_API int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
-KVQ_API void kvq_consumer_free(kvq_consumer *c);
+KVQ_API void kvq_consumer_destroy(kvq_consumer *c);
 
 /* ---- at least once: the work-queue consumer ------------------------------------------------ */
 
@@ -214,7 +214,7 @@ KVQ_API int kvq_workq_consumer_finished(kvq_workq_consumer *c);
 KVQ_API int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
-KVQ_API void kvq_workq_consumer_free(kvq_workq_consumer *c);
+KVQ_API void kvq_workq_consumer_destroy(kvq_workq_consumer *c);
 
 #ifdef __cplusplus
 }

@@ -279,7 +279,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     int cerr = kvq_consumer_join(cons);
     kvq_consumer_stats cs;
     (void)kvq_consumer_get_stats(&cs, cons);
-    kvq_consumer_free(cons);
+    kvq_consumer_destroy(cons);
     kvq_db_stats after;
     (void)kvq_db_get_stats(&after, c->db);
     uint64_t left = 0;

@@ -282,7 +282,7 @@ int kvq_queue_open_named(kvq_queue **out,
     rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
     if (rc == 0)
         rc = kvq_queue_open(out, db, s.type, sub, NULL);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     if (rc != 0)
         return rc;
     (*out)->named = s;

@@ -175,7 +175,7 @@ int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
             break;
         }
         int64_t since = kvq_tuple_at(t, 0)->v.i;
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq__wq_age_key(&k, w, since, NULL, 0);
         if (rc != 0)
@@ -198,7 +198,7 @@ int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
         if (rc == 0 && prune)
             rc = kvq_txn_clear(txn, k.data, k.len);
     }
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     kvq_buf_dispose(&lo);
     kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);

@@ -61,7 +61,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         }
         uint8_t id[16];
         memcpy(id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq_txn_clear(txn, xk, xl);
         kvq_bytes lv, vv;
@@ -116,7 +116,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         }
         int64_t prio = kvq_tuple_at(t, 2)->v.i;
         uint32_t deliv = (uint32_t)kvq_tuple_at(t, 3)->v.i;
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
         if (rc == 0)
@@ -160,7 +160,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
             int64_t at = kvq_tuple_at(t, 0)->v.i;
             kvq_tuple_elem de2 = *kvq_tuple_at(t, 1);
             rc = kvq__wq_key_of(&k, &w->base_dd, &de2, 1);
-            kvq_tuple_free(t);
+            kvq_tuple_destroy(t);
             t = NULL;
             /* Clear the dedup key only if it still names this push (not a newer one). */
             kvq_bytes dv;
@@ -175,7 +175,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
                 rc = kvq_txn_clear(txn, k.data, k.len);
         }
     }
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     kvq_buf_dispose(&lo);
     kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);

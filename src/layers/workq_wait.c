@@ -112,7 +112,7 @@ static int first_time(kvq_txn *txn, const kvq_buf *base, kvq_buf *lo, kvq_buf *h
         rc = kvq__error(KVQ_EDAMAGED, "a malformed delayed-item or lease-expiry key");
     else
         *out = kvq_tuple_at(t, 0)->v.i;
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return rc;
 }
 

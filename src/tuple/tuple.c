@@ -875,7 +875,7 @@ int kvq__tuple_unpack_from(kvq_tuple **out, const uint8_t *data, size_t len, siz
     reader r = { data != NULL ? data : empty, len, start, t };
     int rc = read_elems(&r, 0, &t->elems, &t->count);
     if (rc != 0) {
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         return rc;
     }
     *out = t;
@@ -902,7 +902,7 @@ const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i)
     return (t == NULL || i >= t->count) ? NULL : &t->elems[i];
 }
 
-void kvq_tuple_free(kvq_tuple *t)
+void kvq_tuple_destroy(kvq_tuple *t)
 {
     if (t == NULL)
         return;

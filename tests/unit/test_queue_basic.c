@@ -614,7 +614,7 @@ static void test_durable_spread(void **state)
     kvq_buf_dispose(&got);
     assert_ok(kvq_queue_clear(q));
     kvq_queue_close(q);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
 }
 
 /* Named queues: the registry `kvq create` writes, through the library. */
@@ -744,10 +744,10 @@ static void test_bad_args(void **state)
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, NULL, &o), KVQ_EINVAL);
     kvq_subspace *s = tq_sub("", 0);
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, s, NULL), KVQ_EINVAL);
-    kvq_subspace_free(s);
+    kvq_subspace_destroy(s);
     s = tq_sub("\xff", 1);
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, s, NULL), KVQ_EINVAL);
-    kvq_subspace_free(s);
+    kvq_subspace_destroy(s);
 
     /* NULL handles and outputs. */
     assert_int_equal(kvq_queue_push(NULL, (const uint8_t *)"x", 1), KVQ_EINVAL);
@@ -864,7 +864,7 @@ static void test_side_by_side(void **state)
     for (int i = 0; i < 7; i++) {
         assert_ok(kvq_queue_delete(q[i]));
         kvq_queue_close(q[i]);
-        kvq_subspace_free(s[i]);
+        kvq_subspace_destroy(s[i]);
     }
 }
 

@@ -88,7 +88,7 @@ static wq_env env_open(kvq_queue_type type, const kvq_workq_options *wo)
     e.db = open_test_db();
     kvq_subspace *sub = fresh_subspace();
     assert_ok(kvq_queue_open(&e.q, e.db, type, sub, NULL));
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     assert_ok(kvq_workq_open(&e.w, e.q, wo));
     tick(e.db);
     return e;

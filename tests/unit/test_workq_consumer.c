@@ -36,7 +36,7 @@ static env env_open(kvq_queue_type type, int64_t lease_ms, uint32_t max_deliveri
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &el, 1), 0);
     assert_int_equal(kvq_queue_open(&e.q, db, type, sub, NULL), 0);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.lease_ms = lease_ms;
     o.max_deliveries = max_deliveries;
@@ -114,7 +114,7 @@ static void run_drain(env *e, seen *s, int workers, int64_t nack_delay_ms,
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     assert_true(kvq_workq_consumer_finished(c));
     assert_int_equal(kvq_workq_consumer_get_stats(st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
 }
 
 static void expect_all_acked_once(env *e, const seen *s)
@@ -223,7 +223,7 @@ static void test_heartbeat_keeps_a_long_lease(void **state)
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     kvq_workq_consumer_stats st;
     assert_int_equal(kvq_workq_consumer_get_stats(&st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_int_equal(s.acks[0], 1);
     assert_int_equal(s.calls[0], 1);
     assert_int_equal(st.lost_leases, 0);
@@ -257,7 +257,7 @@ static void test_release_gives_back_and_stops(void **state)
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     kvq_workq_consumer_stats st;
     assert_int_equal(kvq_workq_consumer_get_stats(&st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_int_equal(calls, 1);
     assert_int_equal(st.released, 1);
     kvq_workq_metrics m;
@@ -347,7 +347,7 @@ static void test_bad_input(void **state)
     assert_int_equal(kvq_workq_consumer_join(NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_consumer_finished(NULL), 1);
     kvq_workq_consumer_stop(NULL);
-    kvq_workq_consumer_free(NULL);
+    kvq_workq_consumer_destroy(NULL);
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
     assert_int_equal(kvq_workq_receive_wait(&v, &l, NULL, 0, 0), KVQ_EINVAL);

@@ -41,7 +41,7 @@ static env env_open(kvq_queue_type type)
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &el, 1), 0);
     assert_int_equal(kvq_queue_open(&e.q, db, type, sub, NULL), 0);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.lease_ms = 60000;
     assert_int_equal(kvq_workq_open(&e.w, e.q, &o), 0);
@@ -334,7 +334,7 @@ static void test_consumer_idle_and_stop(void **state)
     kvq_workq_consumer_stop(c);
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     assert_true(kvq__mono_us() - t0 < 30 * 1000000LL);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_true(looks_of(&e) <= 8); /* 2 workers; every 100 ms made about 30 each */
     env_close(&e);
 }
