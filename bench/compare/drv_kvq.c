@@ -263,8 +263,9 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
             }
             kvq_watch_destroy(w);
         } else if (max == 1) {
-            rc = c->s->type == KVQ_QUEUE_PRIORITY ? kvq_queue_pop_min(&c->bufs[0], NULL, q)
-                                                  : kvq_queue_pop(&c->bufs[0], q);
+            rc = c->s->type == KVQ_QUEUE_PRIORITY
+                     ? kvq_queue_pop_prio(&c->bufs[0], NULL, q, KVQ_QUEUE_MIN)
+                     : kvq_queue_pop(&c->bufs[0], q);
             if (rc != 0 && rc != KVQ_ENOTFOUND)
                 return kq_fail("pop", rc);
             n = rc == 0;

@@ -347,7 +347,7 @@ kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, size
 /* ---------------------------------------------------------------------------------------- */
 
 /** Pushes a value at a priority (idempotent convenience form). Lower priorities come out of
- * kvq_queue_pop_min first; items of one priority keep push order from one producer. Errors as
+ * kvq_queue_pop_prio(…, KVQ_QUEUE_MIN) first; items of one priority keep push order from one producer. Errors as
  * kvq_queue_push, and KVQ_EWRONGTYPE for a queue that is not a priority queue. */
 KVQ_API KVQ_NODISCARD int
 kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t priority);
@@ -356,37 +356,40 @@ kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t prio
 KVQ_API KVQ_NODISCARD int kvq_queue_push_prio_txn(
     kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t priority);
 
+/** Which end of a priority queue: the lowest priority or the highest. */
+typedef enum kvq_queue_end {
+    KVQ_QUEUE_MIN = 0, /**< the lowest priority; of that priority, the oldest item */
+    KVQ_QUEUE_MAX = 1  /**< the highest priority; of that priority, the newest item */
+} kvq_queue_end;
+
 /**
- * Pops the item with the lowest priority (the oldest of that priority) into `out`; its priority
- * into *priority (may be NULL). Idempotent convenience form; high-contention mode applies.
- * Errors as kvq_queue_pop, and KVQ_EWRONGTYPE.
+ * Pops the item at one end of a priority queue into `out` (idempotent convenience form;
+ * high-contention mode applies).
+ * @param[out] out       receives the value (replaced); free with kvq_buf_dispose
+ * @param[out] priority  receives its priority (may be NULL)
+ * @param end            KVQ_QUEUE_MIN or KVQ_QUEUE_MAX
+ * @return as kvq_queue_pop; KVQ_EWRONGTYPE (not a priority queue); KVQ_EINVAL (also an `end`
+ *         that is neither).
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_min(kvq_buf *out, int64_t *priority, kvq_queue *q);
-
-/** Pops the item with the highest priority (the newest of that priority); as kvq_queue_pop_min. */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_max(kvq_buf *out, int64_t *priority, kvq_queue *q);
-
-/** kvq_queue_pop_min inside the caller's transaction; `out` borrowed from txn. */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_pop_min_txn(kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn);
+kvq_queue_pop_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end);
 
-/** kvq_queue_pop_max inside the caller's transaction; `out` borrowed from txn. */
+/** kvq_queue_pop_prio inside the caller's transaction; `out` borrowed from txn. */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_prio_txn(
+    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, kvq_queue_end end);
+
+/** Copies the item at one end of a priority queue without removing it. Errors as
+ * kvq_queue_peek, and as kvq_queue_pop_prio. */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_pop_max_txn(kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn);
+kvq_queue_peek_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end);
 
-/** Copies the lowest-priority item without removing it. Errors as kvq_queue_peek. */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_min(kvq_buf *out, int64_t *priority, kvq_queue *q);
-
-/** Copies the highest-priority item without removing it. Errors as kvq_queue_peek. */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_max(kvq_buf *out, int64_t *priority, kvq_queue *q);
-
-/** kvq_queue_peek_min inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_min_txn(
-    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, unsigned int flags);
-
-/** kvq_queue_peek_max inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_max_txn(
-    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, unsigned int flags);
+/** kvq_queue_peek_prio inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_prio_txn(kvq_bytes *out,
+                                                  int64_t *priority,
+                                                  kvq_queue *q,
+                                                  kvq_txn *txn,
+                                                  kvq_queue_end end,
+                                                  unsigned int flags);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Durable queues                                                                            */

@@ -115,7 +115,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
         /* Highest first, one item per transaction. */
         kvq_buf v = KVQ_BUF_INIT;
         while (rc == 0 && done < k) {
-            rc = kvq_queue_pop_max(&v, NULL, q->q);
+            rc = kvq_queue_pop_prio(&v, NULL, q->q, KVQ_QUEUE_MAX);
             if (rc == 0) {
                 done++;
                 rc = fn(v.data, v.len, arg);
@@ -149,7 +149,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
 int cq_peek(cq *q, int max, kvq_buf *out)
 {
     if (max)
-        return kvq_queue_peek_max(out, NULL, q->q);
+        return kvq_queue_peek_prio(out, NULL, q->q, KVQ_QUEUE_MAX);
     return kvq_queue_peek(out, q->q);
 }
 

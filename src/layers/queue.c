@@ -218,14 +218,21 @@ pop_end_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, int e
     return kvq__q_pop_k_end(q, txn, end, 1, out, priority, &n);
 }
 
-int kvq_queue_pop_min_txn(kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn)
+/* KVQ_EINVAL unless end is KVQ_QUEUE_MIN or KVQ_QUEUE_MAX (whose values are KVQ__END_MIN and
+ * KVQ__END_MAX). */
+static int check_end(kvq_queue_end end, const char *fn)
 {
-    return pop_end_txn(q, txn, out, priority, KVQ__END_MIN, "kvq_queue_pop_min_txn");
+    if (end != KVQ_QUEUE_MIN && end != KVQ_QUEUE_MAX)
+        return kvq__error(KVQ_EINVAL, "%s: end %d is neither KVQ_QUEUE_MIN nor KVQ_QUEUE_MAX", fn,
+                          (int)end);
+    return 0;
 }
 
-int kvq_queue_pop_max_txn(kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn)
+int kvq_queue_pop_prio_txn(
+    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, kvq_queue_end end)
 {
-    return pop_end_txn(q, txn, out, priority, KVQ__END_MAX, "kvq_queue_pop_max_txn");
+    int rc = check_end(end, "kvq_queue_pop_prio_txn");
+    return rc != 0 ? rc : pop_end_txn(q, txn, out, priority, (int)end, "kvq_queue_pop_prio_txn");
 }
 
 /* ---- convenience pops ----------------------------------------------------------------------- */
@@ -382,18 +389,14 @@ int kvq_queue_pop(kvq_buf *out, kvq_queue *q)
     return pop_one(q, KVQ__END_MIN, out, NULL, "kvq_queue_pop");
 }
 
-int kvq_queue_pop_min(kvq_buf *out, int64_t *priority, kvq_queue *q)
+int kvq_queue_pop_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end)
 {
+    int rc = check_end(end, "kvq_queue_pop_prio");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_pop_min");
-    return pop_one(q, KVQ__END_MIN, out, priority, "kvq_queue_pop_min");
-}
-
-int kvq_queue_pop_max(kvq_buf *out, int64_t *priority, kvq_queue *q)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_pop_max");
-    return pop_one(q, KVQ__END_MAX, out, priority, "kvq_queue_pop_max");
+        return kvq__q_wrong_type(q, "kvq_queue_pop_prio");
+    return pop_one(q, (int)end, out, priority, "kvq_queue_pop_prio");
 }
 
 int kvq_queue_pop_k(kvq_buf *outs, size_t *n, kvq_queue *q, size_t k)
@@ -448,20 +451,19 @@ int kvq_queue_peek_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn, unsigned int 
     return peek_end_txn(q, txn, KVQ__END_MIN, out, NULL, flags, "kvq_queue_peek_txn");
 }
 
-int kvq_queue_peek_min_txn(
-    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, unsigned int flags)
+int kvq_queue_peek_prio_txn(kvq_bytes *out,
+                            int64_t *priority,
+                            kvq_queue *q,
+                            kvq_txn *txn,
+                            kvq_queue_end end,
+                            unsigned int flags)
 {
+    int rc = check_end(end, "kvq_queue_peek_prio_txn");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_min_txn");
-    return peek_end_txn(q, txn, KVQ__END_MIN, out, priority, flags, "kvq_queue_peek_min_txn");
-}
-
-int kvq_queue_peek_max_txn(
-    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, unsigned int flags)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_max_txn");
-    return peek_end_txn(q, txn, KVQ__END_MAX, out, priority, flags, "kvq_queue_peek_max_txn");
+        return kvq__q_wrong_type(q, "kvq_queue_peek_prio_txn");
+    return peek_end_txn(q, txn, (int)end, out, priority, flags, "kvq_queue_peek_prio_txn");
 }
 
 typedef struct peek_arg {
@@ -502,18 +504,14 @@ int kvq_queue_peek(kvq_buf *out, kvq_queue *q)
     return peek_conv(q, KVQ__END_MIN, out, NULL, "kvq_queue_peek");
 }
 
-int kvq_queue_peek_min(kvq_buf *out, int64_t *priority, kvq_queue *q)
+int kvq_queue_peek_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end)
 {
+    int rc = check_end(end, "kvq_queue_peek_prio");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_min");
-    return peek_conv(q, KVQ__END_MIN, out, priority, "kvq_queue_peek_min");
-}
-
-int kvq_queue_peek_max(kvq_buf *out, int64_t *priority, kvq_queue *q)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_max");
-    return peek_conv(q, KVQ__END_MAX, out, priority, "kvq_queue_peek_max");
+        return kvq__q_wrong_type(q, "kvq_queue_peek_prio");
+    return peek_conv(q, (int)end, out, priority, "kvq_queue_peek_prio");
 }
 
 /* ---- length -----------------------------------------------------------------------------------

@@ -59,7 +59,8 @@ static void drain_and_check(kvq_queue *q, uint64_t per_thread, int by_priority)
     uint64_t n = 0;
     for (;;) {
         int64_t prio = 0;
-        int rc = by_priority ? kvq_queue_pop_min(&v, &prio, q) : kvq_queue_pop(&v, q);
+        int rc =
+            by_priority ? kvq_queue_pop_prio(&v, &prio, q, KVQ_QUEUE_MIN) : kvq_queue_pop(&v, q);
         if (rc == KVQ_ENOTFOUND)
             break;
         assert_ok(rc);

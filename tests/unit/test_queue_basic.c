@@ -317,9 +317,9 @@ static void prio_like(kvq_queue *q)
     check_empty(q);
     kvq_buf b = KVQ_BUF_INIT;
     int64_t p = 42;
-    assert_int_equal(kvq_queue_pop_min(&b, &p, q), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_pop_max(&b, &p, q), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_peek_max(&b, &p, q), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MAX), KVQ_ENOTFOUND);
     static const int64_t prios[] = { 5, -3, 100, 5, 0, INT64_MIN, INT64_MAX, 5, -3 };
     char v[32];
     for (size_t i = 0; i < sizeof(prios) / sizeof(prios[0]); i++) {
@@ -327,24 +327,24 @@ static void prio_like(kvq_queue *q)
         assert_ok(kvq_queue_push_prio(q, (const uint8_t *)v, strlen(v), prios[i]));
     }
     assert_int_equal(len_of(q), 9);
-    assert_ok(kvq_queue_peek_min(&b, &p, q));
+    assert_ok(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MIN));
     assert_int_equal(p, INT64_MIN);
     assert_bytes(b.data, b.len, (const uint8_t *)"p5", 2);
-    assert_ok(kvq_queue_peek_max(&b, &p, q));
+    assert_ok(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, INT64_MAX);
-    assert_ok(kvq_queue_pop_max(&b, &p, q));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_bytes(b.data, b.len, (const uint8_t *)"p6", 2);
-    assert_ok(kvq_queue_pop_max(&b, &p, q));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, 100);
     /* The max end of priority 5 is its newest item. */
-    assert_ok(kvq_queue_pop_max(&b, &p, q));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, 5);
     assert_bytes(b.data, b.len, (const uint8_t *)"p7", 2);
     /* Min: INT64_MIN, then -3 in push order, then 0, then 5 in push order. */
     static const char *const order[] = { "p5", "p1", "p8", "p4", "p0", "p3" };
     static const int64_t oprio[] = { INT64_MIN, -3, -3, 0, 5, 5 };
     for (int i = 0; i < 6; i++) {
-        assert_ok(kvq_queue_pop_min(&b, &p, q));
+        assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
         assert_bytes(b.data, b.len, (const uint8_t *)order[i], strlen(order[i]));
         assert_int_equal(p, oprio[i]);
     }
@@ -353,7 +353,7 @@ static void prio_like(kvq_queue *q)
     push_s(q, "zero");
     assert_ok(kvq_queue_push_prio(q, (const uint8_t *)"neg", 3, -1));
     pop_expect(q, "neg");
-    assert_ok(kvq_queue_pop_min(&b, &p, q));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
     assert_int_equal(p, 0);
     kvq_buf_dispose(&b);
 }
@@ -371,8 +371,8 @@ static void test_priority(void **state)
     q = open_q(KVQ_QUEUE_FIFO, NULL, 0);
     kvq_buf b = KVQ_BUF_INIT;
     assert_int_equal(kvq_queue_push_prio(q, (const uint8_t *)"x", 1, 1), KVQ_EWRONGTYPE);
-    assert_int_equal(kvq_queue_pop_max(&b, NULL, q), KVQ_EWRONGTYPE);
-    assert_int_equal(kvq_queue_peek_min(&b, NULL, q), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_pop_prio(&b, NULL, q, KVQ_QUEUE_MAX), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_peek_prio(&b, NULL, q, KVQ_QUEUE_MIN), KVQ_EWRONGTYPE);
     kvq_queue_close(q);
 }
 
@@ -927,7 +927,7 @@ static void test_iterate(void **state)
     assert_int_equal(n, 10);
     kvq_bytes b;
     int64_t pr;
-    assert_ok(kvq_queue_peek_max_txn(&b, &pr, p, txn, 0));
+    assert_ok(kvq_queue_peek_prio_txn(&b, &pr, p, txn, KVQ_QUEUE_MAX, 0));
     assert_int_equal(pr, 2);
     assert_int_equal(kvq_queue_peek_txn(&b, p, txn, 0x10), KVQ_EINVAL);
     kvq_txn_destroy(txn);

@@ -157,8 +157,8 @@ conc_consume(const conc_cfg *c, kvq_db *cdb, int id, size_t *consumed, conc_log 
             rc = kvq_queue_pop_k(outs, &n, q, k);
         } else if (c->type == KVQ_QUEUE_PRIORITY) {
             /* Even consumers take the minimum, odd ones the maximum. */
-            rc = id % 2 ? kvq_queue_pop_max(&outs[0], &prio, q)
-                        : kvq_queue_pop_min(&outs[0], &prio, q);
+            rc = id % 2 ? kvq_queue_pop_prio(&outs[0], &prio, q, KVQ_QUEUE_MAX)
+                        : kvq_queue_pop_prio(&outs[0], &prio, q, KVQ_QUEUE_MIN);
             n = rc == 0;
         } else {
             rc = kvq_queue_pop(&outs[0], q);

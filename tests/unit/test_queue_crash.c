@@ -78,7 +78,7 @@ static int pop_one(kvq_txn *txn, void *arg)
     kvq_bytes v;
     int64_t prio;
     int rc = kvq_queue_get_type(c->q) == KVQ_QUEUE_PRIORITY
-                 ? kvq_queue_pop_min_txn(&v, &prio, c->q, txn)
+                 ? kvq_queue_pop_prio_txn(&v, &prio, c->q, txn, KVQ_QUEUE_MIN)
                  : kvq_queue_pop_txn(&v, c->q, txn);
     if (rc == KVQ_ENOTFOUND) {
         c->empty = 1;

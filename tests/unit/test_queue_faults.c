@@ -50,7 +50,7 @@ static int process_one(kvq_txn *txn, void *arg)
     kvq_bytes v;
     int64_t prio;
     int rc = kvq_queue_get_type(o->q) == KVQ_QUEUE_PRIORITY
-                 ? kvq_queue_pop_min_txn(&v, &prio, o->q, txn)
+                 ? kvq_queue_pop_prio_txn(&v, &prio, o->q, txn, KVQ_QUEUE_MIN)
                  : kvq_queue_pop_txn(&v, o->q, txn);
     if (rc == KVQ_ENOTFOUND) {
         o->empty = 1;

@@ -194,7 +194,7 @@ static void test_collect_priority(void **state)
     assert_bytes(b.data, b.len, (const uint8_t *)"mid", 3);
     assert_int_equal(kvq__hc_collect(q, c, &b), KVQ_ENOTFOUND);
     int64_t p;
-    assert_int_equal(kvq_queue_pop_min(&b, &p, q), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
     kvq_buf_dispose(&b);
     assert_ok(kvq_queue_delete(q));
     kvq_queue_close(q);

@@ -768,7 +768,7 @@ static void test_oldest_age_priority(void **state)
     assert_true(age >= (t_now - t_new) / 1000);
     /* A plain pop takes "new" behind the layer's back: its entry is skipped, then pruned. */
     int64_t prio;
-    assert_ok(kvq_queue_pop_min(&b, &prio, e.q));
+    assert_ok(kvq_queue_pop_prio(&b, &prio, e.q, KVQ_QUEUE_MIN));
     assert_bytes(b.data, b.len, (const uint8_t *)"new", 3);
     assert_int_equal(prio_age(&e), -1);
     push_str(e.w, "newer", &po, 1);
