@@ -50,7 +50,6 @@
 #include "error.h"
 #include "db.h"
 #include "tuple.h"
-#include "consumer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -445,12 +444,8 @@ kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *q, s
 KVQ_API KVQ_NODISCARD int kvq_queue_consume_k_txn(
     kvq_bytes *outs, size_t *n, kvq_watch **watch, kvq_queue *q, kvq_txn *txn, size_t k);
 
-/**
- * Fills a consumer-runtime source (kvq/consumer.h) that pops from this durable queue and wakes
- * on its npush. The source borrows q, which must outlive the consumer.
- * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE.
- */
-KVQ_API KVQ_NODISCARD int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q);
+/* kvq_queue_consumer_source, the source of the consumer runtime that pops from a durable queue,
+ * is declared in kvq/consumer.h, with the runtime. */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Producers                                                                                 */
