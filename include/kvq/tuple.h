@@ -283,14 +283,14 @@ kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count);
  *     kvq_tuple_builder b;
  *     kvq_tuple_builder_init(&b, &key);          // key may already hold a raw prefix
  *     kvq_tuple_add(&b, kvq_tuple_str("orders"));
- *     kvq_tuple_open(&b);                        // a nested tuple ...
+ *     kvq_tuple_nest_begin(&b);                  // a nested tuple ...
  *     kvq_tuple_add(&b, kvq_tuple_int(2026));
  *     kvq_tuple_add(&b, kvq_tuple_null());       // (null inside a nested tuple: 00 FF)
- *     kvq_tuple_close(&b);                       // ... ends here
+ *     kvq_tuple_nest_end(&b);                    // ... ends here
  *     int rc = kvq_tuple_builder_finish(&b);     // 0, or the first error
  *
  * The bytes are those kvq_tuple_pack writes for the same elements. Errors are kept: after the
- * first one (an element packing refuses, a close without an open, memory), further calls do
+ * first one (an element packing refuses, an end without a begin, memory), further calls do
  * nothing, and kvq_tuple_builder_finish returns it and puts out->len back to where it was. An
  * incomplete versionstamp may be added once; finish then appends its 4-byte little-endian
  * offset, as kvq_tuple_pack_vs does (the form set_versionstamped_key takes).
@@ -310,10 +310,10 @@ typedef struct kvq_tuple_builder {
 KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out);
 /** Appends one element (any type; a nested element packs its whole array). */
 KVQ_API void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e);
-/** Opens a nested tuple: what is added until kvq_tuple_close goes inside it. */
-KVQ_API void kvq_tuple_open(kvq_tuple_builder *b);
+/** Opens a nested tuple: what is added until kvq_tuple_nest_end goes inside it. */
+KVQ_API void kvq_tuple_nest_begin(kvq_tuple_builder *b);
 /** Closes the innermost open nested tuple. */
-KVQ_API void kvq_tuple_close(kvq_tuple_builder *b);
+KVQ_API void kvq_tuple_nest_end(kvq_tuple_builder *b);
 /**
  * Ends the build.
  * @return 0; KVQ_EINVAL (a NULL builder or out, an element kvq_tuple_pack refuses, a second

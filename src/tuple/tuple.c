@@ -444,12 +444,13 @@ void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e)
         build_elem(b, &e);
 }
 
-void kvq_tuple_open(kvq_tuple_builder *b)
+void kvq_tuple_nest_begin(kvq_tuple_builder *b)
 {
     if (b == NULL || b->error != 0)
         return;
     if (b->depth + 1 > KVQ_TUPLE_MAX_DEPTH) {
-        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_open: nested tuples deeper than %d levels",
+        build_fail(b, kvq__error(KVQ_EINVAL,
+                                 "kvq_tuple_nest_begin: nested tuples deeper than %d levels",
                                  KVQ_TUPLE_MAX_DEPTH));
         return;
     }
@@ -461,12 +462,12 @@ void kvq_tuple_open(kvq_tuple_builder *b)
         b->depth++;
 }
 
-void kvq_tuple_close(kvq_tuple_builder *b)
+void kvq_tuple_nest_end(kvq_tuple_builder *b)
 {
     if (b == NULL || b->error != 0)
         return;
     if (b->depth == 0) {
-        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_close: no nested tuple is open"));
+        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_nest_end: no nested tuple is open"));
         return;
     }
     uint8_t end = 0x00;

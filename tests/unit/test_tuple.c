@@ -1478,14 +1478,14 @@ static void test_builder_matches_pack(void **state)
     kvq_tuple_builder b;
     kvq_tuple_builder_init(&b, &got);
     kvq_tuple_add(&b, kvq_tuple_str("orders"));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     kvq_tuple_add(&b, kvq_tuple_int(2026));
     kvq_tuple_add(&b, kvq_tuple_null());
     kvq_tuple_add(&b, kvq_tuple_bytes("\x00z", 2));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     kvq_tuple_add(&b, kvq_tuple_int(-5));
-    kvq_tuple_open(&b);
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_begin(&b);
+    kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(got.len, want.len + 1);
     assert_memory_equal(got.data + 1, want.data, want.len);
@@ -1501,10 +1501,10 @@ static void test_builder_matches_pack(void **state)
     assert_int_equal(kvq_buf_append(&got, "raw", 3), 0);
     kvq_tuple_builder_init(&b, &got);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     kvq_tuple_add(&b, kvq_tuple_str("q"));
     kvq_tuple_add(&b, kvq_tuple_vs_incomplete(7));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(got.len, want.len);
     assert_memory_equal(got.data, want.data, want.len);
@@ -1521,13 +1521,13 @@ static void test_builder_errors(void **state)
     /* A close without an open; the first error stays, later calls do nothing. */
     kvq_tuple_builder_init(&b, &out);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     kvq_tuple_add(&b, kvq_tuple_int(2));
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* A nested tuple left open. */
     kvq_tuple_builder_init(&b, &out);
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* A string that is not UTF-8. */
@@ -1544,27 +1544,27 @@ static void test_builder_errors(void **state)
     /* Nesting: 64 levels are fine, the 65th is not. */
     kvq_tuple_builder_init(&b, &out);
     for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_open(&b);
+        kvq_tuple_nest_begin(&b);
     for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_close(&b);
+        kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(out.len, 4 + 2 * KVQ_TUPLE_MAX_DEPTH);
     out.len = 4;
     kvq_tuple_builder_init(&b, &out);
     for (int i = 0; i <= KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_open(&b);
+        kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* NULLs. */
     kvq_tuple_builder_init(&b, NULL);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(kvq_tuple_builder_finish(NULL), KVQ_EINVAL);
     kvq_tuple_builder_init(NULL, &out);
     kvq_tuple_add(NULL, kvq_tuple_int(1));
-    kvq_tuple_open(NULL);
-    kvq_tuple_close(NULL);
+    kvq_tuple_nest_begin(NULL);
+    kvq_tuple_nest_end(NULL);
     assert_int_equal(out.len, 4);
     kvq_buf_dispose(&out);
 }
