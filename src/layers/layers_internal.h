@@ -168,6 +168,9 @@ int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
 size_t kvq__q_pop_spread_width(kvq_queue *q);
 /* Notes the outcome rc of a durable convenience pop's commit in the handle's pressure. */
 void kvq__q_pop_pressure_note(kvq_queue *q, int rc);
+/* The count a new item of this priority takes in the priority recipe: 1 + the last count of
+ * that priority, read with a snapshot read (so pushes never conflict), or 0 for the first. */
+int kvq__q_prio_next_count(int64_t *out, kvq_queue *q, kvq_txn *txn, int64_t priority);
 
 /* ---- idempotent operations (idempotency.c) ------------------------------------------------ */
 
