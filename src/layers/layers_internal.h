@@ -249,6 +249,8 @@ int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
 
+/* ---- the long poll, for the consumer runtime (workq_wait.c, workq.c) -------------------- */
+
 /* What a long poll sleeps on: its watches' helper threads and a stop request wake it through
  * cond. One waiter uses a waker at a time; kvq__wq_waker_stop may be called from any thread. */
 typedef struct kvq__wq_waker {

@@ -251,14 +251,14 @@ int kvq__workq_receive_wait(kvq_workq *w,
                 backoff_ms = backoff_ms == 0 ? 1 : backoff_ms * 2;
                 if (backoff_ms > WAIT_BACKOFF_MAX_MS)
                     backoff_ms = WAIT_BACKOFF_MAX_MS;
-                dv = backoff_ms * VPM;
+                dv = backoff_ms * KVQ__VERSIONS_PER_MS;
             } else {
                 backoff_ms = 0;
             }
             /* Upkeep moves an item once its time is below the read version: a millisecond
              * later, the item is due for certain. */
-            if (dv / VPM < (deadline - c.mono_us) / 1000)
-                until = c.mono_us + (dv / VPM + 1) * 1000;
+            if (dv / KVQ__VERSIONS_PER_MS < (deadline - c.mono_us) / 1000)
+                until = c.mono_us + (dv / KVQ__VERSIONS_PER_MS + 1) * 1000;
         }
         if (w->q->type == KVQ_QUEUE_PRIORITY && until > now + PRIO_PLAIN_LOOK_MS * 1000)
             until = now + PRIO_PLAIN_LOOK_MS * 1000;
