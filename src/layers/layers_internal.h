@@ -269,14 +269,14 @@ void kvq__wq_waker_stop(kvq__wq_waker *k);
 
 /* kvq_workq_receive_wait without the argument checks, that also gives up, at once, when the
  * waker (NULL: none) is stopped. */
-int kvq__workq_receive_wait(kvq_workq *w,
-                            kvq_buf *out,
-                            kvq_workq_lease *lease,
-                            int64_t lease_ms,
-                            int64_t wait_ms,
-                            kvq__wq_waker *waker);
+int kvq__wq_receive_wait(kvq_buf *out,
+                         kvq_workq_lease *lease,
+                         kvq_workq *w,
+                         int64_t lease_ms,
+                         int64_t wait_ms,
+                         kvq__wq_waker *waker);
 
 /* The work queue's default lease. */
-int64_t kvq__workq_lease_ms(const kvq_workq *w);
+int64_t kvq__wq_lease_ms(const kvq_workq *w);
 
 #endif /* KVQ_LAYERS_INTERNAL_H */

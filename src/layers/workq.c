@@ -493,7 +493,7 @@ int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)
     return 0;
 }
 
-int64_t kvq__workq_lease_ms(const kvq_workq *w)
+int64_t kvq__wq_lease_ms(const kvq_workq *w)
 {
     return w->opts.lease_ms;
 }

@@ -207,12 +207,12 @@ static int look(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t leas
     return kvq_workq_receive(out, lease, w, lease_ms);
 }
 
-int kvq__workq_receive_wait(kvq_workq *w,
-                            kvq_buf *out,
-                            kvq_workq_lease *lease,
-                            int64_t lease_ms,
-                            int64_t wait_ms,
-                            kvq__wq_waker *waker)
+int kvq__wq_receive_wait(kvq_buf *out,
+                         kvq_workq_lease *lease,
+                         kvq_workq *w,
+                         int64_t lease_ms,
+                         int64_t wait_ms,
+                         kvq__wq_waker *waker)
 {
     int64_t deadline = kvq__mono_us() + wait_ms * 1000;
     int rc = look(w, out, lease, lease_ms);
@@ -305,5 +305,5 @@ int kvq_workq_receive_wait(
                         (long long)wait_ms);
     if (rc != 0)
         return rc;
-    return kvq__workq_receive_wait(w, out, lease, lease_ms, wait_ms, NULL);
+    return kvq__wq_receive_wait(out, lease, w, lease_ms, wait_ms, NULL);
 }
