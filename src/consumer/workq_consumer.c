@@ -270,9 +270,7 @@ int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consum
 {
     if (out == NULL || c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_get_stats: NULL argument");
-    pthread_mutex_lock(&c->crew.mu);
-    *out = c->stats;
-    pthread_mutex_unlock(&c->crew.mu);
+    kvq__crew_read(&c->crew, out, &c->stats, sizeof(*out));
     return 0;
 }
 
