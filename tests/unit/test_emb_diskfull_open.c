@@ -120,7 +120,7 @@ static size_t drain(kvq_queue *q)
     size_t popped = 0, n = 0;
     int rc;
     for (int round = 0; round < 1000; round++) {
-        rc = kvq_queue_pop_k(q, 50, out, &n);
+        rc = kvq_queue_pop_k(out, &n, q, 50);
         if (rc == KVQ_ENOTFOUND)
             break; /* empty */
         if (rc != 0)
@@ -131,7 +131,7 @@ static size_t drain(kvq_queue *q)
     }
     for (;;) {
         kvq_watch *w = NULL;
-        rc = kvq_queue_consume_k(q, 50, out, &n, &w);
+        rc = kvq_queue_consume_k(out, &n, &w, q, 50);
         kvq_watch_destroy(w);
         if (rc != 0)
             fail_msg("consume_k on a full disk: %s (%s)", kvq_errname(rc), kvq_last_error());
@@ -142,7 +142,7 @@ static size_t drain(kvq_queue *q)
     for (int i = 0; i < 50; i++)
         kvq_buf_dispose(&out[i]);
     uint64_t len = 1;
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     assert_int_equal(len, 0);
     return popped;
 }
@@ -214,10 +214,10 @@ static void test_reopen_after_drain_keeps_drain_mode(void **state)
     assert_int_equal(rc, KVQ_ENOSPC);
     assert_int_equal(reserve_size(dir), 0);
     uint64_t len = 0;
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     kvq_buf out = KVQ_BUF_INIT;
     for (int i = 0; i < 10; i++)
-        assert_int_equal(kvq_queue_pop(q, &out), 0);
+        assert_int_equal(kvq_queue_pop(&out, q), 0);
     kvq_buf_dispose(&out);
     kvq_queue_close(q);
     kvq_db_close(db);
@@ -267,12 +267,12 @@ static void test_full_disk_receive_ack_drains(void **state)
         rc = kvq_queue_push(q, val, sizeof(val));
     assert_int_equal(rc, KVQ_ENOSPC);
     uint64_t len = 0;
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     size_t acked = 0;
     kvq_buf out = KVQ_BUF_INIT;
     for (;;) {
         kvq_workq_lease lease;
-        rc = kvq_workq_receive(w, &out, &lease, 0);
+        rc = kvq_workq_receive(&out, &lease, w, 0);
         if (rc == KVQ_ENOTFOUND)
             break;
         if (rc != 0)
@@ -285,7 +285,7 @@ static void test_full_disk_receive_ack_drains(void **state)
     }
     kvq_buf_dispose(&out);
     assert_int_equal(acked, (size_t)len);
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     assert_int_equal(len, 0);
     assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
     kvq_workq_close(w);
