@@ -483,6 +483,7 @@ int emb_commit(void *tp)
     pthread_cond_init(&req.cond, NULL);
     t->committing = 1;
 
+    int upkeep = 0;
     pthread_mutex_lock(&e->gc_mu);
     if (e->queue_tail != NULL)
         e->queue_tail->next = &req;
@@ -534,6 +535,7 @@ int emb_commit(void *tp)
              * commit lock is free); this process's next commits gather meanwhile and go as the
              * next batch. */
             int src = to_sync > 0 ? emb_sync_upto(e, to_sync) : 0;
+            upkeep |= src == 0 && to_sync > 0;
             pthread_mutex_lock(&e->gc_mu);
             if (src != 0)
                 sync_failed(e, batch, n);
@@ -553,6 +555,13 @@ int emb_commit(void *tp)
     }
     pthread_mutex_unlock(&e->gc_mu);
     pthread_cond_destroy(&req.cond);
+    /* The storage's upkeep, after this thread led a batch that is now synced and its
+     * committers are woken: no lock is held (store.h). */
+    if (upkeep && e->so->checkpoint != NULL &&
+        !__atomic_exchange_n(&e->upkeep_busy, 1, __ATOMIC_ACQUIRE)) {
+        (void)e->so->checkpoint(e->store);
+        __atomic_store_n(&e->upkeep_busy, 0, __ATOMIC_RELEASE);
+    }
 
     t->committing = 0;
     int rc = req.rc;

@@ -220,6 +220,11 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
         flock(e->lock_fd, LOCK_UN);
     } else {
         rc = e->so->open(&e->store, &cfg);
+        /* A full disk with the reserve in place: the storage may need room before anything
+         * can be freed (SQLite creates its -wal and -shm files at open). The reserve exists
+         * for exactly this: give it up, and open in drain mode. */
+        if (rc == KVQ_ENOSPC && !(opts->flags & KVQ_DB_READ_ONLY) && emb_reserve_release(e))
+            rc = e->so->open(&e->store, &cfg);
     }
     if (rc != 0)
         goto fail;

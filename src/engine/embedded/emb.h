@@ -109,6 +109,7 @@ typedef struct emb_db {
     emb_commit_req *queue_head, *queue_tail;
     int leader_active;
     uint64_t commits_since_prune;
+    int upkeep_busy; /* a thread is in the storage's checkpoint hook (atomic) */
     int64_t log_floor; /* leader only: the conflict log's floor, read by write_begin */
 
     /* Drain mode on a full disk (reserve.c); leader only. */

@@ -35,7 +35,8 @@
  * safe but stands still.
  *
  * The clock is not the wall clock but the version clock: vbase_version + (CLOCK_MONOTONIC -
- * vbase_mono), its base fixed in kvq.shm once per boot from the wall clock (and rv_floor), so
+ * vbase_mono), its base fixed in kvq.shm once per boot from the wall clock (raised above
+ * rv_floor and the stored version, should either be ahead of it), so
  * that every process counts from the same origin and a step of the wall clock, forward or back,
  * does not move versions (a step forward, later corrected, would otherwise hold versions still
  * for as long as the step, and with them every lease and delay). CLOCK_MONOTONIC is one clock
@@ -91,6 +92,18 @@ static int load_base(const emb_db *e, int64_t *version, int64_t *mono)
 /* Raises *p to at least v; returns the value *p then holds (>= v). */
 static int64_t atomic_max(int64_t *p, int64_t v);
 
+/* The stored version (that of the newest commit), from a snapshot of the storage; 0 when it
+ * cannot be read (the base then comes from the clock and rv_floor alone, as before). */
+static int64_t stored_version(emb_db *e)
+{
+    emb_snap *snap = NULL;
+    emb_snap_info info = { 0, 0 };
+    if (e->store == NULL || e->so->snap_open(e->store, 0, &snap, &info) != 0)
+        return 0;
+    e->so->snap_close(snap);
+    return info.version;
+}
+
 void emb_rv_clock_open(emb_db *e)
 {
     read_boot_id(e->boot_id);
@@ -108,6 +121,12 @@ void emb_rv_clock_open(emb_db *e)
         int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
         if (base <= floor)
             base = floor + 1;
+        /* Above the stored version too: a kvq.shm that was lost or rebuilt (rv_floor 0) while
+         * the database's versions ran ahead of the wall clock would otherwise hold read
+         * versions at the stored one until the clock caught up. */
+        int64_t stored = stored_version(e);
+        if (base <= stored)
+            base = stored + 1;
         uint64_t g = __atomic_load_n(&m->vbase_gen, __ATOMIC_RELAXED);
         g = (g + 1) | 1;
         __atomic_store_n(&m->vbase_gen, g, __ATOMIC_RELAXED);

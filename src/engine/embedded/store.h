@@ -208,10 +208,12 @@ typedef struct emb_store_ops {
      * the database file and syncs it), or fail with KVQ_EIO. A storage that syncs inside
      * write_commit implements this as a no-op. */
     int (*sync)(emb_store *s, int repair, int *issued);
-    /* Optional (NULL: none). Called by a committer after its batch is synced, with no lock
-     * held, so that a storage can bound its files (checkpoint a log, recycle segments) off
-     * the commit path; cheap when there is nothing to do. Errors are not reported to the
-     * committer: a storage that cannot checkpoint reports it when space runs out. */
+    /* Optional (NULL: none). Called by the thread that led a batch, once the batch is synced
+     * and its other committers are woken, with no lock held, so that a storage can bound its
+     * files (checkpoint a log, recycle segments) off the commit path; cheap when there is
+     * nothing to do. Never by two threads of one handle at once (a thread that finds the hook
+     * busy skips it); other handles and processes may call theirs meanwhile. Errors are not
+     * reported to anyone: a storage that cannot checkpoint reports it when space runs out. */
     int (*checkpoint)(emb_store *s);
 } emb_store_ops;
 

@@ -104,6 +104,10 @@ static int sqlite_error(sqlite3 *db, int src, const char *what)
         snprintf(detail, sizeof(detail), "%s: %s", msg, strerror(sys));
         msg = detail;
     }
+    /* A file SQLite could not create or grow for lack of space (its -shm and -wal files, at
+     * open or at a read's start) is a full disk, whatever SQLite calls it. */
+    if ((sys == ENOSPC || sys == EDQUOT) && (prim == SQLITE_CANTOPEN || prim == SQLITE_IOERR))
+        prim = SQLITE_FULL;
     switch (prim) {
     case SQLITE_NOMEM:
         return kvq__error(KVQ_ENOMEM, "%s: out of memory (%s)", what, msg);
