@@ -52,6 +52,8 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 enum { FDB_ERR_RANGE_LIMITS_INVALID = 2012, FDB_ERR_EXACT_MODE_WITHOUT_LIMITS = 2210 };
 /* A file an option names does not exist. */
 enum { FDB_ERR_FILE_NOT_FOUND = 1507 };
+/* A transaction's timeout fired. */
+enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031 };
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -633,8 +635,10 @@ struct FDB_database {
     char *conn;         /* the connection string (\xff\xff/connection_string) */
     char *cluster_file; /* the cluster file's path, or "" (\xff\xff/cluster_file_path) */
     /* Transaction options set on the database (fdb_database_set_option), given to each new
-     * transaction: timeout, retry limit, max retry delay, size limit (-1: not set). */
+     * transaction: timeout, retry limit, max retry delay, size limit; bit i of tr_has_default
+     * is set once tr_defaults[i] is. */
     int64_t tr_defaults[4];
+    unsigned tr_has_default;
     int snapshot_ryw; /* 0, or the snapshot RYW option every new transaction gets */
 };
 
@@ -694,8 +698,6 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cond, NULL);
     d->refs = 1;
-    for (int i = 0; i < 4; i++)
-        d->tr_defaults[i] = -1;
     *out_database = d;
     return 0;
 }
@@ -766,13 +768,29 @@ void fdb_database_destroy(FDBDatabase *d)
 
 /* Transactions ----------------------------------------------------------------------------- */
 
+/* libfdb_c runs every call on a transaction on its network thread, one after another, so a
+ * program may call a transaction from several threads at once (FoundationDB's bindingtester
+ * does, with transactions its threads share). Here the calls run on the caller's thread: `mu`
+ * makes them run one at a time, as whole calls, and the embedded transaction below is only ever
+ * used under it. A call waits while another runs, including a commit and on_error's backoff. */
 struct FDB_transaction {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;  /* on_error's thread has ended */
     FDBDatabase *db;
     kvq_txn *kt;
     fdb_error_t deferred; /* the first error of a call that returns nothing */
+    /* Set once the transaction is cancelled (1025), its timeout has fired (1031) or an
+     * on_error failed (1025): reads, watches, the commit and on_error fail with it until a
+     * reset (or, for none of these, a retry). libfdb_c's transactions keep this state (their
+     * "reset promise") apart from the deferred error, which they report first. */
+    fdb_error_t reset_err;
+    /* The timeout (500) in force, 0 for none, and when the transaction started (created or
+     * reset; a retry keeps it), in microseconds of CLOCK_MONOTONIC: a timeout fires once that
+     * long has passed, whenever it was set. */
+    int64_t timeout_ms;
+    int64_t start_us;
     FDBFuture *stamps;    /* versionstamp futures waiting for the commit */
-    pthread_t on_error;   /* the thread of the last fdb_transaction_on_error, if running */
-    int on_error_live;    /* on_error was started and not yet joined */
+    int on_error_live;    /* the thread of an fdb_transaction_on_error is running */
     /* $KVQ_FDBC_READ_DELAY_MS and $KVQ_FDBC_PAGE_ROWS, read when the transaction is created
      * (0: none). */
     long read_delay_ms;
@@ -792,13 +810,44 @@ static void knobs_read(FDBTransaction *tr)
     tr->page_rows = env != NULL && atoi(env) > 0 ? atoi(env) : 0;
 }
 
-/* Waits for the thread of an fdb_transaction_on_error (its backoff) to end. */
-static void on_error_join(FDBTransaction *tr)
+/* Takes the transaction for one call: waits for the calls of other threads, and for the thread
+ * of an fdb_transaction_on_error (its backoff and retry) to end. */
+static void tr_lock(FDBTransaction *tr)
 {
-    if (tr->on_error_live) {
-        pthread_join(tr->on_error, NULL);
-        tr->on_error_live = 0;
-    }
+    if (tr == NULL)
+        misuse("a transaction call on a NULL transaction");
+    pthread_mutex_lock(&tr->mu);
+    while (tr->on_error_live)
+        pthread_cond_wait(&tr->cond, &tr->mu);
+}
+
+static void tr_unlock(FDBTransaction *tr)
+{
+    pthread_mutex_unlock(&tr->mu);
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* A timeout that has passed has fired, as libfdb_c's timer would have fired by now: the
+ * transaction stays timed out (1031) until it is reset, whatever timeout is set afterwards. */
+static void tr_timeout_check(FDBTransaction *tr)
+{
+    if (tr->reset_err == 0 && tr->timeout_ms > 0 &&
+        mono_us() - tr->start_us >= tr->timeout_ms * 1000)
+        tr->reset_err = FDB_ERR_TRANSACTION_TIMED_OUT;
+}
+
+/* The error a read, a watch or the commit fails with before it starts: the deferred error of a
+ * call that returned nothing, else the state of a cancelled or timed-out transaction. */
+static fdb_error_t tr_error(FDBTransaction *tr)
+{
+    tr_timeout_check(tr);
+    return tr->deferred != 0 ? tr->deferred : tr->reset_err;
 }
 
 /* Option values ------------------------------------------------------------------------------
@@ -888,8 +937,13 @@ static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption optio
         return kvq_txn_set_option(tr->kt, KVQ_TXN_MAX_RETRY_DELAY_MS, v);
     if (option == FDB_TR_OPTION_SIZE_LIMIT)
         return kvq_txn_set_option(tr->kt, KVQ_TXN_SIZE_LIMIT, v);
-    /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. */
-    return kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
+    /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. A
+     * timeout that has fired stays fired. */
+    tr_timeout_check(tr);
+    fdb_error_t err = kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
+    if (err == 0)
+        tr->timeout_ms = v;
+    return err;
 }
 
 static void defer(FDBTransaction *tr, int rc)
@@ -899,13 +953,17 @@ static void defer(FDBTransaction *tr, int rc)
 }
 
 /* Gives a transaction the database's transaction options (fdb_database_set_option), as it is
- * created and each time it is reset; the transaction may override them. */
-static int db_defaults(FDBTransaction *tr)
+ * created and each time it is reset (`all`), and after a retry (not `all`): a retry keeps the
+ * timeout, retry limit and max retry delay the transaction had (FoundationDB's persistent
+ * options, from API 610) but not its size limit or snapshot read-your-writes choice, which go
+ * back to the database's. The transaction may override them. */
+static int db_defaults(FDBTransaction *tr, int all)
 {
     FDBDatabase *d = tr->db;
     pthread_mutex_lock(&d->mu);
     int64_t defaults[4];
     memcpy(defaults, d->tr_defaults, sizeof(defaults));
+    unsigned has = d->tr_has_default;
     int snapshot_ryw = d->snapshot_ryw;
     pthread_mutex_unlock(&d->mu);
     int rc = 0;
@@ -914,8 +972,8 @@ static int db_defaults(FDBTransaction *tr)
         rc = kvq_txn_set_option(tr->kt, (kvq_txn_option)snapshot_ryw, 0);
         tr->snapshot_no_ryw = rc == 0 && snapshot_ryw == FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE;
     }
-    for (int i = 0; i < 4 && rc == 0; i++)
-        if (defaults[i] >= 0)
+    for (int i = all ? 0 : 3; i < 4 && rc == 0; i++)
+        if (has & (1u << i))
             rc = set_int_option(tr, (FDBTransactionOption)(FDB_TR_OPTION_TIMEOUT + i),
                                 defaults[i]);
     return rc;
@@ -935,9 +993,12 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     pthread_mutex_lock(&d->mu);
     d->refs++;
     pthread_mutex_unlock(&d->mu);
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cond, NULL);
     tr->db = d;
+    tr->start_us = mono_us();
     knobs_read(tr);
-    rc = db_defaults(tr);
+    rc = db_defaults(tr, 1);
     if (rc != 0) {
         fdb_transaction_destroy(tr);
         return rc;
@@ -972,22 +1033,31 @@ static void stamps_complete(FDBTransaction *tr, fdb_error_t err)
 
 void fdb_transaction_destroy(FDBTransaction *tr)
 {
-    on_error_join(tr);
+    /* Waits for the calls of other threads and for on_error's thread; using the transaction
+     * once it is destroyed is the caller's error, as with libfdb_c. */
+    tr_lock(tr);
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     /* Uncommitted watches end with 1025 through the embedded engine. */
     kvq_txn_destroy(tr->kt);
     db_unref(tr->db);
+    tr_unlock(tr);
+    pthread_cond_destroy(&tr->cond);
+    pthread_mutex_destroy(&tr->mu);
     free(tr);
 }
 
-void fdb_transaction_reset(FDBTransaction *tr)
+/* Back to a new transaction's state: no error, no cancellation, no timeout fired, the
+ * database's options, and the time counted from now. */
+static void tr_reset(FDBTransaction *tr)
 {
-    on_error_join(tr);
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     kvq_txn_reset(tr->kt);
     tr->deferred = 0;
+    tr->reset_err = 0;
+    tr->timeout_ms = 0;
+    tr->start_us = mono_us();
     tr->system_keys = 0;
-    defer(tr, db_defaults(tr));
+    defer(tr, db_defaults(tr, 1));
 }
 
 /* Whether libfdb_c (7.1 under API 710, 7.3 from 730) knows a transaction option: 1 if it does
@@ -1106,7 +1176,7 @@ static fdb_error_t tr_option_apply(FDBTransaction *tr,
     }
 }
 
-fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
+static fdb_error_t tr_set_option(FDBTransaction *tr,
                                        FDBTransactionOption option,
                                        const uint8_t *value,
                                        int value_length)
@@ -1130,10 +1200,10 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
     return 0;
 }
 
-FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
+static FDBFuture *tr_get_read_version(FDBTransaction *tr)
 {
-    if (tr->deferred != 0)
-        return fut_error(FUT_INT64, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_INT64, tr_error(tr));
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, kvq_txn_get_read_version(&f->i64, tr->kt));
     return f;
@@ -1314,15 +1384,15 @@ static int special_write(FDBTransaction *tr, const uint8_t *k, int len)
     return 1;
 }
 
-FDBFuture *fdb_transaction_get(FDBTransaction *tr,
+static FDBFuture *tr_get(FDBTransaction *tr,
                                const uint8_t *key_name,
                                int key_name_length,
                                fdb_bool_t snapshot)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get with a NULL key or a negative length");
-    if (tr->deferred != 0)
-        return fut_error(FUT_VALUE, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_VALUE, tr_error(tr));
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_VALUE);
     if (is_special(key_name, (size_t)key_name_length)) {
@@ -1555,7 +1625,7 @@ static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mo
     return 0;
 }
 
-FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
+static FDBFuture *tr_get_range(FDBTransaction *tr,
                                      const uint8_t *begin_key_name,
                                      int begin_key_name_length,
                                      fdb_bool_t begin_or_equal,
@@ -1577,8 +1647,8 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
     fdb_error_t perr = range_params(limit, target_bytes, mode, iteration);
     if (perr != 0)
         return fut_error(FUT_KV_ARRAY, perr);
-    if (tr->deferred != 0)
-        return fut_error(FUT_KV_ARRAY, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_KV_ARRAY, tr_error(tr));
     if (limit == -1)
         limit = 0; /* -1 is "no limit" too */
     if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
@@ -1666,7 +1736,7 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
 }
 
 
-void fdb_transaction_set(FDBTransaction *tr,
+static void tr_set(FDBTransaction *tr,
                          const uint8_t *key_name,
                          int key_name_length,
                          const uint8_t *value,
@@ -1679,7 +1749,7 @@ void fdb_transaction_set(FDBTransaction *tr,
               kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
 }
 
-void fdb_transaction_clear_range(FDBTransaction *tr,
+static void tr_clear_range(FDBTransaction *tr,
                                  const uint8_t *begin_key_name,
                                  int begin_key_name_length,
                                  const uint8_t *end_key_name,
@@ -1693,7 +1763,7 @@ void fdb_transaction_clear_range(FDBTransaction *tr,
                                       end_key_name, (size_t)end_key_name_length));
 }
 
-void fdb_transaction_atomic_op(FDBTransaction *tr,
+static void tr_atomic_op(FDBTransaction *tr,
                                const uint8_t *key_name,
                                int key_name_length,
                                const uint8_t *param,
@@ -1709,7 +1779,7 @@ void fdb_transaction_atomic_op(FDBTransaction *tr,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }
 
-fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
+static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
                                                const uint8_t *begin_key_name,
                                                int begin_key_name_length,
                                                const uint8_t *end_key_name,
@@ -1726,14 +1796,16 @@ fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
                                       (kvq_conflict_type)type);
 }
 
-FDBFuture *fdb_transaction_commit(FDBTransaction *tr)
+static FDBFuture *tr_commit(FDBTransaction *tr)
 {
-    fdb_error_t err = tr->deferred != 0 ? tr->deferred : kvq_txn_commit(tr->kt);
+    fdb_error_t err = tr_error(tr);
+    if (err == 0)
+        err = kvq_txn_commit(tr->kt);
     stamps_complete(tr, err);
     return fut_error(FUT_VOID, err);
 }
 
-fdb_error_t fdb_transaction_get_committed_version(FDBTransaction *tr, int64_t *out_version)
+static fdb_error_t tr_get_committed_version(FDBTransaction *tr, int64_t *out_version)
 {
     /* Read-only (or uncommitted) transactions have -1. */
     if (kvq_txn_get_committed_version(out_version, tr->kt) != 0)
@@ -1741,7 +1813,7 @@ fdb_error_t fdb_transaction_get_committed_version(FDBTransaction *tr, int64_t *o
     return 0;
 }
 
-FDBFuture *fdb_transaction_get_versionstamp(FDBTransaction *tr)
+static FDBFuture *tr_get_versionstamp(FDBTransaction *tr)
 {
     FDBFuture *f = fut_new(FUT_KEY);
     fut_ref(f); /* the transaction's, until the commit */
@@ -1778,12 +1850,12 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-FDBFuture *fdb_transaction_watch(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_watch with a NULL key or a negative length");
-    if (tr->deferred != 0)
-        return fut_error(FUT_VOID, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_VOID, tr_error(tr));
     kvq_watch *kw = NULL;
     int rc = kvq_txn_watch(&kw, tr->kt, key_name, (size_t)key_name_length);
     if (rc != 0)
@@ -2110,13 +2182,13 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
     int64_t v = 0;
     (void)int_param(value, value_length, INT64_MIN, INT64_MAX, &v);
     pthread_mutex_lock(&d->mu);
-    /* -1 for the retry limit is "unlimited", kept as a large value so that -1 can mean unset. */
-    d->tr_defaults[option - 500] = option == 501 && v == -1 ? INT64_MAX : v;
+    d->tr_defaults[option - 500] = v; /* a retry limit of -1 is none, as for a transaction */
+    d->tr_has_default |= 1u << (option - 500);
     pthread_mutex_unlock(&d->mu);
     return 0;
 }
 
-void fdb_transaction_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+static void tr_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_clear with a NULL key or a negative length");
@@ -2125,10 +2197,11 @@ void fdb_transaction_clear(FDBTransaction *tr, const uint8_t *key_name, int key_
 }
 
 /* Every later operation fails with transaction_cancelled (1025) until fdb_transaction_reset. */
-void fdb_transaction_cancel(FDBTransaction *tr)
+static void tr_cancel(FDBTransaction *tr)
 {
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
-    tr->deferred = FDB_ERR_TRANSACTION_CANCELLED;
+    if (tr->reset_err == 0)
+        tr->reset_err = FDB_ERR_TRANSACTION_CANCELLED;
 }
 
 fdb_bool_t fdb_future_is_ready(FDBFuture *f)
@@ -2161,7 +2234,7 @@ void fdb_future_release_memory(FDBFuture *f)
     pthread_mutex_unlock(&f->mu);
 }
 
-FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
+static FDBFuture *tr_get_key(FDBTransaction *tr,
                                    const uint8_t *key_name,
                                    int key_name_length,
                                    fdb_bool_t or_equal,
@@ -2170,8 +2243,8 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_key with a NULL key or a negative length");
-    if (tr->deferred != 0)
-        return fut_error(FUT_KEY, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_KEY, tr_error(tr));
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_KEY);
     uint8_t *k = NULL;
@@ -2201,20 +2274,36 @@ typedef struct on_error_job {
     fdb_error_t err;
 } on_error_job;
 
+/* The thread of an fdb_transaction_on_error: the backoff, slept here off the caller's thread
+ * (other calls on the transaction wait for it), then the retry or the failure. */
 static void *on_error_main(void *arg)
 {
     on_error_job *j = arg;
-    /* kvq's retry rules are FoundationDB's: which errors are retried, the backoff (slept here,
-     * off the caller's thread), the retry limit and the timeout, then the reset. */
-    int rc = j->err == 0 ? FDB_ERR_CLIENT_INVALID_OPERATION : kvq_txn_on_error(j->tr->kt, j->err);
+    FDBTransaction *tr = j->tr;
+    pthread_mutex_lock(&tr->mu);
+    /* kvq's retry rules are FoundationDB's: which errors are retried, the backoff, the retry
+     * limit and the timeout, then the reset. */
+    int rc = kvq_txn_on_error(tr->kt, j->err);
     if (rc == 0) {
-        /* The retry resets the options that do not outlive it, as the engine does. */
-        j->tr->system_keys = 0;
-        j->tr->snapshot_no_ryw = 0;
+        /* A timeout that fired during the backoff ends the retry, as in libfdb_c. */
+        tr_timeout_check(tr);
+        rc = tr->reset_err;
     }
-    /* A transaction that is not to be retried is cancelled until it is reset (a timed-out one
-     * keeps failing with 1031), as libfdb_c does from API 610. */
-    j->tr->deferred = rc == 0 ? 0 : rc == KVQ_ETRANSACTION_TIMED_OUT ? rc : FDB_ERR_TRANSACTION_CANCELLED;
+    if (rc == 0) {
+        /* The retry resets what does not outlive it, as the engine does; the database's size
+         * limit and snapshot read-your-writes choice apply again. */
+        tr->deferred = 0;
+        tr->system_keys = 0;
+        defer(tr, db_defaults(tr, 0));
+    } else if (tr->reset_err == 0) {
+        /* A transaction that is not to be retried is cancelled until it is reset (one whose
+         * timeout fired stays timed out), as libfdb_c does from API 610. */
+        tr->reset_err = rc == FDB_ERR_TRANSACTION_TIMED_OUT ? rc : FDB_ERR_TRANSACTION_CANCELLED;
+    }
+    tr->on_error_live = 0;
+    pthread_cond_broadcast(&tr->cond);
+    pthread_mutex_unlock(&tr->mu);
+    /* The transaction is the caller's again before the future says so. */
     fut_complete(j->f, rc);
     fut_unref(j->f);
     free(j);
@@ -2222,11 +2311,18 @@ static void *on_error_main(void *arg)
 }
 
 /* The future is ready once the backoff has passed: with no error when the transaction was reset
- * for a retry, else with the error to report. The transaction must not be used until then. */
-FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
+ * for a retry, else with the error to report. A cancelled or timed-out transaction, or one whose
+ * on_error failed, fails at once with that state's error (1025 or 1031), retrying nothing. */
+static FDBFuture *tr_on_error(FDBTransaction *tr, fdb_error_t error)
 {
-    on_error_join(tr);
     stamps_complete(tr, error != 0 ? error : FDB_ERR_TRANSACTION_CANCELLED);
+    tr_timeout_check(tr);
+    if (tr->reset_err != 0)
+        return fut_error(FUT_VOID, tr->reset_err);
+    if (error == 0) {
+        tr->reset_err = FDB_ERR_TRANSACTION_CANCELLED;
+        return fut_error(FUT_VOID, FDB_ERR_CLIENT_INVALID_OPERATION);
+    }
     FDBFuture *f = fut_new(FUT_VOID);
     on_error_job *j = malloc(sizeof(*j));
     if (j == NULL)
@@ -2235,13 +2331,18 @@ FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
     j->f = f;
     j->err = error;
     fut_ref(f); /* the thread's */
-    if (pthread_create(&tr->on_error, NULL, on_error_main, j) != 0) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    tr->on_error_live = 1;
+    if (pthread_create(&th, &attr, on_error_main, j) != 0) {
+        tr->on_error_live = 0;
         fut_unref(f);
         free(j);
         fut_complete(f, FDB_ERR_INTERNAL_ERROR);
-        return f;
     }
-    tr->on_error_live = 1;
+    pthread_attr_destroy(&attr);
     return f;
 }
 
@@ -2249,16 +2350,16 @@ FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
 
 /* An error (a read before it, a version that is not positive) comes with the next read or the
  * commit, as libfdb_c defers it. */
-void fdb_transaction_set_read_version(FDBTransaction *tr, int64_t version)
+static void tr_set_read_version(FDBTransaction *tr, int64_t version)
 {
     if (tr->deferred == 0)
         defer(tr, kvq_txn_set_read_version(tr->kt, version));
 }
 
-FDBFuture *fdb_transaction_get_approximate_size(FDBTransaction *tr)
+static FDBFuture *tr_get_approximate_size(FDBTransaction *tr)
 {
-    if (tr->deferred != 0)
-        return fut_error(FUT_INT64, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_INT64, tr_error(tr));
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
     return f;
@@ -2311,11 +2412,11 @@ static int add_row_size(void *arg, const kvq_kv *kv)
 }
 
 /* Exact, not an estimate: the bytes of the keys and values stored in the range. */
-FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
+static FDBFuture *tr_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
                                                           int bl, const uint8_t *e, int el)
 {
-    if (tr->deferred != 0)
-        return fut_error(FUT_INT64, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_INT64, tr_error(tr));
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
     return f;
@@ -2357,11 +2458,11 @@ static int split_row(void *arg, const kvq_kv *kv)
 }
 
 /* Keys that cut [b, e) into chunks of about chunk_size bytes, b first and e last. */
-FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
+static FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
                                                   const uint8_t *e, int el, int64_t chunk_size)
 {
-    if (tr->deferred != 0)
-        return fut_error(FUT_KEY_ARRAY, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_KEY_ARRAY, tr_error(tr));
     if (chunk_size <= 0) {
         complain("fdb_transaction_get_range_split_points: chunk_size %lld is not positive",
                  (long long)chunk_size);
@@ -2400,13 +2501,13 @@ FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint
 
 /* Every key lives in this process's local directory: one local address, in FoundationDB's
  * ip:port form (nothing listens on it; it names the one machine). */
-FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
+static FDBFuture *tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
                                                  int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
-    if (tr->deferred != 0)
-        return fut_error(FUT_STRING_ARRAY, tr->deferred);
+    if (tr_error(tr) != 0)
+        return fut_error(FUT_STRING_ARRAY, tr_error(tr));
     static const char local[] = "127.0.0.1:4500";
     FDBFuture *f = fut_new(FUT_STRING_ARRAY);
     f->strs = malloc(sizeof(*f->strs));
@@ -2871,4 +2972,221 @@ FDBFuture *fdb_transaction_read_blob_granules_description(FDBTransaction *tr, co
     (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)begin_version, (void)read_version;
     (void)read_version_out;
     return unsupported("fdb_transaction_read_blob_granules_description");
+}
+
+/* The transaction calls: each runs whole, one at a time (tr_lock). ------------------------- */
+
+void fdb_transaction_reset(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    tr_reset(tr);
+    tr_unlock(tr);
+}
+
+FDBFuture *fdb_transaction_on_error(FDBTransaction *tr, fdb_error_t error)
+{
+    tr_lock(tr);
+    FDBFuture *f = tr_on_error(tr, error);
+    tr_unlock(tr);
+    return f;
+}
+
+fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
+                                       FDBTransactionOption option,
+                                       const uint8_t *value,
+                                       int value_length)
+{
+    tr_lock(tr);
+    fdb_error_t r = tr_set_option(tr, option, value, value_length);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_read_version(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_read_version(tr);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get(FDBTransaction *tr,
+                               const uint8_t *key_name,
+                               int key_name_length,
+                               fdb_bool_t snapshot)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get(tr, key_name, key_name_length, snapshot);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
+                                     const uint8_t *begin_key_name,
+                                     int begin_key_name_length,
+                                     fdb_bool_t begin_or_equal,
+                                     int begin_offset,
+                                     const uint8_t *end_key_name,
+                                     int end_key_name_length,
+                                     fdb_bool_t end_or_equal,
+                                     int end_offset,
+                                     int limit,
+                                     int target_bytes,
+                                     FDBStreamingMode mode,
+                                     int iteration,
+                                     fdb_bool_t snapshot,
+                                     fdb_bool_t reverse)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_range(tr, begin_key_name, begin_key_name_length, begin_or_equal, begin_offset, end_key_name, end_key_name_length, end_or_equal, end_offset, limit, target_bytes, mode, iteration, snapshot, reverse);
+    tr_unlock(tr);
+    return r;
+}
+
+void fdb_transaction_set(FDBTransaction *tr,
+                         const uint8_t *key_name,
+                         int key_name_length,
+                         const uint8_t *value,
+                         int value_length)
+{
+    tr_lock(tr);
+    tr_set(tr, key_name, key_name_length, value, value_length);
+    tr_unlock(tr);
+}
+
+void fdb_transaction_clear_range(FDBTransaction *tr,
+                                 const uint8_t *begin_key_name,
+                                 int begin_key_name_length,
+                                 const uint8_t *end_key_name,
+                                 int end_key_name_length)
+{
+    tr_lock(tr);
+    tr_clear_range(tr, begin_key_name, begin_key_name_length, end_key_name, end_key_name_length);
+    tr_unlock(tr);
+}
+
+void fdb_transaction_atomic_op(FDBTransaction *tr,
+                               const uint8_t *key_name,
+                               int key_name_length,
+                               const uint8_t *param,
+                               int param_length,
+                               FDBMutationType operation_type)
+{
+    tr_lock(tr);
+    tr_atomic_op(tr, key_name, key_name_length, param, param_length, operation_type);
+    tr_unlock(tr);
+}
+
+fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
+                                               const uint8_t *begin_key_name,
+                                               int begin_key_name_length,
+                                               const uint8_t *end_key_name,
+                                               int end_key_name_length,
+                                               FDBConflictRangeType type)
+{
+    tr_lock(tr);
+    fdb_error_t r = tr_add_conflict_range(tr, begin_key_name, begin_key_name_length, end_key_name, end_key_name_length, type);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_commit(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_commit(tr);
+    tr_unlock(tr);
+    return r;
+}
+
+fdb_error_t fdb_transaction_get_committed_version(FDBTransaction *tr, int64_t *out_version)
+{
+    tr_lock(tr);
+    fdb_error_t r = tr_get_committed_version(tr, out_version);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_versionstamp(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_versionstamp(tr);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_watch(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_watch(tr, key_name, key_name_length);
+    tr_unlock(tr);
+    return r;
+}
+
+void fdb_transaction_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
+{
+    tr_lock(tr);
+    tr_clear(tr, key_name, key_name_length);
+    tr_unlock(tr);
+}
+
+void fdb_transaction_cancel(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    tr_cancel(tr);
+    tr_unlock(tr);
+}
+
+FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
+                                   const uint8_t *key_name,
+                                   int key_name_length,
+                                   fdb_bool_t or_equal,
+                                   int offset,
+                                   fdb_bool_t snapshot)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_key(tr, key_name, key_name_length, or_equal, offset, snapshot);
+    tr_unlock(tr);
+    return r;
+}
+
+void fdb_transaction_set_read_version(FDBTransaction *tr, int64_t version)
+{
+    tr_lock(tr);
+    tr_set_read_version(tr, version);
+    tr_unlock(tr);
+}
+
+FDBFuture *fdb_transaction_get_approximate_size(FDBTransaction *tr)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_approximate_size(tr);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
+                                                          int bl, const uint8_t *e, int el)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_estimated_range_size_bytes(tr, b, bl, e, el);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
+                                                  const uint8_t *e, int el, int64_t chunk_size)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_range_split_points(tr, b, bl, e, el, chunk_size);
+    tr_unlock(tr);
+    return r;
+}
+
+FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
+                                                 int key_name_length)
+{
+    tr_lock(tr);
+    FDBFuture *r = tr_get_addresses_for_key(tr, key_name, key_name_length);
+    tr_unlock(tr);
+    return r;
 }
