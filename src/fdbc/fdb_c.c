@@ -687,7 +687,12 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
         free(d);
         return FDB_ERR_INTERNAL_ERROR;
     }
-    int rc = kvq_db_open(&d->kdb, dir, NULL);
+    /* FoundationDB's transactions retry without limit unless told otherwise (retry_limit -1),
+     * and have no timeout: kvq's defaults for its own retry loop (100 retries) do not apply. */
+    kvq_db_options opts = KVQ_DB_OPTIONS_INIT;
+    opts.retry_limit = -1;
+    opts.timeout_ms = 0;
+    int rc = kvq_db_open(&d->kdb, dir, &opts);
     if (rc != 0) {
         complain("cannot open the embedded database %s: %s", dir, kvq_last_error());
         free(d->conn);

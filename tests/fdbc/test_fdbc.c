@@ -1596,6 +1596,186 @@ static void test_selectors_in_system_keys(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* Database options of fdb_c_options (transaction_retry_limit, transaction_size_limit). */
+enum { DB_TR_RETRY_LIMIT = 501, DB_TR_SIZE_LIMIT = 503 };
+
+/* An Int option's value: 8 bytes, little-endian. */
+static void int_opt(uint8_t out[8], int64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)((uint64_t)v >> (8 * i));
+}
+
+static fdb_error_t on_error_n(FDBTransaction *tr, fdb_error_t e, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fdb_error_t r = on_error(tr, e);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+/* A database's transaction_retry_limit of -1 is no limit, as for a transaction: transactions
+ * are created, and retry (cancellation_timeout_tests.py sets it to go back to the default). */
+static void test_db_retry_limit_none(void **state)
+{
+    (void)state;
+    uint8_t v[8], no_delay[8];
+    int_opt(no_delay, 0);
+    FDBTransaction *tr;
+    int_opt(v, -1);
+    assert_int_equal(fdb_database_set_option(db, DB_TR_RETRY_LIMIT, v, 8), 0);
+    tr = NULL;
+    assert_int_equal(fdb_database_create_transaction(db, &tr), 0);
+    assert_non_null(tr);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_MAX_RETRY_DELAY, no_delay, 8),
+                     0);
+    assert_int_equal(on_error_n(tr, 1020, 150), 0);
+    set_s(tr, "rl/k", "1");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_destroy(tr);
+}
+
+/* Retry limits as fdb.options states them (retry_limit: -1 disables the limit; unlimited is
+ * the default; a database's transaction_retry_limit is every transaction's default) and as
+ * FoundationDB's Python binding tests them (cancellation_timeout_tests.py, test_retry_limits
+ * and test_db_retry_limits). Retries of 1020 with max_retry_delay 0 sleep nothing. */
+static void test_retry_limits(void **state)
+{
+    (void)state;
+    uint8_t v[8], no_delay[8];
+    int_opt(no_delay, 0);
+    /* No limit by default: 150 retries. */
+    FDBTransaction *tr = new_tr();
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_MAX_RETRY_DELAY, no_delay, 8),
+                     0);
+    assert_int_equal(on_error_n(tr, 1020, 150), 0);
+    fdb_transaction_destroy(tr);
+    /* A database's limit of 1: one retry, then the error, then the transaction is cancelled. */
+    int_opt(v, 1);
+    assert_int_equal(fdb_database_set_option(db, DB_TR_RETRY_LIMIT, v, 8), 0);
+    tr = new_tr();
+    set_s(tr, "rl/k", "1");
+    assert_int_equal(on_error(tr, 1007), 0);
+    set_s(tr, "rl/k", "1");
+    assert_int_equal(on_error(tr, 1007), 1007);
+    set_s(tr, "rl/k", "1");
+    assert_int_equal(on_error(tr, 1007), 1025);
+    assert_int_equal(commit(tr), 1025);
+    /* A reset counts retries from 0 again, under the database's limit. */
+    fdb_transaction_reset(tr);
+    assert_int_equal(on_error(tr, 1007), 0);
+    assert_int_equal(on_error(tr, 1007), 1007);
+    /* The transaction's own limit wins, and survives on_error. */
+    fdb_transaction_reset(tr);
+    int_opt(v, 2);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v, 8), 0);
+    assert_int_equal(on_error_n(tr, 1007, 2), 0);
+    assert_int_equal(on_error(tr, 1007), 1007);
+    fdb_transaction_destroy(tr);
+    /* Retries count while there is no limit, and a limit set later counts them. */
+    int_opt(v, -1);
+    assert_int_equal(fdb_database_set_option(db, DB_TR_RETRY_LIMIT, v, 8), 0);
+    tr = new_tr();
+    assert_int_equal(on_error_n(tr, 1007, 2), 0);
+    int_opt(v, 1);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v, 8), 0);
+    assert_int_equal(on_error(tr, 1007), 1007);
+    int_opt(v, 4);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, v, 8), 0);
+    assert_int_equal(on_error(tr, 1007), 1025);
+    fdb_transaction_destroy(tr);
+}
+
+/* A cancelled transaction stays cancelled through on_error, which fails with 1025 (retrying
+ * nothing) whatever the error given and the retry limit; only a reset ends it
+ * (cancellation_timeout_tests.py, test_cancellation and test_combinations). */
+static void test_cancel_survives_on_error(void **state)
+{
+    (void)state;
+    FDBTransaction *tr = new_tr();
+    fdb_transaction_cancel(tr);
+    assert_int_equal(on_error(tr, 1007), 1025);
+    assert_int_equal(on_error(tr, 1020), 1025);
+    set_s(tr, "cs/k", "1");
+    assert_int_equal(commit(tr), 1025);
+    FDBFuture *f = fdb_transaction_get_read_version(tr);
+    assert_int_equal(wait_f(f), 1025);
+    fdb_future_destroy(f);
+    fdb_transaction_reset(tr);
+    set_s(tr, "cs/k", "1");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    uint8_t zero[8] = { 0 };
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_RETRY_LIMIT, zero, 8), 0);
+    fdb_transaction_cancel(tr);
+    assert_int_equal(on_error(tr, 1007), 1025);
+    assert_int_equal(commit(tr), 1025);
+    fdb_transaction_destroy(tr);
+}
+
+/* A timeout that has passed has fired: setting another timeout, or none, does not bring the
+ * transaction back, nor does on_error; a reset does (cancellation_timeout_tests.py,
+ * test_timeouts (3), (6), (10)). Each sleep is 20 times the 1 ms timeout: the timeout has passed. */
+static void test_timeout_fired(void **state)
+{
+    (void)state;
+    uint8_t one_ms[8], off[8];
+    int_opt(one_ms, 1);
+    int_opt(off, 0);
+    FDBTransaction *tr = new_tr();
+    set_s(tr, "tf/k", "1");
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, one_ms, 8), 0);
+    usleep(20000);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, off, 8), 0);
+    assert_int_equal(commit(tr), 1031);
+    fdb_transaction_reset(tr);
+    set_s(tr, "tf/k", "1");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_reset(tr);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, one_ms, 8), 0);
+    usleep(20000);
+    assert_int_equal(on_error(tr, 1007), 1031);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, off, 8), 0);
+    assert_int_equal(commit(tr), 1031);
+    /* Set after the time has passed, a timeout fires at once. */
+    fdb_transaction_reset(tr);
+    set_s(tr, "tf/k", "1");
+    usleep(20000);
+    assert_int_equal(fdb_transaction_set_option(tr, FDB_TR_OPTION_TIMEOUT, one_ms, 8), 0);
+    assert_int_equal(commit(tr), 1031);
+    fdb_transaction_destroy(tr);
+
+}
+
+/* After a retry (on_error), the database's transaction_size_limit applies again: the size
+ * limit is not one of the options a retry keeps (size_limit_tests.py). */
+static void test_retry_size_limit(void **state)
+{
+    (void)state;
+    uint8_t v[8];
+    FDBTransaction *tr;
+    /* The database's size limit, after a retry. */
+    int_opt(v, 1000);
+    assert_int_equal(fdb_database_set_option(db, DB_TR_SIZE_LIMIT, v, 8), 0);
+    tr = new_tr();
+    set_s(tr, "tf/t4", "bar");
+    assert_int_equal(on_error(tr, 1007), 0);
+    char big[1025];
+    memset(big, 'a', 1024);
+    big[1024] = 0;
+    set_s(tr, "tf/t4", big);
+    assert_int_equal(commit(tr), 2101);
+    fdb_transaction_destroy(tr);
+    int_opt(v, 10000000);
+    assert_int_equal(fdb_database_set_option(db, DB_TR_SIZE_LIMIT, v, 8), 0);
+    tr = new_tr();
+    set_s(tr, "tf/t4", big);
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_destroy(tr);
+}
+
 /* Several threads on one database, as FoundationDB's bindingtester runs them
  * (directory_hca --concurrency 4): transactions shared by every thread, each thread reading and
  * writing in them at once before one of them commits; and each thread's own transactions
@@ -1841,6 +2021,11 @@ int main(void)
         cmocka_unit_test(test_range_pages_by_bytes),
         cmocka_unit_test(test_selectors_in_system_keys),
         cmocka_unit_test(test_threads_share_a_database),
+        cmocka_unit_test(test_db_retry_limit_none),
+        cmocka_unit_test(test_retry_limits),
+        cmocka_unit_test(test_cancel_survives_on_error),
+        cmocka_unit_test(test_timeout_fired),
+        cmocka_unit_test(test_retry_size_limit),
     };
     /* $KVQ_TEST_FILTER runs only the tests whose names match it (a cmocka pattern). */
     if (getenv("KVQ_TEST_FILTER") != NULL)
