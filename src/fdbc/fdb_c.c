@@ -41,6 +41,7 @@
 #include "kvq/kvq.h"
 #include "engine/fdb/fdb_api.h"
 #include "fdbc/fdbc_extra.h"
+#include "fdbc/fdbc_internal.h"
 
 #define KVQ_FDB_PROTOTYPE(ret, name, params) ret name params;
 KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
@@ -51,7 +52,7 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 /* Errors of get_range's parameters (as fdb_c.h's caller meets them). */
 enum { FDB_ERR_RANGE_LIMITS_INVALID = 2012, FDB_ERR_EXACT_MODE_WITHOUT_LIMITS = 2210 };
 /* A file an option names does not exist. */
-enum { FDB_ERR_FILE_NOT_FOUND = 1507 };
+enum { FDB_ERR_FILE_NOT_FOUND = 1511 };
 /* A transaction's timeout fired. */
 enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031 };
 #define NETWORK_WAIT_SEC 5
@@ -265,9 +266,37 @@ static void net_post(FDBFuture *f)
     pthread_mutex_unlock(&net.mu);
 }
 
+/* The FoundationDB error for an outcome of kvq's: kvq's transaction errors are FoundationDB's
+ * own numbers and pass unchanged; its own conditions (the 9000 band: a directory that cannot be
+ * opened, a damaged file, a full disk) leave this library as the FoundationDB errors closest to
+ * them, never as numbers FoundationDB does not have. */
+static fdb_error_t fdb_code(int rc)
+{
+    switch (rc) {
+    case KVQ_EINVAL:
+        return FDB_ERR_CLIENT_INVALID_OPERATION;
+    case KVQ_ENOTFOUND:
+        return FDB_ERR_FILE_NOT_FOUND;
+    case KVQ_EDAMAGED:
+        return 1522; /* file_corrupt */
+    case KVQ_EIO:
+    case KVQ_ENOSPC:
+        return 1510; /* io_error */
+    case KVQ_EPERM:
+        return 1514; /* file_not_writable */
+    case KVQ_EBUSY:
+        return 1529; /* lock_file_failure */
+    case KVQ_EUNSUPPORTED:
+        return KVQ_EUNSUPPORTED_OPERATION;
+    default:
+        return rc >= 9000 ? FDB_ERR_INTERNAL_ERROR : rc;
+    }
+}
+
 /* Sets a future's outcome (once; later outcomes are ignored). The results must be in place. */
 static void fut_complete(FDBFuture *f, fdb_error_t err)
 {
+    err = fdb_code(err);
     pthread_mutex_lock(&f->mu);
     if (f->ready) {
         pthread_mutex_unlock(&f->mu);
@@ -287,7 +316,7 @@ static void fut_complete(FDBFuture *f, fdb_error_t err)
 static void fut_settle(FDBFuture *f, fdb_error_t err)
 {
     f->ready = 1;
-    f->err = err;
+    f->err = fdb_code(err);
 }
 
 static FDBFuture *fut_error(int kind, fdb_error_t err)
@@ -312,28 +341,11 @@ const char *fdb_get_client_version(void)
     return "kvq " KVQ_VERSION_STRING " (FoundationDB's C API on a kvq directory)";
 }
 
+/* FoundationDB's own texts (fdb_errors.c): "Success" for 0, "UNKNOWN_ERROR" for a code that
+ * names no error, and unknown_error's text for codes outside 0..30000. */
 const char *fdb_get_error(fdb_error_t code)
 {
-    switch (code) {
-    case FDB_ERR_NETWORK_NOT_SETUP:
-        return "Action not possible before the network is configured";
-    case FDB_ERR_NETWORK_ALREADY_SETUP:
-        return "Network can be configured only once";
-    case FDB_ERR_FUTURE_NOT_SET:
-        return "Future not ready";
-    case FDB_ERR_API_VERSION_UNSET:
-        return "API version is not set";
-    case FDB_ERR_API_VERSION_ALREADY_SET:
-        return "API version may be set only once";
-    case FDB_ERR_RANGE_LIMITS_INVALID:
-        return "Range limits not valid";
-    case FDB_ERR_EXACT_MODE_WITHOUT_LIMITS:
-        return "EXACT streaming mode requires limits, but none were given";
-    case FDB_ERR_FILE_NOT_FOUND:
-        return "File not found";
-    default:
-        return kvq_strerror(code);
-    }
+    return kvq__fdbc_message(code);
 }
 
 fdb_error_t fdb_select_api_version_impl(int runtime_version, int header_version)
@@ -661,6 +673,28 @@ static fdb_error_t dir_of(const char *line, char *dir, size_t cap)
     return 0;
 }
 
+/* Creates the directories above `dir` that are missing (as mkdir -p; kvq_db_open creates
+ * `dir` itself). 0, or the FoundationDB error for the directory that could not be made. */
+static fdb_error_t make_parents(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            complain("cannot create the directory %s: %s", path, strerror(e));
+            return e == EACCES || e == EPERM || e == EROFS ? 1514 /* file_not_writable */
+                   : e == ENOSPC || e == EIO              ? 1510 /* io_error */
+                                                          : FDB_ERR_FILE_NOT_FOUND;
+        }
+        *p = '/';
+    }
+    return 0;
+}
+
 /* Opens the database a connection string names; cluster_file is the file it came from. */
 static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDatabase **out_database)
 {
@@ -674,6 +708,8 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
         return err;
     char dir[4096];
     err = dir_of(conn, dir, sizeof(dir));
+    if (err == 0)
+        err = make_parents(dir);
     if (err != 0)
         return err;
     FDBDatabase *d = calloc(1, sizeof(*d));
@@ -698,7 +734,7 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
         free(d->conn);
         free(d->cluster_file);
         free(d);
-        return rc;
+        return fdb_code(rc);
     }
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cond, NULL);
@@ -707,26 +743,48 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
     return 0;
 }
 
-/* The cluster file's first line is the connection string. A named cluster file must exist, as
- * for libfdb_c; without one, only the environment can name the directory. */
+/* The cluster file libfdb_c reads when none is named (ClusterConnectionFile's lookup): the one
+ * $FDB_CLUSTER_FILE names (that one only, whether it exists or not), else fdb.cluster in the
+ * working directory, else /etc/foundationdb/fdb.cluster. */
+static const char *default_cluster_file(void)
+{
+    const char *env = getenv("FDB_CLUSTER_FILE");
+    if (env != NULL)
+        return env;
+    struct stat st;
+    if (stat("fdb.cluster", &st) == 0 && !S_ISDIR(st.st_mode))
+        return "fdb.cluster";
+    return "/etc/foundationdb/fdb.cluster";
+}
+
+/* The cluster file's first line is the connection string. The file must exist, as for libfdb_c
+ * (no_cluster_file_found, 1515; file_not_readable, 1513, when it cannot be read), except that
+ * without a named file $KVQ_FDBC_DIR alone may name the directory. */
 fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out_database)
 {
+    if (out_database == NULL)
+        misuse("fdb_create_database with a NULL out_database");
+    *out_database = NULL;
+    int named = cluster_file_path != NULL && cluster_file_path[0] != '\0';
+    const char *file = named ? cluster_file_path : default_cluster_file();
     char line[4096] = "";
     char path[4096] = "";
-    if (cluster_file_path != NULL && cluster_file_path[0] != '\0') {
-        FILE *fp = fopen(cluster_file_path, "r");
-        if (fp == NULL) {
-            *out_database = NULL;
-            complain("cannot read the cluster file %s: %s", cluster_file_path, strerror(errno));
-            return FDB_ERR_CONNECTION_STRING_INVALID;
-        }
-        if (fgets(line, sizeof(line), fp) == NULL)
-            line[0] = '\0';
-        fclose(fp);
-        line[strcspn(line, "\r\n")] = '\0';
-        if (realpath(cluster_file_path, path) == NULL)
-            snprintf(path, sizeof(path), "%s", cluster_file_path);
+    FILE *fp = file[0] != '\0' ? fopen(file, "r") : NULL;
+    if (fp == NULL) {
+        int e = file[0] != '\0' ? errno : ENOENT;
+        const char *env = getenv("KVQ_FDBC_DIR");
+        if (!named && env != NULL && env[0] != '\0')
+            return db_open("", "", out_database);
+        complain("cannot read the cluster file %s: %s", file[0] != '\0' ? file : "(none)",
+                 strerror(e));
+        return e == ENOENT ? 1515 /* no_cluster_file_found */ : 1513 /* file_not_readable */;
     }
+    if (fgets(line, sizeof(line), fp) == NULL)
+        line[0] = '\0';
+    fclose(fp);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (realpath(file, path) == NULL)
+        snprintf(path, sizeof(path), "%s", file);
     return db_open(line, path, out_database);
 }
 
@@ -986,6 +1044,8 @@ static int db_defaults(FDBTransaction *tr, int all)
 
 fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
 {
+    if (d == NULL || out_transaction == NULL)
+        misuse("fdb_database_create_transaction with a NULL argument");
     *out_transaction = NULL;
     FDBTransaction *tr = calloc(1, sizeof(*tr));
     if (tr == NULL)
@@ -993,7 +1053,7 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     int rc = kvq_txn_create(&tr->kt, d->kdb);
     if (rc != 0) {
         free(tr);
-        return rc;
+        return fdb_code(rc);
     }
     pthread_mutex_lock(&d->mu);
     d->refs++;
@@ -1006,7 +1066,7 @@ fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out
     rc = db_defaults(tr, 1);
     if (rc != 0) {
         fdb_transaction_destroy(tr);
-        return rc;
+        return fdb_code(rc);
     }
     *out_transaction = tr;
     return 0;
@@ -2065,7 +2125,7 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
             break;
         err = str_param(value, value_length, 1, INT32_MAX);
         if (err == 0) {
-            /* The library must exist (file_not_found, 1507), though kvq never loads it. */
+            /* The library must exist (file_not_found, 1511), though kvq never loads it. */
             char *path = malloc((size_t)value_length + 1);
             if (path == NULL)
                 return FDB_ERR_INTERNAL_ERROR;
@@ -3043,7 +3103,10 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
                                      fdb_bool_t reverse)
 {
     tr_lock(tr);
-    FDBFuture *r = tr_get_range(tr, begin_key_name, begin_key_name_length, begin_or_equal, begin_offset, end_key_name, end_key_name_length, end_or_equal, end_offset, limit, target_bytes, mode, iteration, snapshot, reverse);
+    FDBFuture *r =
+        tr_get_range(tr, begin_key_name, begin_key_name_length, begin_or_equal, begin_offset,
+                     end_key_name, end_key_name_length, end_or_equal, end_offset, limit,
+                     target_bytes, mode, iteration, snapshot, reverse);
     tr_unlock(tr);
     return r;
 }
@@ -3090,7 +3153,8 @@ fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
                                                FDBConflictRangeType type)
 {
     tr_lock(tr);
-    fdb_error_t r = tr_add_conflict_range(tr, begin_key_name, begin_key_name_length, end_key_name, end_key_name_length, type);
+    fdb_error_t r = fdb_code(tr_add_conflict_range(tr, begin_key_name, begin_key_name_length,
+                                                   end_key_name, end_key_name_length, type));
     tr_unlock(tr);
     return r;
 }
@@ -3169,8 +3233,8 @@ FDBFuture *fdb_transaction_get_approximate_size(FDBTransaction *tr)
     return r;
 }
 
-FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
-                                                          int bl, const uint8_t *e, int el)
+FDBFuture *fdb_transaction_get_estimated_range_size_bytes(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el)
 {
     tr_lock(tr);
     FDBFuture *r = tr_get_estimated_range_size_bytes(tr, b, bl, e, el);
@@ -3178,8 +3242,8 @@ FDBFuture *fdb_transaction_get_estimated_range_size_bytes(FDBTransaction *tr, co
     return r;
 }
 
-FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
-                                                  const uint8_t *e, int el, int64_t chunk_size)
+FDBFuture *fdb_transaction_get_range_split_points(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el, int64_t chunk_size)
 {
     tr_lock(tr);
     FDBFuture *r = tr_get_range_split_points(tr, b, bl, e, el, chunk_size);
@@ -3187,7 +3251,8 @@ FDBFuture *fdb_transaction_get_range_split_points(FDBTransaction *tr, const uint
     return r;
 }
 
-FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
+FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr,
+                                                 const uint8_t *key_name,
                                                  int key_name_length)
 {
     tr_lock(tr);

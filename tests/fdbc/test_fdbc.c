@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fdbc/fdbc_extra.h"
@@ -119,7 +120,7 @@ static void test_cluster_files(void **state)
     FDBDatabase *d = NULL;
     char path[160];
     snprintf(path, sizeof(path), "%s/missing.cluster", dir);
-    assert_int_equal(fdb_create_database(path, &d), 2104);
+    assert_int_equal(fdb_create_database(path, &d), 1515); /* no_cluster_file_found */
     assert_null(d);
     snprintf(path, sizeof(path), "%s/other.cluster", dir);
     FILE *f = fopen(path, "w");
@@ -1342,7 +1343,7 @@ static void test_option_values(void **state)
 
 /* After fdb_setup_network, as MultiVersionApi::setNetworkOption decides: the options that
  * shape the multi-version client are invalid_option (2007), an external library is looked for
- * first (file_not_found, 1507), the hidden external_client is an internal_error (4100), and
+ * first (file_not_found, 1511), the hidden external_client is an internal_error (4100), and
  * supported_client_versions is taken only now; every other option is still accepted. */
 static void test_network_options_after_setup(void **state)
 {
@@ -1355,7 +1356,7 @@ static void test_network_options_after_setup(void **state)
     assert_int_equal(fdb_network_set_option(65, v8, 8), 2007);   /* client_threads_per_version */
     assert_int_equal(fdb_network_set_option(63, (const uint8_t *)"/tmp", 4), 2007);
     assert_int_equal(fdb_network_set_option(62, (const uint8_t *)"/nonexistent/libfdb_c.so", 24),
-                     1507);
+                     1511);
     assert_int_equal(fdb_network_set_option(62, (const uint8_t *)cluster, (int)strlen(cluster)),
                      2007);
     assert_int_equal(fdb_network_set_option(62, NULL, 0), 2006);
@@ -1717,7 +1718,8 @@ static void test_cancel_survives_on_error(void **state)
 
 /* A timeout that has passed has fired: setting another timeout, or none, does not bring the
  * transaction back, nor does on_error; a reset does (cancellation_timeout_tests.py,
- * test_timeouts (3), (6), (10)). Each sleep is 20 times the 1 ms timeout: the timeout has passed. */
+ * test_timeouts (3), (6), (10)). Each sleep is 20 times the 1 ms timeout: the timeout has
+ * passed. */
 static void test_timeout_fired(void **state)
 {
     (void)state;
@@ -1774,6 +1776,165 @@ static void test_retry_size_limit(void **state)
     set_s(tr, "tf/t4", big);
     assert_int_equal(commit(tr), 0);
     fdb_transaction_destroy(tr);
+}
+
+/* Writes a cluster file at path whose connection string is `kvq:<the test's directory>/<sub>`. */
+static void write_cluster(const char *path, const char *sub)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "kvq:%s/%s\n", dir, sub);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The cluster file a database was opened from, as its special key \xff\xff/cluster_file_path
+ * says; and a write that commits there. */
+static void opened_from(FDBDatabase *d, char *out, size_t cap)
+{
+    FDBTransaction *tr = NULL;
+    assert_int_equal(fdb_database_create_transaction(d, &tr), 0);
+    const char *k = "\xff\xff/cluster_file_path";
+    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)k, (int)strlen(k), 0);
+    assert_int_equal(wait_f(f), 0);
+    fdb_bool_t present = 0;
+    const uint8_t *v = NULL;
+    int n = 0;
+    assert_int_equal(fdb_future_get_value(f, &present, &v, &n), 0);
+    assert_true(present);
+    snprintf(out, cap, "%.*s", n, (const char *)v);
+    fdb_future_destroy(f);
+    set_s(tr, "cf/k", "1");
+    assert_int_equal(commit(tr), 0);
+    fdb_transaction_destroy(tr);
+}
+
+/* Without a named cluster file, fdb_create_database looks for one as libfdb_c does
+ * (ClusterConnectionFile::lookupClusterFileName; api-c.rst, "cluster file"): the file
+ * $FDB_CLUSTER_FILE names, and that one only; else fdb.cluster in the working directory; else
+ * /etc/foundationdb/fdb.cluster. None found is no_cluster_file_found (1515), as is a named
+ * file that does not exist. */
+static void test_default_cluster_file(void **state)
+{
+    (void)state;
+    char cwd[4096], path[512], want[4096], got[4096], sub[256];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    const char *kd = getenv("KVQ_FDBC_DIR");
+    char *saved_kvq_dir = kd != NULL ? strdup(kd) : NULL;
+    unsetenv("KVQ_FDBC_DIR");
+    unsetenv("FDB_CLUSTER_FILE");
+    FDBDatabase *d = NULL;
+
+    snprintf(path, sizeof(path), "%s/env.cluster", dir);
+    write_cluster(path, "env-db");
+    assert_int_equal(setenv("FDB_CLUSTER_FILE", path, 1), 0);
+    assert_int_equal(fdb_create_database(NULL, &d), 0);
+    assert_non_null(realpath(path, want));
+    opened_from(d, got, sizeof(got));
+    assert_string_equal(got, want);
+    fdb_database_destroy(d);
+    d = NULL;
+    assert_int_equal(fdb_create_database("", &d), 0); /* "" is no name too */
+    fdb_database_destroy(d);
+    d = NULL;
+
+    /* ./fdb.cluster, in a working directory of its own. */
+    snprintf(sub, sizeof(sub), "%s/cwd", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(path, sizeof(path), "%s/fdb.cluster", sub);
+    write_cluster(path, "cwd-db");
+    assert_int_equal(chdir(sub), 0);
+    /* $FDB_CLUSTER_FILE naming a missing file is not looked past. */
+    snprintf(path, sizeof(path), "%s/missing.cluster", dir);
+    assert_int_equal(setenv("FDB_CLUSTER_FILE", path, 1), 0);
+    assert_int_equal(fdb_create_database(NULL, &d), 1515);
+    assert_null(d);
+    unsetenv("FDB_CLUSTER_FILE");
+    assert_int_equal(fdb_create_database(NULL, &d), 0);
+    snprintf(path, sizeof(path), "%s/fdb.cluster", sub);
+    assert_non_null(realpath(path, want));
+    opened_from(d, got, sizeof(got));
+    assert_string_equal(got, want);
+    fdb_database_destroy(d);
+    d = NULL;
+
+    /* Nothing to find (unless this machine has /etc/foundationdb/fdb.cluster). */
+    snprintf(sub, sizeof(sub), "%s/empty", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(chdir(sub), 0);
+    if (access("/etc/foundationdb/fdb.cluster", F_OK) != 0) {
+        assert_int_equal(fdb_create_database(NULL, &d), 1515);
+        assert_null(d);
+    }
+    assert_int_equal(chdir(cwd), 0);
+    if (saved_kvq_dir != NULL)
+        assert_int_equal(setenv("KVQ_FDBC_DIR", saved_kvq_dir, 1), 0);
+    free(saved_kvq_dir);
+}
+
+/* A kvq: directory is created if missing, the directories above it too (docs/fdb.md). A
+ * directory that cannot be made (a file stands where a parent must be) fails with one of
+ * FoundationDB's errors, never with one of kvq's own numbers (9000 and up), which
+ * FoundationDB's error table does not have. */
+static void test_directory_parents(void **state)
+{
+    (void)state;
+    char path[256], file[256];
+    FDBDatabase *d = NULL;
+    snprintf(path, sizeof(path), "%s/deep.cluster", dir);
+    write_cluster(path, "a/b/c/db");
+    assert_int_equal(fdb_create_database(path, &d), 0);
+    char got[4096];
+    opened_from(d, got, sizeof(got));
+    fdb_database_destroy(d);
+    d = NULL;
+
+    snprintf(file, sizeof(file), "%s/plain-file", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    assert_int_equal(fclose(f), 0);
+    write_cluster(path, "plain-file/db");
+    fdb_error_t e = fdb_create_database(path, &d);
+    assert_null(d);
+    assert_true(e > 0 && e < 9000);
+    assert_string_not_equal(fdb_get_error(e), "UNKNOWN_ERROR");
+    write_cluster(path, "plain-file/x/db");
+    e = fdb_create_database(path, &d);
+    assert_null(d);
+    assert_true(e > 0 && e < 9000);
+    assert_string_not_equal(fdb_get_error(e), "UNKNOWN_ERROR");
+}
+
+/* fdb_get_error gives FoundationDB's own texts (its error table, flow/error_definitions.h):
+ * programs and bindings show and compare them. tests/bindings/run_fdb_suites.sh compares every
+ * code against a FoundationDB source tree. */
+static void test_error_messages(void **state)
+{
+    (void)state;
+    assert_string_equal(fdb_get_error(0), "Success");
+    assert_string_equal(fdb_get_error(1007),
+                        "Transaction is too old to perform reads or be committed");
+    assert_string_equal(fdb_get_error(1020),
+                        "Transaction not committed due to conflict with another transaction");
+    assert_string_equal(fdb_get_error(1025),
+                        "Operation aborted because the transaction was cancelled");
+    assert_string_equal(fdb_get_error(1031), "Operation aborted because the transaction timed out");
+    assert_string_equal(fdb_get_error(1515),
+                        "No cluster file found in current directory or default location");
+    assert_string_equal(fdb_get_error(2101), "Transaction exceeds byte limit");
+    assert_string_equal(fdb_get_error(2104), "Connection string invalid");
+    assert_string_equal(fdb_get_error(2136), "Tenants have been disabled in the cluster");
+    assert_string_equal(fdb_get_error(2032),
+                        "\"{...}\" must be the last element of the mapper tuple");
+    assert_string_equal(fdb_get_error(2134), "Tenant name cannot begin with \\xff");
+    assert_string_equal(fdb_get_error(4000), "An unknown error occurred");
+    assert_string_equal(fdb_get_error(4100), "An internal error occurred");
+    /* A code that names no error; kvq's own numbers are not FoundationDB's. */
+    assert_string_equal(fdb_get_error(5), "UNKNOWN_ERROR");
+    assert_string_equal(fdb_get_error(9003), "UNKNOWN_ERROR");
+    assert_string_equal(fdb_get_error(30000), "UNKNOWN_ERROR");
+    /* Outside 0..30000: unknown_error. */
+    assert_string_equal(fdb_get_error(-1), "An unknown error occurred");
+    assert_string_equal(fdb_get_error(30001), "An unknown error occurred");
 }
 
 /* Several threads on one database, as FoundationDB's bindingtester runs them
@@ -2026,6 +2187,9 @@ int main(void)
         cmocka_unit_test(test_cancel_survives_on_error),
         cmocka_unit_test(test_timeout_fired),
         cmocka_unit_test(test_retry_size_limit),
+        cmocka_unit_test(test_default_cluster_file),
+        cmocka_unit_test(test_directory_parents),
+        cmocka_unit_test(test_error_messages),
     };
     /* $KVQ_TEST_FILTER runs only the tests whose names match it (a cmocka pattern). */
     if (getenv("KVQ_TEST_FILTER") != NULL)
