@@ -863,6 +863,7 @@ struct FDB_transaction {
      * snapshot reads do not see the transaction's writes (snapshot_ryw_disable). */
     int system_keys;
     int snapshot_no_ryw;
+    int special_writes; /* special_key_space_enable_writes, until a reset or a retry */
 };
 
 static void knobs_read(FDBTransaction *tr)
@@ -1122,6 +1123,7 @@ static void tr_reset(FDBTransaction *tr)
     tr->timeout_ms = 0;
     tr->start_us = mono_us();
     tr->system_keys = 0;
+    tr->special_writes = 0;
     defer(tr, db_defaults(tr, 1));
 }
 
@@ -1178,8 +1180,9 @@ static int tr_option_known(int option)
     case 1000: /* expensive_clear_cost_estimation_enable */
     case 1102: /* skip_grv_cache */
         return 1;
+    case 714: /* special_key_space_enable_writes: the tenant map's clears (special_write) */
+        return 1;
     case 300:  /* initialize_new_database */
-    case 714:  /* special_key_space_enable_writes */
     case 1100: /* bypass_unreadable */
         return 2;
     case 304:  /* bypass_storage_quota */
@@ -1236,6 +1239,9 @@ static fdb_error_t tr_option_apply(FDBTransaction *tr,
     case FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE:
     case FDB_TR_OPTION_READ_YOUR_WRITES_DISABLE:
         return kvq_txn_set_option(tr->kt, (kvq_txn_option)option, 0);
+    case 714: /* special_key_space_enable_writes */
+        tr->special_writes = 1;
+        return 0;
     default:
         return 0;
     }
@@ -1438,14 +1444,56 @@ static int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const 
     return 0;
 }
 
-/* Writes to special keys are refused (deferred, as every write error is). */
-static int special_write(FDBTransaction *tr, const uint8_t *k, int len)
+/* The tenant map's write module: under 7.3's name and 7.1's. */
+static const char *const tenant_maps[][2] = {
+    { "\xff\xff/management/tenant/map/", "\xff\xff/management/tenant/map0" },
+    { "\xff\xff/management/tenant_map/", "\xff\xff/management/tenant_map0" },
+};
+
+/* Whether [b, e) (a clear) lies in the tenant map. */
+static int in_tenant_map(const uint8_t *b, size_t bl, const uint8_t *e, size_t el)
 {
-    if (!is_special(k, (size_t)len))
+    for (size_t i = 0; i < sizeof(tenant_maps) / sizeof(tenant_maps[0]); i++) {
+        const uint8_t *lo = (const uint8_t *)tenant_maps[i][0];
+        const uint8_t *hi = (const uint8_t *)tenant_maps[i][1];
+        size_t lol = strlen(tenant_maps[i][0]), hil = strlen(tenant_maps[i][1]);
+        if (!key_less(b, bl, lo, lol) && !key_less(hi, hil, e, el))
+            return 1;
+    }
+    return 0;
+}
+
+/* A write to the special keys: 1 if [b, e) (a key k, a range, or the key of a set with e NULL)
+ * is there, the write then handled here. Without special_key_space_enable_writes (714) every
+ * such write fails with special_keys_write_disabled (2114). With it, a database without tenants
+ * can honour one write module: the tenant map, where a clear has nothing to delete (FoundationDB's
+ * bindingtester clears it before each test) and a set would create a tenant (tenants_disabled,
+ * 2136). kvq has no other write module (special_keys_no_write_module_found, 2115). Errors are
+ * deferred, as every write error is. */
+static int special_write(FDBTransaction *tr, int clear, const uint8_t *b, int bl, const uint8_t *e,
+                         int el)
+{
+    if (!is_special(b, (size_t)bl))
         return 0;
-    complain("writes to special keys are disabled on a kvq directory");
-    if (tr->deferred == 0)
-        tr->deferred = KVQ_ESPECIAL_KEYS_WRITE_DISABLED;
+    if (e == NULL) {
+        e = b;
+        el = bl;
+    }
+    int err = 0;
+    if (!tr->special_writes) {
+        complain("writes to special keys are disabled (special_key_space_enable_writes)");
+        err = KVQ_ESPECIAL_KEYS_WRITE_DISABLED;
+    } else if (in_tenant_map(b, (size_t)bl, e, (size_t)el) && clear) {
+        err = 0; /* no tenants: nothing to delete */
+    } else if (in_tenant_map(b, (size_t)bl, e, (size_t)el)) {
+        complain("a kvq directory has no tenants");
+        err = KVQ_ETENANTS_DISABLED;
+    } else {
+        complain("no special key write module of a kvq directory holds this key or range");
+        err = 2115; /* special_keys_no_write_module_found */
+    }
+    if (err != 0 && tr->deferred == 0)
+        tr->deferred = err;
     return 1;
 }
 
@@ -1809,7 +1857,7 @@ static void tr_set(FDBTransaction *tr,
 {
     if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
         misuse("fdb_transaction_set with a NULL pointer or a negative length");
-    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
+    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
         defer(tr,
               kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
 }
@@ -1823,7 +1871,9 @@ static void tr_clear_range(FDBTransaction *tr,
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
         misuse("fdb_transaction_clear_range with a NULL key or a negative length");
-    if (!special_write(tr, begin_key_name, begin_key_name_length) && tr->deferred == 0)
+    if (!special_write(tr, 1, begin_key_name, begin_key_name_length, end_key_name,
+                       end_key_name_length) &&
+        tr->deferred == 0)
         defer(tr, kvq_txn_clear_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length));
 }
@@ -1839,7 +1889,7 @@ static void tr_atomic_op(FDBTransaction *tr,
         misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
     /* The mutation types are kvq's numbers: every atomic operation, APPEND_IF_FITS and
      * COMPARE_AND_CLEAR included, is applied at commit without a read conflict. */
-    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
+    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
         defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }
@@ -2257,7 +2307,7 @@ static void tr_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_l
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_clear with a NULL key or a negative length");
-    if (!special_write(tr, key_name, key_name_length) && tr->deferred == 0)
+    if (!special_write(tr, 1, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
         defer(tr, kvq_txn_clear(tr->kt, key_name, (size_t)key_name_length));
 }
 
@@ -2359,6 +2409,7 @@ static void *on_error_main(void *arg)
          * limit and snapshot read-your-writes choice apply again. */
         tr->deferred = 0;
         tr->system_keys = 0;
+        tr->special_writes = 0;
         defer(tr, db_defaults(tr, 0));
     } else if (tr->reset_err == 0) {
         /* A transaction that is not to be retried is cancelled until it is reset (one whose
