@@ -53,8 +53,8 @@ KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
 enum { FDB_ERR_RANGE_LIMITS_INVALID = 2012, FDB_ERR_EXACT_MODE_WITHOUT_LIMITS = 2210 };
 /* A file an option names does not exist. */
 enum { FDB_ERR_FILE_NOT_FOUND = 1511 };
-/* A transaction's timeout fired. */
-enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031 };
+/* A transaction's timeout fired; a transaction was used once its commit was attempted. */
+enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031, FDB_ERR_USED_DURING_COMMIT = 2017 };
 #define NETWORK_WAIT_SEC 5
 
 /* A misuse that a real client would punish with a crash or a hang: stop loudly. */
@@ -864,6 +864,7 @@ struct FDB_transaction {
     int system_keys;
     int snapshot_no_ryw;
     int special_writes; /* special_key_space_enable_writes, until a reset or a retry */
+    int commit_started; /* a commit was attempted, until a reset or a retry */
 };
 
 static void knobs_read(FDBTransaction *tr)
@@ -906,12 +907,34 @@ static void tr_timeout_check(FDBTransaction *tr)
         tr->reset_err = FDB_ERR_TRANSACTION_TIMED_OUT;
 }
 
-/* The error a read, a watch or the commit fails with before it starts: the deferred error of a
- * call that returned nothing, else the state of a cancelled or timed-out transaction. */
-static fdb_error_t tr_error(FDBTransaction *tr)
+/* The error a call fails with before it starts, as ReadYourWritesTransaction orders them: the
+ * deferred error of a call that returned nothing; then, for a call that may not follow a commit
+ * (`after_commit`: reads, writes, watches, the commit itself), used_during_commit (2017) once a
+ * commit has been attempted, which also leaves the transaction in that state until a reset or a
+ * retry; then the state of a cancelled or timed-out transaction. */
+static fdb_error_t tr_error(FDBTransaction *tr, int after_commit)
 {
     tr_timeout_check(tr);
-    return tr->deferred != 0 ? tr->deferred : tr->reset_err;
+    if (tr->deferred != 0)
+        return tr->deferred;
+    if (after_commit && tr->commit_started) {
+        if (tr->reset_err == 0)
+            tr->reset_err = FDB_ERR_USED_DURING_COMMIT;
+        return FDB_ERR_USED_DURING_COMMIT;
+    }
+    return tr->reset_err;
+}
+
+/* Whether a write may go to the embedded transaction: not after a deferred error (the first is
+ * kept), and not once a commit was attempted (used_during_commit, deferred). */
+static int tr_writable(FDBTransaction *tr)
+{
+    if (tr->deferred != 0)
+        return 0;
+    fdb_error_t err = tr_error(tr, 1);
+    if (err == FDB_ERR_USED_DURING_COMMIT)
+        tr->deferred = err;
+    return err != FDB_ERR_USED_DURING_COMMIT;
 }
 
 /* Option values ------------------------------------------------------------------------------
@@ -1124,6 +1147,7 @@ static void tr_reset(FDBTransaction *tr)
     tr->start_us = mono_us();
     tr->system_keys = 0;
     tr->special_writes = 0;
+    tr->commit_started = 0;
     defer(tr, db_defaults(tr, 1));
 }
 
@@ -1273,8 +1297,9 @@ static fdb_error_t tr_set_option(FDBTransaction *tr,
 
 static FDBFuture *tr_get_read_version(FDBTransaction *tr)
 {
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_INT64, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 0);
+    if (gate != 0)
+        return fut_error(FUT_INT64, gate);
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, kvq_txn_get_read_version(&f->i64, tr->kt));
     return f;
@@ -1504,8 +1529,9 @@ static FDBFuture *tr_get(FDBTransaction *tr,
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get with a NULL key or a negative length");
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_VALUE, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_VALUE, gate);
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_VALUE);
     if (is_special(key_name, (size_t)key_name_length)) {
@@ -1760,8 +1786,9 @@ static FDBFuture *tr_get_range(FDBTransaction *tr,
     fdb_error_t perr = range_params(limit, target_bytes, mode, iteration);
     if (perr != 0)
         return fut_error(FUT_KV_ARRAY, perr);
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_KV_ARRAY, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_KV_ARRAY, gate);
     if (limit == -1)
         limit = 0; /* -1 is "no limit" too */
     if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
@@ -1857,7 +1884,7 @@ static void tr_set(FDBTransaction *tr,
 {
     if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
         misuse("fdb_transaction_set with a NULL pointer or a negative length");
-    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
+    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr,
               kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
 }
@@ -1873,7 +1900,7 @@ static void tr_clear_range(FDBTransaction *tr,
         misuse("fdb_transaction_clear_range with a NULL key or a negative length");
     if (!special_write(tr, 1, begin_key_name, begin_key_name_length, end_key_name,
                        end_key_name_length) &&
-        tr->deferred == 0)
+        tr_writable(tr))
         defer(tr, kvq_txn_clear_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length));
 }
@@ -1889,7 +1916,7 @@ static void tr_atomic_op(FDBTransaction *tr,
         misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
     /* The mutation types are kvq's numbers: every atomic operation, APPEND_IF_FITS and
      * COMPARE_AND_CLEAR included, is applied at commit without a read conflict. */
-    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
+    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }
@@ -1906,6 +1933,11 @@ static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
         misuse("fdb_transaction_add_conflict_range with a NULL key or a negative length");
     if (type != FDB_CONFLICT_RANGE_TYPE_READ && type != FDB_CONFLICT_RANGE_TYPE_WRITE)
         return FDB_ERR_CLIENT_INVALID_OPERATION;
+    if (tr->commit_started) {
+        if (tr->reset_err == 0)
+            tr->reset_err = FDB_ERR_USED_DURING_COMMIT;
+        return FDB_ERR_USED_DURING_COMMIT;
+    }
     return kvq_txn_add_conflict_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length,
                                       (kvq_conflict_type)type);
@@ -1913,9 +1945,11 @@ static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
 
 static FDBFuture *tr_commit(FDBTransaction *tr)
 {
-    fdb_error_t err = tr_error(tr);
-    if (err == 0)
+    fdb_error_t err = tr_error(tr, 1);
+    if (err == 0) {
+        tr->commit_started = 1;
         err = kvq_txn_commit(tr->kt);
+    }
     stamps_complete(tr, err);
     return fut_error(FUT_VOID, err);
 }
@@ -1930,6 +1964,9 @@ static fdb_error_t tr_get_committed_version(FDBTransaction *tr, int64_t *out_ver
 
 static FDBFuture *tr_get_versionstamp(FDBTransaction *tr)
 {
+    /* Asked for before the commit; once it was attempted, used_during_commit. */
+    if (tr->commit_started)
+        return fut_error(FUT_KEY, tr_error(tr, 1));
     FDBFuture *f = fut_new(FUT_KEY);
     fut_ref(f); /* the transaction's, until the commit */
     f->next = tr->stamps;
@@ -1969,8 +2006,9 @@ static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_watch with a NULL key or a negative length");
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_VOID, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_VOID, gate);
     kvq_watch *kw = NULL;
     int rc = kvq_txn_watch(&kw, tr->kt, key_name, (size_t)key_name_length);
     if (rc != 0)
@@ -2307,7 +2345,7 @@ static void tr_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_l
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_clear with a NULL key or a negative length");
-    if (!special_write(tr, 1, key_name, key_name_length, NULL, 0) && tr->deferred == 0)
+    if (!special_write(tr, 1, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr, kvq_txn_clear(tr->kt, key_name, (size_t)key_name_length));
 }
 
@@ -2358,8 +2396,9 @@ static FDBFuture *tr_get_key(FDBTransaction *tr,
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_key with a NULL key or a negative length");
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_KEY, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_KEY, gate);
     read_delay(tr);
     FDBFuture *f = fut_new(FUT_KEY);
     uint8_t *k = NULL;
@@ -2410,6 +2449,7 @@ static void *on_error_main(void *arg)
         tr->deferred = 0;
         tr->system_keys = 0;
         tr->special_writes = 0;
+        tr->commit_started = 0;
         defer(tr, db_defaults(tr, 0));
     } else if (tr->reset_err == 0) {
         /* A transaction that is not to be retried is cancelled until it is reset (one whose
@@ -2474,8 +2514,9 @@ static void tr_set_read_version(FDBTransaction *tr, int64_t version)
 
 static FDBFuture *tr_get_approximate_size(FDBTransaction *tr)
 {
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_INT64, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 0);
+    if (gate != 0)
+        return fut_error(FUT_INT64, gate);
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
     return f;
@@ -2531,8 +2572,9 @@ static int add_row_size(void *arg, const kvq_kv *kv)
 static FDBFuture *tr_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
                                                           int bl, const uint8_t *e, int el)
 {
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_INT64, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_INT64, gate);
     FDBFuture *f = fut_new(FUT_INT64);
     fut_settle(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
     return f;
@@ -2577,8 +2619,9 @@ static int split_row(void *arg, const kvq_kv *kv)
 static FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
                                                   const uint8_t *e, int el, int64_t chunk_size)
 {
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_KEY_ARRAY, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_KEY_ARRAY, gate);
     if (chunk_size <= 0) {
         complain("fdb_transaction_get_range_split_points: chunk_size %lld is not positive",
                  (long long)chunk_size);
@@ -2622,8 +2665,9 @@ static FDBFuture *tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *ke
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
-    if (tr_error(tr) != 0)
-        return fut_error(FUT_STRING_ARRAY, tr_error(tr));
+    fdb_error_t gate = tr_error(tr, 1);
+    if (gate != 0)
+        return fut_error(FUT_STRING_ARRAY, gate);
     static const char local[] = "127.0.0.1:4500";
     FDBFuture *f = fut_new(FUT_STRING_ARRAY);
     f->strs = malloc(sizeof(*f->strs));

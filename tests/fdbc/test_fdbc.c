@@ -1985,6 +1985,63 @@ static void test_special_key_writes(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* Once a commit was attempted, successful or not, the transaction is not to be used until a
+ * reset or a retry: reads, writes, watches and another commit fail with used_during_commit
+ * (2017), and it stays in that state, so that on_error too then fails with 2017
+ * (ReadYourWritesTransaction::checkUsedDuringCommit). A read after a commit that failed used to
+ * crash the process (a NULL connection in the embedded engine's read; the bindingtester's api
+ * test with --concurrency 4 met it). */
+static void test_used_after_commit(void **state)
+{
+    (void)state;
+    FDBTransaction *a = new_tr(), *b = new_tr();
+    int present;
+    char v[16];
+    assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
+    set_s(b, "uc/k", "b");
+    assert_int_equal(commit(b), 0);
+    set_s(a, "uc/other", "a");
+    assert_int_equal(commit(a), 1020);
+    assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 2017);
+    FDBFuture *f = fdb_transaction_get_range(a, (const uint8_t *)"uc/", 3, 0, 1,
+                                             (const uint8_t *)"uc0", 3, 0, 1, 0, 0,
+                                             FDB_STREAMING_MODE_WANT_ALL, 0, 0, 0);
+    assert_int_equal(wait_f(f), 2017);
+    fdb_future_destroy(f);
+    assert_int_equal(commit(a), 2017);
+    assert_int_equal(on_error(a, 1020), 2017);
+    /* A retry right after the failed commit is the normal path. */
+    fdb_transaction_reset(a);
+    assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
+    set_s(b, "uc/k", "b2");
+    fdb_transaction_reset(b);
+    set_s(b, "uc/k", "b2");
+    assert_int_equal(commit(b), 0);
+    set_s(a, "uc/other", "a");
+    assert_int_equal(commit(a), 1020);
+    assert_int_equal(on_error(a, 1020), 0);
+    assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
+    assert_string_equal(v, "b2");
+    set_s(a, "uc/other", "a");
+    assert_int_equal(commit(a), 0);
+    /* After a commit that succeeded, likewise; a write is deferred to the next commit. */
+    set_s(a, "uc/late", "x");
+    assert_int_equal(commit(a), 2017);
+    assert_int_equal(fdb_transaction_add_conflict_range(a, (const uint8_t *)"a", 1,
+                                                        (const uint8_t *)"b", 1,
+                                                        FDB_CONFLICT_RANGE_TYPE_READ),
+                     2017);
+    f = fdb_transaction_get_versionstamp(a);
+    assert_int_equal(wait_f(f), 2017);
+    fdb_future_destroy(f);
+    /* The committed version stays readable. */
+    int64_t cv = 0;
+    assert_int_equal(fdb_transaction_get_committed_version(a, &cv), 0);
+    assert_true(cv > 0);
+    fdb_transaction_destroy(a);
+    fdb_transaction_destroy(b);
+}
+
 /* Several threads on one database, as FoundationDB's bindingtester runs them
  * (directory_hca --concurrency 4): transactions shared by every thread, each thread reading and
  * writing in them at once before one of them commits; and each thread's own transactions
@@ -2239,6 +2296,7 @@ int main(void)
         cmocka_unit_test(test_directory_parents),
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_special_key_writes),
+        cmocka_unit_test(test_used_after_commit),
     };
     /* $KVQ_TEST_FILTER runs only the tests whose names match it (a cmocka pattern). */
     if (getenv("KVQ_TEST_FILTER") != NULL)
