@@ -2009,8 +2009,26 @@ static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_
     fdb_error_t gate = tr_error(tr, 1);
     if (gate != 0)
         return fut_error(FUT_VOID, gate);
+    /* FoundationDB's watch compares against what a read of the key in the transaction sees, its
+     * own writes included whatever snapshot_ryw says, and that read is not a snapshot: it adds
+     * a read conflict on the key unless the transaction wrote it (RYWImpl::watch reads with
+     * Snapshot::False). The embedded watch reads as a snapshot: snapshot reads are made to see
+     * the transaction's writes for it, and a plain read then adds the conflict. */
+    int toggled = tr->snapshot_no_ryw &&
+                  kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_ENABLE, 0) == 0;
     kvq_watch *kw = NULL;
     int rc = kvq_txn_watch(&kw, tr->kt, key_name, (size_t)key_name_length);
+    if (toggled && kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0) != 0)
+        misuse("cannot restore snapshot_ryw_disable");
+    if (rc == 0) {
+        kvq_bytes v;
+        int present;
+        rc = kvq_txn_get(&v, &present, tr->kt, key_name, (size_t)key_name_length, 0);
+        if (rc != 0) {
+            kvq_watch_cancel(kw);
+            kvq_watch_destroy(kw);
+        }
+    }
     if (rc != 0)
         return fut_error(FUT_VOID, rc);
     FDBFuture *f = fut_new(FUT_VOID);

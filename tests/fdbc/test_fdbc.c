@@ -2042,6 +2042,45 @@ static void test_used_after_commit(void **state)
     fdb_transaction_destroy(b);
 }
 
+/* A watch compares against what a read of its key in the transaction sees, the transaction's
+ * own write included even when snapshot reads do not see it (a database's snapshot_ryw_disable;
+ * unit_tests.py's test_watches runs after test_db_options sets it), and that read is not a
+ * snapshot: it adds a read conflict on the key (RYWImpl::watch, Snapshot::False). */
+static void test_watch_reads_own_write(void **state)
+{
+    (void)state;
+    assert_int_equal(fdb_database_set_option(db, 27, NULL, 0), 0); /* snapshot_ryw_disable */
+    FDBTransaction *tr = new_tr();
+    set_s(tr, "wo/k", "2");
+    FDBFuture *w = fdb_transaction_watch(tr, (const uint8_t *)"wo/k", 4);
+    assert_int_equal(commit(tr), 0);
+    /* The value is the one the watch saw: it does not fire (a wrong one fires at once). */
+    usleep(200000);
+    assert_false(fdb_future_is_ready(w));
+    fdb_transaction_reset(tr);
+    set_s(tr, "wo/k", "3");
+    assert_int_equal(commit(tr), 0);
+    assert_int_equal(wait_f(w), 0);
+    fdb_future_destroy(w);
+    assert_int_equal(fdb_database_set_option(db, 26, NULL, 0), 0); /* snapshot_ryw_enable */
+
+    /* The watch's read conflicts with a write of the key committed meanwhile. */
+    FDBTransaction *a = new_tr(), *b = new_tr();
+    int present;
+    char v[16];
+    assert_int_equal(get_s(a, "wo/other", &present, v, sizeof(v)), 0);
+    w = fdb_transaction_watch(a, (const uint8_t *)"wo/k", 4);
+    set_s(b, "wo/k", "4");
+    assert_int_equal(commit(b), 0);
+    set_s(a, "wo/x", "1");
+    assert_int_equal(commit(a), 1020);
+    assert_int_equal(wait_f(w), 1020);
+    fdb_future_destroy(w);
+    fdb_transaction_destroy(a);
+    fdb_transaction_destroy(b);
+    fdb_transaction_destroy(tr);
+}
+
 /* Several threads on one database, as FoundationDB's bindingtester runs them
  * (directory_hca --concurrency 4): transactions shared by every thread, each thread reading and
  * writing in them at once before one of them commits; and each thread's own transactions
@@ -2297,6 +2336,7 @@ int main(void)
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_special_key_writes),
         cmocka_unit_test(test_used_after_commit),
+        cmocka_unit_test(test_watch_reads_own_write),
     };
     /* $KVQ_TEST_FILTER runs only the tests whose names match it (a cmocka pattern). */
     if (getenv("KVQ_TEST_FILTER") != NULL)
