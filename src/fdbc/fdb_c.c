@@ -1272,9 +1272,9 @@ static fdb_error_t tr_option_apply(FDBTransaction *tr,
 }
 
 static fdb_error_t tr_set_option(FDBTransaction *tr,
-                                       FDBTransactionOption option,
-                                       const uint8_t *value,
-                                       int value_length)
+                                 FDBTransactionOption option,
+                                 const uint8_t *value,
+                                 int value_length)
 {
     if (value_length < 0)
         return FDB_ERR_INVALID_OPTION_VALUE;
@@ -1523,9 +1523,9 @@ static int special_write(FDBTransaction *tr, int clear, const uint8_t *b, int bl
 }
 
 static FDBFuture *tr_get(FDBTransaction *tr,
-                               const uint8_t *key_name,
-                               int key_name_length,
-                               fdb_bool_t snapshot)
+                         const uint8_t *key_name,
+                         int key_name_length,
+                         fdb_bool_t snapshot)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get with a NULL key or a negative length");
@@ -1765,20 +1765,20 @@ static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mo
 }
 
 static FDBFuture *tr_get_range(FDBTransaction *tr,
-                                     const uint8_t *begin_key_name,
-                                     int begin_key_name_length,
-                                     fdb_bool_t begin_or_equal,
-                                     int begin_offset,
-                                     const uint8_t *end_key_name,
-                                     int end_key_name_length,
-                                     fdb_bool_t end_or_equal,
-                                     int end_offset,
-                                     int limit,
-                                     int target_bytes,
-                                     FDBStreamingMode mode,
-                                     int iteration,
-                                     fdb_bool_t snapshot,
-                                     fdb_bool_t reverse)
+                               const uint8_t *begin_key_name,
+                               int begin_key_name_length,
+                               fdb_bool_t begin_or_equal,
+                               int begin_offset,
+                               const uint8_t *end_key_name,
+                               int end_key_name_length,
+                               fdb_bool_t end_or_equal,
+                               int end_offset,
+                               int limit,
+                               int target_bytes,
+                               FDBStreamingMode mode,
+                               int iteration,
+                               fdb_bool_t snapshot,
+                               fdb_bool_t reverse)
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
@@ -1877,10 +1877,10 @@ static FDBFuture *tr_get_range(FDBTransaction *tr,
 
 
 static void tr_set(FDBTransaction *tr,
-                         const uint8_t *key_name,
-                         int key_name_length,
-                         const uint8_t *value,
-                         int value_length)
+                   const uint8_t *key_name,
+                   int key_name_length,
+                   const uint8_t *value,
+                   int value_length)
 {
     if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
         misuse("fdb_transaction_set with a NULL pointer or a negative length");
@@ -1890,10 +1890,10 @@ static void tr_set(FDBTransaction *tr,
 }
 
 static void tr_clear_range(FDBTransaction *tr,
-                                 const uint8_t *begin_key_name,
-                                 int begin_key_name_length,
-                                 const uint8_t *end_key_name,
-                                 int end_key_name_length)
+                           const uint8_t *begin_key_name,
+                           int begin_key_name_length,
+                           const uint8_t *end_key_name,
+                           int end_key_name_length)
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
@@ -1906,11 +1906,11 @@ static void tr_clear_range(FDBTransaction *tr,
 }
 
 static void tr_atomic_op(FDBTransaction *tr,
-                               const uint8_t *key_name,
-                               int key_name_length,
-                               const uint8_t *param,
-                               int param_length,
-                               FDBMutationType operation_type)
+                         const uint8_t *key_name,
+                         int key_name_length,
+                         const uint8_t *param,
+                         int param_length,
+                         FDBMutationType operation_type)
 {
     if (key_name == NULL || param == NULL || key_name_length < 0 || param_length < 0)
         misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
@@ -1922,11 +1922,11 @@ static void tr_atomic_op(FDBTransaction *tr,
 }
 
 static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
-                                               const uint8_t *begin_key_name,
-                                               int begin_key_name_length,
-                                               const uint8_t *end_key_name,
-                                               int end_key_name_length,
-                                               FDBConflictRangeType type)
+                                         const uint8_t *begin_key_name,
+                                         int begin_key_name_length,
+                                         const uint8_t *end_key_name,
+                                         int end_key_name_length,
+                                         FDBConflictRangeType type)
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
@@ -2406,11 +2406,11 @@ void fdb_future_release_memory(FDBFuture *f)
 }
 
 static FDBFuture *tr_get_key(FDBTransaction *tr,
-                                   const uint8_t *key_name,
-                                   int key_name_length,
-                                   fdb_bool_t or_equal,
-                                   int offset,
-                                   fdb_bool_t snapshot)
+                             const uint8_t *key_name,
+                             int key_name_length,
+                             fdb_bool_t or_equal,
+                             int offset,
+                             fdb_bool_t snapshot)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_key with a NULL key or a negative length");
@@ -2588,7 +2588,7 @@ static int add_row_size(void *arg, const kvq_kv *kv)
 
 /* Exact, not an estimate: the bytes of the keys and values stored in the range. */
 static FDBFuture *tr_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
-                                                          int bl, const uint8_t *e, int el)
+                                                    int bl, const uint8_t *e, int el)
 {
     fdb_error_t gate = tr_error(tr, 1);
     if (gate != 0)
@@ -2635,7 +2635,7 @@ static int split_row(void *arg, const kvq_kv *kv)
 
 /* Keys that cut [b, e) into chunks of about chunk_size bytes, b first and e last. */
 static FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
-                                                  const uint8_t *e, int el, int64_t chunk_size)
+                                            const uint8_t *e, int el, int64_t chunk_size)
 {
     fdb_error_t gate = tr_error(tr, 1);
     if (gate != 0)
@@ -2679,7 +2679,7 @@ static FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b
 /* Every key lives in this process's local directory: one local address, in FoundationDB's
  * ip:port form (nothing listens on it; it names the one machine). */
 static FDBFuture *tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
-                                                 int key_name_length)
+                                           int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
         misuse("fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
