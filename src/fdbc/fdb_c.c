@@ -14,10 +14,16 @@
  * - futures are real objects that own their results until fdb_future_destroy, which must come
  *   exactly once (a second destroy, or reading a future as the wrong kind, aborts, as using
  *   freed memory would in libfdb_c);
- * - errors of write calls (which return nothing) are deferred to the next read or the commit,
- *   and error numbers pass through unchanged;
- * - watches complete from another thread, or with 1101 when cancelled;
- * - the transaction timeout option (500) is honoured, counted from the transaction's start.
+ * - errors of write calls (which return nothing) are deferred to the next read or the commit;
+ *   error numbers are FoundationDB's (kvq's own conditions are given FoundationDB's closest
+ *   numbers), with FoundationDB's texts;
+ * - any thread may call anything, several threads one transaction at once: each call on a
+ *   transaction runs whole while its other calls wait, as libfdb_c runs them one after another
+ *   on its network thread;
+ * - a transaction's states are FoundationDB's: cancelled, timed out (a timeout that has passed
+ *   has fired, counted from the transaction's start), used after its commit, and their errors
+ *   through on_error;
+ * - watches complete from another thread, or with 1101 when cancelled.
  *
  * Three environment variables (the first two read as each transaction is created) let an
  * application test itself against conditions a cluster
