@@ -299,7 +299,7 @@ static void test_snapshot_stability(void **state)
 {
     (void)state;
     kvq__vmap *m = kvq__vmap_new(0);
-    uint8_t k[8];
+    uint8_t k[16];
     kvq__vmap_wrlock(m);
     for (int i = 0; i < 100; i++) {
         snprintf((char *)k, sizeof k, "q%03d", i);
@@ -315,7 +315,7 @@ static void test_snapshot_stability(void **state)
         int has = kvq__vmap_cursor_next(&c, &kk, &vv);
         kvq__vmap_rdunlock(m);
         assert_int_equal(has, 1);
-        char want[8];
+        char want[16];
         snprintf(want, sizeof want, "q%03d", step);
         assert_memory_equal(kk.data, want, 4);
         seen++;
