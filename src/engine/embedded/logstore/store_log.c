@@ -727,6 +727,10 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         s->replaying = 0;
         pthread_mutex_unlock(&s->apply_mu);
     }
+    /* Registered before a checkpointer may run, so that it keeps what this handle still needs
+     * of the log. */
+    if (rc == 0 && !s->read_only)
+        rc = slots_open(s);
     flock(s->ckpt_fd, LOCK_UN);
     if (rc != 0)
         goto fail;
@@ -745,8 +749,6 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         goto fail;
     }
     if (!s->read_only) {
-        if ((rc = slots_open(s)) != 0)
-            goto fail;
         if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0) {
             s->ckpt_started = 1;
         }
