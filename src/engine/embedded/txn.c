@@ -108,7 +108,7 @@ static int ensure_rv(emb_txn *t)
         }
         /* A commit that failed ended the read (emb_commit): there is no snapshot to read
          * from until a reset, as FoundationDB says of a transaction used after its commit. */
-        if (t->conn == NULL)
+        if (t->snap == NULL)
             return kvq__error(KVQ_EUSED_DURING_COMMIT,
                               "the transaction's commit was attempted; reset it before using it "
                               "again");
