@@ -16,9 +16,10 @@
 
 #include "emb.h"
 
-/* Write ranges older than this many versions (microseconds) are pruned from the log. Any
- * transaction whose read version is older than what is kept fails with 1007. */
-#define WLOG_KEEP_VERSIONS 6000000
+/* Write ranges older than this many versions (microseconds) are pruned from the log: the
+ * transaction window and a second more. Any transaction whose read version is older than what
+ * is kept fails with 1007. */
+#define WLOG_KEEP_VERSIONS(e) ((e)->opts.txn_window_us + 1000000)
 #define PRUNE_EVERY        512
 #define MAX_BATCH          512
 /* A batch's write ranges are one row of the log: its transactions' sizes (mutations and
@@ -295,7 +296,7 @@ static int log_batch(emb_db *e, int64_t version, const kvq_buf *batch)
  * database's version): it belongs to this batch, which is younger than the cut. */
 static int prune(emb_db *e, int64_t version)
 {
-    int64_t floor = version - WLOG_KEEP_VERSIONS;
+    int64_t floor = version - WLOG_KEEP_VERSIONS(e);
     sqlite3_stmt *st;
     int src = sqlite3_prepare_v2(e->writer, "SELECT max(version) FROM wlog WHERE version < ?1", -1,
                                  &st, NULL);
@@ -648,7 +649,7 @@ int emb_commit(void *tp)
     /* Only a transaction with read-conflict ranges can be too old to commit: one that wrote
      * blindly or read only with snapshot reads is checked against nothing (FoundationDB's
      * resolver, likewise, judges the age only of transactions that have read ranges). */
-    if (t->has_rv && t->reads.n > 0 && kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+    if (t->has_rv && t->reads.n > 0 && kvq__mono_us() - t->rv_mono_us > e->opts.txn_window_us) {
         emb_txn_end_read(t);
         int rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "the transaction's read version is more than 5 seconds old");

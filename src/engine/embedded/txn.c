@@ -148,7 +148,7 @@ static int check_state(emb_txn *t)
 static int ensure_rv(emb_txn *t)
 {
     if (t->has_rv) {
-        if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+        if (kvq__mono_us() - t->rv_mono_us > t->e->opts.txn_window_us) {
             /* Its snapshot is of no more use: let the WAL be checkpointed past it. */
             if (t->conn != NULL)
                 emb_txn_end_read(t);
@@ -217,7 +217,7 @@ static int ensure_rv(emb_txn *t)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld: the database has changed since (version %lld)",
                             (long long)t->wanted_rv, (long long)stored);
-        else if (t->rv - t->wanted_rv > KVQ_MAX_TXN_AGE_US)
+        else if (t->rv - t->wanted_rv > t->e->opts.txn_window_us)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld is more than 5 seconds old",
                             (long long)t->wanted_rv);
