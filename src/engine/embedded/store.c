@@ -520,6 +520,11 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
                 rc = exec(e->writer, SCHEMA, "creating the tables");
             if (rc == 0)
                 rc = check_meta(e);
+            /* The tables must be durable before the marker says that the database exists:
+             * SQLite does not sync commits (synchronous=NORMAL), but a checkpoint syncs the WAL
+             * and then the database file. */
+            if (rc == 0)
+                rc = exec(e->writer, "PRAGMA wal_checkpoint(FULL);", "syncing the new tables");
             if (rc == 0)
                 rc = write_marker(dir, opts->file_mode);
             if (rc == 0 && created_dir) {
