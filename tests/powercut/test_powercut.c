@@ -102,11 +102,11 @@ typedef struct campaign {
 
 static void report(campaign *c, const char *fmt, ...)
 {
-    if (c->reported++ > 20)
+    if (c->reported++ >= (c->broken != NULL ? 3 : 20))
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("powercut:   ", stdout);
+    fputs("#   powercut: ", stdout); /* not a summary line (scripts/reliability.sh) */
     vprintf(fmt, ap);
     fputc('\n', stdout);
     va_end(ap);
@@ -488,7 +488,7 @@ static void run_campaign(campaign *c)
         if (!ok || failures(c) == 0 || c->broken != NULL)
             rm_rf(dir);
         else
-            printf("powercut:   kept %s for inspection\n", dir);
+            printf("#   powercut: kept %s for inspection\n", dir);
         /* A failed run ends the campaign; the broken engine's runs may fail (a database its
          * skipped sync damaged does not open), so it goes on with a new chain, a bounded number
          * of times. */
