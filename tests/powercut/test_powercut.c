@@ -22,8 +22,8 @@
  *                 [--storage NAME]
  *
  * Prints one line per campaign, "powercut: storage=... cuts=... acked=... lost=0 ...", and the
- * command that replays it. $KVQ_TEST_SCALE multiplies the cuts. Exit 0 when every line is as it
- * must be. */
+ * command that replays it. $KVQ_TEST_SCALE multiplies the cuts; $KVQ_TEST_SEED is a seed to
+ * replay when --seed is not given. Exit 0 when every line is as it must be. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -549,6 +549,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_powercut: --shim and --worker are required\n");
         return 2;
     }
+    const char *env_seed = getenv("KVQ_TEST_SEED");
+    if (seed == 0 && env_seed != NULL && env_seed[0] != '\0')
+        seed = strtoull(env_seed, NULL, 10);
     if (seed == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
