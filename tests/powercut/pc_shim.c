@@ -9,7 +9,9 @@
  *   the page as it was (its durable image); every later write, truncation or allocation that
  *   touches it keeps the page as it is after that change. After a cut, each such page is in one
  *   of those states, chosen at random: the durable one, or the one after any change (the kernel
- *   writes whole pages back, at any time, in any order). The file's size is likewise its durable
+ *   writes whole pages back, at any time, in any order; in the random mode, one such page in
+ *   four is torn between two of its states at 512-byte sectors, as a disk that was writing it
+ *   back at the cut leaves it). The file's size is likewise its durable
  *   size or any size it had since. fsync or fdatasync of any descriptor of the file (or sync,
  *   syncfs) makes everything written so far durable.
  * - Directory entries: creating a file or directory, unlinking, renaming. A directory keeps its
@@ -39,8 +41,8 @@
  *
  * Not modelled (each makes the layer abort with a message, so that a test never passes by
  * ignoring an operation): renames between directories, paths with "..", writes through stdio
- * to a file under the root, hard links, symlinks. Sector-sized tearing inside a page, and disks
- * that lie about flushes, are not modelled either. */
+ * to a file under the root, hard links, symlinks. Disks that lie about flushes are not
+ * modelled either. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -63,6 +65,7 @@
 #include "pc_common.h"
 
 #define PAGE     4096
+#define SECTOR   512
 #define MAX_FDS  65536
 #define BUCKETS  1024
 
@@ -603,7 +606,7 @@ static const char *const mode_names[] = { "drop_all", "keep_all", "random" };
 
 typedef struct cut_stats {
     int mode;
-    uint64_t pages_pending, pages_reverted, dirops_pending, dirops_dropped;
+    uint64_t pages_pending, pages_reverted, pages_torn, dirops_pending, dirops_dropped;
     uint64_t files, dirs, volatile_kept, volatile_emptied, sizes_reverted;
 } cut_stats;
 
@@ -671,6 +674,17 @@ static void put_file(node *n, const char *path, cut_stats *cs)
                 size_t len = (size_t)(size - off < PAGE ? size - off : PAGE);
                 static const uint8_t zeros[PAGE];
                 const uint8_t *img = p->img[k] != NULL ? p->img[k] : zeros;
+                /* Torn: the page was being written back at the cut, and the disk wrote only
+                 * some of its 512-byte sectors (one random page in four of those caught between
+                 * two states, in the random mode). */
+                static uint8_t torn[PAGE];
+                if (cs->mode == MODE_RANDOM && k + 1 < (uint64_t)p->n && below(4) == 0) {
+                    const uint8_t *next = p->img[k + 1] != NULL ? p->img[k + 1] : zeros;
+                    for (size_t sec = 0; sec < PAGE; sec += SECTOR)
+                        memcpy(torn + sec, below(2) ? next + sec : img + sec, SECTOR);
+                    img = torn;
+                    cs->pages_torn++;
+                }
                 if (pwrite(fd, img, len, (off_t)off) != (ssize_t)len)
                     die("cannot write %s: %s", path, strerror(errno));
             }
@@ -714,12 +728,14 @@ static void cut(const char *why)
         char line[512];
         int n = snprintf(line, sizeof(line),
                          "cut=%s events=%llu mode=%s files=%llu dirs=%llu pages_pending=%llu "
-                         "pages_reverted=%llu sizes_reverted=%llu dirops_pending=%llu "
+                         "pages_reverted=%llu pages_torn=%llu sizes_reverted=%llu "
+                         "dirops_pending=%llu "
                          "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu\n",
                          why, (unsigned long long)events, mode_names[cs.mode],
                          (unsigned long long)cs.files, (unsigned long long)cs.dirs,
                          (unsigned long long)cs.pages_pending,
                          (unsigned long long)cs.pages_reverted,
+                         (unsigned long long)cs.pages_torn,
                          (unsigned long long)cs.sizes_reverted,
                          (unsigned long long)cs.dirops_pending,
                          (unsigned long long)cs.dirops_dropped,

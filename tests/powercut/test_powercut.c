@@ -93,9 +93,10 @@ typedef struct campaign {
     int cuts, chains, worker_failures, open_failures;
     int modes[3], points[3];
     uint64_t events_max, acked, acked_checked, recovered;
-    uint64_t pages_pending, pages_reverted, dirops_pending, dirops_dropped, sizes_reverted;
+    uint64_t pages_pending, pages_reverted, pages_torn, dirops_pending, dirops_dropped;
+    uint64_t sizes_reverted;
     uint64_t volatile_kept, volatile_emptied;
-    uint64_t lost, unexpected, torn, corrupted, counter_mismatch;
+    uint64_t lost, unexpected, half_applied, corrupted, counter_mismatch;
     int reported; /* detailed failure reports printed */
     uint64_t lost_seen[MAX_PRODS]; /* per producer of the current chain */
 } campaign;
@@ -213,13 +214,13 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
         line[0] = '\0';
     fclose(f);
     char why[32] = "", mode[32] = "";
-    unsigned long long ev = 0, files = 0, dirs = 0, pp = 0, pr = 0, sr = 0, dp = 0, dd = 0, vk = 0,
-                       ve = 0;
+    unsigned long long ev = 0, files = 0, dirs = 0, pp = 0, pr = 0, pt = 0, sr = 0, dp = 0, dd = 0,
+                       vk = 0, ve = 0;
     if (sscanf(line,
                "cut=%31s events=%llu mode=%31s files=%llu dirs=%llu pages_pending=%llu "
-               "pages_reverted=%llu sizes_reverted=%llu dirops_pending=%llu dirops_dropped=%llu "
-               "volatile_kept=%llu volatile_emptied=%llu",
-               why, &ev, mode, &files, &dirs, &pp, &pr, &sr, &dp, &dd, &vk, &ve) != 12) {
+               "pages_reverted=%llu pages_torn=%llu sizes_reverted=%llu dirops_pending=%llu "
+               "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu",
+               why, &ev, mode, &files, &dirs, &pp, &pr, &pt, &sr, &dp, &dd, &vk, &ve) != 13) {
         report(c, "unreadable figures from the layer: %s", line);
         return -1;
     }
@@ -229,6 +230,7 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
         c->events_max = ev;
     c->pages_pending += pp;
     c->pages_reverted += pr;
+    c->pages_torn += pt;
     c->sizes_reverted += sr;
     c->dirops_pending += dp;
     c->dirops_dropped += dd;
@@ -421,7 +423,7 @@ static int check(campaign *c, const char *dir, int final)
         uint64_t want_n = m == 0 ? 0 : m - lo + 1;
         if (s.n_items[p] != want_n || !s.items_in_order[p] ||
             (want_n > 0 && (s.first_item[p] != lo || s.prev_item[p] != m))) {
-            c->torn++;
+            c->half_applied++;
             report(c, "producer %" PRIu64 ": last %" PRIu64 " but %" PRIu64 " items from %" PRIu64
                       " to %" PRIu64 " (a transaction half applied)",
                    p, m, s.n_items[p], s.first_item[p], s.prev_item[p]);
@@ -444,7 +446,7 @@ static int check(campaign *c, const char *dir, int final)
 
 static int failures(const campaign *c)
 {
-    return (int)(c->lost + c->unexpected + c->torn + c->corrupted + c->counter_mismatch) +
+    return (int)(c->lost + c->unexpected + c->half_applied + c->corrupted + c->counter_mismatch) +
            c->open_failures + c->worker_failures;
 }
 
@@ -498,17 +500,18 @@ static void run_campaign(campaign *c)
     printf("powercut: storage=%s cuts=%d chains=%d cut_points=before_op:%d,after_op:%d,"
            "after_close:%d modes=drop_all:%d,keep_all:%d,random:%d events_max=%" PRIu64
            " acked=%" PRIu64 " acked_checked=%" PRIu64 " recovered=%" PRIu64
-           " pages_pending=%" PRIu64 " pages_reverted=%" PRIu64 " sizes_reverted=%" PRIu64
+           " pages_pending=%" PRIu64 " pages_reverted=%" PRIu64 " pages_torn=%" PRIu64
+           " sizes_reverted=%" PRIu64
            " dirops_pending=%" PRIu64 " dirops_dropped=%" PRIu64
            " shm_kept=%" PRIu64 " shm_emptied=%" PRIu64 " lost=%" PRIu64
-           " unexpected=%" PRIu64 " torn=%" PRIu64 " corrupted=%" PRIu64
+           " unexpected=%" PRIu64 " half_applied=%" PRIu64 " corrupted=%" PRIu64
            " counter_mismatch=%" PRIu64 " open_failures=%d worker_failures=%d broken_engine=%s"
            " seed=%" PRIu64 " elapsed_ms=%lld%s\n",
            c->st->name, c->cuts, c->chains, c->points[0], c->points[1], c->points[2], c->modes[0],
            c->modes[1], c->modes[2], c->events_max, c->acked, c->acked_checked, c->recovered,
-           c->pages_pending, c->pages_reverted, c->sizes_reverted, c->dirops_pending,
+           c->pages_pending, c->pages_reverted, c->pages_torn, c->sizes_reverted, c->dirops_pending,
            c->dirops_dropped, c->volatile_kept, c->volatile_emptied, c->lost, c->unexpected,
-           c->torn, c->corrupted, c->counter_mismatch, c->open_failures, c->worker_failures,
+           c->half_applied, c->corrupted, c->counter_mismatch, c->open_failures, c->worker_failures,
            c->broken != NULL ? c->broken : "no", c->seed, (long long)(now_ms() - t0),
            c->broken != NULL ? " (the checker must see lost commits)" : "");
     printf("# replay: %s --shim %s --worker %s --seed %" PRIu64 " --cuts %d --storage %s%s\n",
