@@ -3,8 +3,11 @@
  *
  *   pc_worker URL LOG RUN THREADS TXNS PHASES TEST_FLAGS
  *
- * Opens URL (the storage is chosen by the URL, as the engine chooses it), runs THREADS producers
- * of TXNS transactions each, closes the database, and does that PHASES times, so that cuts also
+ * Opens URL twice (the storage is chosen by the URL, as the engine chooses it: two handles, as
+ * two processes would, share the commit queue kvq.cq and the shared sync, so that a commit
+ * leader writes and syncs the other handle's commits too), runs THREADS producers of TXNS
+ * transactions each (thread t on handle t % 2), closes the database, and does that PHASES
+ * times, so that cuts also
  * fall into opening (recovery, creation) and closing (the last checkpoint, the WAL's removal).
  * Producer t of run RUN is RUN * 16 + t. TEST_FLAGS are kvq_testing_options.flags (a broken
  * engine, to show that the test can fail). Appends "I p s" before each commit and "A p s" after
@@ -24,7 +27,8 @@
 
 static const char *url;
 static int log_fd;
-static kvq_db *db;
+#define HANDLES 2
+static kvq_db *dbs[HANDLES];
 static int txns;
 static uint64_t next_seq[16];
 static int stopped[16];
@@ -38,7 +42,7 @@ static void log_line(const char *fmt, uint64_t p, uint64_t s, int code)
         _exit(3);
 }
 
-static int one_txn(uint64_t p, uint64_t s)
+static int one_txn(kvq_db *db, uint64_t p, uint64_t s)
 {
     static const uint8_t one[8] = { 1 };
     uint8_t k[PC_KEY_BYTES], lk[11], le[8];
@@ -74,7 +78,7 @@ static void *producer(void *arg)
     uint64_t p = run * 16 + (uint64_t)t;
     for (int i = 0; i < txns && !stopped[t]; i++) {
         uint64_t s = ++next_seq[t];
-        int rc = one_txn(p, s);
+        int rc = one_txn(dbs[t % HANDLES], p, s);
         if (rc == 0) {
             log_line("A %llu %llu\n", p, s, 0);
         } else {
@@ -113,11 +117,13 @@ int main(int argc, char **argv)
     for (int ph = 0; ph < phases; ph++) {
         kvq_testing_options to = KVQ_TESTING_OPTIONS_INIT;
         to.flags = flags;
-        int rc = kvq_db_open_testing(&db, url, NULL, &to);
-        if (rc != 0) {
-            fprintf(stderr, "pc_worker: opening %s: %s (%s)\n", url, kvq_errname(rc),
-                    kvq_last_error());
-            return 4;
+        for (int h = 0; h < HANDLES; h++) {
+            int rc = kvq_db_open_testing(&dbs[h], url, NULL, &to);
+            if (rc != 0) {
+                fprintf(stderr, "pc_worker: opening %s: %s (%s)\n", url, kvq_errname(rc),
+                        kvq_last_error());
+                return 4;
+            }
         }
         pthread_t th[16];
         for (int t = 0; t < threads; t++)
@@ -125,8 +131,10 @@ int main(int argc, char **argv)
                 return 5;
         for (int t = 0; t < threads; t++)
             pthread_join(th[t], NULL);
-        kvq_db_close(db);
-        db = NULL;
+        for (int h = HANDLES - 1; h >= 0; h--) {
+            kvq_db_close(dbs[h]);
+            dbs[h] = NULL;
+        }
     }
     void (*cut_now)(void) = NULL;
     void *sym = dlsym(RTLD_DEFAULT, "kvq_pc_cut_now");
