@@ -41,8 +41,10 @@
  *
  * Not modelled (each makes the layer abort with a message, so that a test never passes by
  * ignoring an operation): renames between directories, paths with "..", writes through stdio
- * to a file under the root, hard links, symlinks. Disks that lie about flushes are not
- * modelled either. */
+ * to a file under the root, msync of a mapped file under the root, copy_file_range and
+ * sendfile into one, hard links, symlinks. Writes the layer cannot see at all (io_uring, a
+ * raw syscall()) must not be used under it: a new storage that does needs the layer extended.
+ * Disks that lie about flushes are not modelled either. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -58,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -102,6 +105,10 @@ static int (*r_dup3)(int, int, int);
 static int (*r_link)(const char *, const char *);
 static int (*r_symlink)(const char *, const char *);
 static FILE *(*r_fopen)(const char *, const char *);
+static FILE *(*r_fdopen)(int, const char *);
+static int (*r_msync)(void *, size_t, int);
+static ssize_t (*r_copy_file_range)(int, off_t *, int, off_t *, size_t, unsigned int);
+static ssize_t (*r_sendfile)(int, int, off_t *, size_t);
 
 /* dlsym returns an object pointer; it is copied into the function pointer. */
 #define RESOLVE(name)                                \
@@ -143,6 +150,10 @@ static void resolve(void)
     RESOLVE(link);
     RESOLVE(symlink);
     RESOLVE(fopen);
+    RESOLVE(fdopen);
+    RESOLVE(msync);
+    RESOLVE(copy_file_range);
+    RESOLVE(sendfile);
 }
 
 /* ---- the model ------------------------------------------------------------------------------- */
@@ -1198,24 +1209,83 @@ int posix_fallocate64(int fd, off_t off, off_t len)
     return posix_fallocate(fd, off, len);
 }
 
+/* Writable shared maps of files under the root: msync on one is refused (below). */
+#define MAX_MAPS 256
+static struct {
+    uintptr_t lo, hi;
+} maps[MAX_MAPS];
+static int nmaps;
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     ensure_init();
     node *n = tracked(fd);
-    if (n != NULL && (prot & PROT_WRITE) && (flags & MAP_SHARED)) {
-        pthread_mutex_lock(&mu);
-        if (!n->is_volatile) {
-            n->is_volatile = 1;
-            forget_changes(n);
-        }
-        pthread_mutex_unlock(&mu);
+    if (n == NULL || !(prot & PROT_WRITE) || !(flags & MAP_SHARED))
+        return r_mmap(addr, len, prot, flags, fd, off);
+    pthread_mutex_lock(&mu);
+    if (!n->is_volatile) {
+        n->is_volatile = 1;
+        forget_changes(n);
     }
-    return r_mmap(addr, len, prot, flags, fd, off);
+    void *m = r_mmap(addr, len, prot, flags, fd, off);
+    if (m != MAP_FAILED && nmaps < MAX_MAPS) {
+        maps[nmaps].lo = (uintptr_t)m;
+        maps[nmaps].hi = (uintptr_t)m + len;
+        nmaps++;
+    }
+    pthread_mutex_unlock(&mu);
+    return m;
 }
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* A mapped file is modelled as shared memory, never as durable data: a storage that made a
+ * mapped file durable with msync would be tested unsoundly, so that is refused. */
+int msync(void *addr, size_t len, int flags)
+{
+    ensure_init();
+    if (active) {
+        uintptr_t a = (uintptr_t)addr;
+        for (int i = 0; i < nmaps; i++)
+            if (a < maps[i].hi && a + len > maps[i].lo)
+                die("msync of a file under the root is not modelled (mapped files are treated "
+                    "as shared memory, kept or emptied at a cut)");
+    }
+    return r_msync(addr, len, flags);
+}
+
+/* Writes the layer would not see: refused on a file under the root. */
+FILE *fdopen(int fd, const char *how)
+{
+    ensure_init();
+    if (tracked(fd) != NULL && strpbrk(how, "wa+") != NULL)
+        die("writing through stdio to a file under the root is not modelled");
+    return r_fdopen(fd, how);
+}
+
+ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t len,
+                        unsigned int flags)
+{
+    ensure_init();
+    if (tracked(out) != NULL)
+        die("copy_file_range into a file under the root is not modelled");
+    return r_copy_file_range(in, in_off, out, out_off, len, flags);
+}
+
+ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+    ensure_init();
+    if (tracked(out) != NULL)
+        die("sendfile into a file under the root is not modelled");
+    return r_sendfile(out, in, off, count);
+}
+
+ssize_t sendfile64(int out, int in, off_t *off, size_t count)
+{
+    return sendfile(out, in, off, count);
 }
 
 int close(int fd)
