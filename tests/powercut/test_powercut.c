@@ -576,7 +576,10 @@ int main(int argc, char **argv)
             if (failures(&c) != 0 || c.cuts < c.cuts_wanted)
                 status = 1;
         }
-        /* The broken engine: acknowledged before the WAL is synced. */
+        /* The broken engine: acknowledged before the WAL is synced (--broken-cuts 0: skipped,
+         * for a long run of the real engine alone). */
+        if (broken_cuts == 0)
+            continue;
         static campaign b;
         memset(&b, 0, sizeof(b));
         b.st = &storages[i];
