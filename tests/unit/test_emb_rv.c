@@ -1,5 +1,5 @@
-/* The embedded engine's read versions that advance with time (src/engine/embedded/rv.c), driven
- * through the counters in kvq.shm, which this test maps itself to play the part of another
+/* The embedded engine's read versions that advance with time (src/engine/embedded/read_version.c),
+ * driven through the counters in kvq.shm, which this test maps itself to play the part of another
  * process: a committer in the middle of a commit (the counter odd, the commit lock held, with or
  * without its version published) and then killed (the lock released), and a clock that stepped
  * backwards. */
