@@ -23,7 +23,8 @@
  *   no durable state; the writes into it cannot be seen here. After a cut it is, at random,
  *   either as it is now (as if the kernel had just written it all back, the state a kill -9
  *   leaves) or empty (nothing written back): kvq and SQLite must rebuild it either way. Stale
- *   mixtures of older versions of such a file are not modelled.
+ *   mixtures of older versions of such a file are not modelled. $KVQ_PC_SHM ("empty", "keep",
+ *   "keep-only:NAME") fixes the choice, to tell which file a failure depends on.
  *
  * The cut: $KVQ_PC_CUT_AT numbers the modifying operations on files under the root (writes,
  * truncations, allocations, syncs, creations, unlinks, renames) from 1; at that one it cuts,
@@ -213,6 +214,10 @@ static uint64_t rng;
 static node *nodes;
 static node *fd_node[MAX_FDS];
 static size_t total_pages; /* page images kept, for the bound */
+/* $KVQ_PC_SHM, for diagnosis: "empty" always, "keep" always, "keep-only:NAME" keeps the files
+ * whose path contains NAME and empties the others; unset: each at random. */
+static char shm_policy;
+static char shm_only[64];
 
 static void die(const char *fmt, ...)
 {
@@ -372,6 +377,14 @@ static void init(void)
         strcpy(stats_path, s);
     const char *c = getenv("KVQ_PC_CUT_AT");
     cut_at = c != NULL ? strtoull(c, NULL, 10) : 0;
+    const char *shm = getenv("KVQ_PC_SHM");
+    shm_policy = shm != NULL && strcmp(shm, "empty") == 0  ? 'e'
+                 : shm != NULL && strcmp(shm, "keep") == 0 ? 'k'
+                                                            : 0;
+    if (shm != NULL && strncmp(shm, "keep-only:", 10) == 0 && strlen(shm + 10) < sizeof(shm_only)) {
+        shm_policy = 'o';
+        strcpy(shm_only, shm + 10);
+    }
     const char *seed = getenv("KVQ_PC_SEED");
     rng = (seed != NULL ? strtoull(seed, NULL, 10) : 1) * 0x9E3779B97F4A7C15ull + 1;
     node *top = add_node(root, -1);
@@ -652,7 +665,9 @@ static void put_file(node *n, const char *path, cut_stats *cs)
     int64_t now = cur_size(n);
     int64_t size = now;
     if (n->is_volatile) {
-        if (below(2) == 0) {
+        int empty = shm_policy == 'e' || (shm_policy == 0 && below(2) == 0) ||
+                    (shm_policy == 'o' && strstr(path, shm_only) == NULL);
+        if (empty) {
             size = 0;
             cs->volatile_emptied++;
         } else {

@@ -141,7 +141,8 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
     char **envp = calloc(n + 8, sizeof(char *));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 && strncmp(environ[i], "KVQ_PC_", 7) != 0)
+        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 &&
+            (strncmp(environ[i], "KVQ_PC_", 7) != 0 || strncmp(environ[i], "KVQ_PC_SHM=", 11) == 0))
             envp[k++] = environ[i];
     envp[k++] = e_pre;
     envp[k++] = e_root;
