@@ -774,6 +774,26 @@ static void *run_net(void *p)
     return (void *)(intptr_t)fn->fdb_run_network();
 }
 
+/* Set by a callback, which runs on the network thread: once it has run, that thread is inside
+ * fdb_run_network (a thread just created may not have got there yet on a busy machine). */
+typedef struct net_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int ran;
+    pthread_t thread;
+} net_seen;
+
+static void on_net(FDBFuture *f, void *p)
+{
+    (void)f;
+    net_seen *s = p;
+    pthread_mutex_lock(&s->mu);
+    s->ran = 1;
+    s->thread = pthread_self();
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void test_library_network_rules(void **state)
 {
     (void)state;
@@ -819,15 +839,23 @@ static void test_library_network_rules(void **state)
     int64_t rv = 0;
     assert_int_equal(fn.fdb_future_get_int64(f, &rv), 0);
     fn.fdb_future_destroy(f);
-    /* The network runs now: a second run is refused. */
-    assert_int_equal(fn.fdb_run_network(), 2009);
-    /* A pending future's callback runs on the network thread. */
+    /* A pending future's callback runs on the network thread (waited for without a timeout:
+     * callbacks queued before the network runs are run once it does). */
     f = fn.fdb_transaction_get_versionstamp(tr);
     assert_int_equal(fn.fdb_future_get_error(f), 2015);
+    net_seen seen = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, pthread_self()};
+    assert_int_equal(fn.fdb_future_set_callback(f, on_net, &seen), 0);
     fn.fdb_transaction_reset(tr);
+    pthread_mutex_lock(&seen.mu);
+    while (!seen.ran)
+        pthread_cond_wait(&seen.cond, &seen.mu);
+    pthread_mutex_unlock(&seen.mu);
+    assert_true(pthread_equal(seen.thread, th));
     assert_int_equal(fn.fdb_future_block_until_ready(f), 0);
     assert_int_equal(fn.fdb_future_get_error(f), 1025);
     fn.fdb_future_destroy(f);
+    /* The network runs now: a second run is refused. */
+    assert_int_equal(fn.fdb_run_network(), 2009);
     fn.fdb_transaction_destroy(tr);
     fn.fdb_database_destroy(d);
     assert_int_equal(fn.fdb_stop_network(), 0);
