@@ -111,37 +111,42 @@ kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_op
     return db;
 }
 
-int kt_db_fresh(kvq_db **out,
-                char *dir,
-                size_t cap,
-                const char *tag,
-                const char *name,
-                const kvq_db_options *opts)
+static kvq_db **group_db;
+static const char *group_tag = "test";
+static kt_tmp group_tmp;
+
+void kt_group_db(kvq_db **db, const char *tag)
 {
-    if (out == NULL || dir == NULL)
+    group_db = db;
+    group_tag = tag != NULL ? tag : "test";
+}
+
+int kt_group_db_setup(void **state)
+{
+    (void)state;
+    if (group_db == NULL || kt_tmp_make(&group_tmp, group_tag) != 0)
         return -1;
-    *out = NULL;
-    if (kt_mkdtemp(dir, cap, tag) != 0)
-        return -1;
-    char path[PATH_MAX];
-    int n = name != NULL ? snprintf(path, sizeof(path), "%s/%s", dir, name)
-                         : snprintf(path, sizeof(path), "%s", dir);
-    int rc = n < 0 || (size_t)n >= sizeof(path) ? KVQ_EINVAL : kvq_db_open(out, path, opts);
+    int rc = kvq_db_open(group_db, group_tmp.db, NULL);
     if (rc != 0) {
-        fprintf(stderr, "kvq_db_open(%s) -> %d %s (%s)\n", path, rc, kvq_errname(rc),
+        fprintf(stderr, "kvq_db_open(%s) -> %d %s (%s)\n", group_tmp.db, rc, kvq_errname(rc),
                 kvq_last_error());
-        (void)kt_rm_rf(dir);
-        dir[0] = '\0';
+        (void)kt_tmp_remove(&group_tmp);
         return -1;
     }
     return 0;
 }
 
-int kt_db_fresh_done(kvq_db *db, const char *dir)
+int kt_group_db_teardown(void **state)
 {
-    if (db != NULL)
-        kvq_db_close(db);
-    if (dir == NULL || dir[0] == '\0')
-        return 0;
-    return kt_rm_rf(dir);
+    (void)state;
+    if (group_db != NULL && *group_db != NULL) {
+        kvq_db_close(*group_db);
+        *group_db = NULL;
+    }
+    return kt_tmp_remove(&group_tmp);
+}
+
+const char *kt_group_db_path(void)
+{
+    return group_tmp.db;
 }

@@ -43,17 +43,30 @@ int kt_mkdtemp(char *out, size_t cap, const char *tag);
  * or -1 with a message on stderr. */
 int kt_rm_rf(const char *path);
 
+/* A fresh directory and the path of a database in it ("<dir>/db"), the most common fixture. */
+typedef struct kt_tmp {
+    char dir[240];
+    char db[256];
+} kt_tmp;
+
+/* Makes t->dir with kt_mkdtemp(tag) and sets t->db. Returns 0 or -1 (t->dir then empty). */
+int kt_tmp_make(kt_tmp *t, const char *tag);
+
+/* Removes t->dir and all in it (nothing when it is empty), then empties it. Returns 0 or -1. */
+int kt_tmp_remove(kt_tmp *t);
+
 /* Writes "dir/name" to out; fails the current test when it does not fit. */
 void kt_path(char *out, size_t cap, const char *dir, const char *name);
 
 /* ---- seeds --------------------------------------------------------------------------------- */
 
 /* Call first in main(). The run's seed: --seed N in argv, else $KVQ_TEST_SEED, else random.
- * Prints "# seed N (replay: KVQ_TEST_SEED=N <program>)". Returns the seed. */
+ * Prints "# seed N (replay: KVQ_TEST_SEED=N <program>)". Returns the seed. $KVQ_TEST_FILTER, when
+ * set, selects the tests that run by name (cmocka_set_test_filter). */
 uint64_t kt_seed_init(int argc, char **argv);
 
-/* Records the program's name (for replay lines) and its seed without printing. kt_seed() calls
- * it lazily when main() did not. */
+/* The same without printing (for programs whose randomized tests print kt_seed_print). kt_seed()
+ * calls it lazily when main() did not. */
 void kt_seed_setup(int argc, char **argv);
 
 /* The run's seed. */
@@ -112,18 +125,15 @@ int kt_db_try_open(kvq_db **out,
 /* Skips the current test when an open found the engine unavailable. */
 void kt_db_skip_unavailable(void);
 
-/* A fixture's database in a fresh directory of its own: kt_mkdtemp(tag), then kvq_db_open of
- * "<dir>/db" (name NULL: the directory itself) with opts. Writes the directory to dir. Returns
- * 0, or -1 (nothing left behind). */
-int kt_db_fresh(kvq_db **out,
-                char *dir,
-                size_t cap,
-                const char *tag,
-                const char *name,
-                const kvq_db_options *opts);
-
-/* Closes db (when not NULL) and removes dir. Returns 0 or -1. */
-int kt_db_fresh_done(kvq_db *db, const char *dir);
+/* One fresh embedded database for a whole cmocka group, opened into *db with default options:
+ *     kt_group_db(&db, "tag");
+ *     return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);
+ * The database is "<kt_mkdtemp(tag)>/db" (kt_group_db_path()); the teardown closes it and
+ * removes the directory. */
+void kt_group_db(kvq_db **db, const char *tag);
+int kt_group_db_setup(void **state);
+int kt_group_db_teardown(void **state);
+const char *kt_group_db_path(void);
 
 /* ---- spawn-and-kill loops of the crash tests ----------------------------------------------- */
 

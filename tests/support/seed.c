@@ -35,6 +35,10 @@ void kt_seed_setup(int argc, char **argv)
             s = argv[i + 1];
     run_seed = s != NULL && s[0] != '\0' ? strtoull(s, NULL, 0) : random_seed();
     ready = 1;
+    /* The replay lines of kt_seed_print name one test. */
+    const char *filter = getenv("KVQ_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0')
+        cmocka_set_test_filter(filter);
 }
 
 uint64_t kt_seed_init(int argc, char **argv)

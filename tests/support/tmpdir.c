@@ -67,6 +67,27 @@ int kt_rm_rf(const char *path)
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
+int kt_tmp_make(kt_tmp *t, const char *tag)
+{
+    if (t == NULL)
+        return -1;
+    t->db[0] = '\0';
+    if (kt_mkdtemp(t->dir, sizeof(t->dir), tag) != 0)
+        return -1;
+    snprintf(t->db, sizeof(t->db), "%s/db", t->dir);
+    return 0;
+}
+
+int kt_tmp_remove(kt_tmp *t)
+{
+    if (t == NULL || t->dir[0] == '\0')
+        return 0;
+    int rc = kt_rm_rf(t->dir);
+    t->dir[0] = '\0';
+    t->db[0] = '\0';
+    return rc;
+}
+
 void kt_path(char *out, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(out, cap, "%s/%s", dir, name);

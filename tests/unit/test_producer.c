@@ -164,7 +164,7 @@ static void test_exactly_once_under_faults(void **state)
     (void)state;
     kvq_db *db = tq_open_db(0.2, KVQ_FAULT_NOT_COMMITTED | KVQ_FAULT_UNKNOWN_COMMITTED |
                                      KVQ_FAULT_UNKNOWN_NOT_COMMITTED,
-                            tq_seed);
+                            kt_seed());
     kvq_queue *q;
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
     gen g = { 200, 0, 0 };
@@ -217,7 +217,7 @@ static void test_bad_input(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_durable_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durable_one_per_txn, setup, teardown),

@@ -998,7 +998,7 @@ static void test_tokens_and_window(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_stored_bytes),
         cmocka_unit_test(test_fifo),        cmocka_unit_test(test_priority),

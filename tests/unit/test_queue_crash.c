@@ -26,8 +26,6 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include "test_queue_common.h"
 #include "kvq/testing.h"
@@ -159,8 +157,9 @@ static void producer(uint32_t writer)
 }
 
 /* Process slot i: producers first. Each incarnation of a producer gets a new writer id. */
-static pid_t spawn(int slot, uint32_t *incarnation)
+static pid_t spawn(int slot, void *arg)
 {
+    uint32_t *incarnation = arg;
     uint32_t writer = ((*incarnation)++ << 4) | (uint32_t)slot;
     fflush(stdout);
     fflush(stderr);
@@ -173,6 +172,9 @@ static pid_t spawn(int slot, uint32_t *incarnation)
     }
     return pid;
 }
+
+/* Every tenth cycle kills all; otherwise one victim, and each other process one time in four. */
+static const kt_kill_plan kill_plan = { 1, 4, 10 };
 
 typedef struct result {
     size_t invoked, acked, popped, drained, lost, unexpected, duplicated, recovered, kills;
@@ -228,12 +230,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 {
     cur_type = type;
     cur_test_flags = test_flags;
-    uint64_t h = tq_seed;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-    unsigned seed = (unsigned)(h ^ (h >> 32));
-    printf("# %s: %d cycles, seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", name, cycles,
-           tq_seed, tq_prog, tq_seed);
+    unsigned seed = kt_campaign_seed(name, cycles);
     tq_mkdir();
     kvq_db *db = open_db(0);
     assert_non_null(db);
@@ -245,30 +242,12 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     pid_t pids[NPROCS];
     for (int i = 0; i < NPROCS; i++)
         pids[i] = spawn(i, &incarnation);
-    int failed = 0;
-    for (int c = 0; c < cycles && !failed; c++) {
-        usleep((useconds_t)(50000 + rand_r(&seed) % 200000));
-        int all = c % 10 == 9;
-        int victim = (int)(rand_r(&seed) % NPROCS);
-        for (int i = 0; i < NPROCS; i++) {
-            if (!all && i != victim && rand_r(&seed) % 4 != 0)
-                continue;
-            kill(pids[i], SIGKILL);
-            int status;
-            waitpid(pids[i], &status, 0);
-            if (!WIFSIGNALED(status))
-                failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-            r.kills++;
-            pids[i] = spawn(i, &incarnation);
-        }
-    }
-    for (int i = 0; i < NPROCS; i++) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], NULL, 0);
-    }
+    int failed = kt_kill_cycles(pids, NPROCS, cycles, &kill_plan, &seed, spawn, &incarnation,
+                                &r.kills);
+    (void)kt_kill_all(pids, NPROCS);
     if (failed != 0)
         fail_msg("%s: a worker process failed by itself (exit %d); seed %" PRIu64, name, failed,
-                 tq_seed);
+                 kt_seed());
 
     /* Drain with the same outbox transaction, on a correct handle. */
     db = open_db(0);
@@ -342,7 +321,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            "seed=%" PRIu64 "\n",
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.recovered, r.popped,
            r.drained, r.lost, r.unexpected, r.duplicated, test_flags ? "skip_conflict_check" : "no",
-           tq_seed);
+           kt_seed());
     fflush(stdout);
     free(inv);
     free(ack);
@@ -392,7 +371,7 @@ static void test_checker_catches_broken_engine(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),
         cmocka_unit_test(test_fifo),

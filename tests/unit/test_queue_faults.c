@@ -23,7 +23,7 @@ static struct {
 
 static uint64_t seed_for(const char *name)
 {
-    uint64_t h = tq_seed;
+    uint64_t h = kt_seed();
     for (const char *p = name; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
     return h;
@@ -514,7 +514,7 @@ static void test_hc_concurrent_faults(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_durable),
         cmocka_unit_test(test_outbox_fifo),
@@ -534,6 +534,6 @@ int main(int argc, char **argv)
            "retries=%llu violations=%d broken_checkers_caught=%d/%d failed_tests=%d "
            "seed=%" PRIu64 "\n",
            tot.runs, tot.injected, tot.retries, tot.violations, tot.caught, tot.checkers, failed,
-           tq_seed);
+           kt_seed());
     return failed;
 }

@@ -337,7 +337,7 @@ static void test_hc_vs_basic(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stranded_result_returns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recover_keeps_order, setup, teardown),

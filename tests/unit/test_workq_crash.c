@@ -272,15 +272,16 @@ static kvq_queue_type cur_type;
 static unsigned cur_wflags;
 
 /* Process slot i: producers first. Each incarnation gets a new id (its log files' names). */
-static pid_t spawn(int slot, uint32_t *incarnation)
+static pid_t spawn(int slot, void *arg)
 {
+    uint32_t *incarnation = arg;
     uint32_t id = ((*incarnation)++ << 4) | (uint32_t)slot;
     char a_type[16], a_id[16], a_flags[16], a_seed[32];
     snprintf(a_type, sizeof(a_type), "%d", (int)cur_type);
     snprintf(a_id, sizeof(a_id), "%u", id);
     snprintf(a_flags, sizeof(a_flags), "%u", slot < PRODUCERS ? 0u : cur_wflags);
-    snprintf(a_seed, sizeof(a_seed), "%" PRIu64, tq_seed);
-    char *args[] = { (char *)tq_prog,
+    snprintf(a_seed, sizeof(a_seed), "%" PRIu64, kt_seed());
+    char *args[] = { (char *)kt_prog(),
                      "--wq-crash-child",
                      slot < PRODUCERS ? "producer" : "consumer",
                      tq_dir,
@@ -607,16 +608,14 @@ static void check(history *h, result *r)
 
 /* ---- the campaign -------------------------------------------------------------------------- */
 
+/* Every tenth cycle kills all; otherwise one victim, and each other process one time in four. */
+static const kt_kill_plan kill_plan = { 1, 4, 10 };
+
 static result campaign(kvq_queue_type type, const char *name, int cycles, unsigned wflags)
 {
     cur_type = type;
     cur_wflags = wflags;
-    uint64_t hs = tq_seed;
-    for (const char *p = name; *p; p++)
-        hs = (hs ^ (uint8_t)*p) * 0x100000001b3ULL;
-    unsigned seed = (unsigned)(hs ^ (hs >> 32));
-    printf("# %s: %d cycles, seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", name, cycles,
-           tq_seed, tq_prog, tq_seed);
+    unsigned seed = kt_campaign_seed(name, cycles);
     tq_mkdir();
     kvq_db *db = open_db(tq_dir);
     assert_non_null(db);
@@ -628,33 +627,14 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     pid_t pids[NPROCS];
     for (int i = 0; i < NPROCS; i++)
         pids[i] = spawn(i, &incarnation);
-    int failed = 0;
-    for (int c = 0; c < cycles && !failed; c++) {
-        usleep((useconds_t)(50000 + rand_r(&seed) % 200000));
-        int all = c % 10 == 9;
-        int victim = (int)(rand_r(&seed) % NPROCS);
-        for (int i = 0; i < NPROCS; i++) {
-            if (!all && i != victim && rand_r(&seed) % 4 != 0)
-                continue;
-            kill(pids[i], SIGKILL);
-            int status;
-            waitpid(pids[i], &status, 0);
-            if (!WIFSIGNALED(status))
-                failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-            r.kills++;
-            pids[i] = spawn(i, &incarnation);
-        }
-    }
-    for (int i = 0; i < NPROCS; i++) {
-        kill(pids[i], SIGKILL);
-        int status;
-        waitpid(pids[i], &status, 0);
-        if (!WIFSIGNALED(status) && failed == 0)
-            failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
+    int failed = kt_kill_cycles(pids, NPROCS, cycles, &kill_plan, &seed, spawn, &incarnation,
+                                &r.kills);
+    int stopped = kt_kill_all(pids, NPROCS);
+    if (failed == 0)
+        failed = stopped;
     if (failed != 0)
         fail_msg("%s: a worker process failed by itself (exit %d); replay: %s --seed %" PRIu64,
-                 name, failed, tq_prog, tq_seed);
+                 name, failed, kt_prog(), kt_seed());
 
     /* Drain with acks on a correct handle, with long leases; the leases of killed consumers
      * run out meanwhile and their items come back. */
@@ -682,7 +662,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
         if (kvq__mono_us() > end)
             fail_msg("drain: still %" PRId64 " ready and %" PRId64 " in flight after %lld s "
                      "(replay: %s --seed %" PRIu64 ")",
-                     m.ready, m.inflight, DRAIN_US / 1000000, tq_prog, tq_seed);
+                     m.ready, m.inflight, DRAIN_US / 1000000, kt_prog(), kt_seed());
         assert_ok(kvq_workq_recover(w, NULL));
         kvq__sleep_us(20000);
     }
@@ -734,7 +714,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.push_recovered,
            r.deliveries, r.items, r.consumer_acks, r.redelivered, r.explained, r.ex_killed,
            r.ex_late, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
-           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", tq_seed);
+           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", kt_seed());
     fflush(stdout);
     free(h.d);
     free(h.inv);
@@ -788,7 +768,7 @@ int main(int argc, char **argv)
 {
     if (argc == 8 && strcmp(argv[1], "--wq-crash-child") == 0)
         return child_main(argv);
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),
         cmocka_unit_test(test_priority),
