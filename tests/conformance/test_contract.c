@@ -1,7 +1,7 @@
 /* The transaction contract, point by point, on whichever engine $KVQ_TEST_URL names: snapshot
  * reads, read-your-writes, exactly which patterns conflict, atomic operations, versionstamps and
  * the unreadable span, limits, the retry loop and injected faults. */
-#include "harness.h"
+#include "conformance.h"
 
 static kvq_db *db;
 
@@ -42,7 +42,7 @@ static int get(kvq_txn *t, const char *k, char *out, unsigned flags)
 static void test_snapshot_isolation(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     put("t/si/a", "1");
     kvq_txn *t1 = txn();
     char v[64];
@@ -65,7 +65,7 @@ static void test_snapshot_isolation(void **state)
 static void test_read_your_writes(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     put("t/ryw/b", "stored");
     put("t/ryw/d", "stored");
     kvq_txn *t = txn();
@@ -167,7 +167,7 @@ static void rd_conflict_range(kvq_txn *t)
 static void test_conflicts(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     put("t/cf/a", "1");
     put("t/cf/c", "1");
     put("t/cf/m", "1");
@@ -234,7 +234,7 @@ static void test_conflicts(void **state)
 static void test_atomic_ops(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     kvq_txn *t = txn();
     uint8_t a[2] = { 0xff, 0x00 }, b[2] = { 0x02, 0x00 };
     OK(kvq_txn_set(t, K("t/at/add"), a, 2));
@@ -274,7 +274,7 @@ static void test_atomic_ops(void **state)
 static void test_versionstamps(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     uint8_t prev[10] = { 0 };
     for (int i = 0; i < 5; i++) {
         kvq_txn *t = txn();
@@ -336,7 +336,7 @@ static void test_versionstamps(void **state)
 static void test_limits(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     kvq_txn *t = txn();
     static uint8_t big[KVQ_MAX_VALUE_SIZE + 2];
     memset(big, 'k', sizeof(big));
@@ -426,7 +426,7 @@ static int user_failure(kvq_txn *t, void *arg)
 static void test_retry_loop(void **state)
 {
     (void)state;
-    db = h_open(NULL);
+    db = cf_open(NULL);
     counter_ctx c = { 0 };
     OK(kvq_db_transact(db, increment, &c));
     assert_int_equal(c.calls, 1);
@@ -468,7 +468,7 @@ static void test_injected_faults(void **state)
         o.fault_rate = 1.0;
         o.fault_kinds = cases[i].kind;
         o.fault_seed = 1;
-        kvq_db *f = h_open_testing(NULL, &o);
+        kvq_db *f = cf_open_url_testing(cf_url, NULL, &o);
         char key[32];
         snprintf(key, sizeof(key), "t/fault/%d", i);
         kvq_txn *t;
@@ -480,7 +480,7 @@ static void test_injected_faults(void **state)
         OK(kvq_db_get_stats(&s, f));
         assert_int_equal(s.injected_faults, 1);
         kvq_db_close(f);
-        db = h_open(NULL);
+        db = cf_open(NULL);
         t = txn();
         assert_int_equal(get(t, key, NULL, 0), cases[i].written);
         kvq_txn_destroy(t);
@@ -500,5 +500,5 @@ int main(void)
         cmocka_unit_test(test_retry_loop),
         cmocka_unit_test(test_injected_faults),
     };
-    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+    return cmocka_run_group_tests(tests, cf_group_setup, cf_group_teardown);
 }

@@ -3,7 +3,7 @@
  * BYTE_MIN, APPEND_IF_FITS and COMPARE_AND_CLEAR, gets, ranges with limits in both directions,
  * snapshot or not). Every read is checked
  * against the model; after commit the whole key range is compared with it. */
-#include "harness.h"
+#include "conformance.h"
 
 #define NKEYS 12
 #define VMAX  64 /* room for 12 appends of 4 bytes to a 4-byte value */
@@ -151,8 +151,8 @@ static void check_range(kvq_txn *t,
 static void test_ryw_model(void **state)
 {
     (void)state;
-    db = h_open(NULL);
-    srand(h_seed("test_contract_model"));
+    db = cf_open(NULL);
+    srand((unsigned)cf_seed("test_contract_model"));
     int rounds = getenv("KVQ_SOAK") ? 20000 : 1500;
     for (int round = 0; round < rounds; round++) {
         model m;
@@ -234,10 +234,11 @@ static void test_ryw_model(void **state)
     kvq_db_close(db);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    kt_seed_setup(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ryw_model),
     };
-    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+    return cmocka_run_group_tests(tests, cf_group_setup, cf_group_teardown);
 }

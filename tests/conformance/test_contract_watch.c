@@ -7,7 +7,7 @@
 
 extern char **environ;
 
-#include "harness.h"
+#include "conformance.h"
 
 static int64_t mono_us(void)
 {
@@ -47,7 +47,7 @@ static pid_t writer(const char *k, int64_t delay_us, int same)
     char delay[32], flag[8];
     snprintf(delay, sizeof(delay), "%lld", (long long)delay_us);
     snprintf(flag, sizeof(flag), "%d", same);
-    char *const argv[] = { (char *)self_path, "writer", h_url, (char *)k, delay, flag, NULL };
+    char *const argv[] = { (char *)self_path, "writer", cf_url, (char *)k, delay, flag, NULL };
     pid_t pid;
     if (posix_spawn(&pid, self_path, NULL, NULL, argv, environ) != 0)
         fail_msg("cannot start a writer process");
@@ -85,7 +85,7 @@ static int cmp64(const void *a, const void *b)
 static void test_across_processes(void **state)
 {
     (void)state;
-    kvq_db *db = h_open(NULL);
+    kvq_db *db = cf_open(NULL);
     enum { TRIALS = 9 };
     int64_t lat[TRIALS];
     for (int i = 0; i < TRIALS; i++) {
@@ -129,7 +129,7 @@ static void test_across_processes(void **state)
 static void test_timeout_cancel_reset(void **state)
 {
     (void)state;
-    kvq_db *db = h_open(NULL);
+    kvq_db *db = cf_open(NULL);
     kvq_watch *w = watch_key(db, "t/w/quiet");
     int64_t t0 = mono_us();
     assert_int_equal(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
@@ -185,5 +185,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_across_processes),
         cmocka_unit_test(test_timeout_cancel_reset),
     };
-    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+    return cmocka_run_group_tests(tests, cf_group_setup, cf_group_teardown);
 }
