@@ -16,7 +16,9 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,8 +36,7 @@
 #define PROCS   3
 #define THREADS 2
 
-static char base[64], dbdir[96];
-static const char *self = "test_emb_crash";
+static char base[128], dbdir[160];
 static unsigned worker_test_flags; /* KVQ_TEST_* for the workers: the broken-engine check */
 
 static void ring_key(char *out, int i)
@@ -184,8 +185,10 @@ static void worker(int proc, unsigned seed)
         pause();
 }
 
-static pid_t spawn(int proc, unsigned seed)
+/* Starts worker `proc` with a seed of its own from rand_r(arg). */
+static pid_t spawn(int proc, void *arg)
 {
+    unsigned seed = (unsigned)rand_r(arg);
     pid_t pid = fork();
     if (pid == 0)
         worker(proc, seed);
@@ -242,13 +245,8 @@ static void test_checker_catches_broken_engine(void **state)
 
 static outcome campaign(int cycles)
 {
-    unsigned seed = getenv("KVQ_TEST_SEED") ? (unsigned)strtoul(getenv("KVQ_TEST_SEED"), NULL, 10)
-                                            : (unsigned)time(NULL);
-    printf("crash campaign: seed %u, %d cycles (replay: KVQ_TEST_SEED=%u %s)\n", seed, cycles, seed,
-           self);
-    srand(seed);
-    snprintf(base, sizeof(base), "/tmp/kvq-crash-XXXXXX");
-    assert_non_null(mkdtemp(base));
+    unsigned seed = kt_campaign_seed(worker_test_flags ? "engine-broken" : "engine", cycles);
+    assert_int_equal(kt_mkdtemp(base, sizeof(base), "crash"), 0);
     snprintf(dbdir, sizeof(dbdir), "%s/db", base);
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dbdir, NULL), 0);
@@ -257,31 +255,16 @@ static outcome campaign(int cycles)
 
     pid_t pids[PROCS];
     for (int p = 0; p < PROCS; p++)
-        pids[p] = spawn(p, (unsigned)rand());
-    int kills = 0, worker_failed = 0;
-    for (int c = 0; c < cycles && !worker_failed; c++) {
-        usleep((useconds_t)(50000 + rand() % 200000));
-        int all = c % 10 == 9;
-        for (int p = 0; p < PROCS; p++) {
-            if (all || rand() % PROCS == 0) {
-                kill(pids[p], SIGKILL);
-                int status;
-                waitpid(pids[p], &status, 0);
-                /* A worker that exited on its own found an error. */
-                if (!WIFSIGNALED(status))
-                    worker_failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-                kills++;
-                pids[p] = spawn(p, (unsigned)rand());
-            }
-        }
-    }
+        pids[p] = spawn(p, &seed);
+    /* Every tenth cycle kills all; otherwise each process one time in PROCS. */
+    static const kt_kill_plan plan = { 0, PROCS, 10 };
+    size_t kills = 0;
+    int worker_failed = kt_kill_cycles(pids, PROCS, cycles, &plan, &seed, spawn, &seed, &kills);
     /* Stop every worker before any assertion, so that none outlives the test. */
-    for (int p = 0; p < PROCS; p++) {
-        kill(pids[p], SIGKILL);
-        waitpid(pids[p], NULL, 0);
-    }
+    (void)kt_kill_all(pids, PROCS);
     if (worker_failed != 0)
-        fail_msg("a worker process failed by itself (exit %d); seed %u", worker_failed, seed);
+        fail_msg("a worker process failed by itself (exit %d); seed %" PRIu64, worker_failed,
+                 kt_seed());
 
     /* Check. */
     assert_int_equal(kvq_db_open(&db, dbdir, NULL), 0);
@@ -384,24 +367,21 @@ static outcome campaign(int cycles)
     free(inv);
     free(ack);
     free(logged);
-    printf("crash: workload=engine cycles=%d kills=%d invoked=%zu acked=%zu info=%zu "
+    printf("crash: workload=engine cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu "
            "recovered=%zu records=%zu counter=%llu lost=%zu unexpected=%zu duplicated=%zu "
-           "ring=%s broken_engine=%s seed=%u\n",
+           "ring=%s broken_engine=%s seed=%" PRIu64 "\n",
            cycles, kills, invoked, acked, invoked - acked, recovered, n_log,
            (unsigned long long)counter, lost, unexpected, dup, ring_ok ? "ok" : "BROKEN",
-           worker_test_flags ? "skip_conflict_check" : "no", seed);
+           worker_test_flags ? "skip_conflict_check" : "no", kt_seed());
     fflush(stdout);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(base), 0);
     outcome o = { acked, lost, dup, n_log, unexpected, counter, ring_ok };
     return o;
 }
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    self = argv[0];
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_campaign),
         cmocka_unit_test(test_checker_catches_broken_engine),

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,8 +21,7 @@ static char mnt[256];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(mnt, sizeof(mnt), "/tmp/kvq-diskfull-XXXXXX");
-    if (mkdtemp(mnt) == NULL)
+    if (kt_mkdtemp(mnt, sizeof(mnt), "diskfull") != 0)
         return -1;
     if (mount("tmpfs", mnt, "tmpfs", 0, "size=24m") != 0) {
         fprintf(stderr, "cannot mount a tmpfs (%s): the disk-full tests are skipped\n",
@@ -152,9 +152,9 @@ static void test_full_disk_queue_pops_drain(void **state)
         printf("diskfull: skipped=cannot_mount_tmpfs\n");
         skip();
     }
-    char dir[300], filler[300], cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s/db", mnt);
-    assert_int_equal(system(cmd), 0);
+    char dir[300], filler[300];
+    snprintf(dir, sizeof(dir), "%s/db", mnt);
+    assert_int_equal(kt_rm_rf(dir), 0);
     snprintf(dir, sizeof(dir), "%s/dbq", mnt);
     snprintf(filler, sizeof(filler), "%s/filler-q", mnt);
     kvq_db *db;

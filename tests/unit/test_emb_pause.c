@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -226,9 +227,9 @@ static void put(kvq_db *db, const char *key, const char *value)
 static void test_paused_reader_gets_too_old(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvq-pause-r-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char db_path[128], out[128];
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "pause-r"), 0);
+    char db_path[300], out[300];
     snprintf(db_path, sizeof(db_path), "%s/db", dir);
     snprintf(out, sizeof(out), "%s/reader.out", dir);
     kvq_db *db;
@@ -290,9 +291,7 @@ static void test_paused_reader_gets_too_old(void **state)
     assert_string_equal(reread, last);
     assert_int_equal(commit_rc, 0);
     assert_true(present);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
 /* Is kvq's commit lock of the database in `db_path` held by someone? */
@@ -339,8 +338,8 @@ static void paused_holder(int kind, int killed)
     int pause_ms = (int)(2000 * scale);
     if (pause_ms > 30000)
         pause_ms = 30000;
-    char dir[32];
-    char db_path[128], hold_out[128], out[2][128];
+    char dir[256];
+    char db_path[300], hold_out[300], out[2][300];
     kvq_db *db = NULL;
     pid_t strace_pid = -1, holder = -1;
     int held = 0;
@@ -355,12 +354,9 @@ static void paused_holder(int kind, int killed)
             kill(holder, SIGCONT);
             wait_exit(strace_pid);
             kvq_db_close(db);
-            char rm[96];
-            snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
-            assert_int_equal(system(rm), 0);
+            assert_int_equal(kt_rm_rf(dir), 0);
         }
-        snprintf(dir, sizeof(dir), "/tmp/kvq-pause-w-XXXXXX");
-        assert_non_null(mkdtemp(dir));
+        assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "pause-w"), 0);
         snprintf(db_path, sizeof(db_path), "%s/db", dir);
         snprintf(hold_out, sizeof(hold_out), "%s/holder.out", dir);
         assert_int_equal(kvq_db_open(&db, db_path, NULL), 0);
@@ -502,9 +498,7 @@ static void paused_holder(int kind, int killed)
         assert_int_equal(counter, (uint64_t)(2 * WRITER_COMMITS + holder_present));
         assert_int_equal(nkv, (size_t)(2 * WRITER_COMMITS + holder_present + 2));
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
 static void test_paused_lock_holder(void **state)

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,12 +149,6 @@ static struct {
     int sync_fail_not_unknown;
 } S;
 
-static int rm_rf(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd);
-}
 
 static void seed_db(const char *db)
 {
@@ -344,8 +339,8 @@ static void check_db(const char *dir, const run_spec *sp, const run_result *r)
 
 static void one_run(const run_spec *sp, int dry_calls[2])
 {
-    char dir[] = "/tmp/kvq-stfault-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[96];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "stfault"), 0);
     char db[128];
     snprintf(db, sizeof(db), "%s/db", dir);
     seed_db(db);
@@ -404,7 +399,7 @@ static void one_run(const run_spec *sp, int dry_calls[2])
     if (sp->when > 0 && r.injected == 0)
         fprintf(stderr, "run %s:%s:when=%d: nothing injected\n", sp->calls, sp->err, sp->when);
     check_db(dir, sp, &r);
-    assert_int_equal(rm_rf(dir), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
 static void test_injected_storage_faults(void **state)

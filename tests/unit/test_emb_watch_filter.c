@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,8 @@
 #define IDLE    300
 #define COMMITS 400
 
-static char dir[64];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 #define K(s) (const uint8_t *)(s), strlen(s)
 
@@ -68,9 +70,7 @@ static uint64_t scans_of(kvq_db *db)
 static void test_idle_watches_are_not_read(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-watch-filter-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    strcat(dir, "/db");
+    assert_int_equal(kt_tmp_make(&tmp, "watch-filter"), 0);
     kvq_db *db, *other;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     assert_int_equal(kvq_db_open(&other, dir, NULL), 0);
@@ -137,10 +137,7 @@ static void test_idle_watches_are_not_read(void **state)
     kvq_watch_destroy(remote);
     kvq_db_close(other);
     kvq_db_close(db);
-    char cmd[128];
-    dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_tmp_remove(&tmp), 0);
 }
 
 int main(void)
