@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1599,8 +1600,7 @@ static void test_selectors_in_system_keys(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-fdbc-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (kt_mkdtemp(dir, sizeof(dir), "fdbc") != 0)
         return -1;
     snprintf(cluster, sizeof(cluster), "%s/fdb.cluster", dir);
     FILE *f = fopen(cluster, "w");
@@ -1626,9 +1626,7 @@ static int teardown(void **state)
         fprintf(stderr, "the network's completion hook ran %d times, not once\n", hook_runs);
         return -1;
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 && ret == NULL ? 0 : -1;
+    return kt_rm_rf(dir) == 0 && ret == NULL ? 0 : -1;
 }
 
 int main(void)
