@@ -97,8 +97,7 @@ void kt_db_skip_unavailable(void)
         skip();
 }
 
-kvq_db *
-kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_options *t)
+kvq_db *kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_options *t)
 {
     kt_db_skip_unavailable();
     kvq_db *db = NULL;
@@ -114,7 +113,6 @@ kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_op
 static kvq_db **group_db;
 static const char *group_tag = "test";
 static kt_tmp group_tmp;
-
 void kt_group_db(kvq_db **db, const char *tag)
 {
     group_db = db;

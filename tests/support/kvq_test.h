@@ -7,7 +7,7 @@
  *   databases               kt_db_setup / kt_db_teardown (the database named by $KVQ_TEST_URL,
  *                           any engine, or a fresh embedded one), kt_db_open_url (skips the test
  *                           when the engine is not available), kt_db_try_open
- *   crash loops             kt_kill_cycles, kt_kill_all: spawn, SIGKILL at random, start again
+ *   crash loops             kt_kill_campaign: spawn, SIGKILL at random, start again
  *   skips                   test_skip.h (a skipped program exits 77, ctest's "skipped")
  *   assertions              assert_ok, assert_err, assert_bytes
  *
@@ -112,8 +112,7 @@ int kt_db_is_fdb(void);
 /* Opens url with the given options (NULL: defaults) inside a test: skips the test when the
  * URL's engine is not available here (and every later open in the program), fails it on any
  * other error. */
-kvq_db *
-kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_options *t);
+kvq_db *kt_db_open_url(const char *url, const kvq_db_options *opts, const kvq_testing_options *t);
 
 /* Opens url outside a test (a fixture): returns kvq_db_open_testing's code. KVQ_ENOENGINE is
  * reported on stderr and remembered: kt_db_skip_unavailable() then skips each test. */
@@ -140,30 +139,35 @@ const char *kt_group_db_path(void);
 /* Starts (again) the process of slot `slot`; returns its pid. */
 typedef pid_t (*kt_spawn_fn)(int slot, void *arg);
 
-/* Who dies in a cycle: every `all_every`-th cycle all of them; otherwise one random victim (when
- * one_victim) and each other process with a chance of 1 in `one_in`. */
-typedef struct kt_kill_plan {
+/* A kill campaign over n processes, slot i's pid in pids[i], started with spawn(i, arg). Who
+ * dies in a cycle: every `all_every`-th cycle all of them; otherwise one random victim (when
+ * one_victim) and each other process with a chance of 1 in `one_in`. Random choices come from
+ * rand_r(&seed). */
+typedef struct kt_kill_loop {
+    pid_t *pids;
+    int n;
+    kt_spawn_fn spawn;
+    void *arg;
     int one_victim;
     unsigned one_in;
     int all_every;
-} kt_kill_plan;
+    unsigned seed;
+    size_t kills; /* out: how many processes were killed in the cycles */
+} kt_kill_loop;
 
-/* Runs up to `cycles` kill cycles over the n processes in pids: sleeps 50-250 ms, SIGKILLs the
- * plan's choice, reaps each one and starts it again with spawn(slot, arg). Random choices come
- * from rand_r(seed). A process that had exited by itself (it found an error) ends the loop:
- * returns its exit status (-1 when it was not an exit), else 0. *kills counts the kills. */
-int kt_kill_cycles(pid_t *pids,
-                   int n,
-                   int cycles,
-                   const kt_kill_plan *plan,
-                   unsigned *seed,
-                   kt_spawn_fn spawn,
-                   void *arg,
-                   size_t *kills);
+/* Starts the n processes, then runs up to `cycles` kill cycles: sleeps 50-250 ms, SIGKILLs the
+ * plan's choice, reaps each one and starts it again. A process that had exited by itself (it
+ * found an error) ends the cycles. Last, kills and reaps them all, so that none outlives the
+ * test. Returns the exit status of a process that exited by itself during the cycles (-1 when it
+ * was not an exit), or when check_end, at the end; else 0. */
+int kt_kill_campaign(kt_kill_loop *l, int cycles, int check_end);
 
-/* Kills and reaps all n processes. Returns the exit status of the first one that had exited by
- * itself (-1 when not an exit), else 0. */
-int kt_kill_all(pid_t *pids, int n);
+/* ---- child processes ----------------------------------------------------------------------- */
+
+/* printf to fd with one write(2), so that nothing is lost in a stdio buffer when the process is
+ * killed (histories of the crash tests, a child's report). Returns 0, or -1 when the line is
+ * longer than 1,000 bytes or was not written whole. */
+int kt_writef(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- assertions ---------------------------------------------------------------------------- */
 
@@ -171,12 +175,11 @@ int kt_kill_all(pid_t *pids, int n);
 void kt_hex(const char *what, const uint8_t *p, size_t n);
 
 /* Asserts that a kvq call returns 0, naming the error and the library's detail otherwise. */
-#define assert_ok(expr)                                                                    \
-    do {                                                                                   \
-        int kt_rc_ = (expr);                                                               \
-        if (kt_rc_ != 0)                                                                   \
-            fail_msg("%s\n  -> %d %s (%s)", #expr, kt_rc_, kvq_errname(kt_rc_),            \
-                     kvq_last_error());                                                    \
+#define assert_ok(expr)                                                                            \
+    do {                                                                                           \
+        int kt_rc_ = (expr);                                                                       \
+        if (kt_rc_ != 0)                                                                           \
+            fail_msg("%s\n  -> %d %s (%s)", #expr, kt_rc_, kvq_errname(kt_rc_), kvq_last_error()); \
     } while (0)
 
 /* Asserts that a kvq call returns exactly `want`. */
@@ -190,15 +193,15 @@ void kt_hex(const char *what, const uint8_t *p, size_t n);
     } while (0)
 
 /* Asserts that (got, got_len) holds exactly the bytes (want, want_len). */
-#define assert_bytes(got, got_len, want, want_len)                                           \
-    do {                                                                                     \
-        size_t kt_gl_ = (got_len), kt_wl_ = (want_len);                                      \
-        const uint8_t *kt_g_ = (const uint8_t *)(got), *kt_w_ = (const uint8_t *)(want);     \
-        if (kt_gl_ != kt_wl_ || (kt_wl_ > 0 && memcmp(kt_g_, kt_w_, kt_wl_) != 0)) {         \
-            kt_hex("got ", kt_g_, kt_gl_);                                                   \
-            kt_hex("want", kt_w_, kt_wl_);                                                   \
-            fail_msg("%s: byte mismatch", #got);                                             \
-        }                                                                                    \
+#define assert_bytes(got, got_len, want, want_len)                                       \
+    do {                                                                                 \
+        size_t kt_gl_ = (got_len), kt_wl_ = (want_len);                                  \
+        const uint8_t *kt_g_ = (const uint8_t *)(got), *kt_w_ = (const uint8_t *)(want); \
+        if (kt_gl_ != kt_wl_ || (kt_wl_ > 0 && memcmp(kt_g_, kt_w_, kt_wl_) != 0)) {     \
+            kt_hex("got ", kt_g_, kt_gl_);                                               \
+            kt_hex("want", kt_w_, kt_wl_);                                               \
+            fail_msg("%s: byte mismatch", #got);                                         \
+        }                                                                                \
     } while (0)
 
 /* A C string as the (pointer, length) pair the API takes. */

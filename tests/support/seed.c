@@ -44,8 +44,7 @@ void kt_seed_setup(int argc, char **argv)
 uint64_t kt_seed_init(int argc, char **argv)
 {
     kt_seed_setup(argc, argv);
-    printf("# seed %" PRIu64 " (replay: KVQ_TEST_SEED=%" PRIu64 " %s)\n", run_seed, run_seed,
-           prog);
+    printf("# seed %" PRIu64 " (replay: KVQ_TEST_SEED=%" PRIu64 " %s)\n", run_seed, run_seed, prog);
     fflush(stdout);
     return run_seed;
 }

@@ -253,15 +253,13 @@ static outcome campaign(int cycles)
     assert_int_equal(kvq_db_transact(db, init_ring, NULL), 0);
     kvq_db_close(db);
 
+    /* Every tenth cycle kills all; otherwise each process one time in PROCS. The workers'
+     * seeds come from the campaign's. Every worker is stopped before any assertion. */
     pid_t pids[PROCS];
-    for (int p = 0; p < PROCS; p++)
-        pids[p] = spawn(p, &seed);
-    /* Every tenth cycle kills all; otherwise each process one time in PROCS. */
-    static const kt_kill_plan plan = { 0, PROCS, 10 };
-    size_t kills = 0;
-    int worker_failed = kt_kill_cycles(pids, PROCS, cycles, &plan, &seed, spawn, &seed, &kills);
-    /* Stop every worker before any assertion, so that none outlives the test. */
-    (void)kt_kill_all(pids, PROCS);
+    unsigned wseed = seed;
+    kt_kill_loop kl = { pids, PROCS, spawn, &wseed, 0, PROCS, 10, seed, 0 };
+    int worker_failed = kt_kill_campaign(&kl, cycles, 0);
+    size_t kills = kl.kills;
     if (worker_failed != 0)
         fail_msg("a worker process failed by itself (exit %d); seed %" PRIu64, worker_failed,
                  kt_seed());

@@ -85,13 +85,19 @@ static void fill_disk(const char *filler)
     close(fd);
 }
 
-static void test_full_disk_drains(void **state)
+/* Skips the test when the tmpfs could not be mounted. */
+static void need_tmpfs(void)
 {
-    (void)state;
     if (mnt[0] == '\0') {
         printf("diskfull: skipped=cannot_mount_tmpfs\n");
         skip();
     }
+}
+
+static void test_full_disk_drains(void **state)
+{
+    (void)state;
+    need_tmpfs();
     char dir[300], filler[300];
     snprintf(dir, sizeof(dir), "%s/db", mnt);
     snprintf(filler, sizeof(filler), "%s/filler", mnt);
@@ -148,10 +154,7 @@ static void test_full_disk_drains(void **state)
 static void test_full_disk_queue_pops_drain(void **state)
 {
     (void)state;
-    if (mnt[0] == '\0') {
-        printf("diskfull: skipped=cannot_mount_tmpfs\n");
-        skip();
-    }
+    need_tmpfs();
     char dir[300], filler[300];
     snprintf(dir, sizeof(dir), "%s/db", mnt);
     assert_int_equal(kt_rm_rf(dir), 0);

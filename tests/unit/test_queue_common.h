@@ -31,6 +31,21 @@ static inline void tq_rmdir(void)
     tq_dir[0] = 0;
 }
 
+/* Fixtures: a fresh tq_dir for each test. */
+static inline int tq_dir_setup(void **state)
+{
+    (void)state;
+    tq_mkdir();
+    return 0;
+}
+
+static inline int tq_dir_teardown(void **state)
+{
+    (void)state;
+    tq_rmdir();
+    return 0;
+}
+
 /* A subspace of raw prefix bytes (free it with kvq_subspace_free). */
 static inline kvq_subspace *tq_sub(const char *prefix, size_t len)
 {
@@ -50,16 +65,23 @@ static inline kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem 
     return s;
 }
 
-static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
+/* The options of the queue tests' handles: retries without limit, short backoff. */
+static inline kvq_db_options tq_options(void)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.retry_limit = -1;
+    o.timeout_ms = 0;
+    o.max_retry_delay_ms = 50;
+    return o;
+}
+
+static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
+{
+    kvq_db_options o = tq_options();
     kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
     t.fault_rate = fault_rate;
     t.fault_kinds = kinds;
     t.fault_seed = seed;
-    o.retry_limit = -1;
-    o.timeout_ms = 0;
-    o.max_retry_delay_ms = 50;
     t.flags = tq_test_flags;
     kvq_db *db = NULL;
     int rc = kvq_db_open_testing(&db, tq_dir, &o, &t);
@@ -68,6 +90,58 @@ static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t
         abort();
     }
     return db;
+}
+
+/* Fixtures: a database in a fresh tq_dir, opened with tq_open_db(0, 0, 0) into the pointer
+ * given to tq_group() (for a group, or for each test). */
+static kvq_db **tq_group_db;
+
+static inline void tq_group(kvq_db **db)
+{
+    tq_group_db = db;
+}
+
+static inline int tq_db_setup(void **state)
+{
+    (void)state;
+    tq_mkdir();
+    *tq_group_db = tq_open_db(0, 0, 0);
+    return 0;
+}
+
+static inline int tq_db_teardown(void **state)
+{
+    (void)state;
+    kvq_db_close(*tq_group_db);
+    *tq_group_db = NULL;
+    tq_rmdir();
+    return 0;
+}
+
+/* The kill cycles of the queue layers' crash campaigns (test_queue_crash.c, test_workq_crash.c):
+ * prints the campaign's seed, makes tq_dir with an empty database, then starts nprocs processes
+ * with spawn(slot, arg) and kills them at random for `cycles` cycles (kt_kill_campaign: every
+ * tenth cycle all of them, otherwise one victim and each other process one time in four), last
+ * all of them. Fails the test when a process exited by itself (an error it found) during the
+ * cycles, or when check_end, at the end. Returns how many processes were killed. */
+static inline size_t tq_crash_cycles(const char *name,
+                                     int cycles,
+                                     pid_t *pids,
+                                     int nprocs,
+                                     kt_spawn_fn spawn,
+                                     void *arg,
+                                     int check_end)
+{
+    unsigned seed = kt_campaign_seed(name, cycles);
+    tq_mkdir();
+    kvq_db_close(tq_open_db(0, 0, 0));
+    kt_kill_loop kl = { pids, nprocs, spawn, arg, 1, 4, 10, seed, 0 };
+    int failed = kt_kill_campaign(&kl, cycles, check_end);
+    if (failed != 0)
+        fail_msg("%s: a worker process failed by itself (exit %d); replay: KVQ_TEST_SEED=%" PRIu64
+                 " %s",
+                 name, failed, kt_seed(), kt_prog());
+    return kl.kills;
 }
 
 /* Values of the concurrency tests: producer id (4 bytes BE) + sequence (4 bytes BE) + filler. */

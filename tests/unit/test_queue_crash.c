@@ -173,9 +173,6 @@ static pid_t spawn(int slot, void *arg)
     return pid;
 }
 
-/* Every tenth cycle kills all; otherwise one victim, and each other process one time in four. */
-static const kt_kill_plan kill_plan = { 1, 4, 10 };
-
 typedef struct result {
     size_t invoked, acked, popped, drained, lost, unexpected, duplicated, recovered, kills;
 } result;
@@ -230,27 +227,14 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 {
     cur_type = type;
     cur_test_flags = test_flags;
-    unsigned seed = kt_campaign_seed(name, cycles);
-    tq_mkdir();
-    kvq_db *db = open_db(0);
-    assert_non_null(db);
-    kvq_db_close(db);
-
     result r;
     memset(&r, 0, sizeof(r));
     uint32_t incarnation = 1;
     pid_t pids[NPROCS];
-    for (int i = 0; i < NPROCS; i++)
-        pids[i] = spawn(i, &incarnation);
-    int failed = kt_kill_cycles(pids, NPROCS, cycles, &kill_plan, &seed, spawn, &incarnation,
-                                &r.kills);
-    (void)kt_kill_all(pids, NPROCS);
-    if (failed != 0)
-        fail_msg("%s: a worker process failed by itself (exit %d); seed %" PRIu64, name, failed,
-                 kt_seed());
+    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 0);
 
     /* Drain with the same outbox transaction, on a correct handle. */
-    db = open_db(0);
+    kvq_db *db = open_db(0);
     assert_non_null(db);
     kvq_queue *q;
     assert_int_equal(kvq_queue_open(&q, db, type, NULL, NULL), 0);
