@@ -71,9 +71,8 @@ static inline int cf_is_fdb(void)
 /* The support library's assertions under the names the conformance tests use. */
 #define CF_OK(expr)       assert_ok(expr)
 #define CF_ERR(expr, want) assert_err(expr, want)
-#define CF_S(s)           KT_S(s)
+#define CF_S(s)           K(s)
 #define OK(expr)          assert_ok(expr)
-#define K(s)              KT_S(s)
 
 /* ---- random numbers (splitmix64: tiny, and the same sequence everywhere) -------------------- */
 

@@ -9,7 +9,8 @@
  *                           when the engine is not available), kt_db_try_open
  *   crash loops             kt_kill_campaign: spawn, SIGKILL at random, start again
  *   skips                   test_skip.h (a skipped program exits 77, ctest's "skipped")
- *   assertions              assert_ok, assert_err, assert_bytes
+ *   assertions              assert_ok, assert_err, assert_bytes, and K("key") for the
+ *                           (pointer, length) pair of a C string
  *
  * Include it instead of <cmocka.h>; it includes cmocka with the headers cmocka needs. */
 #ifndef KVQ_TEST_H
@@ -205,6 +206,6 @@ void kt_hex(const char *what, const uint8_t *p, size_t n);
     } while (0)
 
 /* A C string as the (pointer, length) pair the API takes. */
-#define KT_S(s) (const uint8_t *)(s), strlen(s)
+#define K(s) (const uint8_t *)(s), strlen(s)
 
 #endif /* KVQ_TEST_H */

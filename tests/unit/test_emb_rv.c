@@ -51,8 +51,6 @@ static int teardown(void **state)
     return kt_group_db_teardown(state);
 }
 
-#define K(s) (const uint8_t *)(s), strlen(s)
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };

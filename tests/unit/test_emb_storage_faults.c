@@ -478,26 +478,12 @@ static void test_checker_catches_ioerr_as_definite(void **state)
     assert_true(S.unexpected > 0);
 }
 
-/* 0 when strace can trace here; else prints why not. */
-static int can_trace(void)
-{
-    if (system("command -v strace > /dev/null 2>&1") != 0) {
-        printf("storagefaults: skipped=strace_missing\n");
-        return 0;
-    }
-    if (system("strace -f -qq -o /dev/null true > /dev/null 2>&1") != 0) {
-        printf("storagefaults: skipped=ptrace_refused\n");
-        return 0;
-    }
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     self = argv[0];
     if (argc == 5 && strcmp(argv[1], "child") == 0)
         return child(argv[2], atoi(argv[3]), (unsigned int)strtoul(argv[4], NULL, 10));
-    if (!can_trace())
+    if (!kvq_test_have_strace("storagefaults"))
         return 77; /* ctest: skipped (SKIP_RETURN_CODE), never counted as passed */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_injected_storage_faults),

@@ -20,8 +20,6 @@
 #include "engine/engine.h"
 #include "kvq/kvq.h"
 
-#define K(s) (const uint8_t *)(s), strlen(s)
-
 static kt_tmp tmp;
 static const char *const dir = tmp.db; /* the database, in a fresh directory */
 

@@ -110,10 +110,7 @@ static int run_and_check(int mode, int *acks_out)
 
 static int have_strace(void)
 {
-    if (system("command -v strace > /dev/null 2>&1") == 0)
-        return 1;
-    printf("syncorder: skipped=strace_missing\n");
-    return 0;
+    return kvq_test_have_strace("syncorder");
 }
 
 static void test_ack_after_sync(void **state)

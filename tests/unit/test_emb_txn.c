@@ -16,8 +16,6 @@
 
 static kvq_db *db;
 
-#define K(s) (const uint8_t *)(s), strlen(s)
-
 static void test_own_write_read_no_conflict(void **state)
 {
     (void)state;

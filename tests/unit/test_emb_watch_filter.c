@@ -22,8 +22,6 @@
 static kt_tmp tmp;
 static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
-#define K(s) (const uint8_t *)(s), strlen(s)
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
