@@ -7,7 +7,8 @@
  *   databases               kt_db_setup / kt_db_teardown (the database named by $KVQ_TEST_URL,
  *                           any engine, or a fresh embedded one), kt_db_open_url (skips the test
  *                           when the engine is not available), kt_db_try_open
- *   crash loops             kt_kill_campaign: spawn, SIGKILL at random, start again
+ *   crash loops             kt_kill_campaign: spawn, SIGKILL at random, start again;
+ *                           kt_history_read, kt_ids: the histories they leave
  *   skips                   test_skip.h (a skipped program exits 77, ctest's "skipped")
  *   assertions              assert_ok, assert_err, assert_bytes, and K("key") for the
  *                           (pointer, length) pair of a C string
@@ -162,6 +163,34 @@ typedef struct kt_kill_loop {
  * test. Returns the exit status of a process that exited by itself during the cycles (-1 when it
  * was not an exit), or when check_end, at the end; else 0. */
 int kt_kill_campaign(kt_kill_loop *l, int cycles, int check_end);
+
+/* ---- histories of the crash campaigns -------------------------------------------------------- */
+
+/* Processes append "i writer seq" before an operation and "o writer seq" after it returned
+ * (kt_writef: the page cache keeps a write(2) through kill -9); the parent reads them back as ids
+ * (writer << 32 | seq). */
+typedef struct kt_ids {
+    uint64_t *v;
+    size_t n, cap;
+} kt_ids;
+
+/* Appends id (fails the test when out of memory). */
+void kt_ids_push(kt_ids *a, uint64_t id);
+
+/* Sorts the ids (kt_ids_has needs it). */
+void kt_ids_sort(kt_ids *a);
+
+/* Whether the sorted array holds id. */
+int kt_ids_has(const kt_ids *a, uint64_t id);
+
+void kt_ids_free(kt_ids *a);
+
+/* qsort/bsearch order of uint64_t. */
+int kt_cmp_u64(const void *a, const void *b);
+
+/* Appends the ids of the history at path: "i" lines to invoked, the others ("o") to ok. A file
+ * that does not exist (a process killed before it wrote) adds nothing. */
+void kt_history_read(const char *path, kt_ids *invoked, kt_ids *ok);
 
 /* ---- child processes ----------------------------------------------------------------------- */
 

@@ -214,12 +214,6 @@ typedef struct outcome {
 
 static outcome campaign(int cycles);
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void test_crash_campaign(void **state)
 {
     (void)state;
@@ -318,52 +312,32 @@ static outcome campaign(int cycles)
     kvq_db_close(db);
 
     /* Records must be unique: sort, count neighbours, then look acknowledgements up. */
-    qsort(logged, n_log, sizeof(*logged), cmp_u64);
+    qsort(logged, n_log, sizeof(*logged), kt_cmp_u64);
     size_t dup = 0;
     for (size_t i = 1; i < n_log; i++)
         dup += logged[i] == logged[i - 1];
-    size_t acked = 0, lost = 0, invoked = 0, cap_inv = 1 << 16, n_inv = 0, n_ack = 0;
-    uint64_t *inv = malloc(cap_inv * sizeof(*inv));
-    uint64_t *ack = malloc(cap_inv * sizeof(*ack));
+    kt_ids inv = { 0 }, ack = { 0 };
     for (int p = 0; p < PROCS; p++) {
         char path[160];
         snprintf(path, sizeof(path), "%s/acks.%d", base, p);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        char kind;
-        unsigned w, s;
-        while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-            uint64_t key = (uint64_t)w << 32 | s;
-            if (n_inv == cap_inv) {
-                cap_inv *= 2;
-                inv = realloc(inv, cap_inv * sizeof(*inv));
-                ack = realloc(ack, cap_inv * sizeof(*ack));
-            }
-            if (kind == 'i') {
-                inv[n_inv++] = key;
-                invoked++;
-            } else {
-                ack[n_ack++] = key;
-                acked++;
-                lost += bsearch(&key, logged, n_log, sizeof(*logged), cmp_u64) == NULL;
-            }
-        }
-        fclose(f);
+        kt_history_read(path, &inv, &ack);
     }
+    size_t invoked = inv.n, acked = ack.n, lost = 0;
+    for (size_t i = 0; i < ack.n; i++)
+        lost += bsearch(&ack.v[i], logged, n_log, sizeof(*logged), kt_cmp_u64) == NULL;
     /* A record nobody announced is unexpected; an announced but unacknowledged attempt whose
      * record exists was recovered (it committed, then its process died before the reply). */
-    qsort(inv, n_inv, sizeof(*inv), cmp_u64);
-    qsort(ack, n_ack, sizeof(*ack), cmp_u64);
+    kt_ids_sort(&inv);
+    kt_ids_sort(&ack);
     size_t unexpected = 0, recovered = 0;
     for (size_t i = 0; i < n_log; i++) {
-        if (bsearch(&logged[i], inv, n_inv, sizeof(*inv), cmp_u64) == NULL)
+        if (!kt_ids_has(&inv, logged[i]))
             unexpected++;
-        else if (bsearch(&logged[i], ack, n_ack, sizeof(*ack), cmp_u64) == NULL)
+        else if (!kt_ids_has(&ack, logged[i]))
             recovered++;
     }
-    free(inv);
-    free(ack);
+    kt_ids_free(&inv);
+    kt_ids_free(&ack);
     free(logged);
     printf("crash: workload=engine cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu "
            "recovered=%zu records=%zu counter=%llu lost=%zu unexpected=%zu duplicated=%zu "

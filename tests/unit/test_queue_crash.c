@@ -177,12 +177,6 @@ typedef struct result {
     size_t invoked, acked, popped, drained, lost, unexpected, duplicated, recovered, kills;
 } result;
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct done_scan {
     uint64_t *ids;
     uint64_t *counts;
@@ -259,47 +253,29 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     kvq_db_close(db);
 
     /* The histories. */
-    size_t cap = 4096, ni = 0, na = 0;
-    uint64_t *inv = malloc(cap * sizeof(*inv)), *ack = malloc(cap * sizeof(*ack));
+    kt_ids inv = { 0 }, ack = { 0 };
     for (uint32_t inc = 1; inc < incarnation; inc++)
         for (uint32_t slot = 0; slot < PRODUCERS; slot++) {
             char path[320];
             snprintf(path, sizeof(path), "%s/hist.%u", tq_dir, inc << 4 | slot);
-            FILE *f = fopen(path, "r");
-            if (f == NULL)
-                continue;
-            char kind;
-            unsigned w, s;
-            while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-                if (ni == cap || na == cap) {
-                    cap *= 2;
-                    inv = realloc(inv, cap * sizeof(*inv));
-                    ack = realloc(ack, cap * sizeof(*ack));
-                }
-                uint64_t id = (uint64_t)w << 32 | s;
-                if (kind == 'i')
-                    inv[ni++] = id;
-                else
-                    ack[na++] = id;
-            }
-            fclose(f);
+            kt_history_read(path, &inv, &ack);
         }
-    qsort(inv, ni, sizeof(*inv), cmp_u64);
-    qsort(ack, na, sizeof(*ack), cmp_u64);
+    kt_ids_sort(&inv);
+    kt_ids_sort(&ack);
     /* d.ids is in key order, which is (writer, seq) order: already sorted. */
     for (size_t i = 0; i < d.n; i++) {
         r.popped += (size_t)d.counts[i];
         if (d.counts[i] > 1)
             r.duplicated += (size_t)(d.counts[i] - 1);
-        if (bsearch(&d.ids[i], inv, ni, sizeof(*inv), cmp_u64) == NULL)
+        if (!kt_ids_has(&inv, d.ids[i]))
             r.unexpected++;
-        else if (bsearch(&d.ids[i], ack, na, sizeof(*ack), cmp_u64) == NULL)
+        else if (!kt_ids_has(&ack, d.ids[i]))
             r.recovered++;
     }
-    for (size_t i = 0; i < na; i++)
-        r.lost += bsearch(&ack[i], d.ids, d.n, sizeof(*d.ids), cmp_u64) == NULL;
-    r.invoked = ni;
-    r.acked = na;
+    for (size_t i = 0; i < ack.n; i++)
+        r.lost += bsearch(&ack.v[i], d.ids, d.n, sizeof(*d.ids), kt_cmp_u64) == NULL;
+    r.invoked = inv.n;
+    r.acked = ack.n;
     printf("crash: workload=%s cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu recovered=%zu "
            "popped=%zu drained=%zu lost=%zu unexpected=%zu duplicated=%zu broken_engine=%s "
            "seed=%" PRIu64 "\n",
@@ -307,8 +283,8 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            r.drained, r.lost, r.unexpected, r.duplicated, test_flags ? "skip_conflict_check" : "no",
            kt_seed());
     fflush(stdout);
-    free(inv);
-    free(ack);
+    kt_ids_free(&inv);
+    kt_ids_free(&ack);
     free(d.ids);
     free(d.counts);
     tq_rmdir();

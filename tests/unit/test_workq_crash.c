@@ -308,19 +308,8 @@ typedef struct delivery {
 typedef struct history {
     delivery *d;
     size_t nd, capd;
-    uint64_t *inv, *ok;
-    size_t ni, no, capi, capo;
+    kt_ids inv, ok; /* producers' histories: pushes invoked, pushes returned */
 } history;
-
-static void push_u64(uint64_t **a, size_t *n, size_t *cap, uint64_t v)
-{
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 4096;
-        *a = realloc(*a, *cap * sizeof(**a));
-        assert_non_null(*a);
-    }
-    (*a)[(*n)++] = v;
-}
 
 static int parse_hex16(uint8_t out[16], const char *s)
 {
@@ -333,23 +322,6 @@ static int parse_hex16(uint8_t out[16], const char *s)
         out[i] = (uint8_t)v;
     }
     return 0;
-}
-
-static void read_producer_log(history *h, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char kind;
-    unsigned w, s;
-    while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-        uint64_t id = (uint64_t)w << 32 | s;
-        if (kind == 'i')
-            push_u64(&h->inv, &h->ni, &h->capi, id);
-        else
-            push_u64(&h->ok, &h->no, &h->capo, id);
-    }
-    fclose(f);
 }
 
 /* A consumer's log: each "A", "a", "x" follows the "r" of its own delivery (one thread). A torn
@@ -401,12 +373,6 @@ static void read_consumer_log(history *h, const char *path)
         }
     }
     fclose(f);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static int cmp_delivery(const void *a, const void *b)
@@ -490,27 +456,26 @@ static void report(const char *fmt, ...)
 static void check(history *h, result *r)
 {
     report_budget = 11;
-    qsort(h->inv, h->ni, sizeof(*h->inv), cmp_u64);
-    qsort(h->ok, h->no, sizeof(*h->ok), cmp_u64);
+    kt_ids_sort(&h->inv);
+    kt_ids_sort(&h->ok);
     qsort(h->d, h->nd, sizeof(*h->d), cmp_delivery);
-    r->invoked = h->ni;
-    r->acked = h->no;
+    r->invoked = h->inv.n;
+    r->acked = h->ok.n;
     r->deliveries = h->nd;
-    uint64_t *done = NULL; /* items acked at least once */
-    size_t ndone = 0, capdone = 0;
+    kt_ids done = { 0 }; /* items acked at least once */
     for (size_t i = 0; i < h->nd;) {
         size_t j = i;
         while (j < h->nd && h->d[j].item == h->d[i].item)
             j++;
         const delivery *first = &h->d[i];
         r->items++;
-        int known = bsearch(&first->item, h->inv, h->ni, sizeof(*h->inv), cmp_u64) != NULL;
+        int known = kt_ids_has(&h->inv, first->item);
         if (!known) {
             r->unexpected++;
             i = j;
             continue;
         }
-        if (bsearch(&first->item, h->ok, h->no, sizeof(*h->ok), cmp_u64) == NULL)
+        if (!kt_ids_has(&h->ok, first->item))
             r->push_recovered++;
         /* Deliveries before the first logged one: consumers killed before logging them. */
         if (first->deliv > 1) {
@@ -571,7 +536,7 @@ static void check(history *h, result *r)
             report("lost: item %u/%u delivered %zu times, never acked\n",
                    (unsigned)(first->item >> 32), (unsigned)first->item, j - i);
         } else {
-            push_u64(&done, &ndone, &capdone, first->item);
+            kt_ids_push(&done, first->item);
             if (acks > 1) {
                 r->unexplained += acks - 1;
                 report("unexplained: item %u/%u acked %zu times\n", (unsigned)(first->item >> 32),
@@ -581,25 +546,25 @@ static void check(history *h, result *r)
         i = j;
     }
     /* done is in item order already (deliveries are sorted by item). */
-    for (size_t i = 0; i < h->no; i++) {
-        if (bsearch(&h->ok[i], done, ndone, sizeof(*done), cmp_u64) != NULL)
+    for (size_t i = 0; i < h->ok.n; i++) {
+        if (kt_ids_has(&done, h->ok.v[i]))
             continue;
         /* Never delivered at all (a delivered one without an ack is counted above). */
         size_t lo = 0, hi = h->nd;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (h->d[mid].item < h->ok[i])
+            if (h->d[mid].item < h->ok.v[i])
                 lo = mid + 1;
             else
                 hi = mid;
         }
-        if (lo == h->nd || h->d[lo].item != h->ok[i]) {
+        if (lo == h->nd || h->d[lo].item != h->ok.v[i]) {
             r->lost++;
-            report("lost: acknowledged push %u/%u never delivered\n", (unsigned)(h->ok[i] >> 32),
-                   (unsigned)h->ok[i]);
+            report("lost: acknowledged push %u/%u never delivered\n", (unsigned)(h->ok.v[i] >> 32),
+                   (unsigned)h->ok.v[i]);
         }
     }
-    free(done);
+    kt_ids_free(&done);
 }
 
 /* ---- the campaign -------------------------------------------------------------------------- */
@@ -662,7 +627,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
             uint32_t id = inc << 4 | slot;
             if (slot < PRODUCERS) {
                 snprintf(path, sizeof(path), "%s/p.%u", tq_dir, id);
-                read_producer_log(&h, path);
+                kt_history_read(path, &h.inv, &h.ok);
                 continue;
             }
             for (int t = 0; t < CTHREADS; t++) {
@@ -696,8 +661,8 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", kt_seed());
     fflush(stdout);
     free(h.d);
-    free(h.inv);
-    free(h.ok);
+    kt_ids_free(&h.inv);
+    kt_ids_free(&h.ok);
     tq_rmdir();
     return r;
 }
