@@ -134,7 +134,9 @@ static inline size_t tq_crash_cycles(const char *name,
 {
     unsigned seed = kt_campaign_seed(name, cycles);
     tq_mkdir();
-    kvq_db_close(tq_open_db(0, 0, 0));
+    kvq_db *db = NULL;
+    assert_ok(kvq_db_open(&db, tq_dir, NULL)); /* the database exists before the processes */
+    kvq_db_close(db);
     kt_kill_loop kl = { pids, nprocs, spawn, arg, 1, 4, 10, seed, 0 };
     int failed = kt_kill_campaign(&kl, cycles, check_end);
     if (failed != 0)
