@@ -38,18 +38,6 @@ int kt_db_teardown(void)
     return rc;
 }
 
-int kt_db_group_setup(void **state)
-{
-    (void)state;
-    return kt_db_setup("test");
-}
-
-int kt_db_group_teardown(void **state)
-{
-    (void)state;
-    return kt_db_teardown();
-}
-
 const char *kt_db_url(void)
 {
     return db_url;

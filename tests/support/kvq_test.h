@@ -99,10 +99,6 @@ int kt_db_setup(const char *tag);
 /* Removes the fresh directory of kt_db_setup, if any. Returns 0 or -1. */
 int kt_db_teardown(void);
 
-/* cmocka group fixtures around kt_db_setup("test") / kt_db_teardown. */
-int kt_db_group_setup(void **state);
-int kt_db_group_teardown(void **state);
-
 /* The URL of kt_db_setup; kt_db_dir() its fresh directory ("" when $KVQ_TEST_URL named it). */
 const char *kt_db_url(void);
 const char *kt_db_dir(void);
