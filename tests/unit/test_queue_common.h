@@ -103,19 +103,16 @@ static inline void tq_group(kvq_db **db)
 
 static inline int tq_db_setup(void **state)
 {
-    (void)state;
-    tq_mkdir();
+    int rc = tq_dir_setup(state);
     *tq_group_db = tq_open_db(0, 0, 0);
-    return 0;
+    return rc;
 }
 
 static inline int tq_db_teardown(void **state)
 {
-    (void)state;
     kvq_db_close(*tq_group_db);
     *tq_group_db = NULL;
-    tq_rmdir();
-    return 0;
+    return tq_dir_teardown(state);
 }
 
 /* The kill cycles of the queue layers' crash campaigns (test_queue_crash.c, test_workq_crash.c):
