@@ -43,7 +43,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 /* ---- state of the program ------------------------------------------------------------------ */
 
 /* A role a child process can play: argv[0] is the role's name, then its arguments. Returns the

@@ -53,7 +53,6 @@
 
 #define PROCS 4
 
-
 /* Reads key in a transaction of its own: whether it is present, and its value as a 64-bit
  * counter (0 when absent). */
 static int64_t lookup(kvq_db *db, const char *key, int *present)

@@ -145,7 +145,6 @@ static struct {
     int sync_fail_not_unknown;
 } S;
 
-
 static void seed_db(const char *db)
 {
     kvq_db *h;

@@ -30,7 +30,6 @@ static char g_dir[256];
 static char g_url[300];
 static kvq_db *g_db;
 
-
 static int have_library(void)
 {
     return KVQ_FDBC_PATH[0] != '\0' && access(KVQ_FDBC_PATH, R_OK) == 0;
