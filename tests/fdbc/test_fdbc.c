@@ -1,10 +1,6 @@
 /* libkvq_fdb_c.so through FoundationDB's C API, as a program written for FoundationDB uses it:
  * the checks follow FoundationDB's documentation (api-c.rst) and fdb_c_options, not kvq's own
  * API. Linked against libkvq_fdb_c.so itself. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>

@@ -1,10 +1,6 @@
 /* The consumer runtime over a small queue made of plain keys: exactly-once delivery with many
  * workers and concurrent producers, sleeping on the watch when empty, prompt stop, drain, and
  * failing callbacks (restarts, undelivered counts, the restart limit). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>

@@ -4,10 +4,6 @@
  * for up to six seconds, stalling every commit of every process). Once the idle transaction is
  * used again after its five seconds, it gets transaction_too_old and its snapshot is released,
  * so the next commits' checkpoints reuse the WAL instead of growing it. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,10 +29,6 @@
  * no_queue_file: when kvq.cq cannot be set up (here a directory stands in its place), the
  * database still opens and commits from several processes still go through, on the commit lock
  * alone. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -12,10 +12,6 @@
  * commit (recovered). It prints one line, "crash: workload=engine ... lost=0 unexpected=0
  * duplicated=0 seed=...". Seeds are printed; KVQ_TEST_SEED replays, KVQ_TEST_SCALE (or
  * KVQ_SOAK=1, x20) multiplies the cycles. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <fcntl.h>
 #include <inttypes.h>

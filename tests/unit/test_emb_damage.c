@@ -3,10 +3,6 @@
  * with a time limit, and the damaged main file and marker must be left byte for byte as they
  * were (kvq reports damage; it never "repairs" it behind the caller's back). The group prints
  * "badinput: cases=... clean_errors=... opened_intact=... crashes=0 hangs=0 files_changed=0". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <fcntl.h>
 #include <signal.h>

@@ -1,10 +1,6 @@
 /* A full disk: pushes fail with KVQ_ENOSPC and corrupt nothing, a queue can still be drained
  * (the engine's reserve), and writes resume once space is freed. Runs on a small tmpfs; the test
  * reports itself skipped when it may not mount one (it needs root). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -1,9 +1,5 @@
 /* Unit tests of the embedded engine's in-memory structures: key ranges, the read-your-writes
  * overlay, and the arithmetic of atomic operations. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

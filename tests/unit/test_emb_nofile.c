@@ -12,10 +12,6 @@
  * new commits. With enough descriptors every step succeeds.
  *
  * Prints "resources: kind=nofile limits=... clean_errors=... crashes=0 hangs=0 ...". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>

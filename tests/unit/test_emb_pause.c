@@ -23,10 +23,6 @@
  * "pause: kind=syncer ...". The holder's pause
  * is 2 s (KVQ_TEST_SCALE multiplies it, up to 30 s). Reports itself skipped (exit 77) when strace
  * cannot trace here; the reader part needs no strace, but one binary is one ctest test. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -3,10 +3,6 @@
  * process: a committer in the middle of a commit (the counter odd, the commit lock held, with or
  * without its version published) and then killed (the lock released), and a clock that stepped
  * backwards. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <fcntl.h>
 #include <inttypes.h>

@@ -25,10 +25,6 @@
  *
  * Prints "storagefaults: runs=... injected=... lost=0 unexpected=0 half=0 ...". Reports itself
  * skipped to ctest (exit 77) when strace is missing or ptrace is refused. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,10 +7,6 @@
  *
  * The failed sync is played by setting the flag in kvq.shm, exactly as a failed fdatasync sets
  * it (test_emb_storage_faults injects real ones with strace and checks the outcomes). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

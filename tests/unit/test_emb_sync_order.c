@@ -15,10 +15,6 @@
  * created). The database must then open, every acknowledged key must be there, and the keys
  * present must be a prefix key-0..key-m (each commit all or nothing, none out of order). Prints
  * "crash: workload=sync-kill points=... lost=0 unexpected=0 damaged=0". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,6 @@
 /* Engine behaviours beyond the shared conformance suite: reads answered by a transaction's own
  * writes add no conflict; group commit puts concurrent commits into one sync with distinct,
  * increasing versionstamps. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>

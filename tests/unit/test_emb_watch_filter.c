@@ -2,10 +2,6 @@
  * process's watcher, but the watcher reads only the watched keys whose bucket in kvq.shm the
  * commit moved. Many idle watches cost nothing per unrelated commit; a watched key changed by
  * a set, an atomic op, a clear_range or another handle (another process's part) still fires. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>

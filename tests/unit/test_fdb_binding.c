@@ -4,10 +4,6 @@
  *
  * The order matters: the library is loaded, and the API version selected, once per process, so
  * the tests of a missing library and of version selection come first. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <dlfcn.h>
 #include <pthread.h>

@@ -4,10 +4,6 @@
  *
  * The random tests print their seed; KVQ_TEST_SEED=<seed> (or --seed <seed>) replays a run, and
  * KVQ_SOAK=1 runs ten times as many rounds. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <inttypes.h>
 #include <math.h>

@@ -2,10 +2,6 @@
  * (kvq_workq_receive_wait): every item acked once, failed items given back and delivered again,
  * a long handler kept alive by the heartbeat, KVQ_WORKQ_RELEASE giving the item back and
  * stopping, wake-up by a push, and bad input. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
