@@ -56,7 +56,7 @@ struct cf_role {
 
 static char cf_url[PATH_MAX];  /* the database every test of the group opens (kt_db_url) */
 static char cf_self[PATH_MAX]; /* this program, for re-executing children */
-static int cf_fdb; /* cf_url names the fdb engine */
+static int cf_fdb;             /* cf_url names the fdb engine */
 static const struct cf_role *cf_roles;
 static size_t cf_nroles;
 
@@ -68,10 +68,10 @@ static inline int cf_is_fdb(void)
 /* ---- messages and assertions --------------------------------------------------------------- */
 
 /* The support library's assertions under the names the conformance tests use. */
-#define CF_OK(expr)       assert_ok(expr)
+#define CF_OK(expr)        assert_ok(expr)
 #define CF_ERR(expr, want) assert_err(expr, want)
-#define CF_S(s)           K(s)
-#define OK(expr)          assert_ok(expr)
+#define CF_S(s)            K(s)
+#define OK(expr)           assert_ok(expr)
 
 /* ---- random numbers (splitmix64: tiny, and the same sequence everywhere) -------------------- */
 

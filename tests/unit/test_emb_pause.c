@@ -47,10 +47,10 @@ static const char *self;
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 /* A line of the child's report on stdout (kt_writef). */
-#define say(...)                               \
-    do {                                       \
-        if (kt_writef(1, __VA_ARGS__) != 0)    \
-            _exit(6);                          \
+#define say(...)                            \
+    do {                                    \
+        if (kt_writef(1, __VA_ARGS__) != 0) \
+            _exit(6);                       \
     } while (0)
 
 static int64_t now_ms(void)

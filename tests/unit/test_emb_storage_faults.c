@@ -46,10 +46,10 @@ static const char *self;
 
 /* A line of the child's report on stdout: kt_writef, one write(2), so that nothing is lost in a
  * stdio buffer if the child dies. */
-#define say(...)                               \
-    do {                                       \
-        if (kt_writef(1, __VA_ARGS__) != 0)    \
-            _exit(6);                          \
+#define say(...)                            \
+    do {                                    \
+        if (kt_writef(1, __VA_ARGS__) != 0) \
+            _exit(6);                       \
     } while (0)
 
 static void value_of(uint8_t *v, int i, char which)

@@ -84,10 +84,10 @@ static int open_wq(kvq_db *db, kvq_queue_type type, unsigned wflags, kvq_queue *
 }
 
 /* A line of a history (kt_writef: one write(2), which the page cache keeps through kill -9). */
-#define log_line(fd, ...)                          \
-    do {                                           \
-        if (kt_writef((fd), __VA_ARGS__) != 0)     \
-            _exit(21);                             \
+#define log_line(fd, ...)                      \
+    do {                                       \
+        if (kt_writef((fd), __VA_ARGS__) != 0) \
+            _exit(21);                         \
     } while (0)
 
 static void hex16(char out[33], const uint8_t id[16])
