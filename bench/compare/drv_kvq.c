@@ -248,7 +248,7 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
         if (c->s->type == KVQ_QUEUE_DURABLE) {
             /* Pop, and in the same transaction arm a watch when the queue came up short. */
             kvq_watch *w = NULL;
-            rc = kvq_queue_consume_k(q, max, c->bufs, &n, &w);
+            rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
             if (rc != 0)
                 return kq_fail("consume", rc);
             if (n == 0 && w != NULL) {
@@ -263,13 +263,14 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
             }
             kvq_watch_destroy(w);
         } else if (max == 1) {
-            rc = c->s->type == KVQ_QUEUE_PRIORITY ? kvq_queue_pop_min(q, &c->bufs[0], NULL)
-                                                  : kvq_queue_pop(q, &c->bufs[0]);
+            rc = c->s->type == KVQ_QUEUE_PRIORITY
+                     ? kvq_queue_pop_prio(&c->bufs[0], NULL, q, KVQ_QUEUE_MIN)
+                     : kvq_queue_pop(&c->bufs[0], q);
             if (rc != 0 && rc != KVQ_ENOTFOUND)
                 return kq_fail("pop", rc);
             n = rc == 0;
         } else {
-            rc = kvq_queue_pop_k(q, max, c->bufs, &n);
+            rc = kvq_queue_pop_k(c->bufs, &n, q, max);
             if (rc != 0 && rc != KVQ_ENOTFOUND)
                 return kq_fail("pop_k", rc);
             if (rc == KVQ_ENOTFOUND)

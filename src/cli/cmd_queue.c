@@ -366,7 +366,7 @@ int cmd_push(cli *c, int argc, char **argv)
                 len = (size_t)got;
             }
             int enqueued = 0;
-            err = kvq_workq_push(w, (const uint8_t *)v, len, &po, &enqueued);
+            err = kvq_workq_push(&enqueued, w, (const uint8_t *)v, len, &po);
             pushed += err == 0 && enqueued;
             duplicates += err == 0 && !enqueued;
         }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "qops.h"
+#include "util/bytes.h"
 #include "util/util.h"
 
 /* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
@@ -13,10 +14,10 @@ static void cli_token_format(const kvq_workq_lease *l, char out[2 * TOKEN_BYTES 
 {
     uint8_t b[TOKEN_BYTES];
     memcpy(b, l->id, 16);
-    cli_put_be(b + 16, (uint64_t)l->received, 8);
-    cli_put_be(b + 24, (uint64_t)l->deadline, 8);
-    cli_put_be(b + 32, l->deliveries, 4);
-    cli_put_be(b + 36, (uint64_t)l->priority, 8);
+    kvq__be_put(b + 16, (uint64_t)l->received, 8);
+    kvq__be_put(b + 24, (uint64_t)l->deadline, 8);
+    kvq__be_put(b + 32, l->deliveries, 4);
+    kvq__be_put(b + 36, (uint64_t)l->priority, 8);
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < TOKEN_BYTES; i++) {
         out[2 * i] = hex[b[i] >> 4];
@@ -49,10 +50,10 @@ static int token_parse(const char *s, kvq_workq_lease *l)
         b[i] = (uint8_t)(hi << 4 | lo);
     }
     memcpy(l->id, b, 16);
-    l->received = (int64_t)cli_get_be(b + 16, 8);
-    l->deadline = (int64_t)cli_get_be(b + 24, 8);
-    l->deliveries = (uint32_t)cli_get_be(b + 32, 4);
-    l->priority = (int64_t)cli_get_be(b + 36, 8);
+    l->received = (int64_t)kvq__be_get(b + 16, 8);
+    l->deadline = (int64_t)kvq__be_get(b + 24, 8);
+    l->deliveries = (uint32_t)kvq__be_get(b + 32, 4);
+    l->priority = (int64_t)kvq__be_get(b + 36, 8);
     return 0;
 }
 
@@ -141,8 +142,8 @@ int cmd_receive(cli *c, int argc, char **argv)
         printf("[");
     while (got < k) {
         /* Long poll only until the first item; then take what is ready. */
-        err = got == 0 ? kvq_workq_receive_wait(w, &v, &l, lease, wait_ms)
-                       : kvq_workq_receive(w, &v, &l, lease);
+        err = got == 0 ? kvq_workq_receive_wait(&v, &l, w, lease, wait_ms)
+                       : kvq_workq_receive(&v, &l, w, lease);
         if (err != 0)
             break;
         print_received(c, &v, &l, got == 0);
@@ -394,7 +395,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
     } else {
         uint64_t moved = 0;
         int purge = strcmp(what, "purge") == 0;
-        err = purge ? kvq_workq_dlq_purge(w, &moved) : kvq_workq_dlq_redrive(w, &moved);
+        err = purge ? kvq_workq_dlq_purge(&moved, w) : kvq_workq_dlq_redrive(&moved, w);
         if (err == 0) {
             if (c->json)
                 printf("{\"%s\":%llu}\n", purge ? "purged" : "redriven",

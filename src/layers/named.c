@@ -42,20 +42,6 @@ static size_t make_key(uint8_t *buf, const char *name)
     return PREFIX_LEN + n;
 }
 
-static void put_be(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-}
-
-static uint64_t get_be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Decodes a value; type 0 when absent or not one of kvq's. */
 static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
 {
@@ -64,8 +50,8 @@ static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
         return;
     s->type = (kvq_queue_type)v.data[0];
     if (v.len == VALUE_LEN) {
-        s->lease_ms = (int64_t)get_be(v.data + 1, 8);
-        s->max_deliveries = (uint32_t)get_be(v.data + 9, 4);
+        s->lease_ms = (int64_t)kvq__be_get(v.data + 1, 8);
+        s->max_deliveries = (uint32_t)kvq__be_get(v.data + 9, 4);
     }
 }
 
@@ -75,8 +61,8 @@ static int write_entry(kvq_txn *txn, const char *name, const kvq_queue_settings 
     size_t kn = make_key(key, name);
     uint8_t v[VALUE_LEN];
     v[0] = (uint8_t)s->type;
-    put_be(v + 1, (uint64_t)s->lease_ms, 8);
-    put_be(v + 9, s->max_deliveries, 4);
+    kvq__be_put(v + 1, (uint64_t)s->lease_ms, 8);
+    kvq__be_put(v + 9, s->max_deliveries, 4);
     return kvq_txn_set(txn, key, kn, v, sizeof(v));
 }
 
@@ -155,7 +141,7 @@ static int get_fn(kvq_txn *txn, void *arg)
     return read_entry(txn, op->name, &op->have);
 }
 
-int kvq_queue_get_named(kvq_db *db, const char *name, kvq_queue_settings *out)
+int kvq_queue_get_named(kvq_queue_settings *out, kvq_db *db, const char *name)
 {
     int rc = db == NULL || out == NULL
                  ? kvq__error(KVQ_EINVAL, "kvq_queue_get_named: NULL db or out")
@@ -185,11 +171,8 @@ static int alter_fn(kvq_txn *txn, void *arg)
     return write_entry(txn, op->name, &op->have);
 }
 
-int kvq_queue_alter_named(kvq_db *db,
-                          const char *name,
-                          int64_t lease_ms,
-                          int64_t max_deliveries,
-                          kvq_queue_settings *out)
+int kvq_queue_alter_named(
+    kvq_queue_settings *out, kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries)
 {
     int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_alter_named: db is NULL")
                         : kvq_queue_check_name(name);
@@ -233,7 +216,7 @@ int kvq_queue_forget_named(kvq_db *db, const char *name)
     return kvq_db_transact(db, forget_fn, &op);
 }
 
-int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
+int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *payload)
 {
     if (db == NULL || fn == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_list_named: NULL db or fn");
@@ -266,7 +249,7 @@ int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
             kvq_queue_settings s;
             decode(kvs[i].value, 1, &s);
             if (s.type != 0)
-                rc = fn(name, &s, arg);
+                rc = fn(name, &s, payload);
         }
         if (rc != 0 || !more || n == 0)
             break;
@@ -282,15 +265,15 @@ int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
 }
 
 int kvq_queue_open_named(kvq_queue **out,
+                         kvq_queue_settings *settings,
                          kvq_db *db,
-                         const char *name,
-                         kvq_queue_settings *settings)
+                         const char *name)
 {
     if (out == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_open_named: out is NULL");
     *out = NULL;
     kvq_queue_settings s;
-    int rc = kvq_queue_get_named(db, name, &s);
+    int rc = kvq_queue_get_named(&s, db, name);
     if (rc != 0)
         return rc;
     kvq_tuple_elem elem = s.type == KVQ_QUEUE_DURABLE ? kvq_tuple_bytes(name, strlen(name))
@@ -299,7 +282,7 @@ int kvq_queue_open_named(kvq_queue **out,
     rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
     if (rc == 0)
         rc = kvq_queue_open(out, db, s.type, sub, NULL);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     if (rc != 0)
         return rc;
     (*out)->named = s;

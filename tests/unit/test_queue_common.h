@@ -46,7 +46,7 @@ static inline int tq_dir_teardown(void **state)
     return 0;
 }
 
-/* A subspace of raw prefix bytes (free it with kvq_subspace_free). */
+/* A subspace of raw prefix bytes (free it with kvq_subspace_destroy). */
 static inline kvq_subspace *tq_sub(const char *prefix, size_t len)
 {
     kvq_subspace *s = NULL;
