@@ -67,7 +67,8 @@ static inline int cf_is_fdb(void)
 
 /* ---- messages and assertions --------------------------------------------------------------- */
 
-/* The support library's assertions under the names the conformance tests use. */
+/* Earlier spellings of the support library's assertions (assert_ok, assert_err, K), kept only
+ * so that work written against them still builds; the tests use the support library's names. */
 #define CF_OK(expr)        assert_ok(expr)
 #define CF_ERR(expr, want) assert_err(expr, want)
 #define CF_S(s)            K(s)
@@ -197,14 +198,14 @@ static inline void cf_clear_prefix(kvq_db *db, const char *prefix)
     cf_key b = cf_k(prefix, "");
     cf_key e = cf_after_prefix(&b);
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     for (;;) {
         int rc = kvq_txn_clear_range(t, b.b, b.n, e.b, e.n);
         if (rc == 0)
             rc = kvq_txn_commit(t);
         if (rc == 0)
             break;
-        CF_OK(kvq_txn_on_error(t, rc));
+        assert_ok(kvq_txn_on_error(t, rc));
     }
     kvq_txn_destroy(t);
 }
@@ -249,10 +250,10 @@ static inline long
 cf_read_key(kvq_db *db, const uint8_t *key, size_t key_len, void *out, size_t cap)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     kvq_bytes v;
     int present = 0;
-    CF_OK(kvq_txn_get(&v, &present, t, key, key_len, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, key, key_len, 0));
     long r = -1;
     if (present) {
         r = (long)v.len;
@@ -268,14 +269,14 @@ static inline void
 cf_write_key(kvq_db *db, const uint8_t *key, size_t key_len, const void *val, size_t val_len)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     for (;;) {
         int rc = kvq_txn_set(t, key, key_len, (const uint8_t *)val, val_len);
         if (rc == 0)
             rc = kvq_txn_commit(t);
         if (rc == 0)
             break;
-        CF_OK(kvq_txn_on_error(t, rc));
+        assert_ok(kvq_txn_on_error(t, rc));
     }
     kvq_txn_destroy(t);
 }
