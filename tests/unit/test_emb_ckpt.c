@@ -23,7 +23,7 @@ static int64_t mono_ms(void)
 
 static long long wal_bytes(const char *dir)
 {
-    char p[300];
+    char p[320];
     snprintf(p, sizeof(p), "%s/data.db-wal", dir);
     struct stat st;
     return stat(p, &st) == 0 ? (long long)st.st_size : -1;

@@ -279,12 +279,11 @@ static void test_paused_reader_gets_too_old(void **state)
     assert_int_equal(kt_rm_rf(dir), 0);
 }
 
-/* Is kvq's commit lock of the database in `db_path` held by someone? */
 /* Whether another process holds an flock on db_path/file: kvq.lock is the commit lock, kvq.shm
  * the shared sync's lock. */
 static int lock_held(const char *db_path, const char *file)
 {
-    char p[160];
+    char p[400];
     snprintf(p, sizeof(p), "%s/%s", db_path, file);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
