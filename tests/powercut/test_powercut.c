@@ -52,6 +52,7 @@ static const struct storage {
     const char *url_fmt;
 } storages[] = {
     { "sqlite", "%s" },
+    { "log", "log:%s" },
 };
 
 #define THREADS     3

@@ -299,7 +299,7 @@ static int spare_create(kvq__log *log, const char *name)
         rc = sys_err(KVQ_EIO, "allocate", tmp);
         goto fail;
     }
-    static const uint8_t zeros[1 << 16];
+    static const uint8_t zeros[1 << 20];
     for (uint64_t off = 0; off < log->sb; off += sizeof zeros) {
         if (write_full(fd, zeros, sizeof zeros, off) != 0) {
             rc = sys_err(KVQ_EIO, "zero-fill", tmp);
