@@ -301,7 +301,8 @@ static int spare_create(kvq__log *log, const char *name)
     }
     static const uint8_t zeros[1 << 20];
     for (uint64_t off = 0; off < log->sb; off += sizeof zeros) {
-        if (write_full(fd, zeros, sizeof zeros, off) != 0) {
+        size_t n = log->sb - off < sizeof zeros ? (size_t)(log->sb - off) : sizeof zeros;
+        if (write_full(fd, zeros, n, off) != 0) {
             rc = sys_err(KVQ_EIO, "zero-fill", tmp);
             goto fail;
         }
