@@ -148,6 +148,18 @@ static void test_choose_and_reopen(void **state)
     assert_int_equal(get(db, "k2", buf, sizeof buf), 0);
     assert_string_equal(buf, "v2");
     kvq_db_close(db);
+    /* Read-only: the data is there and writes are refused. */
+    kvq_db_options ro = KVQ_DB_OPTIONS_INIT;
+    ro.flags = KVQ_DB_READ_ONLY;
+    assert_int_equal(kvq_db_open(&db, dir, &ro), 0);
+    assert_int_equal(get(db, "k2", buf, sizeof buf), 0);
+    assert_string_equal(buf, "v2");
+    assert_int_not_equal(put(db, "k3", "v3"), 0);
+    kvq_db_close(db);
+    db = open_db(dir);
+    assert_int_equal(get(db, "k3", buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    kvq_db_close(db);
     /* A SQLite database is never opened as, or converted to, a log store. */
     char sdir[256], surl[300];
     snprintf(sdir, sizeof sdir, "%s/sq", base);
