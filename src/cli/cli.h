@@ -2,6 +2,7 @@
 #ifndef KVQ_CLI_H
 #define KVQ_CLI_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "kvq/kvq.h"
@@ -24,6 +25,7 @@ enum {
 typedef struct cli {
     const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
     int json;
+    int nul;       /* -0: values end with NUL (input and output) instead of a newline */
     int create_db; /* cli_open may create the database (create, demo, bench); else never */
     kvq_db *db;
     /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
@@ -44,8 +46,13 @@ typedef struct cli_cmd {
 
 /* Opens the database on first use; prints the error and returns an exit code on failure. */
 int cli_open(cli *c);
-/* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code. */
+/* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code (with
+ * --json, also the error as one JSON value on standard output). */
 int cli_fail(int rc, const char *what);
+/* cli_fail without the JSON value: msg receives "<what>: <message>" for the caller's own. */
+int cli_fail_msg(int rc, const char *what, char *msg, size_t cap);
+/* The exit code of a kvq error. */
+int cli_exit_code(int rc);
 /* Prints a usage error naming the problem and returns EXIT_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints a command's help. */
@@ -63,6 +70,8 @@ int cli_parse_ms(const char *s, long long min, long long max, long long *out);
 
 /* With --json, prints {"error":{"code":..,"name":..,"message":..}} on standard output. */
 void cli_json_error(int code, const char *name, const char *message);
+/* Prints {"code":..,"name":..,"message":..} (no newline) on standard output. */
+void cli_json_error_obj(int code, const char *name, const char *message);
 /* Turns the JSON form of errors on or off (a command that reports failures inside its own JSON
  * value); returns the previous setting. */
 int cli_json_errors(int on);
@@ -71,7 +80,10 @@ int cli_json_errors(int on);
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);
 /* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the byte at p starts none. */
 size_t cli_utf8_len(const uint8_t *p, size_t n);
-/* Writes bytes as text: as they are if printable UTF-8 without newlines, else escaped. */
+/* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
+ * `kvq pop q -n 5000 | head -1`). */
+int cli_stdout_reader_gone(void);
+/* Writes a value as it is, then a newline (a NUL with -0). */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);
 
 /* The queue registry: every queue the command creates is recorded with its type. */
@@ -98,6 +110,44 @@ int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t m
 int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);
 /* Checks a queue name: 1 to 200 bytes, no NUL, printable. 0 or KVQ_EINVAL with a detail. */
 int cli_check_name(const char *name);
+
+/* SIGINT and SIGTERM for a command that must finish what it holds (push): blocked, except while
+ * it waits for input (cli_reader_next) or polls (cli_stop_signals_poll); the handler only notes
+ * the signal. */
+typedef struct cli_stop_signals {
+    sigset_t old_mask, wait_mask;
+    struct sigaction old_int, old_term;
+} cli_stop_signals;
+void cli_stop_signals_catch(cli_stop_signals *s);
+/* The signal caught (0: none yet). */
+int cli_stop_signals_caught(void);
+/* Lets a pending SIGINT or SIGTERM in, and returns the signal caught (0: none). */
+int cli_stop_signals_poll(cli_stop_signals *s);
+void cli_stop_signals_restore(cli_stop_signals *s);
+
+/* Records of an input: lines, or NUL-terminated records (-0). */
+typedef struct cli_reader {
+    int fd;
+    char delim;
+    cli_stop_signals *sigs; /* NULL: signals are not watched */
+    uint8_t *buf;
+    size_t len, cap, start;
+    int eof;
+    long records; /* records returned so far (the one just returned included) */
+    size_t partial; /* CLI_READ_SIGNAL: bytes of an unterminated record left unread */
+} cli_reader;
+enum {
+    CLI_READ_RECORD = 0, /* *out: the record without its terminator, valid until the next call */
+    CLI_READ_EOF,
+    CLI_READ_IDLE,     /* nothing arrived within wait_ms */
+    CLI_READ_SIGNAL,   /* SIGINT or SIGTERM arrived (cli_stop_signals_caught) */
+    CLI_READ_TOO_LONG, /* a record over KVQ_MAX_VALUE_SIZE bytes (*out: its start) */
+    CLI_READ_ERROR,    /* read(2) failed (errno) */
+};
+void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
+/* The next record, waiting up to wait_ms (-1: no limit) for input. */
+int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);
+void cli_reader_dispose(cli_reader *r);
 
 /* The commands (main.c's table). */
 int cmd_create(cli *c, int argc, char **argv);

@@ -33,7 +33,8 @@ static void *bench_thread(void *arg)
         int rc;
         if (r->pop) {
             long got = 0;
-            rc = cq_pop(r->q, 1, 0, count_item, &got);
+            size_t popped;
+            rc = cq_pop(r->q, 1, 0, count_item, &got, &popped);
             if (rc == KVQ_ENOTFOUND)
                 break;
         } else {

@@ -100,15 +100,6 @@ static int run_exec(const char *cmd, kvq_bytes v, int *sig)
     return ok && exit_ok(status) ? 0 : -1;
 }
 
-/* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
- * `kvq consume q --exec CMD | head -1`): then a command that writes there fails for every item,
- * and consume stops instead of counting each item as failed. */
-static int stdout_reader_gone(void)
-{
-    struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
-    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
-}
-
 /* Prints one item on standard output (a JSON string with --json), whole, under mu so that
  * workers' lines never interleave. 0, or -1 when standard output failed. */
 /* Writes one item and flushes (the caller holds the output lock): 0, or -1 when standard
@@ -157,7 +148,7 @@ static int on_item(kvq_bytes v, int worker, void *payload)
         int sig;
         if (run_exec(ctx->exec, v, &sig) == 0)
             return 0;
-        if (stdout_reader_gone())
+        if (cli_stdout_reader_gone())
             return output_gone(ctx);
         __atomic_add_fetch(&ctx->failed, 1, __ATOMIC_ACQ_REL);
         fprintf(stderr, "kvq consume: worker %d: the command failed for an item (lost: at most "
@@ -247,7 +238,7 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
         /* A command that failed because kvq's standard output lost its reader, or that was
          * interrupted with kvq (Ctrl-C of the process group), did not fail on its item: the
          * item goes back at once, without a nack delay, and everything stops. */
-        if (stdout_reader_gone()) {
+        if (cli_stdout_reader_gone()) {
             if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
                 fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
             return KVQ_WORKQ_RELEASE;

@@ -1,5 +1,7 @@
 /* The commands that work on one queue: create, delete, queues, push, pop, peek, len, list,
  * clear, watch, stats. */
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,178 +225,15 @@ int cmd_delete(cli *c, int argc, char **argv)
     return 0;
 }
 
-/* Lines of standard input are pushed in batches of up to PUSH_BATCH values or PUSH_BATCH_BYTES
- * bytes: one transaction per batch on a durable queue (all or none of a batch). */
-#define PUSH_BATCH       100
-#define PUSH_BATCH_BYTES (1u << 20)
-
-static int push_lines(cq *q, long long prio, long *pushed)
-{
-    kvq_buf lines[PUSH_BATCH];
-    kvq_bytes views[PUSH_BATCH];
-    memset(lines, 0, sizeof(lines));
-    char *line = NULL;
-    size_t cap = 0, n = 0, bytes = 0;
-    ssize_t len;
-    int err = 0, eof = 0;
-    while (err == 0 && !eof) {
-        len = getline(&line, &cap, stdin);
-        if (len < 0) {
-            eof = 1;
-        } else {
-            if (len > 0 && line[len - 1] == '\n')
-                len--;
-            if ((size_t)len > KVQ_MAX_VALUE_SIZE)
-                err = kvq__error(KVQ_EVALUE_TOO_LARGE,
-                                 "line %ld holds %zd bytes, over the limit of %d per value",
-                                 *pushed + (long)n + 1, len, KVQ_MAX_VALUE_SIZE);
-            if (err == 0) {
-                lines[n].len = 0;
-                err = kvq_buf_append(&lines[n], line, (size_t)len);
-            }
-            if (err == 0) {
-                views[n].data = lines[n].data;
-                views[n].len = (size_t)len;
-                bytes += (size_t)len;
-                n++;
-            }
-        }
-        if (err == 0 && n > 0 && (eof || n == PUSH_BATCH || bytes >= PUSH_BATCH_BYTES)) {
-            size_t done = 0;
-            err = cq_push_many(q, views, n, prio, &done);
-            *pushed += (long)done;
-            n = 0;
-            bytes = 0;
-        }
-    }
-    free(line);
-    for (size_t i = 0; i < PUSH_BATCH; i++)
-        kvq_buf_dispose(&lines[i]);
-    return err;
-}
-
-int cmd_push(cli *c, int argc, char **argv)
-{
-    const char *name = NULL;
-    int rc = cli_need_name("push", argc, argv, &name);
-    if (rc != 0)
-        return rc;
-    long long prio = 0, delay = 0;
-    const char *dedup = NULL;
-    int first_value = -1, n_values = 0, have_prio = 0;
-    for (int i = 2; i < argc; i++) {
-        if (first_value >= 0) {
-            /* After the first value every argument is a value, whatever it looks like. */
-            n_values++;
-        } else if (strcmp(argv[i], "--priority") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
-                return cli_usage("push", "--priority needs an integer");
-            have_prio = 1;
-            i++;
-        } else if (strcmp(argv[i], "--delay") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
-                return cli_usage("push", "--delay needs a duration from 0 to 7 days (500ms, 30s, 5m)");
-            i++;
-        } else if (strcmp(argv[i], "--dedup") == 0) {
-            if (i + 1 >= argc || argv[i + 1][0] == '\0' || strlen(argv[i + 1]) > 1000)
-                return cli_usage("push", "--dedup needs a key of 1 to 1000 bytes");
-            dedup = argv[++i];
-        } else if (strcmp(argv[i], "--") == 0) {
-            if (first_value < 0 && i + 1 < argc)
-                first_value = i + 1;
-            n_values += argc - i - 1;
-            break;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return cli_usage("push",
-                             "unknown option '%s' (to push values that start with '-', put "
-                             "them after '--')",
-                             argv[i]);
-        } else {
-            first_value = i;
-            n_values++;
-        }
-    }
-    if (dedup != NULL && n_values != 1)
-        return cli_usage("push", "--dedup takes exactly one value, as an argument");
-    cq *q;
-    cli_qinfo info;
-    rc = cli_open_queue(c, name, &q, &info);
-    if (rc != 0)
-        return rc;
-    cli_qtype type = info.type;
-    if (have_prio && type != QT_PRIORITY) {
-        cq_close(q);
-        return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
-    }
-    if ((delay > 0 || dedup != NULL) && type == QT_FIFO) {
-        cq_close(q);
-        return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
-                                 "fifo queue", name);
-    }
-    long pushed = 0, duplicates = 0;
-    int err = 0;
-    /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
-     * what goes through them) go through the work-queue layer. */
-    if (delay > 0 || dedup != NULL || type == QT_PRIORITY) {
-        kvq_workq *w = NULL;
-        err = cq_workq(q, &info, &w);
-        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
-        po.priority = prio;
-        po.delay_ms = delay;
-        if (dedup != NULL) {
-            po.dedup_key = (const uint8_t *)dedup;
-            po.dedup_len = strlen(dedup);
-        }
-        char *line = NULL;
-        size_t cap = 0;
-        for (int i = 0; err == 0; i++) {
-            const char *v;
-            size_t len;
-            if (n_values > 0) {
-                if (i >= n_values)
-                    break;
-                v = argv[first_value + i];
-                len = strlen(v);
-            } else {
-                ssize_t got = getline(&line, &cap, stdin);
-                if (got < 0)
-                    break;
-                if (got > 0 && line[got - 1] == '\n')
-                    got--;
-                v = line;
-                len = (size_t)got;
-            }
-            int enqueued = 0;
-            err = kvq_workq_push(w, (const uint8_t *)v, len, &po, &enqueued);
-            pushed += err == 0 && enqueued;
-            duplicates += err == 0 && !enqueued;
-        }
-        free(line);
-    } else if (n_values > 0) {
-        for (int i = 0; i < n_values && err == 0; i++) {
-            const char *v = argv[first_value + i];
-            err = cq_push(q, (const uint8_t *)v, strlen(v), prio);
-            pushed += err == 0;
-        }
-    } else {
-        err = push_lines(q, prio, &pushed);
-    }
-    cq_close(q);
-    if (c->json)
-        printf("{\"pushed\":%ld,\"duplicates\":%ld}\n", pushed, duplicates);
-    else if (duplicates > 0)
-        fprintf(stderr, "kvq: dedup key '%s' was pushed within the window: nothing enqueued\n",
-                dedup);
-    if (err != 0)
-        return cli_fail(err, "push failed");
-    return 0;
-}
-
 typedef struct out_ctx {
     cli *c;
-    long n;
+    long n;        /* items written */
+    int flush;     /* flush each item, so that a closed output is seen at the item it loses */
+    int out_errno; /* the write failed: its errno */
 } out_ctx;
+
+/* print_item's return when standard output failed (not a kvq error number). */
+#define OUT_FAILED (-2)
 
 static int print_item(const uint8_t *v, size_t n, void *arg)
 {
@@ -405,6 +244,11 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
         cli_json_str(stdout, v, n);
     } else {
         cli_print_value(stdout, v, n);
+    }
+    if (o->flush && fflush(stdout) != 0) {
+        o->out_errno = errno;
+        clearerr(stdout);
+        return OUT_FAILED;
     }
     o->n++;
     return 0;
@@ -439,18 +283,48 @@ int cmd_pop(cli *c, int argc, char **argv)
         return cli_usage("pop", "--max applies to priority queues; '%s' is a %s queue", name,
                          cli_qtype_name(type));
     }
-    out_ctx o = { c, 0 };
+    /* A closed output is an error to report (with what it cost), not a silent SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    out_ctx o = { c, 0, 1, 0 };
     if (c->json)
         printf("[");
-    int err = cq_pop(q, (size_t)k, max, print_item, &o);
+    size_t popped = 0;
+    int err = 0;
+    /* In transactions of up to 1,000 items; before each, whether the output's reader is still
+     * there, so that no transaction pops for a reader that is gone. */
+    while (err == 0 && popped < (size_t)k) {
+        if (popped > 0 && cli_stdout_reader_gone()) {
+            err = OUT_FAILED;
+            o.out_errno = EPIPE;
+            break;
+        }
+        size_t want = (size_t)k - popped < 1000 ? (size_t)k - popped : 1000, got = 0;
+        err = cq_pop(q, want, max, print_item, &o, &got);
+        popped += got;
+        if (err == 0 && got < want)
+            break;
+    }
+    if (err == KVQ_ENOTFOUND && popped > 0)
+        err = 0;
+    cq_close(q);
+    if (err == OUT_FAILED) {
+        /* Popped items are gone from the queue: say how many never reached the output. */
+        unsigned long long lost = (unsigned long long)popped - (unsigned long long)o.n;
+        fprintf(stderr,
+                "kvq pop: cannot write to standard output (%s): %llu popped item%s not written "
+                "and lost (%ld written before)\n",
+                strerror(o.out_errno), lost, lost == 1 ? " was" : "s were", o.n);
+        return o.out_errno == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
+    }
     if (c->json)
         printf("]\n");
-    cq_close(q);
     if (err == KVQ_ENOTFOUND) {
         if (!c->json)
             fprintf(stderr, "kvq: queue '%s' is empty\n", name);
         return EXIT_EMPTY;
     }
+    if (err != 0 && popped > 0)
+        cli_json_errors(0); /* the items popped were printed: no second JSON value */
     if (err != 0)
         return cli_fail(err, "pop failed");
     return 0;
@@ -551,7 +425,7 @@ int cmd_list(cli *c, int argc, char **argv)
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    out_ctx o = { c, 0 };
+    out_ctx o = { c, 0, 0, 0 };
     if (c->json)
         printf("[");
     int err = cq_list(q, (size_t)limit, print_item, &o);

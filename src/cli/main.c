@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -26,11 +28,19 @@ static const cli_cmd commands[] = {
     { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
     { "queues", "", "list the queues: type, length, in flight, delayed, dead, oldest age", NULL,
       cmd_queues },
-    { "push", "NAME [--priority P] [--delay MS] [--dedup KEY] [VALUE...]",
-      "push values (the arguments, or else one per line of standard input)",
+    { "push", "NAME [--priority P] [--delay D] [--dedup KEY] [--flush D] [VALUE... | --file PATH...]",
+      "push values: the arguments, whole files, or else one per line of standard input",
       "  --priority P  the priority (priority queues; an integer, default 0)\n"
-      "  --delay MS    invisible to receive for MS milliseconds (durable and priority)\n"
-      "  --dedup KEY   enqueue only if KEY was not pushed within the dedup window (one value)\n",
+      "  --delay D     invisible to receive for D (durable and priority; 500ms, 30s, 5m)\n"
+      "  --dedup KEY   enqueue only if KEY was not pushed within the dedup window (one value)\n"
+      "  --file PATH   push the whole file as one value (any bytes; '-': standard input)\n"
+      "  --flush D     standard input: commit what was read at most D after its first line\n"
+      "                arrived (default 200ms), so a slow stream (tail -f) is not held back\n"
+      "  -0            standard input holds NUL-terminated values (values with newlines)\n"
+      "values: up to 100,000 bytes each. Lines end at \\n (a \\r before it is kept). Lines\n"
+      "are committed 100 per transaction; SIGINT or SIGTERM commits what was read, then exits\n"
+      "130 or 143. On a failure nothing after the failed value is pushed, and the message says\n"
+      "how many were pushed before it, N (tail -n +N+1 resumes at the failed one).\n",
       cmd_push },
     { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
       "  -n K         pop up to K items (1,000 per transaction; with --max, one)\n"
@@ -178,15 +188,26 @@ int cli_open(cli *c)
     return 0;
 }
 
-int cli_fail(int rc, const char *what)
+int cli_fail_msg(int rc, const char *what, char *msg, size_t cap)
 {
     const char *detail = kvq_last_error();
     if (!(detail[0] != '\0' && kvq_last_error_code() == rc))
         detail = kvq_strerror(rc);
     fprintf(stderr, "kvq: %s: %s (%s)\n", what, detail, kvq_errname(rc));
-    char msg[1200];
-    snprintf(msg, sizeof(msg), "%s: %s", what, detail);
+    snprintf(msg, cap, "%s: %s", what, detail);
+    return cli_exit_code(rc);
+}
+
+int cli_fail(int rc, const char *what)
+{
+    char msg[1400];
+    int code = cli_fail_msg(rc, what, msg, sizeof(msg));
     cli_json_error(rc, kvq_errname(rc), msg);
+    return code;
+}
+
+int cli_exit_code(int rc)
+{
     if (rc == KVQ_ENOTFOUND)
         return EXIT_NOQUEUE;
     if (rc == KVQ_EINVAL || rc == KVQ_EWRONGTYPE || rc == KVQ_EEXISTS || rc == KVQ_EKEY_TOO_LARGE ||
@@ -341,21 +362,37 @@ int cli_json_errors(int on)
     return was;
 }
 
+void cli_json_error_obj(int code, const char *name, const char *message)
+{
+    printf("{\"code\":%d,\"name\":", code);
+    cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+    printf(",\"message\":");
+    cli_json_str(stdout, (const uint8_t *)message, strlen(message));
+    printf("}");
+}
+
 void cli_json_error(int code, const char *name, const char *message)
 {
     if (!json_errors)
         return;
-    printf("{\"error\":{\"code\":%d,\"name\":", code);
-    cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-    printf(",\"message\":");
-    cli_json_str(stdout, (const uint8_t *)message, strlen(message));
-    printf("}}\n");
+    printf("{\"error\":");
+    cli_json_error_obj(code, name, message);
+    printf("}\n");
 }
+
+/* -0: values end with NUL instead of a newline. */
+static char value_end = '\n';
 
 void cli_print_value(FILE *f, const uint8_t *p, size_t n)
 {
     fwrite(p, 1, n, f);
-    fputc('\n', f);
+    fputc(value_end, f);
+}
+
+int cli_stdout_reader_gone(void)
+{
+    struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
 int cli_main(cli *c, int argc, char **argv)
@@ -373,6 +410,8 @@ int cli_main(cli *c, int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             c->json = 1;
+        } else if (strcmp(a, "-0") == 0 || strcmp(a, "--null") == 0) {
+            c->nul = 1;
         } else if (strcmp(a, "--db") == 0) {
             if (i + 1 >= argc)
                 return cli_usage(NULL, "--db needs a URL");
@@ -411,7 +450,8 @@ int cli_main(cli *c, int argc, char **argv)
         if (is_push && argv[j][0] != '-' && ++operands == 2)
             break;
         if (is_push && (strcmp(argv[j], "--priority") == 0 || strcmp(argv[j], "--delay") == 0 ||
-                        strcmp(argv[j], "--dedup") == 0)) {
+                        strcmp(argv[j], "--dedup") == 0 || strcmp(argv[j], "--flush") == 0 ||
+                        strcmp(argv[j], "--file") == 0)) {
             j++;
             continue;
         }
@@ -421,8 +461,12 @@ int cli_main(cli *c, int argc, char **argv)
             return 0;
         }
         /* Global options are accepted after the command too. */
-        if (strcmp(argv[j], "--json") == 0) {
-            c->json = 1;
+        if (strcmp(argv[j], "--json") == 0 || strcmp(argv[j], "-0") == 0 ||
+            strcmp(argv[j], "--null") == 0) {
+            if (argv[j][1] == '-' && argv[j][2] == 'j')
+                c->json = 1;
+            else
+                c->nul = 1;
             memmove(&argv[j], &argv[j + 1], (size_t)(argc - j - 1) * sizeof(*argv));
             argc--;
             j--;
@@ -434,6 +478,7 @@ int cli_main(cli *c, int argc, char **argv)
         }
     }
     json_errors = c->json;
+    value_end = c->nul ? '\0' : '\n';
     int rc = cmd->run(c, argc - i, argv + i);
     kvq_db_close(c->db);
     c->db = NULL;

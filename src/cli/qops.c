@@ -106,9 +106,11 @@ int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, siz
 /* The most items one pop transaction takes; larger counts pop in several transactions. */
 #define CQ_POP_CHUNK 1000
 
-int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg)
+int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg,
+           size_t *popped)
 {
     size_t done = 0;
+    *popped = 0;
     int rc = 0;
     if (max) {
         /* Highest first, one item per transaction. */
@@ -139,6 +141,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
             kvq_buf_dispose(&outs[i]);
         kvq__free(outs);
     }
+    *popped = done;
     /* Empty is an error only when nothing at all was popped. */
     if (rc == KVQ_ENOTFOUND && done > 0)
         rc = 0;

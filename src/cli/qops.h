@@ -23,9 +23,11 @@ int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority);
  * *done counts those pushed. */
 int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, size_t *done);
 /* Pops up to k items, in transactions of up to 1,000 items (max: the highest priorities, one
- * per transaction); calls fn for each, in order, after its commit. KVQ_ENOTFOUND when the queue
- * was empty. */
-int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg);
+ * per transaction); calls fn for each, in order, after its commit, and stops popping when fn
+ * fails (returning what it returned). *popped counts the items popped (committed), fn's failed
+ * one and those after it in its transaction included. KVQ_ENOTFOUND when the queue was empty. */
+int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg,
+           size_t *popped);
 int cq_peek(cq *q, int max, kvq_buf *out);
 int cq_len(cq *q, uint64_t *out);
 /* Calls fn for up to limit items in order (0: all), reading in pages. */
