@@ -149,6 +149,31 @@ void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
 int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);
 void cli_reader_dispose(cli_reader *r);
 
+/* A lease as the commands print and take it (token.c): its fields, big-endian, in hexadecimal
+ * (CLI_TOKEN_LEN digits). cli_token_parse: 0, or -1 when s is not such a token. */
+#define CLI_TOKEN_LEN 88
+void cli_token_format(const kvq_workq_lease *l, char out[CLI_TOKEN_LEN + 1]);
+int cli_token_parse(const char *s, kvq_workq_lease *l);
+
+/* One run of consume --exec's command (exec.c). */
+typedef struct cli_exec_item {
+    kvq_bytes value;
+    char end;            /* written after the value: '\n', or '\0' with -0 */
+    int raw;             /* --raw: the value's bytes alone */
+    int forward_signals; /* SIGINT/SIGTERM/SIGHUP/SIGQUIT of kvq's group reach the command */
+    const char *queue;   /* $KVQ_QUEUE */
+    const char *token;   /* $KVQ_LEASE (NULL: unset) */
+    const char *db_url;  /* $KVQ_DB (NULL: left as it is) */
+    uint32_t deliveries; /* $KVQ_DELIVERIES */
+    int worker;          /* $KVQ_WORKER */
+} cli_exec_item;
+/* Runs /bin/sh -c cmd with the item on its standard input, in a process group of its own that
+ * is killed if kvq dies. 0 when it read the whole item and exited 0; else -1, with *status its
+ * wait status (-1: not started) and *took_all whether it read the whole item. */
+int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *took_all);
+/* "exited with status 3", "was killed by signal 9 (Killed)"... */
+void cli_exec_describe(int status, int took_all, char *buf, size_t cap);
+
 /* The commands (main.c's table). */
 int cmd_create(cli *c, int argc, char **argv);
 int cmd_delete(cli *c, int argc, char **argv);

@@ -23,82 +23,13 @@ extern char **environ;
 typedef struct consume_ctx {
     cli *c;
     const char *exec;
+    const char *name;
+    int raw;
     pthread_mutex_t out_mu;
     int out_gone;       /* atomic: standard output failed; the consumer stops */
     uint64_t failed;    /* atomic: items whose command failed */
     kvq_consumer *cons; /* atomic: set once started, so that a worker can stop the others */
 } consume_ctx;
-
-/* Runs the command with the item on its standard input; 0 if it exited with status 0. The pipe
- * is close-on-exec and the child is started with posix_spawn, so that commands run by other
- * workers at the same time never inherit this pipe (which would keep its reader from seeing the
- * end of the item). */
-static pid_t spawn_exec(const char *cmd, kvq_bytes v, int *ok)
-{
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
-    /* The command starts with the signals this process blocks or ignores back to normal. */
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t none, dflt;
-    sigemptyset(&none);
-    sigemptyset(&dflt);
-    sigaddset(&dflt, SIGPIPE);
-    sigaddset(&dflt, SIGINT);
-    sigaddset(&dflt, SIGTERM);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &dflt);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
-    pid_t pid;
-    int src = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    close(fds[0]);
-    if (src != 0) {
-        close(fds[1]);
-        return -1;
-    }
-    size_t off = 0;
-    *ok = 1;
-    while (off < v.len) {
-        ssize_t n = write(fds[1], v.data + off, v.len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            *ok = 0; /* the command did not read it all */
-            break;
-        }
-        off += (size_t)n;
-    }
-    close(fds[1]);
-    return pid;
-}
-
-static int exit_ok(int status)
-{
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-/* 0 when the command took the item and exited with status 0, else -1; *sig is the signal that
- * ended the command (0 if none). */
-static int run_exec(const char *cmd, kvq_bytes v, int *sig)
-{
-    int ok = 0, status;
-    *sig = 0;
-    pid_t pid = spawn_exec(cmd, v, &ok);
-    if (pid < 0)
-        return -1;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFSIGNALED(status))
-        *sig = WTERMSIG(status);
-    return ok && exit_ok(status) ? 0 : -1;
-}
 
 /* Prints one item on standard output (a JSON string with --json), whole, under mu so that
  * workers' lines never interleave. 0, or -1 when standard output failed. */
@@ -145,15 +76,21 @@ static int on_item(kvq_bytes v, int worker, void *payload)
     if (__atomic_load_n(&ctx->out_gone, __ATOMIC_ACQUIRE))
         return -1;
     if (ctx->exec != NULL) {
-        int sig;
-        if (run_exec(ctx->exec, v, &sig) == 0)
+        /* At most once the item is already popped: a Ctrl-C of the process group does not
+         * interrupt its command (forward_signals 0), so that it is still handed over. */
+        cli_exec_item it = { v, ctx->c->nul ? '\0' : '\n', ctx->raw, 0, ctx->name, NULL,
+                             ctx->c->db_url, 1, worker };
+        int status, took_all;
+        if (cli_exec_run(ctx->exec, &it, &status, &took_all) == 0)
             return 0;
         if (cli_stdout_reader_gone())
             return output_gone(ctx);
         __atomic_add_fetch(&ctx->failed, 1, __ATOMIC_ACQ_REL);
-        fprintf(stderr, "kvq consume: worker %d: the command failed for an item (lost: at most "
+        char how[160];
+        cli_exec_describe(status, took_all, how, sizeof(how));
+        fprintf(stderr, "kvq consume: worker %d: the command %s; its item is lost (at most "
                         "once)\n",
-                worker);
+                worker, how);
         return 0;
     }
     if (print_locked(ctx->c, &ctx->out_mu, v) != 0)
@@ -166,6 +103,8 @@ static int on_item(kvq_bytes v, int worker, void *payload)
 typedef struct leased_ctx {
     cli *c;
     const char *exec;
+    const char *name;
+    int raw;
     int stop;     /* atomic: set on SIGINT/SIGTERM (cuts a wait for the pipe's reader short) */
     int out_gone; /* atomic: standard output was closed */
     int pipe;     /* standard output is a pipe */
@@ -232,9 +171,14 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
 {
     leased_ctx *x = payload;
     if (x->exec != NULL) {
-        int sig;
-        if (run_exec(x->exec, v, &sig) == 0)
+        char tok[CLI_TOKEN_LEN + 1];
+        cli_token_format(lease, tok);
+        cli_exec_item it = { v, x->c->nul ? '\0' : '\n', x->raw, 1, x->name, tok,
+                             x->c->db_url, lease->deliveries, worker };
+        int status, took_all;
+        if (cli_exec_run(x->exec, &it, &status, &took_all) == 0)
             return KVQ_WORKQ_ACK;
+        int sig = status != -1 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         /* A command that failed because kvq's standard output lost its reader, or that was
          * interrupted with kvq (Ctrl-C of the process group), did not fail on its item: the
          * item goes back at once, without a nack delay, and everything stops. */
@@ -245,9 +189,11 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
         }
         if ((sig == SIGINT || sig == SIGTERM) && stop_coming(x))
             return KVQ_WORKQ_RELEASE;
-        fprintf(stderr, "kvq consume: worker %d: the command failed for an item; it goes back "
-                        "(%u deliveries so far)\n",
-                worker, lease->deliveries);
+        char how[160];
+        cli_exec_describe(status, took_all, how, sizeof(how));
+        fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
+                        "deliveries so far)\n",
+                worker, how, lease->deliveries);
         return KVQ_WORKQ_NACK;
     }
     if (print_leased(x, v) == 0)
@@ -260,9 +206,11 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
 }
 
 static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, const char *exec,
-                          int drain, int64_t nack_delay_ms, const sigset_t *sigs)
+                          int drain, int64_t nack_delay_ms, const sigset_t *sigs,
+                          const char *name, int raw)
 {
-    leased_ctx x = { .c = c, .exec = exec };
+    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw };
+    int stopped_by = 0;
     kvq_workq *w;
     int err = cq_workq(q, info, &w);
     if (err == KVQ_EWRONGTYPE)
@@ -286,6 +234,7 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
         struct timespec ts = { 0, 100 * 1000000L };
         int sig = sigtimedwait(sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
+            stopped_by = sig;
             __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_workq_consumer_stop(cons);
@@ -306,7 +255,10 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
         return cli_fail(err, "consume stopped");
     if (s.nacked > 0)
         return EXIT_FAILED;
-    return x.out_gone ? EXIT_OUTPUT_GONE : 0;
+    if (x.out_gone)
+        return EXIT_OUTPUT_GONE;
+    /* SIGTERM is consume's ordinary stop (exit 0); Ctrl-C exits 130, as watch and push do. */
+    return stopped_by == SIGINT ? 128 + SIGINT : 0;
 }
 
 /* SIGINT and SIGTERM are blocked in every thread (the workers inherit the mask) and taken by
@@ -328,7 +280,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     const char *name = argv[1];
     kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
     const char *exec = NULL;
-    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0;
+    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0, raw = 0;
     long long nack_delay = 1000;
     for (int i = 2; i < argc; i++) {
         long long v;
@@ -347,6 +299,8 @@ int cmd_consume(cli *c, int argc, char **argv)
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
                 return cli_usage("consume", "--exec needs a command");
             exec = argv[++i];
+        } else if (strcmp(argv[i], "--raw") == 0) {
+            raw = 1;
         } else if (strcmp(argv[i], "--drain") == 0) {
             o.drain = 1;
         } else if (strcmp(argv[i], "--ack") == 0) {
@@ -364,6 +318,8 @@ int cmd_consume(cli *c, int argc, char **argv)
     }
     if (cli_check_name(name) != 0)
         return cli_usage("consume", "invalid queue name '%s'", name);
+    if (raw && exec == NULL)
+        return cli_usage("consume", "--raw applies with --exec");
     if (ack_given && !ack)
         return cli_usage("consume", "--ack and --at-most-once exclude each other");
     if (ack && batch_given)
@@ -388,7 +344,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     if (ack) {
         sigset_t sigs, old;
         block_stop_signals(&sigs, &old);
-        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs);
+        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs, name, raw);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         cq_close(q);
         return rc;
@@ -405,7 +361,8 @@ int cmd_consume(cli *c, int argc, char **argv)
     sigset_t sigs, old;
     block_stop_signals(&sigs, &old);
 
-    consume_ctx ctx = { .c = c, .exec = exec };
+    consume_ctx ctx = { .c = c, .exec = exec, .name = name, .raw = raw };
+    int stopped_by = 0;
     pthread_mutex_init(&ctx.out_mu, NULL);
     kvq_consumer *cons;
     err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &o);
@@ -425,6 +382,7 @@ int cmd_consume(cli *c, int argc, char **argv)
         struct timespec ts = { 0, 10 * 1000000L };
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
+            stopped_by = sig;
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_consumer_stop(cons);
             break;
@@ -449,5 +407,5 @@ int cmd_consume(cli *c, int argc, char **argv)
         return EXIT_OUTPUT_GONE;
     if (s.undelivered > 0 || failed > 0)
         return EXIT_FAILED;
-    return 0;
+    return stopped_by == SIGINT ? 128 + SIGINT : 0;
 }

@@ -6,56 +6,6 @@
 #include "qops.h"
 #include "util/util.h"
 
-/* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
-#define TOKEN_BYTES 44
-
-static void cli_token_format(const kvq_workq_lease *l, char out[2 * TOKEN_BYTES + 1])
-{
-    uint8_t b[TOKEN_BYTES];
-    memcpy(b, l->id, 16);
-    cli_put_be(b + 16, (uint64_t)l->received, 8);
-    cli_put_be(b + 24, (uint64_t)l->deadline, 8);
-    cli_put_be(b + 32, l->deliveries, 4);
-    cli_put_be(b + 36, (uint64_t)l->priority, 8);
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < TOKEN_BYTES; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
-    }
-    out[2 * TOKEN_BYTES] = '\0';
-}
-
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* 0, or -1 when s is not a token that `kvq receive` prints. */
-static int token_parse(const char *s, kvq_workq_lease *l)
-{
-    if (strlen(s) != 2 * TOKEN_BYTES)
-        return -1;
-    uint8_t b[TOKEN_BYTES];
-    for (int i = 0; i < TOKEN_BYTES; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        b[i] = (uint8_t)(hi << 4 | lo);
-    }
-    memcpy(l->id, b, 16);
-    l->received = (int64_t)cli_get_be(b + 16, 8);
-    l->deadline = (int64_t)cli_get_be(b + 24, 8);
-    l->deliveries = (uint32_t)cli_get_be(b + 32, 4);
-    l->priority = (int64_t)cli_get_be(b + 36, 8);
-    return 0;
-}
-
 /* Opens the queue and its work-queue handle; an exit code on failure (printed). */
 static int open_workq(cli *c, const char *cmd, const char *name, cq **q, kvq_workq **w)
 {
@@ -89,7 +39,7 @@ static int lease_fail(int err, const char *what)
 
 static void print_received(cli *c, const kvq_buf *v, const kvq_workq_lease *l, int first)
 {
-    char tok[2 * TOKEN_BYTES + 1];
+    char tok[CLI_TOKEN_LEN + 1];
     cli_token_format(l, tok);
     if (c->json) {
         printf("%s{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":",
@@ -177,10 +127,10 @@ static int ack_many(cli *c, const char *name, int argc, char **argv)
     if (ls == NULL)
         return cli_fail(KVQ_ENOMEM, "out of memory");
     for (int i = 2; i < argc; i++)
-        if (token_parse(argv[i], &ls[i]) != 0) {
+        if (cli_token_parse(argv[i], &ls[i]) != 0) {
             free(ls);
             return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)", argv[i],
-                             2 * TOKEN_BYTES);
+                             CLI_TOKEN_LEN);
         }
     cq *q;
     kvq_workq *w;
@@ -226,9 +176,9 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
     if (argc < 3 || argv[2][0] == '-')
         return cli_usage(cmd, "missing the lease TOKEN (printed by 'kvq receive')");
     kvq_workq_lease l;
-    if (token_parse(argv[2], &l) != 0)
+    if (cli_token_parse(argv[2], &l) != 0)
         return cli_usage(cmd, "'%s' is not a lease token (%d hexadecimal digits)", argv[2],
-                         2 * TOKEN_BYTES);
+                         CLI_TOKEN_LEN);
     long long ms = 0;
     const char *opt = strcmp(cmd, "nack") == 0     ? "--delay"
                       : strcmp(cmd, "extend") == 0 ? "--lease"
@@ -262,7 +212,7 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
     }
     if (strcmp(cmd, "extend") == 0) {
         /* The lease's new end changes the token: print the new one. */
-        char tok[2 * TOKEN_BYTES + 1];
+        char tok[CLI_TOKEN_LEN + 1];
         cli_token_format(&l, tok);
         if (c->json)
             printf("{\"lease\":\"%s\"}\n", tok);
@@ -321,7 +271,7 @@ static int print_wq_item(const kvq_workq_item *it, void *payload)
 {
     item_ctx *x = payload;
     double due = (double)it->due_ms / 1000.0;
-    char tok[2 * TOKEN_BYTES + 1];
+    char tok[CLI_TOKEN_LEN + 1];
     if (!x->delayed)
         cli_token_format(&it->lease, tok);
     if (x->c->json) {

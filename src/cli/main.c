@@ -85,10 +85,14 @@ static const cli_cmd commands[] = {
       cmd_extend },
     { "dlq", "list|redrive|purge NAME",
       "list the dead letters, move them back to the queue, or delete them", NULL, cmd_dlq },
-    { "consume", "NAME [--workers N] [--exec CMD] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
+    { "consume", "NAME [--workers N] [--exec CMD [--raw]] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
       "hand each item to standard output or a command, at least once (durable and priority queues)",
       "  --workers N  consumer threads (default 1)\n"
       "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
+      "               as pop prints it (the value, then a newline), with $KVQ_QUEUE,\n"
+      "               $KVQ_DELIVERIES, $KVQ_LEASE (its token), $KVQ_WORKER and $KVQ_DB set; it\n"
+      "               never outlives kvq (killed with it, even by SIGKILL)\n"
+      "  --raw        with --exec: the value's bytes alone, no newline\n"
       "  --drain      stop once nothing is ready (default: run until SIGINT/SIGTERM)\n"
       "  --nack-delay MS  a failed item is ready again after MS milliseconds (default 1000);\n"
       "               after the queue's max deliveries (create prints it) it goes to the dead\n"
@@ -99,7 +103,8 @@ static const cli_cmd commands[] = {
       "               gone even if its command fails or kvq is killed (the rest of its\n"
       "               batch is still handed over)\n"
       "  --batch K    with --at-most-once: items popped per transaction (default 10)\n"
-      "exit: 0; 5 when an item's command failed; 141 when standard output was closed\n",
+      "exit: 0 (also when stopped by SIGTERM); 130 on SIGINT (Ctrl-C); 5 when an item's\n"
+      "command failed; 141 when standard output was closed\n",
       cmd_consume },
     { "bench", "[--quick] [--items N] [--threads N]",
       "measure push and pop throughput of each queue type", NULL, cmd_bench },

@@ -90,5 +90,40 @@ printf 'crlf\r\n' | k push s
 check "CRLF: the \\r is kept (documented)" bash -c "[ \"\$('$KVQ' --db '$DB' pop s | od -An -c | tr -d ' \n')\" = 'crlf\r\n' ]"
 check "the value limit is in the man page and in push --help" bash -c "grep -q '100,000 bytes' '$(dirname "$0")/../../docs/kvq.1' && '$KVQ' push --help | grep -q '100,000'"
 
+# ---- consume --exec: what pop prints, the item's variables, the exit status, no orphan --------
+k create ex --max-deliveries 2 >/dev/null
+k push ex one 'two words'
+k consume ex --drain --exec 'read -r v && echo "$v|$KVQ_QUEUE|$KVQ_DELIVERIES|${#KVQ_LEASE}|$KVQ_WORKER" >> '"'$T/ex.out'" 2>"$T/err"; rc=$?
+check "consume --exec 'read v': every item succeeds (the value ends with a newline)" bash -c "[ $rc = 0 ] && [ \"\$(sort '$T/ex.out' | tr '\n' ,)\" = 'one|ex|1|88|0,two words|ex|1|88|0,' ] && [ -z \"\$('$KVQ' --db '$DB' dlq list ex)\" ]"
+k push ex tok >/dev/null
+k consume ex --drain --exec "cat >/dev/null; '$KVQ' extend \"\$KVQ_QUEUE\" \"\$KVQ_LEASE\" > '$T/ext.out'" 2>/dev/null
+check "consume --exec: \$KVQ_LEASE and \$KVQ_DB let the command extend its own lease" bash -c "[ \$(wc -c < '$T/ext.out') = 89 ]"
+printf 'a\nb' | k push ex --file -
+k consume ex --drain --raw --exec "cat > '$T/raw.out'" 2>/dev/null
+check "consume --raw: the value's bytes alone" bash -c "[ \"\$(od -An -c '$T/raw.out' | tr -d ' \n')\" = 'a\nb' ]"
+k push ex bad
+k consume ex --drain --nack-delay 0 --exec 'cat >/dev/null; exit 7' >/dev/null 2>"$T/err"; rc=$?
+check "consume --exec: the failure names the command's exit status" bash -c "[ $rc = 5 ] && grep -q 'exited with status 7' '$T/err'"
+k create orphan --lease 1s >/dev/null
+k push orphan job
+rm -f "$T/started" "$T/ran"
+"$KVQ" --db "$DB" consume orphan --exec "cat > '$T/started'; sleep 3; echo ran >> '$T/ran'" 2>/dev/null &
+pk=$!
+for _ in $(seq 1 200); do [ -s "$T/started" ] && break; sleep 0.05; done
+kill -9 $pk; wait $pk 2>/dev/null
+sleep 4
+check "SIGKILL of consume: its command does not run on (the job cannot run twice)" bash -c "[ -s '$T/started' ] && [ ! -e '$T/ran' ]"
+# Ctrl-C of consume's process group: exit 130, as watch and push; at most once, the commands of
+# the popped batch still run, so nothing popped is lost.
+k create amo >/dev/null
+seq 1 40 | k push amo
+rm -f "$T/amo.out"
+setsid "$KVQ" --db "$DB" consume amo --at-most-once --batch 5 --exec "v=\$(cat); sleep 0.1; echo \"\$v\" >> '$T/amo.out'" 2>"$T/amo.err" &
+pa=$!
+for _ in $(seq 1 100); do [ -s "$T/amo.out" ] && break; sleep 0.05; done
+kill -INT -- -$pa
+wait $pa; rc=$?
+check "Ctrl-C of consume --at-most-once --exec: exit 130, every popped item handed over" bash -c "[ $rc = 130 ] && cat '$T/amo.out' <('$KVQ' --db '$DB' pop amo -n 100) | sort -n | diff - <(seq 1 40) >/dev/null && grep -q ' 0 popped but not handed over' '$T/amo.err'"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
