@@ -25,6 +25,7 @@ enum {
 typedef struct cli {
     const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
     int json;
+    int read_only; /* --read-only: the database is opened read-only (writes fail) */
     int nul;       /* -0: values end with NUL (input and output) instead of a newline */
     int create_db; /* cli_open may create the database (create, demo, bench); else never */
     kvq_db *db;
@@ -55,6 +56,9 @@ int cli_fail_msg(int rc, const char *what, char *msg, size_t cap);
 int cli_exit_code(int rc);
 /* Prints a usage error naming the problem and returns EXIT_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An argument as messages show it: control bytes as \xNN, at most 64 bytes and then its
+ * length; valid until the fourth call after (not thread-safe: for the main thread). */
+const char *cli_arg(const char *s);
 /* Prints a command's help. */
 void cli_help(FILE *f, const cli_cmd *cmd);
 const cli_cmd *cli_find(const char *name);
@@ -75,9 +79,11 @@ void cli_json_error_obj(int code, const char *name, const char *message);
 /* Turns the JSON form of errors on or off (a command that reports failures inside its own JSON
  * value); returns the previous setting. */
 int cli_json_errors(int on);
-/* Writes bytes as a JSON string (with quotes): UTF-8 as it is, a byte that is not UTF-8 as
- * U+DC00 + its value, \udc80 to \udcff (Python's surrogateescape). */
+/* Writes bytes (a value, a name) as JSON: a string when they are UTF-8, else
+ * {"base64":"..."}, so that every parser reads them and gets the exact bytes back. */
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);
+/* Writes text (a message) as a JSON string; a byte that is not UTF-8 becomes U+FFFD. */
+void cli_json_text(FILE *f, const char *s);
 /* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the byte at p starts none. */
 size_t cli_utf8_len(const uint8_t *p, size_t n);
 /* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after

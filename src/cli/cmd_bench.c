@@ -86,7 +86,7 @@ int cmd_bench(cli *c, int argc, char **argv)
                 return cli_usage("bench", "--threads needs a count from 1 to 256");
             i++;
         } else {
-            return cli_usage("bench", "unexpected argument '%s'", argv[i]);
+            return cli_usage("bench", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     c->create_db = 1;

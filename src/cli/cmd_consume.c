@@ -313,11 +313,11 @@ int cmd_consume(cli *c, int argc, char **argv)
             nack_given = 1;
             i++;
         } else {
-            return cli_usage("consume", "unexpected argument '%s'", argv[i]);
+            return cli_usage("consume", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (cli_check_name(name) != 0)
-        return cli_usage("consume", "invalid queue name '%s'", name);
+        return cli_usage("consume", "invalid queue name '%s'", cli_arg(name));
     if (raw && exec == NULL)
         return cli_usage("consume", "--raw applies with --exec");
     if (ack_given && !ack)

@@ -197,10 +197,10 @@ int cmd_demo(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
             name = argv[++i];
             if (cli_check_name(name) != 0)
-                return cli_usage("demo", "invalid queue name '%s'", name);
+                return cli_usage("demo", "invalid queue name '%s'", cli_arg(name));
             continue;
         } else
-            return cli_usage("demo", "unexpected argument '%s'", argv[i]);
+            return cli_usage("demo", "unexpected argument '%s'", cli_arg(argv[i]));
         if (i + 1 >= argc || cli_parse_int(argv[i + 1], lo, hi, dst) != 0)
             return cli_usage("demo", "%s needs a number from %lld to %lld", argv[i], lo, hi);
         i++;

@@ -130,7 +130,7 @@ static int read_file(const char *path, kvq_buf *out)
 {
     int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return kvq__error(errno == ENOENT ? KVQ_ENOTFOUND : KVQ_EIO, "cannot open '%s': %s",
+        return kvq__error(errno == ENOENT ? KVQ_EINVAL : KVQ_EIO, "cannot open '%s': %s",
                           path, strerror(errno));
     out->len = 0;
     int err = 0;
@@ -204,7 +204,7 @@ int cmd_push(cli *c, int argc, char **argv)
             return cli_usage("push",
                              "unknown option '%s' (to push values that start with '-', put "
                              "them after '--')",
-                             argv[i]);
+                             cli_arg(argv[i]));
         } else {
             first_value = i;
             n_values++;

@@ -15,7 +15,7 @@ int cli_need_name(const char *cmd, int argc, char **argv, const char **name)
     if (argc < 2 || argv[1][0] == '-')
         return cli_usage(cmd, "missing the queue NAME");
     if (cli_check_name(argv[1]) != 0)
-        return cli_usage(cmd, "invalid queue name '%s' (1-200 printable bytes)", argv[1]);
+        return cli_usage(cmd, "invalid queue name '%s' (1-200 printable bytes)", cli_arg(argv[1]));
     *name = argv[1];
     return 0;
 }
@@ -71,7 +71,7 @@ int cmd_create(cli *c, int argc, char **argv)
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
             if (cli_qtype_parse(argv[++i], &type) != 0)
                 return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
-                                 argv[i]);
+                                 cli_arg(argv[i]));
         } else if (strcmp(argv[i], "--lease") == 0) {
             if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &v) != 0)
                 return cli_usage("create", "--lease needs a duration from 1ms to 24h (500ms, 30s, 5m)");
@@ -84,10 +84,10 @@ int cmd_create(cli *c, int argc, char **argv)
             info.max_deliveries = (uint32_t)v;
             settings_given = 1;
             i++;
-        } else if (strcmp(argv[i], "--if-not-exists") == 0) {
+        } else if (strcmp(argv[i], "--if-not-exists") == 0 || strcmp(argv[i], "--exist-ok") == 0) {
             if_not_exists = 1;
         } else {
-            return cli_usage("create", "unexpected argument '%s'", argv[i]);
+            return cli_usage("create", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (type == QT_FIFO && settings_given)
@@ -165,7 +165,7 @@ int cmd_alter(cli *c, int argc, char **argv)
                 return cli_usage("alter", "--max-deliveries needs a count (0: never)");
             i++;
         } else {
-            return cli_usage("alter", "unexpected argument '%s'", argv[i]);
+            return cli_usage("alter", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (lease < 0 && maxd < 0)
@@ -206,7 +206,7 @@ int cmd_delete(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("delete", "unexpected argument '%s'", argv[2]);
+        return cli_usage("delete", "unexpected argument '%s'", cli_arg(argv[2]));
     cq *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
@@ -270,7 +270,7 @@ int cmd_pop(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--max") == 0) {
             max = 1;
         } else {
-            return cli_usage("pop", "unexpected argument '%s'", argv[i]);
+            return cli_usage("pop", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     cq *q;
@@ -341,12 +341,18 @@ int cmd_peek(cli *c, int argc, char **argv)
         if (strcmp(argv[i], "--max") == 0)
             max = 1;
         else
-            return cli_usage("peek", "unexpected argument '%s'", argv[i]);
+            return cli_usage("peek", "unexpected argument '%s'", cli_arg(argv[i]));
     }
     cq *q;
-    rc = open_queue(c, name, &q, NULL);
+    cli_qtype type;
+    rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
+    if (max && type != QT_PRIORITY) {
+        cq_close(q);
+        return cli_usage("peek", "--max applies to priority queues; '%s' is a %s queue", name,
+                         cli_qtype_name(type));
+    }
     kvq_buf v = KVQ_BUF_INIT;
     int err = cq_peek(q, max, &v);
     cq_close(q);
@@ -379,7 +385,7 @@ int cmd_len(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("len", "unexpected argument '%s'", argv[2]);
+        return cli_usage("len", "unexpected argument '%s'", cli_arg(argv[2]));
     cq *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
@@ -414,7 +420,7 @@ int cmd_list(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--delayed") == 0) {
             delayed = 1;
         } else {
-            return cli_usage("list", "unexpected argument '%s'", argv[i]);
+            return cli_usage("list", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (inflight + delayed > 1 || ((inflight || delayed) && limit > 0))
@@ -444,7 +450,7 @@ int cmd_clear(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("clear", "unexpected argument '%s'", argv[2]);
+        return cli_usage("clear", "unexpected argument '%s'", cli_arg(argv[2]));
     cq *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
@@ -474,7 +480,7 @@ int cmd_watch(cli *c, int argc, char **argv)
                 return cli_usage("watch", "--timeout needs a duration (500ms, 30s, 5m)");
             i++;
         } else {
-            return cli_usage("watch", "unexpected argument '%s'", argv[i]);
+            return cli_usage("watch", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     cq *q;

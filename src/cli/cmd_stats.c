@@ -276,12 +276,12 @@ int cmd_stats(cli *c, int argc, char **argv)
         else if (strcmp(argv[i], "--watch") == 0)
             watch = 1;
         else if (argv[i][0] == '-' || name != NULL)
-            return cli_usage("stats", "unexpected argument '%s'", argv[i]);
+            return cli_usage("stats", "unexpected argument '%s'", cli_arg(argv[i]));
         else
             name = argv[i];
     }
     if (name != NULL && cli_check_name(name) != 0)
-        return cli_usage("stats", "invalid queue name '%s'", name);
+        return cli_usage("stats", "invalid queue name '%s'", cli_arg(name));
     if (prom && c->json)
         return cli_usage("stats", "--prometheus and --json exclude each other");
     int rc = cli_open(c);
@@ -349,7 +349,7 @@ int cmd_stats(cli *c, int argc, char **argv)
 int cmd_queues(cli *c, int argc, char **argv)
 {
     if (argc > 1)
-        return cli_usage("queues", "unexpected argument '%s'", argv[1]);
+        return cli_usage("queues", "unexpected argument '%s'", cli_arg(argv[1]));
     int rc = cli_open(c);
     if (rc != 0)
         return rc;

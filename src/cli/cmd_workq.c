@@ -75,7 +75,7 @@ int cmd_receive(cli *c, int argc, char **argv)
             many = 1;
             i++;
         } else {
-            return cli_usage("receive", "unexpected argument '%s'", argv[i]);
+            return cli_usage("receive", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     cq *q;
@@ -189,7 +189,7 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
                 return cli_usage(cmd, "%s needs a duration from 0 to 24h (500ms, 30s, 5m)", opt);
             i++;
         } else {
-            return cli_usage(cmd, "unexpected argument '%s'", argv[i]);
+            return cli_usage(cmd, "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     cq *q;
@@ -210,7 +210,13 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
         snprintf(what, sizeof(what), "%s failed", cmd);
         return lease_fail(err, what);
     }
-    if (strcmp(cmd, "extend") == 0) {
+    if (strcmp(cmd, "ack") == 0 || strcmp(cmd, "nack") == 0) {
+        /* Text: silent, as the other commands that change a queue; --json: one value. */
+        if (c->json && strcmp(cmd, "ack") == 0)
+            printf("{\"acked\":[\"%s\"],\"failed\":0}\n", argv[2]);
+        else if (c->json)
+            printf("{\"nacked\":\"%s\",\"delay_ms\":%lld}\n", argv[2], ms);
+    } else {
         /* The lease's new end changes the token: print the new one. */
         char tok[CLI_TOKEN_LEN + 1];
         cli_token_format(&l, tok);
@@ -327,7 +333,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 3)
-        return cli_usage("dlq", "unexpected argument '%s'", argv[3]);
+        return cli_usage("dlq", "unexpected argument '%s'", cli_arg(argv[3]));
     cq *q;
     kvq_workq *w;
     rc = open_workq(c, "dlq", name, &q, &w);

@@ -10,15 +10,16 @@
 #include "cli.h"
 
 static const cli_cmd commands[] = {
-    { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--if-not-exists]",
+    { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--exist-ok]",
       "create a queue (durable by default)",
       "  --type T     fifo (FoundationDB's queue recipe), priority (the priority queue recipe)\n"
       "               or durable (versionstamped keys with push and pop counters)\n"
       "  --lease D    lease of receive and consume (default 30s)\n"
       "  --max-deliveries N  deliveries before an item goes to the dead letters (default 5;\n"
       "               0: never)\n"
-      "  --if-not-exists  succeed if the queue exists with this type (its settings stay)\n"
-      "durations: milliseconds, or with a unit: 500ms, 30s, 5m, 1h\n",
+      "  --exist-ok   succeed if the queue exists with this type (its settings stay);\n"
+      "               also spelled --if-not-exists\n"
+      "durations: milliseconds, or with a unit: 500ms, 30s, 1.5s, 5m, 1h\n",
       cmd_create },
     { "alter", "NAME [--lease D] [--max-deliveries N]",
       "change a durable or priority queue's lease and max deliveries",
@@ -138,7 +139,7 @@ void cli_help(FILE *f, const cli_cmd *cmd)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvq [--db URL] [--json] COMMAND [ARGS...]\n"
+    fprintf(f, "usage: kvq [--db URL] [--json] [-0] [--read-only] COMMAND [ARGS...]\n"
                "       kvq --help | --version | COMMAND --help\n\n"
                "Durable, transactional queues. URL is a directory (the embedded engine; default\n"
                "$KVQ_DB or ./kvq-data) or fdb:[cluster-file].\n\ncommands:\n");
@@ -149,6 +150,18 @@ static void usage(FILE *f)
                "the demo's check)\n\n"
                "Options go before a command's values: after the first value of push, every\n"
                "argument is a value; '--' ends the options (kvq push q -- -h pushes \"-h\").\n");
+}
+
+/* Writes a message with its control bytes escaped (a terminal never gets them raw). */
+static void put_text(FILE *f, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch < 0x20 && ch != '\n') || ch == 0x7f)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
 }
 
 /* Whether the embedded database path (the default one for NULL) exists and is not a directory. */
@@ -169,8 +182,10 @@ int cli_open(cli *c)
     if (c->db != NULL)
         return 0;
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-    if (!c->create_db)
+    if (!c->create_db || c->read_only)
         o.flags |= KVQ_DB_NO_CREATE;
+    if (c->read_only)
+        o.flags |= KVQ_DB_READ_ONLY;
     int rc = kvq_db_open(&c->db, c->db_url, &o);
     if (rc == KVQ_ENOTFOUND && !c->create_db) {
         fprintf(stderr, "kvq: %s (create a queue with 'kvq create NAME' to start one)\n",
@@ -188,6 +203,16 @@ int cli_open(cli *c)
         cli_json_error(KVQ_EIO, "io_error", msg);
         return EXIT_DB;
     }
+    if (rc == KVQ_EPERM && !c->read_only) {
+        char msg[1400];
+        snprintf(msg, sizeof(msg), "cannot open the database: %s (to read a database you cannot "
+                 "write, give --read-only)", kvq_last_error());
+        fputs("kvq: ", stderr);
+        put_text(stderr, msg);
+        fputs(" (permission_denied)\n", stderr);
+        cli_json_error(rc, kvq_errname(rc), msg);
+        return EXIT_DB;
+    }
     if (rc != 0)
         return cli_fail(rc, "cannot open the database");
     return 0;
@@ -198,8 +223,15 @@ int cli_fail_msg(int rc, const char *what, char *msg, size_t cap)
     const char *detail = kvq_last_error();
     if (!(detail[0] != '\0' && kvq_last_error_code() == rc))
         detail = kvq_strerror(rc);
-    fprintf(stderr, "kvq: %s: %s (%s)\n", what, detail, kvq_errname(rc));
-    snprintf(msg, cap, "%s: %s", what, detail);
+    /* A full disk: say what the reserve is, which a new user does not know (docs/engine.md). */
+    snprintf(msg, cap, "%s: %s%s", what, detail,
+             rc == KVQ_ENOSPC ? " (the embedded engine keeps 8 MB of the disk in reserve, so that "
+                                "a full disk can still drain its queues: a new database needs "
+                                "about 10 MB free)"
+                              : "");
+    fputs("kvq: ", stderr);
+    put_text(stderr, msg);
+    fprintf(stderr, " (%s)\n", kvq_errname(rc));
     return cli_exit_code(rc);
 }
 
@@ -215,10 +247,32 @@ int cli_exit_code(int rc)
 {
     if (rc == KVQ_ENOTFOUND)
         return EXIT_NOQUEUE;
+    if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED)
+        return EXIT_EMPTY;
     if (rc == KVQ_EINVAL || rc == KVQ_EWRONGTYPE || rc == KVQ_EEXISTS || rc == KVQ_EKEY_TOO_LARGE ||
         rc == KVQ_EVALUE_TOO_LARGE)
         return EXIT_USAGE;
     return EXIT_DB;
+}
+
+const char *cli_arg(const char *s)
+{
+    static char bufs[4][400];
+    static int next;
+    char *b = bufs[next];
+    next = (next + 1) % 4;
+    size_t n = strlen(s), o = 0, i = 0;
+    for (; i < n && i < 64; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch == 0x7f)
+            o += (size_t)snprintf(b + o, 400 - o, "\\x%02x", ch);
+        else
+            b[o++] = (char)ch;
+    }
+    b[o] = '\0';
+    if (i < n)
+        snprintf(b + o, 400 - o, "... (%zu bytes in all)", n);
+    return b;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...)
@@ -228,8 +282,10 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     char msg[1200];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kvq%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
-    cli_json_error(EXIT_USAGE, "usage", msg);
+    fprintf(stderr, "kvq%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    put_text(stderr, msg);
+    fputc('\n', stderr);
+    cli_json_error(KVQ_EINVAL, "usage", msg);
     if (cmd != NULL)
         fprintf(stderr, "try 'kvq %s --help'\n", cmd);
     else
@@ -300,14 +356,28 @@ size_t cli_utf8_len(const uint8_t *p, size_t n)
 
 int cli_parse_ms(const char *s, long long min, long long max, long long *out)
 {
-    if (s == NULL || *s == '\0' || *s == '-' || *s == '+')
+    if (s == NULL || *s < '0' || *s > '9')
         return -1;
     errno = 0;
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s)
+    if (errno != 0)
         return -1;
-    long long unit = 1;
+    /* A fraction (1.5s, 0.25m): up to 9 digits, kept as a numerator over 10^digits. */
+    long long frac = 0, scale = 1;
+    if (*end == '.') {
+        end++;
+        if (*end < '0' || *end > '9')
+            return -1;
+        while (*end >= '0' && *end <= '9') {
+            if (scale >= 1000000000LL)
+                return -1;
+            frac = frac * 10 + (*end - '0');
+            scale *= 10;
+            end++;
+        }
+    }
+    long long unit;
     if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0)
         unit = 1;
     else if (strcmp(end, "s") == 0)
@@ -321,22 +391,30 @@ int cli_parse_ms(const char *s, long long min, long long max, long long *out)
     if (v > max / unit)
         return -1;
     v *= unit;
+    /* The fraction must come to whole milliseconds (1.5s is 1500 ms; 1.5ms is refused). */
+    if (frac != 0) {
+        if ((frac * unit) % scale != 0)
+            return -1;
+        long long add = frac * unit / scale;
+        if (v > max - add)
+            return -1;
+        v += add;
+    }
     if (v < min || v > max)
         return -1;
     *out = v;
     return 0;
 }
 
-void cli_json_str(FILE *f, const uint8_t *p, size_t n)
+/* A JSON string of bytes that are UTF-8 where utf8 says so; other bytes as U+FFFD. */
+static void json_string(FILE *f, const uint8_t *p, size_t n)
 {
     fputc('"', f);
     for (size_t i = 0; i < n;) {
         unsigned char ch = p[i];
         size_t len = cli_utf8_len(p + i, n - i);
         if (len == 0) {
-            /* A byte that is not UTF-8: U+DC00 + the byte (U+DC80 to U+DCFF), as Python's
-             * surrogateescape reads it, so the value's bytes can be recovered exactly (docs/kvq.1, JSON OUTPUT). */
-            fprintf(f, "\\udc%02x", ch);
+            fputs("\\ufffd", f);
             i++;
             continue;
         }
@@ -357,6 +435,46 @@ void cli_json_str(FILE *f, const uint8_t *p, size_t n)
     fputc('"', f);
 }
 
+static int valid_utf8(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t len = cli_utf8_len(p + i, n - i);
+        if (len == 0)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+void cli_json_str(FILE *f, const uint8_t *p, size_t n)
+{
+    if (valid_utf8(p, n)) {
+        json_string(f, p, n);
+        return;
+    }
+    /* Not UTF-8: a JSON string cannot hold it exactly in a form every parser accepts (a lone
+     * surrogate is refused by strict ones), so the bytes go in base64 (docs/kvq.1, JSON OUTPUT). */
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    fputs("{\"base64\":\"", f);
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        fputc(b64[v >> 18 & 63], f);
+        fputc(b64[v >> 12 & 63], f);
+        fputc(i + 1 < n ? b64[v >> 6 & 63] : '=', f);
+        fputc(i + 2 < n ? b64[v & 63] : '=', f);
+    }
+    fputs("\"}", f);
+}
+
+void cli_json_text(FILE *f, const char *s)
+{
+    json_string(f, (const uint8_t *)s, strlen(s));
+}
+
 /* --json: errors are one JSON value on standard output too (and the message on stderr). */
 static int json_errors;
 
@@ -369,11 +487,17 @@ int cli_json_errors(int on)
 
 void cli_json_error_obj(int code, const char *name, const char *message)
 {
+    /* The exit status too: the code is kvq's (9003 both for no_such_queue and no_database,
+     * which the name tells apart; "usage" has none of its own). */
+    int exit_code = strcmp(name, "usage") == 0 ? EXIT_USAGE
+                    : strcmp(name, "no_such_queue") == 0 || strcmp(name, "no_database") == 0
+                        ? EXIT_NOQUEUE
+                        : cli_exit_code(code);
     printf("{\"code\":%d,\"name\":", code);
-    cli_json_str(stdout, (const uint8_t *)name, strlen(name));
+    cli_json_text(stdout, name);
     printf(",\"message\":");
-    cli_json_str(stdout, (const uint8_t *)message, strlen(message));
-    printf("}");
+    cli_json_text(stdout, message);
+    printf(",\"exit\":%d}", exit_code);
 }
 
 void cli_json_error(int code, const char *name, const char *message)
@@ -417,6 +541,8 @@ int cli_main(cli *c, int argc, char **argv)
             c->json = 1;
         } else if (strcmp(a, "-0") == 0 || strcmp(a, "--null") == 0) {
             c->nul = 1;
+        } else if (strcmp(a, "--read-only") == 0) {
+            c->read_only = 1;
         } else if (strcmp(a, "--db") == 0) {
             if (i + 1 >= argc)
                 return cli_usage(NULL, "--db needs a URL");
@@ -439,7 +565,7 @@ int cli_main(cli *c, int argc, char **argv)
     }
     if (i >= argc) {
         usage(stderr);
-        cli_json_error(EXIT_USAGE, "usage", "missing the COMMAND (kvq --help lists them)");
+        cli_json_error(KVQ_EINVAL, "usage", "missing the COMMAND (kvq --help lists them)");
         return EXIT_USAGE;
     }
     const cli_cmd *cmd = cli_find(argv[i]);
@@ -467,9 +593,11 @@ int cli_main(cli *c, int argc, char **argv)
         }
         /* Global options are accepted after the command too. */
         if (strcmp(argv[j], "--json") == 0 || strcmp(argv[j], "-0") == 0 ||
-            strcmp(argv[j], "--null") == 0) {
-            if (argv[j][1] == '-' && argv[j][2] == 'j')
+            strcmp(argv[j], "--null") == 0 || strcmp(argv[j], "--read-only") == 0) {
+            if (strcmp(argv[j], "--json") == 0)
                 c->json = 1;
+            else if (strcmp(argv[j], "--read-only") == 0)
+                c->read_only = 1;
             else
                 c->nul = 1;
             memmove(&argv[j], &argv[j + 1], (size_t)(argc - j - 1) * sizeof(*argv));

@@ -125,5 +125,56 @@ kill -INT -- -$pa
 wait $pa; rc=$?
 check "Ctrl-C of consume --at-most-once --exec: exit 130, every popped item handed over" bash -c "[ $rc = 130 ] && cat '$T/amo.out' <('$KVQ' --db '$DB' pop amo -n 100) | sort -n | diff - <(seq 1 40) >/dev/null && grep -q ' 0 popped but not handed over' '$T/amo.err'"
 
+# ---- smaller surprises --------------------------------------------------------------------------
+k create ak >/dev/null
+k push ak one two
+t1=$(k receive ak | cut -f1); t2=$(k receive ak | cut -f1)
+check "--json ack: one JSON value" bash -c "'$KVQ' --db '$DB' --json ack ak '$t1' | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"acked\"]==[\"$t1\"] and v[\"failed\"]==0, v'"
+check "--json nack: one JSON value" bash -c "'$KVQ' --db '$DB' --json nack ak '$t2' | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"nacked\"]==\"$t2\", v'"
+k create ak --exist-ok >/dev/null; rc=$?
+check "create --exist-ok of an existing queue of the same type: exit 0" bash -c "[ $rc = 0 ]"
+k push ak --delay 1.5s later
+check "durations with a fraction: --delay 1.5s" bash -c "'$KVQ' --db '$DB' --json list ak --delayed | python3 -c 'import json,sys; v=json.load(sys.stdin); assert len(v)==1 and 1.0<v[0][\"due_in_seconds\"]<=1.5, v'"
+k peek ak --max 2>"$T/err"; rc=$?
+check "peek --max on a durable queue: a usage error that names no C function" bash -c "[ $rc = 2 ] && grep -q -- '--max applies to priority queues' '$T/err' && ! grep -q 'kvq_' '$T/err'"
+k len "$(head -c 20000 /dev/zero | tr '\0' x)" 2>"$T/err"; rc=$?
+check "a 20,000-byte bad name is not echoed in full" bash -c "[ $rc = 2 ] && [ \$(wc -c < '$T/err') -lt 400 ] && grep -q '20000 bytes' '$T/err'"
+k create "$(printf 'bad\033[31mname')" 2>"$T/err"
+check "control bytes of a bad name are escaped, never printed raw" bash -c "! grep -q \$'\033' '$T/err' && grep -q 'x1b' '$T/err'"
+printf 'caf\xc3\xa9\n\xff\xfe\n' | k push ak
+k pop ak -n 5 >/dev/null
+printf 'caf\xc3\xa9\n\xff\xfe\n' | k push ak
+check "--json: a value that is not UTF-8 is {\"base64\": ...}, which strict parsers read" bash -c "'$KVQ' --db '$DB' --json pop ak -n 5 | python3 -c '
+import json,sys,base64
+v=json.loads(sys.stdin.read(), parse_constant=None)
+assert v[0]==\"caf\u00e9\" and base64.b64decode(v[1][\"base64\"])==b\"\\xff\\xfe\", v
+json.dumps(v).encode(\"utf-8\")'"
+"$KVQ" --db "$T/none" --json len q >"$T/j" 2>/dev/null
+"$KVQ" --db "$DB" --json len nosuch >"$T/j2" 2>/dev/null
+check "--json errors carry the exit status (no_database and no_such_queue: 4, told apart by name)" bash -c "python3 -c 'import json; a=json.load(open(\"$T/j\"))[\"error\"]; b=json.load(open(\"$T/j2\"))[\"error\"]; assert a[\"exit\"]==4 and b[\"exit\"]==4 and a[\"name\"]==\"no_database\" and b[\"name\"]==\"no_such_queue\", (a,b)'"
+DOCS="$(cd "$(dirname "$0")/../../docs" && pwd)"
+check "docs/errors.md gives the exit statuses of the man page (4: no such queue)" bash -c "grep -q '| 4 |' '$DOCS/errors.md' && grep -q 'no_such_queue' '$DOCS/errors.md'"
+# A database on read-only media (here: files and directory without write permission, read by a
+# user who cannot write them) can be read with --read-only.
+cp -r "$DB" "$T/ro"
+chmod -R a+r,a-w "$T/ro"; chmod a+x "$T/ro"; chmod a+rx "$T"
+as_reader() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+as_reader "$KVQ" --db "$T/ro" len ak >/dev/null 2>"$T/err"; rc=$?
+check "a read-only database without --read-only: exit 3, the message suggests --read-only" bash -c "[ $rc = 3 ] && grep -q -- '--read-only' '$T/err'"
+got=$(as_reader "$KVQ" --db "$T/ro" --read-only --json stats ak 2>"$T/err"); rc=$?
+check "--read-only: a read-only database can be read" bash -c "[ $rc = 0 ] && python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert v[\"delayed\"]==1, v' '$got'"
+as_reader "$KVQ" --db "$T/ro" --read-only push ak x >/dev/null 2>"$T/err"; rc=$?
+check "--read-only: a write fails with exit 3, changing nothing" bash -c "[ $rc = 3 ] && grep -q permission_denied '$T/err'"
+chmod -R u+w "$T/ro"
+# A small file system: the 8 MB reserve is said, not a bare "disk is full".
+mkdir -p "$T/small"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$T/small" 2>/dev/null; then
+    "$KVQ" --db "$T/small/db" create q >/dev/null 2>"$T/err"; rc=$?
+    umount "$T/small"
+    check "create on a 4 MB file system: exit 3, the reserve explained" bash -c "[ $rc = 3 ] && grep -q '8 MB' '$T/err'"
+else
+    echo "skip - create on a 4 MB file system (mounting a tmpfs needs root)"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -105,6 +105,60 @@ static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st)
     return 0;
 }
 
+/* Read-only media (a read-only handle on a directory it cannot write, with no WAL left by a
+ * writer): SQLite cannot create the WAL index there, so the file is opened as immutable, which
+ * it is. A URI with the path percent-encoded; NULL when not applicable or out of memory. */
+static char *immutable_uri(const emb_db *e)
+{
+    if (!(e->opts.flags & KVQ_DB_READ_ONLY))
+        return NULL;
+    size_t n = strlen(e->path);
+    char *tmp = malloc(n + 5);
+    if (tmp == NULL)
+        return NULL;
+    memcpy(tmp, e->path, n);
+    memcpy(tmp + n, "-wal", 5);
+    int wal = access(tmp, F_OK) == 0;
+    char *slash = strrchr(e->path, '/');
+    size_t dlen = slash == NULL ? 0 : (size_t)(slash - e->path);
+    memcpy(tmp, dlen == 0 ? "." : e->path, dlen == 0 ? 1 : dlen);
+    tmp[dlen == 0 ? 1 : dlen] = '\0';
+    if (dlen == 0 && slash != NULL)
+        memcpy(tmp, "/", 2);
+    int dir_writable = access(tmp, W_OK) == 0;
+    free(tmp);
+    if (wal || dir_writable)
+        return NULL;
+    char *uri = malloc(3 * n + 32);
+    if (uri == NULL)
+        return NULL;
+    size_t o = (size_t)sprintf(uri, "file:");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)e->path[i];
+        if (ch == '?' || ch == '#' || ch == '%' || ch < 0x21 || ch > 0x7e)
+            o += (size_t)sprintf(uri + o, "%%%02X", ch);
+        else
+            uri[o++] = (char)ch;
+    }
+    strcpy(uri + o, "?immutable=1");
+    return uri;
+}
+
+/* A read-only handle opened as immutable reports the journal mode "delete": the file's header
+ * (bytes 18 and 19 are 2 in WAL mode) says what it is. */
+static int wal_header(const emb_db *e)
+{
+    if (!(e->opts.flags & KVQ_DB_READ_ONLY))
+        return 0;
+    uint8_t h[2];
+    int fd = open(e->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = pread(fd, h, 2, 18) == 2 && h[0] == 2 && h[1] == 2;
+    close(fd);
+    return ok;
+}
+
 static int open_sqlite(emb_db *e, sqlite3 **out, int create)
 {
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -113,7 +167,10 @@ static int open_sqlite(emb_db *e, sqlite3 **out, int create)
     if (e->opts.flags & KVQ_DB_READ_ONLY)
         flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(e->path, &db, flags, NULL);
+    char *uri = immutable_uri(e);
+    int rc = sqlite3_open_v2(uri != NULL ? uri : e->path, &db,
+                             uri != NULL ? flags | SQLITE_OPEN_URI : flags, NULL);
+    free(uri);
     if (rc != SQLITE_OK) {
         int code = emb_sqlite_error(db, rc, "opening the database file");
         sqlite3_close_v2(db);
@@ -550,7 +607,7 @@ static int emb_open(void **out, kvq_db *db, const char *dir, const kvq__db_opts 
         if (sqlite3_prepare_v2(e->writer, "PRAGMA journal_mode", -1, &jm, NULL) == SQLITE_OK &&
             sqlite3_step(jm) == SQLITE_ROW) {
             const char *mode = (const char *)sqlite3_column_text(jm, 0);
-            if (mode == NULL || strcmp(mode, "wal") != 0)
+            if ((mode == NULL || strcmp(mode, "wal") != 0) && !wal_header(e))
                 rc = kvq__error(KVQ_EDAMAGED, "%s is not in WAL mode: not a kvq database file",
                                 e->path);
         }
