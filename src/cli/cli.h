@@ -63,9 +63,6 @@ const char *cli_arg(const char *s);
 void cli_help(FILE *f, const cli_cmd *cmd);
 const cli_cmd *cli_find(const char *name);
 
-/* n-byte big-endian integers (n from 1 to 8): registry values and lease tokens. */
-void cli_put_be(uint8_t *p, uint64_t v, int n);
-uint64_t cli_get_be(const uint8_t *p, int n);
 /* Parses a decimal integer in [min, max]; 0 on success. */
 int cli_parse_int(const char *s, long long min, long long max, long long *out);
 /* Parses a duration in milliseconds, within [min, max]: an integer (milliseconds) or one with

@@ -293,20 +293,6 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-void cli_put_be(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-}
-
-uint64_t cli_get_be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 int cli_parse_int(const char *s, long long min, long long max, long long *out)
 {
     if (s == NULL || *s == '\0')

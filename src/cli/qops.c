@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "qops.h"
+#include "util/bytes.h"
 #include "util/util.h"
 
 struct cq {
@@ -227,8 +228,8 @@ static int durable_stats(cq *q, kvq_txn *txn, cq_stats *out)
         int present = 0;
         if (rc == 0)
             rc = kvq_txn_get(&v, &present, txn, key.data, key.len, KVQ_SNAPSHOT);
-        for (size_t j = 0; rc == 0 && present && j < v.len && j < 8; j++)
-            c[i] |= (uint64_t)v.data[j] << (8 * j);
+        if (rc == 0 && present)
+            c[i] = kvq__le_get(v.data, v.len);
         kvq_buf_dispose(&key);
     }
     if (rc != 0)

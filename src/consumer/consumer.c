@@ -1,8 +1,10 @@
-/* The consumer runtime: worker threads popping batches, sleeping on a watch when the queue is
- * empty, stopping cleanly. */
+/* The queue consumer runtime (kvq_consumer_*, for durable queues): worker threads popping
+ * batches, sleeping on a watch when the queue is empty, stopping cleanly. The work queue's
+ * runtime, with leases, is workq_consumer.c. */
 #include <pthread.h>
 #include <string.h>
 
+#include "consumer/crew.h"
 #include "kvq/consumer.h"
 #include "util/util.h"
 
@@ -19,13 +21,8 @@ struct kvq_consumer {
     void *payload;
     kvq_consumer_options opts;
     worker *workers;
-    int started;
-    int joined;
-
-    pthread_mutex_t mu;
+    kvq__crew crew; /* the workers' threads; its mu guards what follows */
     int stopping;
-    int error;  /* the first error that stopped a worker */
-    int exited; /* workers that have ended */
     int64_t restart_window_start_us;
     int restarts_in_window;
     kvq_consumer_stats stats;
@@ -34,7 +31,6 @@ struct kvq_consumer {
 struct worker {
     kvq_consumer *c;
     int id;
-    pthread_t thread;
     kvq_watch *watch; /* armed while the worker sleeps; cancelled by stop */
 };
 
@@ -66,32 +62,29 @@ static int pop_body(kvq_txn *txn, void *arg)
 
 static int stopping(kvq_consumer *c)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->crew.mu);
     int s = c->stopping;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
     return s;
 }
 
 static void add_stat(kvq_consumer *c, uint64_t *field, uint64_t n)
 {
-    pthread_mutex_lock(&c->mu);
-    *field += n;
-    pthread_mutex_unlock(&c->mu);
+    kvq__crew_add(&c->crew, field, n);
 }
 
 static void set_error(kvq_consumer *c, int rc)
 {
-    pthread_mutex_lock(&c->mu);
-    if (c->error == 0)
-        c->error = rc;
+    pthread_mutex_lock(&c->crew.mu);
+    kvq__crew_fail_locked(&c->crew, rc);
     c->stopping = 1;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
 }
 
 /* A callback failed: allow a restart unless the limit per minute is used up. */
 static int allow_restart(kvq_consumer *c)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->crew.mu);
     int64_t now = kvq__mono_us();
     if (now - c->restart_window_start_us > 60 * 1000000LL) {
         c->restart_window_start_us = now;
@@ -102,7 +95,7 @@ static int allow_restart(kvq_consumer *c)
         c->restarts_in_window++;
         c->stats.restarts++;
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
     return ok;
 }
 
@@ -118,9 +111,7 @@ static void *worker_main(void *arg)
     if (rc != 0) {
         set_error(c, rc);
         kvq__free(values);
-        pthread_mutex_lock(&c->mu);
-        c->exited++;
-        pthread_mutex_unlock(&c->mu);
+        kvq__crew_exit(&c->crew);
         return NULL;
     }
     pop_ctx p = { .c = c, .values = values };
@@ -173,17 +164,17 @@ static void *worker_main(void *arg)
         if (p.n == 0 && c->opts.drain)
             break;
         if (p.n == 0 && p.watch != NULL) {
-            pthread_mutex_lock(&c->mu);
+            pthread_mutex_lock(&c->crew.mu);
             int s = c->stopping;
             if (!s)
                 w->watch = p.watch;
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&c->crew.mu);
             if (!s) {
                 add_stat(c, &c->stats.empty_waits, 1);
                 int wrc = kvq_watch_wait(p.watch, -1);
-                pthread_mutex_lock(&c->mu);
+                pthread_mutex_lock(&c->crew.mu);
                 w->watch = NULL;
-                pthread_mutex_unlock(&c->mu);
+                pthread_mutex_unlock(&c->crew.mu);
                 if (wrc != 0 && wrc != KVQ_EWATCH_CANCELLED) {
                     set_error(c, wrc);
                     break;
@@ -202,9 +193,7 @@ static void *worker_main(void *arg)
     kvq__free(bufs);
     kvq_txn_destroy(txn);
     kvq__free(values);
-    pthread_mutex_lock(&c->mu);
-    c->exited++;
-    pthread_mutex_unlock(&c->mu);
+    kvq__crew_exit(&c->crew);
     return NULL;
 }
 
@@ -238,6 +227,11 @@ int kvq_consumer_start(kvq_consumer **out,
     kvq_consumer *c = kvq__calloc(1, sizeof(*c));
     if (c == NULL)
         return kvq__error(KVQ_ENOMEM, "kvq_consumer_start: out of memory");
+    int rc = kvq__crew_init(&c->crew, opts->workers, "kvq_consumer_start");
+    if (rc != 0) {
+        kvq__free(c);
+        return rc;
+    }
     c->db = db;
     c->src = *src;
     c->fn = fn;
@@ -247,7 +241,6 @@ int kvq_consumer_start(kvq_consumer **out,
     c->src.wake_key.data = c->wake_key;
     c->workers = kvq__calloc((size_t)opts->workers, sizeof(*c->workers));
     c->restart_window_start_us = kvq__mono_us();
-    pthread_mutex_init(&c->mu, NULL);
     if (c->wake_key == NULL || c->workers == NULL) {
         kvq_consumer_free(c);
         return kvq__error(KVQ_ENOMEM, "kvq_consumer_start: out of memory");
@@ -255,15 +248,12 @@ int kvq_consumer_start(kvq_consumer **out,
     for (int i = 0; i < opts->workers; i++) {
         c->workers[i].c = c;
         c->workers[i].id = i;
-        if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0) {
-            kvq_consumer_stop(c);
-            kvq_consumer_join(c);
-            kvq_consumer_free(c);
-            return kvq__error(KVQ_ENOMEM, "kvq_consumer_start: cannot start a thread");
-        }
-        pthread_mutex_lock(&c->mu);
-        c->started++;
-        pthread_mutex_unlock(&c->mu);
+    }
+    rc = kvq__crew_start(&c->crew, worker_main, c->workers, sizeof(*c->workers),
+                         "kvq_consumer_start");
+    if (rc != 0) {
+        kvq_consumer_free(c); /* stops and joins the workers that started */
+        return rc;
     }
     *out = c;
     return 0;
@@ -273,46 +263,33 @@ void kvq_consumer_stop(kvq_consumer *c)
 {
     if (c == NULL)
         return;
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->crew.mu);
     c->stopping = 1;
-    for (int i = 0; i < c->started; i++)
+    for (int i = 0; i < c->crew.started; i++)
         if (c->workers[i].watch != NULL)
             kvq_watch_cancel(c->workers[i].watch);
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
 }
 
 int kvq_consumer_join(kvq_consumer *c)
 {
     if (c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_consumer_join: consumer is NULL");
-    if (!c->joined) {
-        for (int i = 0; i < c->started; i++)
-            pthread_join(c->workers[i].thread, NULL);
-        c->joined = 1;
-    }
-    pthread_mutex_lock(&c->mu);
-    int rc = c->error;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return kvq__crew_join(&c->crew);
 }
 
 int kvq_consumer_finished(kvq_consumer *c)
 {
-    if (c == NULL)
-        return 1;
-    pthread_mutex_lock(&c->mu);
-    int done = c->exited >= c->started;
-    pthread_mutex_unlock(&c->mu);
-    return done;
+    return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }
 
 int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c)
 {
     if (out == NULL || c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_consumer_get_stats: NULL argument");
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->crew.mu);
     *out = c->stats;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
     return 0;
 }
 
@@ -321,9 +298,7 @@ void kvq_consumer_free(kvq_consumer *c)
     if (c == NULL)
         return;
     kvq_consumer_stop(c);
-    if (!c->joined)
-        (void)kvq_consumer_join(c);
-    pthread_mutex_destroy(&c->mu);
+    kvq__crew_destroy(&c->crew); /* joins the workers first */
     kvq__free(c->wake_key);
     kvq__free(c->workers);
     kvq__free(c);

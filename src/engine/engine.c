@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "util/bytes.h"
 
 #define ATOMIC_INC(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
 
@@ -441,8 +442,7 @@ static int check_stamp_offset(const uint8_t *p, size_t len, const char *what)
     if (len < 4)
         return kvq__error(KVQ_ECLIENT_INVALID_OPERATION,
                           "%s: %zu bytes cannot hold the 4-byte versionstamp offset", what, len);
-    uint32_t off = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 | (uint32_t)p[len - 2] << 16 |
-                   (uint32_t)p[len - 1] << 24;
+    uint32_t off = (uint32_t)kvq__le_get(p + len - 4, 4);
     if ((uint64_t)off + 10 > len - 4)
         return kvq__error(KVQ_ECLIENT_INVALID_OPERATION,
                           "%s: versionstamp offset %u does not leave 10 bytes within %zu", what,

@@ -176,3 +176,25 @@ int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_
     kvq_tuple_free(t);
     return 0;
 }
+
+/* ---- key helpers ------------------------------------------------------------------------- */
+
+int kvq__key_after(kvq_buf *out, const uint8_t *key, size_t len)
+{
+    static const uint8_t zero = 0;
+    out->len = 0;
+    int rc = kvq_buf_append(out, key, len);
+    if (rc == 0)
+        rc = kvq_buf_append(out, &zero, 1);
+    return rc;
+}
+
+int kvq__conflict_key(kvq_txn *txn, const uint8_t *key, size_t len)
+{
+    uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+    if (len > KVQ_MAX_KEY_SIZE)
+        return kvq__error(KVQ_EKEY_TOO_LARGE, "conflict key of %zu bytes", len);
+    memcpy(after, key, len);
+    after[len] = 0;
+    return kvq_txn_add_conflict_range(txn, key, len, after, len + 1, KVQ_CONFLICT_READ);
+}

@@ -1,4 +1,14 @@
-/* Internals of the queue layers, shared by their source files and reachable by tests.
+/* Internals of the queue layers, shared by their source files and reachable by tests. The files:
+ *
+ *   keys.c          key builders and parsers (the layouts below), key helpers
+ *   queue_items.c   what every queue operation shares: checks, reading the head, taking items
+ *   queue.c         handles, pops, peeks, lengths, clear, delete, iteration, watches
+ *   queue_push.c    pushes
+ *   idempotency.c   markers and result slots of the convenience forms, tokens, their retry loop
+ *   staging.c       high-contention pops (waiters and hand-overs)
+ *   named.c         named queues and their stored settings
+ *   producer.c      the batching producer
+ *   workq*.c        work queues (workq_internal.h)
  *
  * Keys (prefix = the queue's subspace prefix):
  *   FIFO item       prefix + pack((index, rand20))
@@ -23,6 +33,7 @@
 #include "engine/engine.h"
 #include "kvq/queue.h"
 #include "kvq/workq.h"
+#include "util/bytes.h"
 #include "util/util.h"
 
 #define KVQ__RAND_LEN 20
@@ -60,6 +71,19 @@ struct kvq_queue {
     kvq_queue_stats stats;        /* atomic counters */
 };
 
+/* A borrowed view of a buffer's bytes. */
+static inline kvq_bytes kvq__buf_bytes(const kvq_buf *b)
+{
+    kvq_bytes r = { b->data, b->len };
+    return r;
+}
+
+/* Appends one byte to b. */
+static inline int kvq__buf_put_byte(kvq_buf *b, uint8_t c)
+{
+    return kvq_buf_append(b, &c, 1);
+}
+
 #define KVQ__STAT_INC(q, field) __atomic_add_fetch(&(q)->stats.field, 1, __ATOMIC_RELAXED)
 #define KVQ__STAT_ADD(q, field, n) \
     __atomic_add_fetch(&(q)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
@@ -80,11 +104,11 @@ int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv);
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
 /* prefix + pack((priority,)) (the range of one priority is that + 00 .. + FF). */
 int kvq__qk_prio_prefix(kvq_buf *out, kvq_bytes prefix, int64_t priority);
-/* prefix + 0xFF + pack((tag, bucket, id16)), tag "m" or "r". */
 /* A new id for a marker, result slot or token: the clock's microseconds (8 bytes, big-endian)
  * then 8 random bytes. Ids made later sort later, so a bucket's markers are appended at its end
  * rather than scattered through it (one B-tree leaf written per push, seldom split). */
 int kvq__q_new_id(uint8_t id[KVQ__ID_LEN]);
+/* prefix + 0xFF + pack((tag, bucket, id16)), tag "m" or "r". */
 int kvq__qk_mark(
     kvq_buf *out, kvq_bytes prefix, const char *tag, int64_t bucket, const uint8_t *id16);
 /* prefix + 0xFF + pack((tag,)) and prefix + 0xFF + pack((tag, bucket)): pruning bounds. */
@@ -104,19 +128,23 @@ int kvq__qk_parse_prio(const uint8_t *rest, size_t len, int64_t *priority, int64
 /* Waiter key suffix after prefix + 0xFF: ("hc", "pop", index, rand20). */
 int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_t *rand20);
 
-/* ---- shared helpers (queue.c) -------------------------------------------------------------- */
+/* ---- key helpers (keys.c) ------------------------------------------------------------------ */
 
-int kvq__q_check_value(const uint8_t *value, size_t len);
-void kvq__le64_put(uint8_t *p, uint64_t v);
-void kvq__le32_put(uint8_t *p, uint32_t v);
-uint64_t kvq__le_get(const uint8_t *p, size_t n);
 /* Appends key + 0x00 (the first key after key) into out (reset first). */
 int kvq__key_after(kvq_buf *out, const uint8_t *key, size_t len);
 /* Adds a read-conflict range on exactly one key. */
 int kvq__conflict_key(kvq_txn *txn, const uint8_t *key, size_t len);
-/* Copies src into dst (replacing its content). */
-int kvq__buf_set(kvq_buf *dst, const uint8_t *p, size_t n);
 
+/* ---- shared by every queue operation (queue_items.c) ---------------------------------------- */
+
+/* KVQ_EINVAL when q is NULL (fn names the caller in the message). */
+int kvq__q_check(const kvq_queue *q, const char *fn);
+/* KVQ_EINVAL when q or txn is NULL. */
+int kvq__q_check_txn(const kvq_queue *q, kvq_txn *txn, const char *fn);
+/* KVQ_EWRONGTYPE: fn does not apply to q's type. */
+int kvq__q_wrong_type(const kvq_queue *q, const char *fn);
+/* KVQ_EINVAL or KVQ_EVALUE_TOO_LARGE for a value no queue takes. */
+int kvq__q_check_value(const uint8_t *value, size_t len);
 /* Reads the first (end MIN) or last (end MAX) up to `limit` items. */
 int kvq__q_head(kvq_queue *q,
                 kvq_txn *txn,
@@ -135,8 +163,12 @@ int kvq__q_pop_spread(kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint6
                       kvq_bytes *outs, size_t *n);
 /* The priority of an item key of a priority queue (0 for other types or on a parse error). */
 int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
+/* How many runs of k items the spread pop chooses among (from the handle's pressure). */
+size_t kvq__q_pop_spread_width(kvq_queue *q);
+/* Notes the outcome rc of a durable convenience pop's commit in the handle's pressure. */
+void kvq__q_pop_pressure_note(kvq_queue *q, int rc);
 
-/* ---- idempotent operations (queue.c) ------------------------------------------------------- */
+/* ---- idempotent operations (idempotency.c) ------------------------------------------------ */
 
 /* The values one attempt of a pop took (copied out of its transaction). */
 typedef struct kvq__qres {
@@ -191,6 +223,11 @@ int kvq__qop_out_of_time(kvq__qop *o, kvq_txn *txn, int err);
 kvq__qres *kvq__qop_result(kvq__qop *o);
 /* Moves a result's values into caller buffers. */
 int kvq__qres_deliver(kvq__qres *r, kvq_buf *outs);
+/* One attempt of a convenience operation in txn (kvq__qop_begin first). */
+typedef int (*kvq__qop_body)(kvq_txn *txn, kvq__qop *o, void *arg);
+/* The retry loop of the convenience forms: kvq_txn_run's, plus the bookkeeping of attempts that
+ * may have committed. */
+int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg);
 
 /* ---- high-contention staging (staging.c) --------------------------------------------------- */
 

@@ -42,20 +42,6 @@ static size_t make_key(uint8_t *buf, const char *name)
     return PREFIX_LEN + n;
 }
 
-static void put_be(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-}
-
-static uint64_t get_be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Decodes a value; type 0 when absent or not one of kvq's. */
 static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
 {
@@ -64,8 +50,8 @@ static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
         return;
     s->type = (kvq_queue_type)v.data[0];
     if (v.len == VALUE_LEN) {
-        s->lease_ms = (int64_t)get_be(v.data + 1, 8);
-        s->max_deliveries = (uint32_t)get_be(v.data + 9, 4);
+        s->lease_ms = (int64_t)kvq__be_get(v.data + 1, 8);
+        s->max_deliveries = (uint32_t)kvq__be_get(v.data + 9, 4);
     }
 }
 
@@ -75,8 +61,8 @@ static int write_entry(kvq_txn *txn, const char *name, const kvq_queue_settings 
     size_t kn = make_key(key, name);
     uint8_t v[VALUE_LEN];
     v[0] = (uint8_t)s->type;
-    put_be(v + 1, (uint64_t)s->lease_ms, 8);
-    put_be(v + 9, s->max_deliveries, 4);
+    kvq__be_put(v + 1, (uint64_t)s->lease_ms, 8);
+    kvq__be_put(v + 9, s->max_deliveries, 4);
     return kvq_txn_set(txn, key, kn, v, sizeof(v));
 }
 

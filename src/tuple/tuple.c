@@ -6,6 +6,7 @@
 
 #include "kvq/tuple.h"
 #include "tuple/tuple_internal.h"
+#include "util/bytes.h"
 #include "util/util.h"
 
 /* Type codes. Integers use every code from CODE_NEG_LONG to CODE_POS_LONG: 0x14 - n for an
@@ -131,8 +132,10 @@ static unsigned byte_len(uint64_t m)
 
 static void put_be(writer *w, uint64_t v, unsigned n)
 {
-    for (unsigned i = n; i-- > 0;)
-        put(w, (uint8_t)(v >> (8 * i)));
+    uint8_t b[8];
+    kvq__be_put(b, v, n);
+    for (unsigned i = 0; i < n; i++)
+        put(w, b[i]);
 }
 
 /* 0 is 0x14 alone; otherwise 0x14 + n and n big-endian bytes. UINT64_MAX takes the 8-byte code
@@ -348,9 +351,7 @@ pack_append(kvq_buf *out, const kvq_tuple_elem *elems, size_t count, int vs, con
         return rc;
     if (vs) {
         uint32_t off = (uint32_t)(out->len + w.vs_at);
-        uint8_t *p = out->data + out->len + sizing.len;
-        for (int i = 0; i < 4; i++)
-            p[i] = (uint8_t)(off >> (8 * i));
+        kvq__le32_put(out->data + out->len + sizing.len, off);
     }
     out->len += extra;
     return 0;
@@ -490,8 +491,7 @@ int kvq_tuple_builder_finish(kvq_tuple_builder *b)
                                                  "offset does not fit 32 bits"));
         } else {
             uint8_t off[4];
-            for (int i = 0; i < 4; i++)
-                off[i] = (uint8_t)(b->vs_at >> (8 * i));
+            kvq__le32_put(off, (uint32_t)b->vs_at);
             int rc = kvq_buf_append(b->out, off, 4);
             if (rc != 0)
                 build_fail(b, rc);
@@ -624,14 +624,6 @@ static int need(const reader *r, size_t n, size_t at, const char *what)
     return 0;
 }
 
-static uint64_t get_be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Reads the n magnitude bytes of an integer that must fit 64 bits. Non-minimal lengths (leading
  * 00 bytes, or FF bytes of a negative number's one's complement) are accepted, as every
  * FoundationDB binding accepts them. */
@@ -651,7 +643,7 @@ static int read_magnitude(reader *r, size_t n, size_t at, int negative, uint64_t
                           "tuple: %s integer of %zu significant bytes is beyond "
                           "64 bits at byte %zu of %zu",
                           negative ? "negative" : "positive", m, at, r->len);
-    uint64_t raw = get_be(q + skip, m);
+    uint64_t raw = kvq__be_get(q + skip, m);
     if (negative) {
         uint64_t mask = m == 8 ? UINT64_MAX : (((uint64_t)1 << (8 * m)) - 1u);
         raw = mask - raw;
@@ -775,7 +767,7 @@ static int read_elem(reader *r, int depth, kvq_tuple_elem *e)
         int rc = need(r, 4, at, "float");
         if (rc != 0)
             return rc;
-        uint32_t bits = (uint32_t)get_be(r->p + r->pos, 4);
+        uint32_t bits = (uint32_t)kvq__be_get(r->p + r->pos, 4);
         bits = (bits & 0x80000000u) ? (bits & 0x7fffffffu) : ~bits;
         memcpy(&e->v.f, &bits, 4);
         e->type = KVQ_TUPLE_FLOAT;
@@ -786,7 +778,7 @@ static int read_elem(reader *r, int depth, kvq_tuple_elem *e)
         int rc = need(r, 8, at, "double");
         if (rc != 0)
             return rc;
-        uint64_t bits = get_be(r->p + r->pos, 8);
+        uint64_t bits = kvq__be_get(r->p + r->pos, 8);
         bits = (bits & 0x8000000000000000u) ? (bits & 0x7fffffffffffffffu) : ~bits;
         memcpy(&e->v.d, &bits, 8);
         e->type = KVQ_TUPLE_DOUBLE;
@@ -813,7 +805,7 @@ static int read_elem(reader *r, int depth, kvq_tuple_elem *e)
             return rc;
         e->type = KVQ_TUPLE_VERSIONSTAMP;
         memcpy(e->v.vs.tr, r->p + r->pos, 10);
-        e->v.vs.user = (uint16_t)get_be(r->p + r->pos + 10, 2);
+        e->v.vs.user = (uint16_t)kvq__be_get(r->p + r->pos + 10, 2);
         e->v.vs.complete = !all_ff(e->v.vs.tr, 10);
         r->pos += 12;
         return 0;

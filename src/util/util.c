@@ -170,3 +170,11 @@ int kvq_buf_append(kvq_buf *buf, const void *data, size_t len)
     buf->len += len;
     return 0;
 }
+
+int kvq__buf_set(kvq_buf *dst, const uint8_t *p, size_t n)
+{
+    dst->len = 0;
+    if (n == 0)
+        return kvq_buf_grow(dst, 1);
+    return kvq_buf_append(dst, p, n);
+}

@@ -28,6 +28,10 @@ char *kvq__strdup(const char *s);
 uint8_t *kvq__key_succ(uint8_t *stack, size_t cap, const uint8_t *key, size_t len);
 void kvq__key_succ_free(uint8_t *succ, const uint8_t *stack);
 
+/* Copies n bytes at p into dst, replacing its content (dst holds an allocation even when n is 0).
+ * 0 or KVQ_ENOMEM. */
+int kvq__buf_set(kvq_buf *dst, const uint8_t *p, size_t n);
+
 /* Records a one-line detail for err on this thread and returns err, so that callers can write
  * `return kvq__error(KVQ_EINVAL, "key is NULL");`. */
 int kvq__error(int err, const char *fmt, ...) KVQ__PRINTF(2, 3);

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/fdb/fdb_api.h"
+#include "util/bytes.h"
 
 /* kvq's numbers are FoundationDB's, so values cross the boundary without translation. */
 _Static_assert((int)KVQ_MUT_ADD == (int)FDB_MUTATION_TYPE_ADD, "mutation numbers");
@@ -431,8 +432,7 @@ static int prepare(fdb_txn *t)
     if (want == t->applied_timeout_ms)
         return 0;
     uint8_t param[8];
-    for (int i = 0; i < 8; i++)
-        param[i] = (uint8_t)((uint64_t)want >> (8 * i));
+    kvq__le64_put(param, (uint64_t)want);
     fdb_error_t err = F.fdb_transaction_set_option(t->tr, FDB_TR_OPTION_TIMEOUT, param, 8);
     if (err != 0)
         return fdb_fail(err, "setting the transaction timeout");
@@ -738,8 +738,7 @@ static int fdb_set_option(void *tp, kvq_txn_option option, int64_t value)
         return kvq__error(KVQ_ECLIENT_INVALID_OPERATION,
                           "read-your-writes can be disabled only before the first read or write");
     uint8_t param[8];
-    for (int i = 0; i < 8; i++)
-        param[i] = (uint8_t)((uint64_t)value >> (8 * i));
+    kvq__le64_put(param, (uint64_t)value);
     int sized = option == KVQ_TXN_SIZE_LIMIT;
     fdb_error_t err = F.fdb_transaction_set_option(t->tr, (FDBTransactionOption)option,
                                                    sized ? param : NULL, sized ? 8 : 0);

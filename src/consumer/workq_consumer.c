@@ -1,10 +1,11 @@
-/* The at-least-once consumer runtime: workers receive one item at a time with a lease, hand it
- * to the handler, and ack or nack by its answer; a heartbeat thread extends the leases of the
- * items in hand. */
+/* The work queue's consumer runtime (kvq_workq_consumer_*, at least once): workers receive one
+ * item at a time with a lease, hand it to the handler, and ack or nack by its answer; a
+ * heartbeat thread extends the leases of the items in hand. */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
+#include "consumer/crew.h"
 #include "kvq/consumer.h"
 #include "kvq/workq.h"
 #include "layers/layers_internal.h"
@@ -24,16 +25,11 @@ struct kvq_workq_consumer {
     kvq_workq_consumer_options opts;
     int64_t lease_ms; /* opts.lease_ms, or the work queue's */
     slot *slots;
-    int started;
+    kvq__crew crew; /* the workers' threads; its mu guards stats, its exit_cv wakes the heart */
     int heart_started;
-    int joined;
     pthread_t heart;
 
     int stop; /* atomic */
-    pthread_mutex_t mu;
-    pthread_cond_t heart_cv; /* wakes the heartbeat at stop */
-    int error;
-    int exited;
     kvq_workq_consumer_stats stats;
 };
 
@@ -42,7 +38,6 @@ struct kvq_workq_consumer {
 struct slot {
     kvq_workq_consumer *c;
     int id;
-    pthread_t thread;
     pthread_mutex_t mu;
     int holding;          /* a lease is in hand */
     int64_t next_extend;  /* monotonic microseconds */
@@ -53,17 +48,12 @@ struct slot {
 
 static void count(kvq_workq_consumer *c, uint64_t *field)
 {
-    pthread_mutex_lock(&c->mu);
-    (*field)++;
-    pthread_mutex_unlock(&c->mu);
+    kvq__crew_add(&c->crew, field, 1);
 }
 
 static void fail(kvq_workq_consumer *c, int rc)
 {
-    pthread_mutex_lock(&c->mu);
-    if (c->error == 0)
-        c->error = rc;
-    pthread_mutex_unlock(&c->mu);
+    kvq__crew_fail(&c->crew, rc);
     kvq_workq_consumer_stop(c);
 }
 
@@ -134,10 +124,7 @@ static void *worker_main(void *arg)
             kvq_workq_consumer_stop(c);
     }
     kvq_buf_dispose(&v);
-    pthread_mutex_lock(&c->mu);
-    c->exited++;
-    pthread_cond_broadcast(&c->heart_cv);
-    pthread_mutex_unlock(&c->mu);
+    kvq__crew_exit(&c->crew);
     return NULL;
 }
 
@@ -150,16 +137,17 @@ static void *heart_main(void *arg)
         every_ms = 1;
     if (every_ms > 1000)
         every_ms = 1000;
-    pthread_mutex_lock(&c->mu);
-    while (c->exited < c->started) {
+    kvq__crew *k = &c->crew;
+    pthread_mutex_lock(&k->mu);
+    while (k->exited < k->started) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t ns = ts.tv_nsec + every_ms * 1000000;
         ts.tv_sec += (time_t)(ns / 1000000000);
         ts.tv_nsec = (long)(ns % 1000000000);
-        pthread_cond_timedwait(&c->heart_cv, &c->mu, &ts);
-        int n = c->started;
-        pthread_mutex_unlock(&c->mu);
+        pthread_cond_timedwait(&k->exit_cv, &k->mu, &ts);
+        int n = k->started;
+        pthread_mutex_unlock(&k->mu);
         for (int i = 0; i < n; i++) {
             slot *s = &c->slots[i];
             pthread_mutex_lock(&s->mu);
@@ -172,9 +160,9 @@ static void *heart_main(void *arg)
             }
             pthread_mutex_unlock(&s->mu);
         }
-        pthread_mutex_lock(&c->mu);
+        pthread_mutex_lock(&k->mu);
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&k->mu);
     return NULL;
 }
 
@@ -213,15 +201,18 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
         kvq__free(slots);
         return kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: out of memory");
     }
+    int rc = kvq__crew_init(&c->crew, opts->workers, "kvq_workq_consumer_start");
+    if (rc != 0) {
+        kvq__free(c);
+        kvq__free(slots);
+        return rc;
+    }
     c->w = w;
     c->fn = fn;
     c->payload = payload;
     c->opts = *opts;
     c->lease_ms = opts->lease_ms > 0 ? opts->lease_ms : kvq__workq_lease_ms(w);
     c->slots = slots;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->heart_cv, NULL);
-    int rc = 0;
     for (int i = 0; i < opts->workers; i++) {
         slots[i].c = c;
         slots[i].id = i;
@@ -230,14 +221,9 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
             rc = kvq__wq_waker_init(&slots[i].waker);
         slots[i].waker_ready = rc == 0;
     }
-    pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < opts->workers && rc == 0; i++) {
-        if (pthread_create(&slots[i].thread, NULL, worker_main, &slots[i]) != 0)
-            rc = kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: cannot start a thread");
-        else
-            c->started++;
-    }
-    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = kvq__crew_start(&c->crew, worker_main, slots, sizeof(*slots),
+                             "kvq_workq_consumer_start");
     if (rc == 0) {
         if (pthread_create(&c->heart, NULL, heart_main, c) != 0)
             rc = kvq__error(KVQ_ENOMEM, "kvq_workq_consumer_start: cannot start a thread");
@@ -267,36 +253,26 @@ int kvq_workq_consumer_join(kvq_workq_consumer *c)
 {
     if (c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_join: consumer is NULL");
-    if (!c->joined) {
-        for (int i = 0; i < c->started; i++)
-            pthread_join(c->slots[i].thread, NULL);
-        if (c->heart_started)
-            pthread_join(c->heart, NULL);
-        c->joined = 1;
+    (void)kvq__crew_join(&c->crew);
+    if (c->heart_started) { /* it ends once every worker has */
+        pthread_join(c->heart, NULL);
+        c->heart_started = 0;
     }
-    pthread_mutex_lock(&c->mu);
-    int rc = c->error;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return kvq__crew_error(&c->crew);
 }
 
 int kvq_workq_consumer_finished(kvq_workq_consumer *c)
 {
-    if (c == NULL)
-        return 1;
-    pthread_mutex_lock(&c->mu);
-    int done = c->exited >= c->started;
-    pthread_mutex_unlock(&c->mu);
-    return done;
+    return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }
 
 int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c)
 {
     if (out == NULL || c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_get_stats: NULL argument");
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->crew.mu);
     *out = c->stats;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->crew.mu);
     return 0;
 }
 
@@ -311,8 +287,7 @@ void kvq_workq_consumer_free(kvq_workq_consumer *c)
         if (c->slots[i].waker_ready)
             kvq__wq_waker_destroy(&c->slots[i].waker);
     }
-    pthread_cond_destroy(&c->heart_cv);
-    pthread_mutex_destroy(&c->mu);
+    kvq__crew_destroy(&c->crew);
     kvq__free(c->slots);
     kvq__free(c);
 }

@@ -1,0 +1,181 @@
+/* What every queue operation shares, below the public API and the staging of high-contention
+ * pops: argument checks, reading the head of either end, a pop of up to k items, the spread pop
+ * of durable queues under contention and its pressure. */
+#include <string.h>
+
+#include "layers/layers_internal.h"
+
+/* ---- argument checks -------------------------------------------------------------------- */
+
+const char *kvq_queue_type_name(kvq_queue_type t)
+{
+    switch (t) {
+    case KVQ_QUEUE_FIFO:
+        return "FIFO";
+    case KVQ_QUEUE_PRIORITY:
+        return "priority";
+    case KVQ_QUEUE_DURABLE:
+        return "durable";
+    }
+    return "unknown";
+}
+
+int kvq__q_check(const kvq_queue *q, const char *fn)
+{
+    if (q == NULL)
+        return kvq__error(KVQ_EINVAL, "%s: queue is NULL", fn);
+    return 0;
+}
+
+int kvq__q_check_txn(const kvq_queue *q, kvq_txn *txn, const char *fn)
+{
+    if (q == NULL || txn == NULL)
+        return kvq__error(KVQ_EINVAL, "%s: NULL queue or transaction", fn);
+    return 0;
+}
+
+int kvq__q_wrong_type(const kvq_queue *q, const char *fn)
+{
+    return kvq__error(KVQ_EWRONGTYPE, "%s does not apply to a %s queue", fn,
+                      kvq_queue_type_name(q->type));
+}
+
+int kvq__q_check_value(const uint8_t *value, size_t len)
+{
+    if (value == NULL && len > 0)
+        return kvq__error(KVQ_EINVAL, "queue value is NULL with a length of %zu", len);
+    if (len > KVQ_MAX_VALUE_SIZE)
+        return kvq__error(KVQ_EVALUE_TOO_LARGE,
+                          "queue value of %zu bytes is larger than the limit of %d bytes", len,
+                          KVQ_MAX_VALUE_SIZE);
+    return 0;
+}
+
+/* ---- reading and popping items ------------------------------------------------------------ */
+
+int kvq__q_head(kvq_queue *q,
+                kvq_txn *txn,
+                int end,
+                int limit,
+                unsigned int flags,
+                const kvq_kv **kvs,
+                size_t *count)
+{
+    if (end == KVQ__END_MAX)
+        flags |= KVQ_REVERSE;
+    return kvq_txn_get_range(kvs, count, NULL, txn, q->items_lo.data, q->items_lo.len,
+                             q->items_hi.data, q->items_hi.len, limit, flags);
+}
+
+int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len)
+{
+    int64_t prio = 0, count;
+    if (q->type != KVQ_QUEUE_PRIORITY || len < q->prefix.len)
+        return 0;
+    if (kvq__qk_parse_prio(key + q->prefix.len, len - q->prefix.len, &prio, &count) != 0)
+        return 0;
+    return prio;
+}
+
+int kvq__q_pop_k_end(
+    kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n)
+{
+    const kvq_kv *kvs;
+    size_t got;
+    *n = 0;
+    int rc = kvq__q_head(q, txn, end, (int)k, 0, &kvs, &got);
+    if (rc != 0)
+        return rc;
+    if (got == 0)
+        return KVQ_ENOTFOUND;
+    if (q->type == KVQ_QUEUE_DURABLE) {
+        /* erlfdb's pop: one clear of the range read, one ADD to npop. */
+        uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+        const kvq_bytes *last = &kvs[got - 1].key;
+        memcpy(after, last->data, last->len);
+        after[last->len] = 0;
+        rc = kvq_txn_clear_range(txn, kvs[0].key.data, kvs[0].key.len, after, last->len + 1);
+        uint8_t add[8];
+        kvq__le64_put(add, (uint64_t)got);
+        if (rc == 0)
+            rc = kvq_txn_atomic_op(txn, q->npop.data, q->npop.len, add, 8, KVQ_MUT_ADD);
+    } else {
+        /* Clear exactly the keys read: a concurrent push may land between them. */
+        for (size_t i = 0; rc == 0 && i < got; i++)
+            rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
+    }
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < got; i++)
+        outs[i] = kvs[i].value;
+    if (prio != NULL)
+        *prio = kvq__q_key_priority(q, kvs[0].key.data, kvs[0].key.len);
+    *n = got;
+    return 0;
+}
+
+int kvq__q_pop_spread(
+    kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed, kvq_bytes *outs, size_t *n)
+{
+    *n = 0;
+    size_t window = k * (spread > 0 ? spread : 1);
+    if (window > 4096)
+        window = k > 4096 ? k : 4096;
+    const kvq_kv *kvs;
+    size_t got;
+    int rc = kvq__q_head(q, txn, KVQ__END_MIN, (int)window, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0)
+        return rc;
+    if (got == 0)
+        return KVQ_ENOTFOUND; /* a snapshot read: the empty answer is that of the read version */
+    size_t take = got < k ? got : k;
+    size_t off = (size_t)(seed % (uint64_t)(got - take + 1));
+    const kvq_bytes *first = &kvs[off].key, *last = &kvs[off + take - 1].key;
+    uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+    memcpy(after, last->data, last->len);
+    after[last->len] = 0;
+    /* Pushes append after every item there is (their versionstamps are newer), so nothing can
+     * appear between the items taken: the conflict range and the clear cover exactly them. */
+    rc = kvq_txn_add_conflict_range(txn, first->data, first->len, after, last->len + 1,
+                                    KVQ_CONFLICT_READ);
+    if (rc == 0)
+        rc = kvq_txn_clear_range(txn, first->data, first->len, after, last->len + 1);
+    uint8_t add[8];
+    kvq__le64_put(add, (uint64_t)take);
+    if (rc == 0)
+        rc = kvq_txn_atomic_op(txn, q->npop.data, q->npop.len, add, 8, KVQ_MUT_ADD);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < take; i++)
+        outs[i] = kvs[off + i].value;
+    *n = take;
+    return 0;
+}
+
+/* ---- the spread pop's pressure ------------------------------------------------------------ */
+
+/* A durable pop that lost the race for its items raises the handle's pressure (the next pops
+ * spread out, kvq__q_pop_spread); each pop that commits lowers it, so that a consumer alone
+ * goes back to taking the head, in order. */
+#define POP_PRESSURE_STEP 24
+#define POP_PRESSURE_MAX  512
+
+/* How many runs of k items the spread pop chooses among: more while the races go on. The
+ * pressure settles where about one pop in POP_PRESSURE_STEP + 1 loses (a loss adds the step, a
+ * win takes 1 off), so the window grows until conflicts are that rare. */
+size_t kvq__q_pop_spread_width(kvq_queue *q)
+{
+    int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
+    return p / 2 < 8 ? 8 : (size_t)(p / 2);
+}
+
+void kvq__q_pop_pressure_note(kvq_queue *q, int rc)
+{
+    int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
+    if (rc == KVQ_ENOT_COMMITTED && p < POP_PRESSURE_MAX)
+        __atomic_compare_exchange_n(&q->pop_pressure, &p, p + POP_PRESSURE_STEP, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    else if (rc == 0 && p > 0)
+        __atomic_compare_exchange_n(&q->pop_pressure, &p, p - 1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+}

@@ -1,0 +1,228 @@
+/* Pushes to every type of queue: the transaction forms, which write one item (or a batch) at
+ * the key its type's recipe gives, and the convenience forms, idempotent through push markers
+ * (idempotency.c). */
+#include <string.h>
+
+#include "layers/layers_internal.h"
+
+/* ---- pushes (transaction forms) ----------------------------------------------------------- */
+
+static int fifo_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len)
+{
+    uint8_t rnd[KVQ__RAND_LEN];
+    int rc = kvq__random_bytes(rnd, sizeof(rnd));
+    if (rc != 0)
+        return rc;
+    /* The recipe: the last index by a snapshot read, so that pushes never conflict. */
+    const kvq_kv *kvs;
+    size_t got;
+    rc = kvq__q_head(q, txn, KVQ__END_MAX, 1, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0)
+        return rc;
+    int64_t index = 1;
+    if (got == 1) {
+        int64_t last;
+        rc = kvq__qk_parse_fifo(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
+                                &last);
+        if (rc != 0)
+            return rc;
+        if (last == INT64_MAX)
+            return kvq__error(KVQ_ERANGE, "the FIFO queue's last index is the largest integer");
+        index = last + 1;
+    }
+    kvq_buf key = KVQ_BUF_INIT;
+    rc = kvq__qk_fifo_item(&key, kvq__buf_bytes(&q->prefix), index, rnd);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, key.data, key.len, value, len);
+    kvq_buf_dispose(&key);
+    return rc;
+}
+
+static int prio_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t p)
+{
+    uint8_t rnd[KVQ__RAND_LEN];
+    int rc = kvq__random_bytes(rnd, sizeof(rnd));
+    if (rc != 0)
+        return rc;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, key = KVQ_BUF_INIT;
+    rc = kvq__qk_prio_prefix(&lo, kvq__buf_bytes(&q->prefix), p);
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, lo.data, lo.len);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&lo, 0x00);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&hi, 0xff);
+    const kvq_kv *kvs;
+    size_t got = 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
+                               KVQ_SNAPSHOT | KVQ_REVERSE);
+    int64_t count = 0;
+    if (rc == 0 && got == 1) {
+        int64_t prio, last;
+        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
+                                &prio, &last);
+        if (rc == 0 && last == INT64_MAX)
+            rc = kvq__error(KVQ_ERANGE, "the priority's last count is the largest integer");
+        if (rc == 0)
+            count = last + 1;
+    }
+    if (rc == 0)
+        rc = kvq__qk_prio_item(&key, kvq__buf_bytes(&q->prefix), p, count, rnd);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, key.data, key.len, value, len);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    kvq_buf_dispose(&key);
+    return rc;
+}
+
+static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n)
+{
+    kvq_buf key = KVQ_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint16_t uv;
+        rc = kvq_txn_next_user_version(&uv, txn);
+        key.len = 0;
+        if (rc == 0)
+            rc = kvq__qk_durable_push(&key, kvq__buf_bytes(&q->prefix), uv);
+        if (rc == 0)
+            rc = kvq_txn_set_versionstamped_key(txn, key.data, key.len, values[i].data,
+                                                values[i].len);
+    }
+    kvq_buf_dispose(&key);
+    if (rc == 0 && n > 0) {
+        uint8_t add[8];
+        kvq__le64_put(add, (uint64_t)n);
+        rc = kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
+    }
+    return rc;
+}
+
+static int check_values(const kvq_bytes *values, size_t n)
+{
+    if (values == NULL)
+        return kvq__error(KVQ_EINVAL, "values is NULL");
+    if (n < 1 || n > KVQ__MAX_K)
+        return kvq__error(KVQ_EINVAL, "a batch of %zu values (1 to %d allowed)", n, KVQ__MAX_K);
+    for (size_t i = 0; i < n; i++) {
+        int rc = kvq__q_check_value(values[i].data, values[i].len);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Pushes values (already checked) at priority p (priority queues only). */
+static int push_many_any(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n, int64_t p)
+{
+    if (q->type == KVQ_QUEUE_DURABLE)
+        return durable_push_many_txn(q, txn, values, n);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = q->type == KVQ_QUEUE_FIFO ? fifo_push_txn(q, txn, values[i].data, values[i].len)
+                                       : prio_push_txn(q, txn, values[i].data, values[i].len, p);
+    return rc;
+}
+
+int kvq_queue_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len)
+{
+    int rc = kvq__q_check_txn(q, txn, "kvq_queue_push_txn");
+    if (rc == 0)
+        rc = kvq__q_check_value(value, len);
+    if (rc != 0)
+        return rc;
+    kvq_bytes v = { value, len };
+    return push_many_any(q, txn, &v, 1, 0);
+}
+
+int kvq_queue_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n)
+{
+    int rc = kvq__q_check_txn(q, txn, "kvq_queue_push_many_txn");
+    if (rc == 0)
+        rc = check_values(values, n);
+    if (rc != 0)
+        return rc;
+    return push_many_any(q, txn, values, n, 0);
+}
+
+int kvq_queue_push_prio_txn(
+    kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t priority)
+{
+    int rc = kvq__q_check_txn(q, txn, "kvq_queue_push_prio_txn");
+    if (rc != 0)
+        return rc;
+    if (q->type != KVQ_QUEUE_PRIORITY)
+        return kvq__q_wrong_type(q, "kvq_queue_push_prio_txn");
+    rc = kvq__q_check_value(value, len);
+    if (rc != 0)
+        return rc;
+    return prio_push_txn(q, txn, value, len, priority);
+}
+
+/* ---- convenience pushes ------------------------------------------------------------------- */
+
+typedef struct push_arg {
+    const kvq_bytes *values;
+    size_t n;
+    int64_t prio;
+} push_arg;
+
+static int push_body(kvq_txn *txn, kvq__qop *o, void *arg)
+{
+    push_arg *a = arg;
+    int rc = kvq__qop_begin(o, txn);
+    if (rc != 0 || o->found)
+        return rc;
+    rc = push_many_any(o->q, txn, a->values, a->n, a->prio);
+    if (rc == 0)
+        rc = kvq__qop_mark(o, txn);
+    return rc;
+}
+
+static int push_conv(kvq_queue *q, const kvq_bytes *values, size_t n, int64_t prio)
+{
+    kvq__qop o;
+    int rc = kvq__qop_init(&o, q, "m", 0);
+    push_arg a = { values, n, prio };
+    if (rc == 0)
+        rc = kvq__qop_run(&o, push_body, &a);
+    kvq__qop_free(&o);
+    return rc;
+}
+
+int kvq_queue_push(kvq_queue *q, const uint8_t *value, size_t len)
+{
+    int rc = kvq__q_check(q, "kvq_queue_push");
+    if (rc == 0)
+        rc = kvq__q_check_value(value, len);
+    if (rc != 0)
+        return rc;
+    kvq_bytes v = { value, len };
+    return push_conv(q, &v, 1, 0);
+}
+
+int kvq_queue_push_many(kvq_queue *q, const kvq_bytes *values, size_t n)
+{
+    int rc = kvq__q_check(q, "kvq_queue_push_many");
+    if (rc == 0)
+        rc = check_values(values, n);
+    if (rc != 0)
+        return rc;
+    return push_conv(q, values, n, 0);
+}
+
+int kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t priority)
+{
+    int rc = kvq__q_check(q, "kvq_queue_push_prio");
+    if (rc != 0)
+        return rc;
+    if (q->type != KVQ_QUEUE_PRIORITY)
+        return kvq__q_wrong_type(q, "kvq_queue_push_prio");
+    rc = kvq__q_check_value(value, len);
+    if (rc != 0)
+        return rc;
+    kvq_bytes v = { value, len };
+    return push_conv(q, &v, 1, priority);
+}

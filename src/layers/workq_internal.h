@@ -1,0 +1,138 @@
+/* Internals of the work queue (kvq/workq.h): leases, ack, nack, extend, delivery counts, dead
+ * letters, delayed items, deduplicated pushes and metrics. Its files:
+ *
+ *   workq.c         handles, pushes, receives, settling leases (ack, nack, extend)
+ *   workq_items.c   keys, counters, the age of priority items, moving items between states
+ *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
+ *   workq_wait.c    the long poll (kvq_workq_receive_wait)
+ *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
+ *
+ * Written only against the transaction interface and the queue's key layout, so it runs the
+ * same on every engine. Keys (bk = the queue's prefix + 0xFF; "suffix" is a ready item's key
+ * after the queue's prefix, appended raw, so it stays parseable and ordered):
+ *
+ *   ready item       prefix + suffix                     the recipe's own key and raw value
+ *   bk ("wq","c") + suffix      4-byte LE delivery count of a ready or dead item (absent: 0)
+ *   bk ("wq","dlq") + suffix    a dead letter's value
+ *   bk ("wq","l", id16)         lease: 8 LE deadline, 4 LE deliveries, 8 LE received, suffix
+ *   bk ("wq","v", id16)         the leased item's value
+ *   bk ("wq","x", deadline, id16)           expiry index of leases (empty value)
+ *   bk ("wq","y", due, id16, prio, deliv)   a delayed item's value
+ *   bk ("wq","s", bucket, id16)             settled-lease marker (1 byte: 'a' ack, 'n' nack)
+ *   bk ("wq","dd", key)                     dedup key: 8 LE version, 16-byte push id
+ *   bk ("wq","ddx", version, key)           dedup index for pruning (empty value)
+ *   bk ("wq","n", name)                     8-byte LE counters: inflight, delayed, dead, ready;
+ *                                           and, only ever growing: received, taken, acked,
+ *                                           requeued, deadlettered; and tick, bumped by
+ *                                           recover and by an extend that shortens a lease
+ *
+ * The ready count of a durable queue is npush - npop: a receive adds 1 to npop, a return to the
+ * queue adds 1 to npush (which also wakes consumers watching npush).
+ *
+ * Conflicts: a receive reads the head (as a pop does) and the head's count key. Ack, nack and
+ * extend read only their lease's own keys; counters change by atomic adds. So settling leases of
+ * different items never conflicts, and nothing a push writes is read by them. */
+#ifndef KVQ_WORKQ_INTERNAL_H
+#define KVQ_WORKQ_INTERNAL_H
+
+#include "kvq/workq.h"
+#include "layers/layers_internal.h"
+
+#define VPM   KVQ__VERSIONS_PER_MS
+#define BATCH 64
+
+struct kvq_workq {
+    kvq_queue *q;
+    kvq_workq_options opts;
+    unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
+    kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
+    kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
+    kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
+    /* Totals since the queue was made (atomic adds; only read by the metrics). */
+    kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
+    /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts): looks
+     * (receives) and sleeps. */
+    uint64_t wait_looks, wait_sleeps;
+};
+
+/* ---- keys (workq_items.c) ---------------------------------------------------------------- */
+
+/* out = base + pack(e) (out reset first). */
+int kvq__wq_key_of(kvq_buf *out, const kvq_buf *base, const kvq_tuple_elem *e, size_t n);
+/* out = base + raw bytes (out reset first). */
+int kvq__wq_key_raw(kvq_buf *out, const kvq_buf *base, const uint8_t *p, size_t n);
+/* [base + 00, base + FF): the range of one kind. */
+int kvq__wq_range_of(kvq_buf *lo, kvq_buf *hi, const kvq_buf *base);
+/* out = base + pack((id16,)). */
+int kvq__wq_id_key(kvq_buf *out, const kvq_buf *base, const uint8_t *id);
+/* Adds delta to an 8-byte LE counter (an atomic add: no conflict). */
+int kvq__wq_counter_add(kvq_txn *txn, const kvq_buf *key, int64_t delta);
+/* The ready count goes up or down by delta. */
+int kvq__wq_ready_add(kvq_workq *w, kvq_txn *txn, int64_t delta);
+/* KVQ_EINVAL when w is NULL, or txn is NULL while need_txn is set (fn names the caller). */
+int kvq__wq_check(const kvq_workq *w, const kvq_txn *txn, int need_txn, const char *fn);
+/* Upkeep returns the leases whose deadline is below this bound: the read version, or (test-only
+ * knob) everything, so that a checker can be shown to catch early redeliveries. */
+int64_t kvq__wq_expiry_bound(const kvq_workq *w, int64_t rv);
+
+/* ---- the age of ready items on priority queues (workq_items.c) ---------------------------- */
+
+/* out = bk ("wq","a", since) + suffix */
+int kvq__wq_age_key(kvq_buf *out, kvq_workq *w, int64_t since, const uint8_t *suffix, size_t slen);
+/* A leased priority item's ready version: read and cleared (-1 when it has none). */
+int kvq__wq_age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *since);
+/* The ready version of the oldest ready item of a priority queue (-1: none found); with prune
+ * set, clears the index entries of items that are gone. */
+int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out);
+
+/* ---- moving items (workq_items.c) --------------------------------------------------------- */
+
+/* Writes a ready item back at prefix + suffix with its delivery count (and, on a priority queue,
+ * its ready version `since`; -1: from now). */
+int kvq__wq_to_ready(kvq_workq *w,
+                     kvq_txn *txn,
+                     const uint8_t *suffix,
+                     size_t slen,
+                     kvq_bytes value,
+                     uint32_t deliveries,
+                     int64_t since,
+                     kvq_buf *tmp);
+/* Moves an item to the dead letters with its delivery count. */
+int kvq__wq_to_dead(kvq_workq *w,
+                    kvq_txn *txn,
+                    const uint8_t *suffix,
+                    size_t slen,
+                    kvq_bytes value,
+                    uint32_t deliveries,
+                    kvq_buf *tmp);
+/* Back to the queue, or to the dead letters when the item has had its deliveries (*dead, when
+ * not NULL, tells which). */
+int kvq__wq_give_back(kvq_workq *w,
+                      kvq_txn *txn,
+                      const uint8_t *suffix,
+                      size_t slen,
+                      kvq_bytes value,
+                      uint32_t deliveries,
+                      int64_t since,
+                      kvq_buf *tmp,
+                      int *dead);
+/* Writes a delayed item, due at version `due`. */
+int kvq__wq_put_delayed(kvq_workq *w,
+                        kvq_txn *txn,
+                        int64_t due,
+                        int64_t prio,
+                        uint32_t deliveries,
+                        kvq_bytes value,
+                        kvq_buf *tmp);
+/* Pushes a value to the ready queue at a new key (the tail of a durable queue, the end of its
+ * priority in a priority queue), with a delivery count. Never reads anything that conflicts. */
+int kvq__wq_push_ready(
+    kvq_workq *w, kvq_txn *txn, int64_t prio, uint32_t deliveries, kvq_bytes value, kvq_buf *tmp);
+
+/* ---- upkeep (workq_upkeep.c) -------------------------------------------------------------- */
+
+/* One upkeep pass in its own transaction when an ended lease or a due delayed item waits (only
+ * a read-only check otherwise). */
+int kvq__wq_upkeep_if_due(kvq_workq *w);
+
+#endif /* KVQ_WORKQ_INTERNAL_H */
