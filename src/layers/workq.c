@@ -140,7 +140,7 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
     return 0;
 }
 
-static int lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
+int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
 {
     if (lease_ms == 0)
         lease_ms = w->opts.lease_ms;
@@ -282,7 +282,6 @@ typedef struct push_ctx {
     int enqueued;
 } push_ctx;
 
-static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done);
 
 static int push_conv_body(kvq_txn *txn, void *arg)
 {
@@ -316,7 +315,7 @@ int kvq_workq_push(
     c.w = w;
     c.value = value;
     c.len = len;
-    rc = run_idempotent(w->q->db, push_conv_body, &c, 0);
+    rc = kvq__wq_run_idempotent(w->q->db, push_conv_body, &c, 0, NULL);
     if (enqueued != NULL)
         *enqueued = rc == 0 ? c.enqueued : 0;
     return rc;
@@ -342,6 +341,92 @@ static int lease_meta(kvq_buf *out,
     return rc;
 }
 
+int kvq__wq_receive_item(kvq_workq *w,
+                         kvq_txn *txn,
+                         kvq_bytes key,
+                         kvq_bytes value,
+                         int64_t rv,
+                         int64_t lv,
+                         kvq_workq_lease *lease,
+                         int *dead)
+{
+    kvq_queue *q = w->q;
+    kvq_buf k = KVQ_BUF_INIT, m = KVQ_BUF_INIT;
+    const uint8_t *suffix = key.data + q->prefix.len;
+    size_t slen = key.len - q->prefix.len;
+    kvq_bytes cv;
+    int present = 0;
+    *dead = 0;
+    int rc = kvq__wq_key_raw(&k, &w->base_c, suffix, slen);
+    if (rc == 0)
+        rc = kvq_txn_get(&cv, &present, txn, k.data, k.len, 0);
+    if (rc != 0)
+        goto out;
+    uint32_t deliv = present ? (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4) : 0;
+    int64_t since = present && cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY
+                        ? (int64_t)kvq__le_get(cv.data + 4, 8)
+                        : -1;
+    if (present)
+        rc = kvq_txn_clear(txn, k.data, k.len);
+    if (rc == 0 && since >= 0)
+        rc = kvq__wq_age_key(&k, w, since, suffix, slen);
+    if (rc == 0 && since >= 0)
+        rc = kvq_txn_clear(txn, k.data, k.len);
+    if (rc == 0)
+        rc = kvq_txn_clear(txn, key.data, key.len);
+    if (rc == 0)
+        rc = kvq__wq_ready_add(w, txn, -1);
+    if (rc == 0)
+        rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
+    if (rc != 0)
+        goto out;
+    if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
+        *dead = 1;
+        rc = kvq__wq_to_dead(w, txn, suffix, slen, value, deliv, &k);
+        goto out;
+    }
+    deliv++;
+    uint8_t id[16];
+    rc = kvq__random_bytes(id, sizeof(id));
+    int64_t deadline = rv + lv;
+    if (rc == 0)
+        rc = lease_meta(&m, deadline, deliv, rv, suffix, slen);
+    if (rc == 0)
+        rc = kvq__wq_id_key(&k, &w->base_l, id);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
+    if (rc == 0)
+        rc = kvq__wq_id_key(&k, &w->base_v, id);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, value.data, value.len);
+    if (rc == 0)
+        rc = x_key(&k, w, deadline, id);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
+    if (rc == 0)
+        rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
+    if (rc == 0)
+        rc = kvq__wq_counter_add(txn, &w->n_received, 1);
+    if (rc == 0 && since >= 0) {
+        uint8_t sv[8];
+        kvq__le64_put(sv, (uint64_t)since);
+        rc = kvq__wq_id_key(&k, &w->base_t, id);
+        if (rc == 0)
+            rc = kvq_txn_set(txn, k.data, k.len, sv, sizeof(sv));
+    }
+    if (rc == 0) {
+        memcpy(lease->id, id, 16);
+        lease->received = rv;
+        lease->deadline = deadline;
+        lease->deliveries = deliv;
+        lease->priority = kvq__q_key_priority(q, key.data, key.len);
+    }
+out:
+    kvq_buf_dispose(&k);
+    kvq_buf_dispose(&m);
+    return rc;
+}
+
 int kvq_workq_receive_txn(
     kvq_workq *w, kvq_txn *txn, kvq_bytes *out, kvq_workq_lease *lease, int64_t lease_ms)
 {
@@ -350,19 +435,17 @@ int kvq_workq_receive_txn(
         rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_txn: NULL out or lease");
     int64_t lv = 0, rv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
     if (rc != 0)
         return rc;
-    kvq_queue *q = w->q;
-    kvq_buf k = KVQ_BUF_INIT, m = KVQ_BUF_INIT;
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
      * at most per receive. */
     for (int tries = 0; tries < 16; tries++) {
         const kvq_kv *kvs;
         size_t got;
-        rc = kvq__q_head(q, txn, KVQ__END_MIN, 1, 0, &kvs, &got);
+        rc = kvq__q_head(w->q, txn, KVQ__END_MIN, 1, 0, &kvs, &got);
         if (rc != 0)
             break;
         if (got == 0) {
@@ -370,81 +453,14 @@ int kvq_workq_receive_txn(
             kvq__error(rc, "the work queue has no ready item");
             break;
         }
-        kvq_bytes key = kvs[0].key, value = kvs[0].value;
-        const uint8_t *suffix = key.data + q->prefix.len;
-        size_t slen = key.len - q->prefix.len;
-        kvq_bytes cv;
-        int present = 0;
-        rc = kvq__wq_key_raw(&k, &w->base_c, suffix, slen);
-        if (rc == 0)
-            rc = kvq_txn_get(&cv, &present, txn, k.data, k.len, 0);
-        if (rc != 0)
-            break;
-        uint32_t deliv = present ? (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4) : 0;
-        int64_t since = present && cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY
-                            ? (int64_t)kvq__le_get(cv.data + 4, 8)
-                            : -1;
-        if (present)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0 && since >= 0)
-            rc = kvq__wq_age_key(&k, w, since, suffix, slen);
-        if (rc == 0 && since >= 0)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0)
-            rc = kvq_txn_clear(txn, key.data, key.len);
-        if (rc == 0)
-            rc = kvq__wq_ready_add(w, txn, -1);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
-        if (rc != 0)
-            break;
-        if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
-            rc = kvq__wq_to_dead(w, txn, suffix, slen, value, deliv, &k);
-            if (rc != 0)
-                break;
-            continue;
-        }
-        deliv++;
-        uint8_t id[16];
-        rc = kvq__random_bytes(id, sizeof(id));
-        int64_t deadline = rv + lv;
-        if (rc == 0)
-            rc = lease_meta(&m, deadline, deliv, rv, suffix, slen);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_l, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_v, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, value.data, value.len);
-        if (rc == 0)
-            rc = x_key(&k, w, deadline, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_received, 1);
-        if (rc == 0 && since >= 0) {
-            uint8_t sv[8];
-            kvq__le64_put(sv, (uint64_t)since);
-            rc = kvq__wq_id_key(&k, &w->base_t, id);
+        int dead = 0;
+        rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, lease, &dead);
+        if (rc != 0 || !dead) {
             if (rc == 0)
-                rc = kvq_txn_set(txn, k.data, k.len, sv, sizeof(sv));
+                *out = kvs[0].value;
+            break;
         }
-        if (rc == 0) {
-            memcpy(lease->id, id, 16);
-            lease->received = rv;
-            lease->deadline = deadline;
-            lease->deliveries = deliv;
-            lease->priority = kvq__q_key_priority(q, key.data, key.len);
-            *out = value;
-        }
-        break;
     }
-    kvq_buf_dispose(&k);
-    kvq_buf_dispose(&m);
     return rc;
 }
 
@@ -472,7 +488,7 @@ int kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_
         rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive: NULL out or lease");
     int64_t lv;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc != 0)
         return rc;
     /* Lazy upkeep: one pass when something is due (a read-only check otherwise). */
@@ -500,9 +516,7 @@ int64_t kvq__workq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
-enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
-
-static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg)
+int kvq__wq_settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
@@ -636,7 +650,7 @@ check_settle(kvq_workq *w, kvq_txn *txn, int need_txn, kvq_workq_lease *lease, c
 int kvq_workq_ack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease)
 {
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_ack_txn");
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_ACK, 0);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_ACK, 0);
 }
 
 int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t delay_ms)
@@ -644,7 +658,7 @@ int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_nack_txn");
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * VPM);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * VPM);
 }
 
 int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t lease_ms)
@@ -652,8 +666,8 @@ int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_extend_txn");
     int64_t lv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_EXTEND, lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_EXTEND, lv);
 }
 
 typedef struct settle_ctx {
@@ -666,7 +680,7 @@ typedef struct settle_ctx {
 static int settle_body(kvq_txn *txn, void *arg)
 {
     settle_ctx *c = arg;
-    return settle_txn(c->w, txn, &c->lease, c->kind, c->arg);
+    return kvq__wq_settle_txn(c->w, txn, &c->lease, c->kind, c->arg);
 }
 
 /* The retry loop of the idempotent convenience forms: kvq_txn_run's, where after an attempt
@@ -674,7 +688,8 @@ static int settle_body(kvq_txn *txn, void *arg)
  * the lease settled: KVQ_ELEASE_SETTLED, which then means done when settled_done is set). When
  * time runs out with the outcome unknown, one more attempt with a fresh budget settles it: it
  * reads and writes keys each earlier attempt read, so none still in flight can commit after it. */
-static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done)
+int kvq__wq_run_idempotent(
+    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out)
 {
     kvq_txn *txn;
     int rc = kvq_txn_create(&txn, db);
@@ -709,13 +724,15 @@ static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_do
         }
     }
     kvq_txn_destroy(txn);
+    if (maybe_out != NULL)
+        *maybe_out = maybe;
     return rc;
 }
 
 static int settle_conv(kvq_workq *w, kvq_workq_lease *lease, int kind, int64_t arg)
 {
     settle_ctx c = { w, *lease, kind, arg };
-    int rc = run_idempotent(w->q->db, settle_body, &c, kind != SETTLE_EXTEND);
+    int rc = kvq__wq_run_idempotent(w->q->db, settle_body, &c, kind != SETTLE_EXTEND, NULL);
     if (rc == 0)
         lease->deadline = c.lease.deadline;
     return rc;
@@ -740,6 +757,6 @@ int kvq_workq_extend(kvq_workq *w, kvq_workq_lease *lease, int64_t lease_ms)
     int rc = check_settle(w, NULL, 0, lease, "kvq_workq_extend");
     int64_t lv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     return rc != 0 ? rc : settle_conv(w, lease, SETTLE_EXTEND, lv);
 }

@@ -129,6 +129,32 @@ int kvq__wq_put_delayed(kvq_workq *w,
 int kvq__wq_push_ready(
     kvq_workq *w, kvq_txn *txn, int64_t prio, uint32_t deliveries, kvq_bytes value, kvq_buf *tmp);
 
+/* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
+
+/* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
+int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
+/* Takes the ready item at key (value: its value) off the queue in txn, read at version rv, and
+ * leases it for lv versions (*lease filled); or, when it has had its deliveries, moves it to the
+ * dead letters (*dead = 1, *lease untouched). key and value must stay valid across the writes
+ * (copies, not views borrowed from txn). */
+int kvq__wq_receive_item(kvq_workq *w,
+                         kvq_txn *txn,
+                         kvq_bytes key,
+                         kvq_bytes value,
+                         int64_t rv,
+                         int64_t lv,
+                         kvq_workq_lease *lease,
+                         int *dead);
+enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
+/* Acks, nacks (arg: the delay in versions) or extends (arg: the new lease in versions) a lease
+ * in txn. A lease that is expired or settled fails with KVQ_ELEASE_EXPIRED or
+ * KVQ_ELEASE_SETTLED having written nothing. */
+int kvq__wq_settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg);
+/* The retry loop of the idempotent convenience forms (workq.c); *maybe_out (may be NULL): an
+ * attempt may have committed before the one that did. */
+int kvq__wq_run_idempotent(
+    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out);
+
 /* ---- upkeep (workq_upkeep.c) -------------------------------------------------------------- */
 
 /* One upkeep pass in its own transaction when an ended lease or a due delayed item waits (only

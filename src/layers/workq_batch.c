@@ -1,0 +1,278 @@
+/* Batches of the work queue (kvq/workq.h): receive, ack and nack many items in one transaction,
+ * so that a consumer of small jobs pays one commit per batch instead of one per item. Each item
+ * goes through the same steps as a single receive or settle (workq.c), so batches and single
+ * operations mix freely. */
+#include <string.h>
+
+#include "kvq/workq_batch.h"
+#include "layers/workq_internal.h"
+#include "util/util.h"
+
+#define MANY_MAX 10000
+
+int kvq_workq_receive_many_txn(kvq_bytes *outs,
+                               kvq_workq_lease *leases,
+                               size_t *got,
+                               kvq_workq *w,
+                               kvq_txn *txn,
+                               size_t n,
+                               int64_t lease_ms)
+{
+    if (got != NULL)
+        *got = 0;
+    int rc = kvq__wq_check(w, txn, 1, "kvq_workq_receive_many_txn");
+    if (rc == 0 && (outs == NULL || leases == NULL || got == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: NULL outs, leases or got");
+    if (rc == 0 && (n < 1 || n > MANY_MAX))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: n = %zu (1 to %d)", n, MANY_MAX);
+    int64_t lv = 0, rv = 0;
+    if (rc == 0)
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    if (rc == 0)
+        rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc != 0)
+        return rc;
+    /* The head's keys and values are copied before anything is written: views into txn are
+     * not promised to outlive its next write. Values handed out are borrowed from txn: they are
+     * the in-flight copies this transaction writes. */
+    kvq_buf keys = KVQ_BUF_INIT, vals = KVQ_BUF_INIT;
+    size_t *offs = kvq__malloc(4 * n * sizeof(*offs));
+    if (offs == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", n);
+    /* Items over their deliveries go to the dead letters on the way; a few passes at most. */
+    for (int pass = 0; rc == 0 && *got < n && pass < 4; pass++) {
+        size_t want = n - *got, found = 0;
+        const kvq_kv *kvs;
+        rc = kvq__q_head(w->q, txn, KVQ__END_MIN, (int)want, 0, &kvs, &found);
+        if (rc != 0 || found == 0)
+            break;
+        keys.len = vals.len = 0;
+        for (size_t i = 0; rc == 0 && i < found; i++) {
+            offs[4 * i] = keys.len;
+            offs[4 * i + 1] = kvs[i].key.len;
+            offs[4 * i + 2] = vals.len;
+            offs[4 * i + 3] = kvs[i].value.len;
+            rc = kvq_buf_append(&keys, kvs[i].key.data, kvs[i].key.len);
+            if (rc == 0)
+                rc = kvq_buf_append(&vals, kvs[i].value.data, kvs[i].value.len);
+        }
+        size_t dead_here = 0;
+        for (size_t i = 0; rc == 0 && i < found; i++) {
+            kvq_bytes key = { keys.data + offs[4 * i], offs[4 * i + 1] };
+            kvq_bytes val = { vals.data + offs[4 * i + 2], offs[4 * i + 3] };
+            int dead = 0;
+            rc = kvq__wq_receive_item(w, txn, key, val, rv, lv, &leases[*got], &dead);
+            if (rc == 0 && dead)
+                dead_here++;
+            else if (rc == 0)
+                (*got)++;
+        }
+        if (rc == 0 && (found < want || dead_here == 0))
+            break;
+    }
+    kvq_buf_dispose(&keys);
+    kvq_buf_dispose(&vals);
+    kvq__free(offs);
+    if (rc != 0)
+        return rc;
+    /* The values as this transaction wrote them (the leases' value keys). */
+    kvq_buf k = KVQ_BUF_INIT;
+    for (size_t i = 0; rc == 0 && i < *got; i++) {
+        int present = 0;
+        rc = kvq__wq_id_key(&k, &w->base_v, leases[i].id);
+        if (rc == 0)
+            rc = kvq_txn_get(&outs[i], &present, txn, k.data, k.len, KVQ_SNAPSHOT);
+        if (rc == 0 && !present)
+            rc = kvq__error(KVQ_EINTERNAL_ERROR, "a lease written in this transaction is gone");
+    }
+    kvq_buf_dispose(&k);
+    if (rc == 0 && *got == 0)
+        rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
+    return rc;
+}
+
+typedef struct recv_many_ctx {
+    kvq_workq *w;
+    kvq_buf *outs;
+    kvq_workq_lease *leases;
+    size_t n, got;
+    int64_t lease_ms;
+    kvq_bytes *views;
+} recv_many_ctx;
+
+static int recv_many_body(kvq_txn *txn, void *arg)
+{
+    recv_many_ctx *c = arg;
+    c->got = 0;
+    size_t got = 0;
+    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &got, c->w, txn, c->n, c->lease_ms);
+    for (size_t i = 0; rc == 0 && i < got; i++)
+        if (kvq__buf_set(&c->outs[i], c->views[i].data, c->views[i].len) != 0)
+            rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
+    if (rc == 0)
+        c->got = got;
+    return rc;
+}
+
+int kvq_workq_receive_many(kvq_buf *outs,
+                           kvq_workq_lease *leases,
+                           size_t *got,
+                           kvq_workq *w,
+                           size_t n,
+                           int64_t lease_ms)
+{
+    if (got != NULL)
+        *got = 0;
+    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_receive_many");
+    if (rc == 0 && (outs == NULL || leases == NULL || got == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: NULL outs, leases or got");
+    if (rc == 0 && (n < 1 || n > MANY_MAX))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: n = %zu (1 to %d)", n, MANY_MAX);
+    int64_t lv;
+    if (rc == 0)
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    if (rc == 0)
+        rc = kvq__wq_upkeep_if_due(w);
+    if (rc != 0)
+        return rc;
+    recv_many_ctx c = { w, outs, leases, n, 0, lease_ms, NULL };
+    c.views = kvq__malloc(n * sizeof(*c.views));
+    if (c.views == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", n);
+    rc = kvq_db_transact(w->q->db, recv_many_body, &c);
+    kvq__free(c.views);
+    if (rc == 0)
+        *got = c.got;
+    return rc;
+}
+
+/* ---- ack and nack of many leases ------------------------------------------------------------ */
+
+static int settle_many_txn(int *results,
+                           kvq_workq *w,
+                           kvq_txn *txn,
+                           const kvq_workq_lease *leases,
+                           size_t n,
+                           int kind,
+                           int64_t arg)
+{
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvq_workq_lease l = leases[i];
+        int rc = kvq__wq_settle_txn(w, txn, &l, kind, arg);
+        if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED) {
+            /* Nothing was written for this lease: the others go on. */
+            if (first == 0)
+                first = rc;
+        } else if (rc != 0) {
+            return rc;
+        }
+        if (results != NULL)
+            results[i] = rc;
+    }
+    return first;
+}
+
+static int check_many(const char *fn, kvq_workq *w, kvq_txn *txn, int need_txn,
+                      const kvq_workq_lease *leases, size_t n)
+{
+    int rc = kvq__wq_check(w, txn, need_txn, fn);
+    if (rc == 0 && leases == NULL)
+        rc = kvq__error(KVQ_EINVAL, "%s: leases is NULL", fn);
+    if (rc == 0 && (n < 1 || n > MANY_MAX))
+        rc = kvq__error(KVQ_EINVAL, "%s: n = %zu (1 to %d)", fn, n, MANY_MAX);
+    return rc;
+}
+
+int kvq_workq_ack_many_txn(
+    int *results, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n)
+{
+    int rc = check_many("kvq_workq_ack_many_txn", w, txn, 1, leases, n);
+    return rc != 0 ? rc : settle_many_txn(results, w, txn, leases, n, SETTLE_ACK, 0);
+}
+
+int kvq_workq_nack_many_txn(int *results,
+                            kvq_workq *w,
+                            kvq_txn *txn,
+                            const kvq_workq_lease *leases,
+                            size_t n,
+                            int64_t delay_ms)
+{
+    int rc = check_many("kvq_workq_nack_many_txn", w, txn, 1, leases, n);
+    if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
+        rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
+    return rc != 0 ? rc
+                   : settle_many_txn(results, w, txn, leases, n, SETTLE_NACK, delay_ms * VPM);
+}
+
+typedef struct settle_many_ctx {
+    kvq_workq *w;
+    const kvq_workq_lease *leases;
+    size_t n;
+    int kind;
+    int64_t arg;
+    int *results;   /* per lease, of the last attempt */
+    int first_fail; /* the last attempt's first per-lease failure */
+} settle_many_ctx;
+
+static int settle_many_body(kvq_txn *txn, void *arg)
+{
+    settle_many_ctx *c = arg;
+    int rc = settle_many_txn(c->results, c->w, txn, c->leases, c->n, c->kind, c->arg);
+    if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED) {
+        /* Commit what did settle; the failures are in results. */
+        c->first_fail = rc;
+        return 0;
+    }
+    c->first_fail = 0;
+    return rc;
+}
+
+static int settle_many(int *results,
+                       kvq_workq *w,
+                       const kvq_workq_lease *leases,
+                       size_t n,
+                       int kind,
+                       int64_t arg)
+{
+    int *own = kvq__calloc(n, sizeof(*own));
+    if (own == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", n);
+    settle_many_ctx c = { w, leases, n, kind, arg, own, 0 };
+    int maybe = 0;
+    int rc = kvq__wq_run_idempotent(w->q->db, settle_many_body, &c, 1, &maybe);
+    if (rc == 0 && maybe) {
+        /* A retry after an attempt that may have committed finds that attempt's leases settled:
+         * those are done. (As for one lease, a lease settled before the batch began cannot be
+         * told apart then.) */
+        c.first_fail = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (own[i] == KVQ_ELEASE_SETTLED)
+                own[i] = 0;
+            if (own[i] != 0 && c.first_fail == 0)
+                c.first_fail = own[i];
+        }
+    }
+    if (results != NULL)
+        memcpy(results, own, n * sizeof(*own));
+    kvq__free(own);
+    if (rc == 0 && c.first_fail != 0)
+        rc = kvq__error(c.first_fail, "some leases of the batch had %s; the others are settled",
+                        c.first_fail == KVQ_ELEASE_EXPIRED ? "expired" : "been settled already");
+    return rc;
+}
+
+int kvq_workq_ack_many(int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n)
+{
+    int rc = check_many("kvq_workq_ack_many", w, NULL, 0, leases, n);
+    return rc != 0 ? rc : settle_many(results, w, leases, n, SETTLE_ACK, 0);
+}
+
+int kvq_workq_nack_many(
+    int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int64_t delay_ms)
+{
+    int rc = check_many("kvq_workq_nack_many", w, NULL, 0, leases, n);
+    if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
+        rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
+    return rc != 0 ? rc : settle_many(results, w, leases, n, SETTLE_NACK, delay_ms * VPM);
+}

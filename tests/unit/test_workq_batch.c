@@ -1,0 +1,288 @@
+/* Batches of the work queue (kvq/workq_batch.h): receive, ack and nack many items in one
+ * transaction, on durable and priority queues; per-lease failures that do not stop the others;
+ * dead letters on the way; bad input; injected 1021s that had committed (an ack batch reports
+ * done, nothing is acked twice or lost).
+ *
+ * Timing: one test lets a lease of 100 ms expire; it only checks that it did, with a wait that
+ * polls for up to 20 s. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "test_queue_common.h"
+
+typedef struct env {
+    kvq_db *db;
+    kvq_queue *q;
+    kvq_workq *w;
+} env;
+
+static env env_open(kvq_queue_type type, uint32_t max_deliveries, double fault_rate)
+{
+    env e;
+    tq_mkdir();
+    e.db = tq_open_db(fault_rate, KVQ_FAULT_UNKNOWN_COMMITTED, tq_seed);
+    kvq_subspace *sub = tq_sub_tuple(kvq_tuple_str("batch"), NULL);
+    assert_ok(kvq_queue_open(&e.q, e.db, type, sub, NULL));
+    kvq_subspace_free(sub);
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    o.max_deliveries = max_deliveries;
+    assert_ok(kvq_workq_open(&e.w, e.q, &o));
+    return e;
+}
+
+static void env_close(env *e)
+{
+    kvq_workq_close(e->w);
+    kvq_queue_close(e->q);
+    kvq_db_close(e->db);
+    tq_rmdir();
+}
+
+static void push_n(env *e, int from, int to, int64_t prio)
+{
+    for (int i = from; i < to; i++) {
+        char v[16];
+        int n = snprintf(v, sizeof(v), "v%04d", i);
+        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+        po.priority = prio;
+        assert_ok(kvq_workq_push(e->w, (const uint8_t *)v, (size_t)n, &po, NULL));
+    }
+}
+
+static kvq_workq_metrics metrics(env *e)
+{
+    kvq_workq_metrics m;
+    assert_ok(kvq_workq_get_metrics(e->w, &m));
+    return m;
+}
+
+static void dispose_all(kvq_buf *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kvq_buf_dispose(&b[i]);
+}
+
+static void receive_ack_case(kvq_queue_type type)
+{
+    env e = env_open(type, 0, 0);
+    push_n(&e, 0, 250, 0);
+    kvq_buf outs[300] = { 0 };
+    kvq_workq_lease leases[300];
+    size_t got = 0;
+    /* One batch: 100 items in queue order, one lease each. */
+    assert_ok(kvq_workq_receive_many(outs, leases, &got, e.w, 100, 0));
+    assert_int_equal(got, 100);
+    for (size_t i = 0; i < got; i++) {
+        char want[16];
+        int n = snprintf(want, sizeof(want), "v%04zu", i);
+        assert_bytes(outs[i].data, outs[i].len, (const uint8_t *)want, (size_t)n);
+        assert_int_equal(leases[i].deliveries, 1);
+        if (i > 0)
+            assert_memory_not_equal(leases[i].id, leases[i - 1].id, 16);
+    }
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.inflight, 100);
+    assert_int_equal(m.ready, 150);
+    assert_int_equal(m.received, 100);
+    /* The rest: fewer than asked. */
+    size_t got2 = 0;
+    assert_ok(kvq_workq_receive_many(outs + 100, leases + 100, &got2, e.w, 200, 0));
+    assert_int_equal(got2, 150);
+    assert_bytes(outs[249].data, outs[249].len, (const uint8_t *)"v0249", 5);
+    size_t none = 9;
+    assert_int_equal(kvq_workq_receive_many(outs + 250, leases + 250, &none, e.w, 10, 0),
+                     KVQ_ENOTFOUND);
+    assert_int_equal(none, 0);
+    /* Ack all in two batches; a second ack of the same leases settles nothing. */
+    int results[250];
+    assert_ok(kvq_workq_ack_many(results, e.w, leases, 100));
+    assert_ok(kvq_workq_ack_many(NULL, e.w, leases + 100, 150));
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(results[i], 0);
+    m = metrics(&e);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(m.acked, 250);
+    assert_int_equal(kvq_workq_ack_many(results, e.w, leases, 3), KVQ_ELEASE_SETTLED);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(results[i], KVQ_ELEASE_SETTLED);
+    assert_int_equal(metrics(&e).acked, 250);
+    dispose_all(outs, 300);
+    env_close(&e);
+}
+
+static void test_receive_ack_durable(void **state)
+{
+    (void)state;
+    receive_ack_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_receive_ack_priority(void **state)
+{
+    (void)state;
+    receive_ack_case(KVQ_QUEUE_PRIORITY);
+}
+
+/* One expired lease in an ack batch: it fails alone, the others are acked and the expired
+ * item comes back. */
+static void test_partial_failure(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 0, 0);
+    push_n(&e, 0, 3, 0);
+    kvq_buf outs[3] = { 0 };
+    kvq_workq_lease leases[3], shortl;
+    size_t got = 0;
+    assert_ok(kvq_workq_receive_many(outs, &shortl, &got, e.w, 1, 100));
+    assert_int_equal(got, 1);
+    assert_ok(kvq_workq_receive_many(outs + 1, leases + 1, &got, e.w, 2, 0));
+    assert_int_equal(got, 2);
+    leases[0] = shortl;
+    /* Wait until the short lease has surely ended in database time. */
+    for (int i = 0; i < 2000; i++) {
+        kvq_buf b = KVQ_BUF_INIT;
+        kvq_workq_lease l;
+        int rc = kvq_workq_receive(e.w, &b, &l, 0);
+        kvq_buf_dispose(&b);
+        if (rc == 0) {
+            assert_ok(kvq_workq_ack(e.w, &l)); /* the expired item, redelivered: done */
+            break;
+        }
+        assert_int_equal(rc, KVQ_ENOTFOUND);
+        kvq__sleep_us(10000);
+    }
+    int results[3];
+    assert_int_equal(kvq_workq_ack_many(results, e.w, leases, 3), KVQ_ELEASE_EXPIRED);
+    assert_int_equal(results[0], KVQ_ELEASE_EXPIRED);
+    assert_int_equal(results[1], 0);
+    assert_int_equal(results[2], 0);
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(m.acked, 3);
+    assert_int_equal(m.ready, 0);
+    dispose_all(outs, 3);
+    env_close(&e);
+}
+
+/* Nack of a batch: the items are back in their places with one more delivery; with a max of 2
+ * deliveries, the next nack sends them to the dead letters, and a receive batch skips nothing
+ * that is ready. */
+static void test_nack_and_dead_letters(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 2, 0);
+    push_n(&e, 0, 5, 0);
+    kvq_buf outs[5] = { 0 };
+    kvq_workq_lease leases[5];
+    size_t got = 0;
+    assert_ok(kvq_workq_receive_many(outs, leases, &got, e.w, 5, 0));
+    assert_ok(kvq_workq_nack_many(NULL, e.w, leases, 5, 0));
+    assert_int_equal(metrics(&e).ready, 5);
+    assert_ok(kvq_workq_receive_many(outs, leases, &got, e.w, 5, 0));
+    assert_int_equal(got, 5);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(leases[i].deliveries, 2);
+        char want[16];
+        int n = snprintf(want, sizeof(want), "v%04zu", i);
+        assert_bytes(outs[i].data, outs[i].len, (const uint8_t *)want, (size_t)n);
+    }
+    /* Nack three with a delay and two at once: max deliveries reached, all five are dead. */
+    assert_ok(kvq_workq_nack_many(NULL, e.w, leases, 3, 60000));
+    assert_ok(kvq_workq_nack_many(NULL, e.w, leases + 3, 2, 0));
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.dead, 5);
+    assert_int_equal(m.delayed, 0);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(kvq_workq_receive_many(outs, leases, &got, e.w, 5, 0), KVQ_ENOTFOUND);
+    dispose_all(outs, 5);
+    env_close(&e);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 0, 0);
+    kvq_buf outs[2] = { 0 };
+    kvq_workq_lease leases[2] = { 0 };
+    size_t got = 7;
+    assert_int_equal(kvq_workq_receive_many(outs, leases, &got, e.w, 0, 0), KVQ_EINVAL);
+    assert_int_equal(got, 0);
+    assert_int_equal(kvq_workq_receive_many(outs, leases, &got, e.w, 10001, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_many(NULL, leases, &got, e.w, 1, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_many(outs, leases, NULL, e.w, 1, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_many(outs, leases, &got, NULL, 1, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_many(outs, leases, &got, e.w, 1, -1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack_many(NULL, e.w, NULL, 1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack_many(NULL, e.w, leases, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_nack_many(NULL, e.w, leases, 1, -5), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_ack_many_txn(NULL, e.w, NULL, leases, 1), KVQ_EINVAL);
+    /* A lease nobody handed out: expired (unknown), the batch commits nothing. */
+    int r[1];
+    assert_int_equal(kvq_workq_ack_many(r, e.w, leases, 1), KVQ_ELEASE_EXPIRED);
+    assert_int_equal(r[0], KVQ_ELEASE_EXPIRED);
+    env_close(&e);
+}
+
+/* Injected 1021s whose commit happened: every item is received and acked exactly as asked; a
+ * receive batch that committed and is retried strands its items until their leases end (at
+ * least once), so the test drains with receives until everything is acked, and counts. */
+static void test_unknown_results(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 0, 0.3);
+    push_n(&e, 0, 300, 0);
+    kvq_buf outs[50] = { 0 };
+    kvq_workq_lease leases[50];
+    int seen[300] = { 0 };
+    int acked_batches = 0;
+    for (int round = 0; round < 100000; round++) {
+        size_t got = 0;
+        int rc = kvq_workq_receive_many(outs, leases, &got, e.w, 50, 1000);
+        if (rc == KVQ_ENOTFOUND) {
+            kvq_workq_metrics m = metrics(&e);
+            if (m.inflight == 0 && m.ready == 0)
+                break;
+            kvq__sleep_us(20000);
+            continue;
+        }
+        assert_ok(rc);
+        int results[50];
+        rc = kvq_workq_ack_many(results, e.w, leases, got);
+        /* On a slow machine a lease may end first: that item comes back, the rest are acked. */
+        if (rc != KVQ_ELEASE_EXPIRED)
+            assert_ok(rc);
+        acked_batches++;
+        for (size_t i = 0; i < got; i++) {
+            if (results[i] == KVQ_ELEASE_EXPIRED)
+                continue;
+            assert_int_equal(results[i], 0);
+            assert_int_equal(outs[i].len, 5);
+            int v = 0;
+            for (int d = 1; d < 5; d++)
+                v = v * 10 + (outs[i].data[d] - '0');
+            assert_true(v >= 0 && v < 300);
+            seen[v]++;
+        }
+    }
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.ready, 0);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(m.acked, 300);
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(seen[i], 1);
+    assert_true(acked_batches >= 6);
+    dispose_all(outs, 50);
+    env_close(&e);
+}
+
+int main(int argc, char **argv)
+{
+    tq_seed_init(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_receive_ack_durable),   cmocka_unit_test(test_receive_ack_priority),
+        cmocka_unit_test(test_partial_failure),       cmocka_unit_test(test_nack_and_dead_letters),
+        cmocka_unit_test(test_bad_input),             cmocka_unit_test(test_unknown_results),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
