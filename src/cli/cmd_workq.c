@@ -6,6 +6,11 @@
 #include "qops.h"
 #include "util/util.h"
 
+/* Items a receive transaction takes (the issue's batch size: 100 per commit), and tokens an
+ * ack transaction settles. */
+#define RECEIVE_BATCH 100
+#define ACK_BATCH     1000
+
 /* Opens the queue and its work-queue handle; an exit code on failure (printed). */
 static int open_workq(cli *c, const char *cmd, const char *name, cq **q, kvq_workq **w)
 {
@@ -83,27 +88,44 @@ int cmd_receive(cli *c, int argc, char **argv)
     rc = open_workq(c, "receive", name, &q, &w);
     if (rc != 0)
         return rc;
-    kvq_buf v = KVQ_BUF_INIT;
-    kvq_workq_lease l;
+    /* In batches, one transaction each (the values are copied into the in-flight records, so
+     * a batch of large values is halved until it fits a transaction). */
+    size_t chunk = k < RECEIVE_BATCH ? (size_t)k : RECEIVE_BATCH;
+    kvq_buf *vs = calloc(chunk, sizeof(*vs));
+    kvq_workq_lease *ls = calloc(chunk, sizeof(*ls));
     long long got = 0;
-    int err = 0;
+    int err = vs == NULL || ls == NULL ? kvq__error(KVQ_ENOMEM, "out of memory") : 0;
     if (c->json && many)
         printf("[");
-    while (got < k) {
-        /* Long poll only until the first item; then take what is ready. */
-        err = got == 0 ? kvq_workq_receive_wait(w, &v, &l, lease, wait_ms)
-                       : kvq_workq_receive(w, &v, &l, lease);
-        if (err != 0)
-            break;
-        print_received(c, &v, &l, got == 0);
-        got++;
+    while (err == 0 && got < k) {
+        size_t want = (size_t)(k - got) < chunk ? (size_t)(k - got) : chunk, n = 0;
+        err = kvq_workq_receive_many(vs, ls, &n, w, want, lease);
+        if (err == KVQ_ETRANSACTION_TOO_LARGE && chunk > 1) {
+            chunk /= 2;
+            err = 0;
+            continue;
+        }
+        if (err == KVQ_ENOTFOUND && got == 0 && wait_ms > 0) {
+            /* Nothing ready: a long poll for the first item, then what is ready. */
+            err = kvq_workq_receive_wait(w, &vs[0], &ls[0], lease, wait_ms);
+            n = err == 0;
+        }
+        for (size_t i = 0; i < n; i++, got++)
+            print_received(c, &vs[i], &ls[i], got == 0);
+        if (err == 0 && n < want && got > 0 && !(wait_ms > 0 && got == 1 && n == 1))
+            break; /* the queue ran out */
     }
+    if (err == KVQ_ENOTFOUND && got > 0)
+        err = 0;
+    for (size_t i = 0; vs != NULL && i < chunk; i++)
+        kvq_buf_dispose(&vs[i]);
+    free(vs);
+    free(ls);
     if (c->json && many)
         printf("]\n");
     else if (c->json && got > 0)
         printf("\n");
     cq_close(q);
-    kvq_buf_dispose(&v);
     if (err != 0 && err != KVQ_ENOTFOUND) {
         if (got > 0)
             cli_json_errors(0); /* the items received were printed: no second JSON value */
@@ -119,50 +141,78 @@ int cmd_receive(cli *c, int argc, char **argv)
     return 0;
 }
 
-/* ack NAME TOKEN...: each token acknowledged on its own; every failure is reported, and the exit
- * status is that of the first. */
+/* ack NAME TOKEN...: in batches of ACK_BATCH tokens, one transaction each; a token that fails
+ * does not stop the others. Every failure is reported, and the exit status is that of the
+ * first. */
 static int ack_many(cli *c, const char *name, int argc, char **argv)
 {
-    kvq_workq_lease *ls = calloc((size_t)argc, sizeof(*ls));
-    if (ls == NULL)
+    size_t n = (size_t)argc - 2;
+    kvq_workq_lease *ls = calloc(n, sizeof(*ls));
+    int *res = calloc(n, sizeof(*res));
+    if (ls == NULL || res == NULL) {
+        free(ls);
+        free(res);
         return cli_fail(KVQ_ENOMEM, "out of memory");
-    for (int i = 2; i < argc; i++)
-        if (cli_token_parse(argv[i], &ls[i]) != 0) {
+    }
+    for (size_t i = 0; i < n; i++)
+        if (cli_token_parse(argv[2 + i], &ls[i]) != 0) {
             free(ls);
-            return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)", argv[i],
-                             CLI_TOKEN_LEN);
+            free(res);
+            return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)",
+                             cli_arg(argv[2 + i]), CLI_TOKEN_LEN);
         }
     cq *q;
     kvq_workq *w;
     int rc = open_workq(c, "ack", name, &q, &w);
     if (rc != 0) {
         free(ls);
+        free(res);
         return rc;
+    }
+    int err = 0;
+    size_t done = 0;
+    for (; done < n && err == 0; done += ACK_BATCH) {
+        size_t m = n - done < ACK_BATCH ? n - done : ACK_BATCH;
+        err = kvq_workq_ack_many(res + done, w, ls + done, m);
+        if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED)
+            err = 0; /* per token, in res */
+    }
+    cq_close(q);
+    if (err != 0) {
+        /* A transaction error: the batches before this one were acked. */
+        free(ls);
+        free(res);
+        char what[120];
+        snprintf(what, sizeof(what), "ack failed (the first %zu tokens were handled)",
+                 done - ACK_BATCH);
+        return cli_fail(err, what);
     }
     int first = 0, acked = 0;
     if (c->json)
         printf("{\"acked\":[");
-    for (int i = 2; i < argc; i++) {
-        int err = kvq_workq_ack(w, &ls[i]);
-        if (err == 0) {
+    for (size_t i = 0; i < n; i++) {
+        if (res[i] == 0) {
             if (c->json)
-                printf("%s\"%s\"", acked ? "," : "", argv[i]);
+                printf("%s\"%s\"", acked ? "," : "", argv[2 + i]);
             acked++;
             continue;
         }
         /* One JSON value: failures are counted in it, their messages go to standard error. */
         int was = cli_json_errors(0);
         char what[64];
-        snprintf(what, sizeof(what), "ack of %.16s... failed", argv[i]);
-        int code = lease_fail(err, what);
+        snprintf(what, sizeof(what), "ack of %.16s... failed", argv[2 + i]);
+        kvq__error(res[i], "%s", res[i] == KVQ_ELEASE_EXPIRED
+                                     ? "the lease expired and its item went back to the queue"
+                                     : "the lease was already acked or nacked");
+        int code = lease_fail(res[i], what);
         cli_json_errors(was);
         if (first == 0)
             first = code;
     }
     if (c->json)
-        printf("],\"failed\":%d}\n", argc - 2 - acked);
-    cq_close(q);
+        printf("],\"failed\":%d}\n", (int)n - acked);
     free(ls);
+    free(res);
     return first;
 }
 

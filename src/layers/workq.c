@@ -347,6 +347,8 @@ int kvq__wq_receive_item(kvq_workq *w,
                          kvq_bytes value,
                          int64_t rv,
                          int64_t lv,
+                         const uint8_t *lease_id,
+                         kvq__wq_tally *tally,
                          kvq_workq_lease *lease,
                          int *dead)
 {
@@ -372,12 +374,17 @@ int kvq__wq_receive_item(kvq_workq *w,
         rc = kvq__wq_age_key(&k, w, since, suffix, slen);
     if (rc == 0 && since >= 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
-    if (rc == 0)
+    if (rc == 0 && (tally == NULL || !tally->skip_item_clear))
         rc = kvq_txn_clear(txn, key.data, key.len);
-    if (rc == 0)
-        rc = kvq__wq_ready_add(w, txn, -1);
-    if (rc == 0)
-        rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
+    if (rc == 0 && tally != NULL) {
+        tally->ready--;
+        tally->taken++;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_ready_add(w, txn, -1);
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
+    }
     if (rc != 0)
         goto out;
     if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
@@ -387,7 +394,10 @@ int kvq__wq_receive_item(kvq_workq *w,
     }
     deliv++;
     uint8_t id[16];
-    rc = kvq__random_bytes(id, sizeof(id));
+    if (lease_id != NULL)
+        memcpy(id, lease_id, sizeof(id));
+    else
+        rc = kvq__random_bytes(id, sizeof(id));
     int64_t deadline = rv + lv;
     if (rc == 0)
         rc = lease_meta(&m, deadline, deliv, rv, suffix, slen);
@@ -403,10 +413,15 @@ int kvq__wq_receive_item(kvq_workq *w,
         rc = x_key(&k, w, deadline, id);
     if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
-    if (rc == 0)
-        rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
-    if (rc == 0)
-        rc = kvq__wq_counter_add(txn, &w->n_received, 1);
+    if (rc == 0 && tally != NULL) {
+        tally->inflight++;
+        tally->received++;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_received, 1);
+    }
     if (rc == 0 && since >= 0) {
         uint8_t sv[8];
         kvq__le64_put(sv, (uint64_t)since);
@@ -454,7 +469,8 @@ int kvq_workq_receive_txn(
             break;
         }
         int dead = 0;
-        rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, lease, &dead);
+        rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, NULL, NULL, lease,
+                                  &dead);
         if (rc != 0 || !dead) {
             if (rc == 0)
                 *out = kvs[0].value;
@@ -516,7 +532,28 @@ int64_t kvq__workq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
-int kvq__wq_settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg)
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, const kvq__wq_tally *t)
+{
+    int rc = 0;
+    if (rc == 0 && t->ready != 0)
+        rc = kvq__wq_ready_add(w, txn, t->ready);
+    if (rc == 0 && t->taken != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_taken, t->taken);
+    if (rc == 0 && t->inflight != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_inflight, t->inflight);
+    if (rc == 0 && t->received != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_received, t->received);
+    if (rc == 0 && t->acked != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_acked, t->acked);
+    return rc;
+}
+
+int kvq__wq_settle_txn(kvq_workq *w,
+                       kvq_txn *txn,
+                       kvq_workq_lease *lease,
+                       int kind,
+                       int64_t arg,
+                       kvq__wq_tally *tally)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
@@ -615,10 +652,15 @@ int kvq__wq_settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int k
         rc = s_key(&k, w, received, lease->id);
     if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, &outcome, 1);
-    if (rc == 0)
-        rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
-    if (rc == 0 && kind == SETTLE_ACK)
-        rc = kvq__wq_counter_add(txn, &w->n_acked, 1);
+    if (rc == 0 && tally != NULL) {
+        tally->inflight--;
+        tally->acked += kind == SETTLE_ACK;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
+        if (rc == 0 && kind == SETTLE_ACK)
+            rc = kvq__wq_counter_add(txn, &w->n_acked, 1);
+    }
     if (rc == 0 && kind == SETTLE_NACK) {
         kvq_bytes v = { val.data, val.len };
         if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries)
@@ -650,7 +692,7 @@ check_settle(kvq_workq *w, kvq_txn *txn, int need_txn, kvq_workq_lease *lease, c
 int kvq_workq_ack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease)
 {
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_ack_txn");
-    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_ACK, 0);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_ACK, 0, NULL);
 }
 
 int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t delay_ms)
@@ -658,7 +700,7 @@ int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_nack_txn");
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * VPM);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * VPM, NULL);
 }
 
 int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t lease_ms)
@@ -667,7 +709,7 @@ int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int
     int64_t lv = 0;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
-    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_EXTEND, lv);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_EXTEND, lv, NULL);
 }
 
 typedef struct settle_ctx {
@@ -680,7 +722,7 @@ typedef struct settle_ctx {
 static int settle_body(kvq_txn *txn, void *arg)
 {
     settle_ctx *c = arg;
-    return kvq__wq_settle_txn(c->w, txn, &c->lease, c->kind, c->arg);
+    return kvq__wq_settle_txn(c->w, txn, &c->lease, c->kind, c->arg, NULL);
 }
 
 /* The retry loop of the idempotent convenience forms: kvq_txn_run's, where after an attempt

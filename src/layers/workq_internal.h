@@ -131,25 +131,41 @@ int kvq__wq_push_ready(
 
 /* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
 
+/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item;
+ * skip_item_clear: the caller clears the items' keys itself (one clear_range for a run). */
+typedef struct kvq__wq_tally {
+    int64_t ready, taken, inflight, received, acked;
+    int skip_item_clear;
+} kvq__wq_tally;
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, const kvq__wq_tally *t);
+
 /* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
 int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
 /* Takes the ready item at key (value: its value) off the queue in txn, read at version rv, and
  * leases it for lv versions (*lease filled); or, when it has had its deliveries, moves it to the
  * dead letters (*dead = 1, *lease untouched). key and value must stay valid across the writes
- * (copies, not views borrowed from txn). */
+ * (copies, not views borrowed from txn). lease_id: the lease's 16-byte id, or NULL for a random
+ * one; tally: NULL, or a batch's counters (the counters' adds are left to the batch). */
 int kvq__wq_receive_item(kvq_workq *w,
                          kvq_txn *txn,
                          kvq_bytes key,
                          kvq_bytes value,
                          int64_t rv,
                          int64_t lv,
+                         const uint8_t *lease_id,
+                         kvq__wq_tally *tally,
                          kvq_workq_lease *lease,
                          int *dead);
 enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
 /* Acks, nacks (arg: the delay in versions) or extends (arg: the new lease in versions) a lease
  * in txn. A lease that is expired or settled fails with KVQ_ELEASE_EXPIRED or
- * KVQ_ELEASE_SETTLED having written nothing. */
-int kvq__wq_settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg);
+ * KVQ_ELEASE_SETTLED having written nothing. tally as kvq__wq_receive_item's. */
+int kvq__wq_settle_txn(kvq_workq *w,
+                       kvq_txn *txn,
+                       kvq_workq_lease *lease,
+                       int kind,
+                       int64_t arg,
+                       kvq__wq_tally *tally);
 /* The retry loop of the idempotent convenience forms (workq.c); *maybe_out (may be NULL): an
  * attempt may have committed before the one that did. */
 int kvq__wq_run_idempotent(
