@@ -124,10 +124,10 @@ static void *popper(void *arg)
     while (__atomic_load_n(j->left, __ATOMIC_RELAXED) > 0) {
         size_t n = 0;
         if (j->batch == 1) {
-            rc = kvq_queue_pop(q, &outs[0]);
+            rc = kvq_queue_pop(&outs[0], q);
             n = rc == 0;
         } else {
-            rc = kvq_queue_pop_k(q, (size_t)j->batch, outs, &n);
+            rc = kvq_queue_pop_k(outs, &n, q, (size_t)j->batch);
         }
         if (rc == KVQ_ENOTFOUND)
             break;

@@ -76,7 +76,7 @@ int main(int argc, char **argv)
         size_t n = 0;
         kvq_watch *w = NULL;
         int finished = atomic_load(&producer_done); /* read before the pop: then empty is final */
-        rc = kvq_queue_consume_k(cq, 50, items, &n, &w);
+        rc = kvq_queue_consume_k(items, &n, &w, cq, 50);
         for (size_t i = 0; rc == 0 && i < n; i++) {
             int k = item_number(&items[i]);
             if (k >= 0 && seen[k]++ == 0)

@@ -49,18 +49,18 @@ int main(int argc, char **argv)
     kvq_queue *q = NULL;
     kvq_workq *w = NULL;
     if (rc == 0)
-        rc = kvq_queue_open_named(&q, db, "jobs", NULL);
+        rc = kvq_queue_open_named(&q, NULL, db, "jobs");
     if (rc == 0) /* NULL options: the lease and deliveries stored with the name */
         rc = kvq_workq_open(&w, q, NULL);
     const char *jobs[] = { "a", "b", "poison", "c", "d" };
     for (int i = 0; rc == 0 && i < 5; i++)
-        rc = kvq_workq_push(w, (const uint8_t *)jobs[i], strlen(jobs[i]), NULL, NULL);
+        rc = kvq_workq_push(NULL, w, (const uint8_t *)jobs[i], strlen(jobs[i]), NULL);
 
     int done = 0, failed = 0;
     kvq_buf item = KVQ_BUF_INIT;
     while (rc == 0) {
         kvq_workq_lease lease;
-        rc = kvq_workq_receive(w, &item, &lease, 0);
+        rc = kvq_workq_receive(&item, &lease, w, 0);
         if (rc == KVQ_ENOTFOUND) { /* nothing ready: this example stops there */
             rc = 0;
             break;

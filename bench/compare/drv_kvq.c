@@ -261,12 +261,12 @@ static int wq_pop_batch(kq_conn *c, uint8_t *buf, size_t size, size_t max, size_
 {
     kvq_workq *w = c->s->w;
     size_t n = 0;
-    int rc = max == 1 ? kvq_workq_receive(w, &c->bufs[0], &c->leases[0], 0)
+    int rc = max == 1 ? kvq_workq_receive(&c->bufs[0], &c->leases[0], w, 0)
                       : kvq_workq_receive_many(c->bufs, c->leases, &n, w, max, 0);
     if (max == 1 && rc == 0)
         n = 1;
     if (rc == KVQ_ENOTFOUND && wait_ms > 0) {
-        rc = kvq_workq_receive_wait(w, &c->bufs[0], &c->leases[0], 0, wait_ms);
+        rc = kvq_workq_receive_wait(&c->bufs[0], &c->leases[0], w, 0, wait_ms);
         n = rc == 0;
     }
     if (rc == KVQ_ENOTFOUND)
@@ -304,7 +304,7 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
         if (c->s->type == KVQ_QUEUE_DURABLE) {
             /* Pop, and in the same transaction arm a watch when the queue came up short. */
             kvq_watch *w = NULL;
-            rc = kvq_queue_consume_k(q, max, c->bufs, &n, &w);
+            rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
             if (rc != 0)
                 return kq_fail("consume", rc);
             if (n == 0 && w != NULL) {
@@ -319,13 +319,14 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
             }
             kvq_watch_destroy(w);
         } else if (max == 1) {
-            rc = c->s->type == KVQ_QUEUE_PRIORITY ? kvq_queue_pop_min(q, &c->bufs[0], NULL)
-                                                  : kvq_queue_pop(q, &c->bufs[0]);
+            rc = c->s->type == KVQ_QUEUE_PRIORITY
+                     ? kvq_queue_pop_prio(&c->bufs[0], NULL, q, KVQ_QUEUE_MIN)
+                     : kvq_queue_pop(&c->bufs[0], q);
             if (rc != 0 && rc != KVQ_ENOTFOUND)
                 return kq_fail("pop", rc);
             n = rc == 0;
         } else {
-            rc = kvq_queue_pop_k(q, max, c->bufs, &n);
+            rc = kvq_queue_pop_k(c->bufs, &n, q, max);
             if (rc != 0 && rc != KVQ_ENOTFOUND)
                 return kq_fail("pop_k", rc);
             if (rc == KVQ_ENOTFOUND)

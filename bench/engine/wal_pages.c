@@ -247,7 +247,7 @@ static void run_kvq(const char *base, long n, size_t size)
             die_kvq("push", rc);
     }
     for (int i = 0; i < 25; i++) {
-        if ((rc = kvq_queue_pop(q, &out)) != 0)
+        if ((rc = kvq_queue_pop(&out, q)) != 0)
             die_kvq("pop", rc);
     }
     sqlite3 *ro = open_ro();
@@ -265,7 +265,7 @@ static void run_kvq(const char *base, long n, size_t size)
     }
     double t1 = now_s();
     for (long i = 0; i < n; i++) {
-        if ((rc = kvq_queue_pop(q, &out)) != 0)
+        if ((rc = kvq_queue_pop(&out, q)) != 0)
             die_kvq("pop", rc);
         pop.ops++;
         scan_wal(ro, &pos, &pop);
@@ -388,7 +388,7 @@ static void run_interleaved(const char *base, long n, size_t size)
                     if (sys == 0 && phase == 0)
                         rc = kvq_queue_push(q, val, size);
                     else if (sys == 0)
-                        rc = kvq_queue_pop(q, &out);
+                        rc = kvq_queue_pop(&out, q);
                     if (sys == 0 && rc != 0)
                         die_kvq(phase == 0 ? "push" : "pop", rc);
                     if (sys == 1) {

@@ -37,8 +37,8 @@ typedef struct kvq_consumer kvq_consumer;
 typedef int (*kvq_consumer_fn)(kvq_bytes value, int worker, void *payload);
 
 /**
- * Where the items come from. The durable queue provides one (kvq_queue_consumer_source in
- * kvq/queue.h); applications may write their own.
+ * Where the items come from. The durable queue provides one (kvq_queue_consumer_source,
+ * below); applications may write their own.
  */
 typedef struct kvq_consumer_source {
     /** Pops up to k items inside txn into values[0..*n) (borrowed from txn). */
@@ -56,6 +56,16 @@ typedef struct kvq_consumer_source {
      */
     int (*consume)(void *queue, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch);
 } kvq_consumer_source;
+
+struct kvq_queue;
+
+/**
+ * Fills a source that pops from a durable queue (kvq/queue.h) with kvq_queue_consume_k and
+ * wakes on its npush. The source borrows q, which must outlive the consumer.
+ * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_consumer_source(kvq_consumer_source *out,
+                                                    struct kvq_queue *q);
 
 #define KVQ_CONSUMER_OPTIONS_VERSION 1
 
@@ -115,7 +125,7 @@ KVQ_API int kvq_consumer_finished(kvq_consumer *c);
 KVQ_API int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
-KVQ_API void kvq_consumer_free(kvq_consumer *c);
+KVQ_API void kvq_consumer_destroy(kvq_consumer *c);
 
 /* ---- at least once: the work-queue consumer ------------------------------------------------ */
 
@@ -214,7 +224,7 @@ KVQ_API int kvq_workq_consumer_finished(kvq_workq_consumer *c);
 KVQ_API int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
-KVQ_API void kvq_workq_consumer_free(kvq_workq_consumer *c);
+KVQ_API void kvq_workq_consumer_destroy(kvq_workq_consumer *c);
 
 #ifdef __cplusplus
 }

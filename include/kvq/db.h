@@ -141,7 +141,7 @@ enum {
 /**
  * Reads one key.
  *
- * @param[out] value    the value, borrowed from the transaction (see the file comment); set to
+ * @param[out] out      the value, borrowed from the transaction (see the file comment); set to
  *                      {NULL, 0} when the key is absent
  * @param[out] present  1 if the key exists, else 0
  * @param flags         0 or KVQ_SNAPSHOT
@@ -149,7 +149,7 @@ enum {
  *         KVQ_EACCESSED_UNREADABLE; KVQ_ETRANSACTION_TOO_OLD; KVQ_ETRANSACTION_TIMED_OUT;
  *         KVQ_EDAMAGED (a stored value failed its checksum); KVQ_EIO.
  */
-KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *value,
+KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *out,
                                       int *present,
                                       kvq_txn *txn,
                                       const uint8_t *key,
@@ -159,7 +159,7 @@ KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *value,
 /**
  * Reads the keys in [begin, end), in order (or in reverse with KVQ_REVERSE).
  *
- * @param[out] kvs    array of *count pairs, borrowed from the transaction
+ * @param[out] out    array of *count pairs, borrowed from the transaction
  * @param[out] count  number of pairs
  * @param[out] more   1 if the limit stopped the read before the end of the range (may be NULL);
  *                    on the fdb engine it may also be 1 when exactly `limit` keys remained
@@ -169,7 +169,7 @@ KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *value,
  * @note To page through a large range, read with a limit and continue from just after the last
  *       key returned (forward: begin = last key + 0x00; reverse: end = last key).
  */
-KVQ_API KVQ_NODISCARD int kvq_txn_get_range(const kvq_kv **kvs,
+KVQ_API KVQ_NODISCARD int kvq_txn_get_range(const kvq_kv **out,
                                             size_t *count,
                                             int *more,
                                             kvq_txn *txn,

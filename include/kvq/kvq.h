@@ -1,6 +1,27 @@
 /**
  * @file kvq/kvq.h
  * @brief kvq: durable, transactional queues for C. Include this one header.
+ *
+ * One convention holds in every header (kept from 0.1.0; a new function follows it):
+ *
+ * - **Names**: `kvq_<object>_<verb>`; the `_txn` form of an operation runs inside the caller's
+ *   transaction, the plain form runs its own retry loop.
+ * - **Arguments**: outputs first. The only output, or the main one, is named `out` (`outs` for
+ *   an array the caller provides); further outputs follow it, named for what they hold (`n`,
+ *   `priority`, `lease`, `watch`). Then the object acted on (database, queue, work queue,
+ *   consumer), then the transaction of a `_txn` form, then the inputs, then the options
+ *   (NULL for the defaults). A callback is followed by its `payload`, which it receives last.
+ * - **Variants**: one function with an argument, not a pair of functions (kvq_queue_end picks
+ *   the end of a priority queue: kvq_queue_pop_prio(&out, &priority, q, KVQ_QUEUE_MAX)).
+ * - **Results**: 0 or a KVQ_E* code (kvq/error.h); kvq_last_error() has a one-line detail.
+ * - **Lifetimes**: one destructor verb per kind of object, and every destructor takes NULL:
+ *   - a handle on stored state is opened and closed: kvq_db_open / kvq_db_close,
+ *     kvq_queue_open / kvq_queue_close, kvq_workq_open / kvq_workq_close;
+ *   - an object that lives in memory is made (create, new, start, unpack, watch) and destroyed:
+ *     kvq_txn_destroy, kvq_watch_destroy, kvq_consumer_destroy, kvq_workq_consumer_destroy,
+ *     kvq_tuple_destroy, kvq_subspace_destroy;
+ *   - a caller's kvq_buf is filled by kvq and disposed of by the caller: kvq_buf_dispose.
+ *   Returned views (kvq_bytes) are borrowed: each function says until when.
  */
 #ifndef KVQ_KVQ_H
 #define KVQ_KVQ_H

@@ -50,7 +50,6 @@
 #include "error.h"
 #include "db.h"
 #include "tuple.h"
-#include "consumer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -162,36 +161,41 @@ KVQ_API KVQ_NODISCARD int
 kvq_queue_create_named(kvq_db *db, const char *name, const kvq_queue_settings *settings);
 
 /** Reads a named queue's settings. 0, KVQ_ENOTFOUND, KVQ_EINVAL. */
-KVQ_API KVQ_NODISCARD int kvq_queue_get_named(kvq_db *db, const char *name, kvq_queue_settings *out);
+KVQ_API KVQ_NODISCARD int
+kvq_queue_get_named(kvq_queue_settings *out, kvq_db *db, const char *name);
 
 /**
  * Changes a durable or priority named queue's lease (1 ms to 1 day) and max deliveries; -1
  * keeps either. *out (may be NULL) receives the settings now stored.
  * @return 0; KVQ_ENOTFOUND; KVQ_EWRONGTYPE (a FIFO queue); KVQ_EINVAL.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_alter_named(
-    kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries, kvq_queue_settings *out);
+KVQ_API KVQ_NODISCARD int kvq_queue_alter_named(kvq_queue_settings *out,
+                                                kvq_db *db,
+                                                const char *name,
+                                                int64_t lease_ms,
+                                                int64_t max_deliveries);
 
 /** Removes a name from the registry (not the queue's data: see kvq_queue_delete). */
 KVQ_API KVQ_NODISCARD int kvq_queue_forget_named(kvq_db *db, const char *name);
 
 /** Called for each named queue, in name order; a non-zero return stops the listing and is
  * returned. */
-typedef int (*kvq_queue_named_fn)(const char *name, const kvq_queue_settings *settings, void *arg);
+typedef int (*kvq_queue_named_fn)(const char *name,
+                                  const kvq_queue_settings *settings,
+                                  void *payload);
 
 /** Lists the named queues. */
-KVQ_API KVQ_NODISCARD int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg);
+KVQ_API KVQ_NODISCARD int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *payload);
 
 /**
  * Opens a queue by the name `kvq create` gave it, with its type; kvq_workq_open with NULL
  * options then takes its stored lease and max deliveries.
- * @param settings  receives the stored settings (may be NULL)
+ * @param[out] out       the handle; NULL on failure. Close it with kvq_queue_close.
+ * @param[out] settings  receives the stored settings (may be NULL)
  * @return 0; KVQ_ENOTFOUND (no such name); KVQ_EINVAL; KVQ_ENOMEM.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_open_named(kvq_queue **out,
-                                               kvq_db *db,
-                                               const char *name,
-                                               kvq_queue_settings *settings);
+KVQ_API KVQ_NODISCARD int
+kvq_queue_open_named(kvq_queue **out, kvq_queue_settings *settings, kvq_db *db, const char *name);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Operations on every type                                                                  */
@@ -227,7 +231,7 @@ kvq_queue_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len)
  * @return 0; KVQ_ENOTFOUND (empty); KVQ_EINVAL; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only
  *         after the idempotency window); a transaction error after the retry budget.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop(kvq_queue *q, kvq_buf *out);
+KVQ_API KVQ_NODISCARD int kvq_queue_pop(kvq_buf *out, kvq_queue *q);
 
 /**
  * Pops the first item inside the caller's transaction (always the simple path, even in
@@ -236,13 +240,13 @@ KVQ_API KVQ_NODISCARD int kvq_queue_pop(kvq_queue *q, kvq_buf *out);
  * @param[out] out  the value, borrowed from txn (valid until it commits, resets or retries)
  * @return 0; KVQ_ENOTFOUND (empty; nothing written); KVQ_EINVAL; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out);
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn);
 
 /**
  * Copies the first item's value into `out` without removing it (a read-only transaction).
  * @return 0; KVQ_ENOTFOUND; KVQ_EINVAL; KVQ_ENOMEM; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek(kvq_queue *q, kvq_buf *out);
+KVQ_API KVQ_NODISCARD int kvq_queue_peek(kvq_buf *out, kvq_queue *q);
 
 /**
  * Reads the first item's value inside the caller's transaction.
@@ -252,7 +256,7 @@ KVQ_API KVQ_NODISCARD int kvq_queue_peek(kvq_queue *q, kvq_buf *out);
  * @return 0; KVQ_ENOTFOUND; KVQ_EINVAL; a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_peek_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, unsigned int flags);
+kvq_queue_peek_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn, unsigned int flags);
 
 /**
  * The number of items. Durable queues: npush − npop (two reads). FIFO and priority queues: a
@@ -260,7 +264,7 @@ kvq_queue_peek_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, unsigned int flag
  * (so the count of a queue that changes meanwhile is approximate).
  * @return 0; KVQ_EINVAL; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_len(kvq_queue *q, uint64_t *out);
+KVQ_API KVQ_NODISCARD int kvq_queue_len(uint64_t *out, kvq_queue *q);
 
 /**
  * The number of items, inside the caller's transaction (FIFO and priority: every page in this
@@ -268,7 +272,7 @@ KVQ_API KVQ_NODISCARD int kvq_queue_len(kvq_queue *q, uint64_t *out);
  * @param flags  0 or KVQ_SNAPSHOT (without it, the caller's commit conflicts with any push or pop)
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_len_txn(kvq_queue *q, kvq_txn *txn, uint64_t *out, unsigned int flags);
+kvq_queue_len_txn(uint64_t *out, kvq_queue *q, kvq_txn *txn, unsigned int flags);
 
 /**
  * Removes every item, keeping the queue's bookkeeping. Durable queues: one transaction that
@@ -327,7 +331,7 @@ kvq_queue_iterate_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_iter_fn fn, void *pa
  *         KVQ_EINVAL; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the idempotency
  *         window); a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n);
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_k(kvq_buf *outs, size_t *n, kvq_queue *q, size_t k);
 
 /**
  * Pops up to k items inside the caller's transaction.
@@ -335,14 +339,14 @@ KVQ_API KVQ_NODISCARD int kvq_queue_pop_k(kvq_queue *q, size_t k, kvq_buf *outs,
  * @return 0 with *n ≥ 1; KVQ_ENOTFOUND (empty; nothing written); KVQ_EINVAL; a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_pop_k_txn(kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n);
+kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, size_t k);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Priority queues                                                                           */
 /* ---------------------------------------------------------------------------------------- */
 
 /** Pushes a value at a priority (idempotent convenience form). Lower priorities come out of
- * kvq_queue_pop_min first; items of one priority keep push order from one producer. Errors as
+ * kvq_queue_pop_prio(…, KVQ_QUEUE_MIN) first; items of one priority keep push order from one producer. Errors as
  * kvq_queue_push, and KVQ_EWRONGTYPE for a queue that is not a priority queue. */
 KVQ_API KVQ_NODISCARD int
 kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t priority);
@@ -351,37 +355,40 @@ kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t prio
 KVQ_API KVQ_NODISCARD int kvq_queue_push_prio_txn(
     kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t priority);
 
+/** Which end of a priority queue: the lowest priority or the highest. */
+typedef enum kvq_queue_end {
+    KVQ_QUEUE_MIN = 0, /**< the lowest priority; of that priority, the oldest item */
+    KVQ_QUEUE_MAX = 1  /**< the highest priority; of that priority, the newest item */
+} kvq_queue_end;
+
 /**
- * Pops the item with the lowest priority (the oldest of that priority) into `out`; its priority
- * into *priority (may be NULL). Idempotent convenience form; high-contention mode applies.
- * Errors as kvq_queue_pop, and KVQ_EWRONGTYPE.
+ * Pops the item at one end of a priority queue into `out` (idempotent convenience form;
+ * high-contention mode applies).
+ * @param[out] out       receives the value (replaced); free with kvq_buf_dispose
+ * @param[out] priority  receives its priority (may be NULL)
+ * @param end            KVQ_QUEUE_MIN or KVQ_QUEUE_MAX
+ * @return as kvq_queue_pop; KVQ_EWRONGTYPE (not a priority queue); KVQ_EINVAL (also an `end`
+ *         that is neither).
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_min(kvq_queue *q, kvq_buf *out, int64_t *priority);
-
-/** Pops the item with the highest priority (the newest of that priority); as kvq_queue_pop_min. */
-KVQ_API KVQ_NODISCARD int kvq_queue_pop_max(kvq_queue *q, kvq_buf *out, int64_t *priority);
-
-/** kvq_queue_pop_min inside the caller's transaction; `out` borrowed from txn. */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_pop_min_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority);
+kvq_queue_pop_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end);
 
-/** kvq_queue_pop_max inside the caller's transaction; `out` borrowed from txn. */
+/** kvq_queue_pop_prio inside the caller's transaction; `out` borrowed from txn. */
+KVQ_API KVQ_NODISCARD int kvq_queue_pop_prio_txn(
+    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, kvq_queue_end end);
+
+/** Copies the item at one end of a priority queue without removing it. Errors as
+ * kvq_queue_peek, and as kvq_queue_pop_prio. */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_pop_max_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority);
+kvq_queue_peek_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end);
 
-/** Copies the lowest-priority item without removing it. Errors as kvq_queue_peek. */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_min(kvq_queue *q, kvq_buf *out, int64_t *priority);
-
-/** Copies the highest-priority item without removing it. Errors as kvq_queue_peek. */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_max(kvq_queue *q, kvq_buf *out, int64_t *priority);
-
-/** kvq_queue_peek_min inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_min_txn(
-    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags);
-
-/** kvq_queue_peek_max inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
-KVQ_API KVQ_NODISCARD int kvq_queue_peek_max_txn(
-    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags);
+/** kvq_queue_peek_prio inside the caller's transaction (flags: 0 or KVQ_SNAPSHOT). */
+KVQ_API KVQ_NODISCARD int kvq_queue_peek_prio_txn(kvq_bytes *out,
+                                                  int64_t *priority,
+                                                  kvq_queue *q,
+                                                  kvq_txn *txn,
+                                                  kvq_queue_end end,
+                                                  unsigned int flags);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Durable queues                                                                            */
@@ -406,11 +413,11 @@ kvq_queue_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, siz
  * @param[out] out  the watch; wait with kvq_watch_wait, free with kvq_watch_destroy
  * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE; KVQ_ETOO_MANY_WATCHES; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_watch(kvq_queue *q, kvq_watch **out);
+KVQ_API KVQ_NODISCARD int kvq_queue_watch(kvq_watch **out, kvq_queue *q);
 
 /** Sets a watch on npush inside the caller's transaction; it is armed when txn commits and
  * fires once npush differs from the value txn saw. */
-KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_queue *q, kvq_txn *txn, kvq_watch **out);
+KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn);
 
 /**
  * Pops up to k items and, when fewer than k were found, also returns a watch on npush set in
@@ -427,7 +434,7 @@ KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_queue *q, kvq_txn *txn, kvq_wa
  *         idempotency window); a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_consume_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch);
+kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *q, size_t k);
 
 /**
  * kvq_queue_consume_k inside the caller's transaction: *watch (when fewer than k items came
@@ -435,14 +442,10 @@ kvq_queue_consume_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n, kvq_watch 
  * fails with 1025 and must be destroyed too.
  */
 KVQ_API KVQ_NODISCARD int kvq_queue_consume_k_txn(
-    kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n, kvq_watch **watch);
+    kvq_bytes *outs, size_t *n, kvq_watch **watch, kvq_queue *q, kvq_txn *txn, size_t k);
 
-/**
- * Fills a consumer-runtime source (kvq/consumer.h) that pops from this durable queue and wakes
- * on its npush. The source borrows q, which must outlive the consumer.
- * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE.
- */
-KVQ_API KVQ_NODISCARD int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q);
+/* kvq_queue_consumer_source, the source of the consumer runtime that pops from a durable queue,
+ * is declared in kvq/consumer.h, with the runtime. */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Producers                                                                                 */
@@ -488,16 +491,16 @@ typedef struct kvq_producer_stats {
  * Items of one thread keep their order in the queue (FIFO and durable; within a priority for
  * priority queues).
  *
- * @param stats  receives the counts (may be NULL); filled also on failure
+ * @param[out] out  receives the counts (may be NULL); filled also on failure
  * @return 0; KVQ_EINVAL (NULL q or fn, bad options); KVQ_ENOMEM; the first error of fn or of a
  *         push (the other threads then stop before their next item; items a thread had made
  *         but not pushed are not pushed).
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_produce(kvq_queue *q,
+KVQ_API KVQ_NODISCARD int kvq_queue_produce(kvq_producer_stats *out,
+                                            kvq_queue *q,
                                             kvq_producer_fn fn,
                                             void *payload,
-                                            const kvq_producer_options *opts,
-                                            kvq_producer_stats *stats);
+                                            const kvq_producer_options *opts);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Idempotency for the caller's own transactions; high-contention upkeep                     */
@@ -517,24 +520,24 @@ typedef struct kvq_queue_token {
 KVQ_API KVQ_NODISCARD int kvq_queue_token_init(kvq_queue_token *tok);
 
 /**
- * Reads the token's marker and writes it. *already = 1 means an earlier attempt with this token
- * committed: the caller should skip its work and commit (nothing else happens). *already = 0:
+ * Reads the token's marker and writes it. *out = 1 means an earlier attempt with this token
+ * committed: the caller should skip its work and commit (nothing else happens). *out = 0:
  * the marker is now written in txn; do the work. The read is of the marker key only, so tokens
  * never make transactions conflict with each other.
  * @return 0; KVQ_EINVAL; KVQ_ETIMED_OUT when the token is older than the idempotency window
  *         (whether the earlier attempt committed cannot be known any more); a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_token_apply_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok, int *already);
+kvq_queue_token_apply_txn(int *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok);
 
 /**
  * High-contention upkeep, run automatically by pops from time to time: puts results older than
  * the staging timeout back into the queue at their original keys, and removes waiters older
  * than it. Safe to call any time, from any process, in any mode.
- * @param[out] returned  items put back (may be NULL)
+ * @param[out] out  items put back (may be NULL)
  * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE (durable queues have no staging); a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_queue_recover(kvq_queue *q, uint64_t *returned);
+KVQ_API KVQ_NODISCARD int kvq_queue_recover(uint64_t *out, kvq_queue *q);
 
 /** Counters of a queue handle (all threads), for tests and benchmarks. */
 typedef struct kvq_queue_stats {

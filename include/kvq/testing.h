@@ -114,7 +114,7 @@ KVQ_API KVQ_NODISCARD int kvq_testing_workq_flags(kvq_workq *w, unsigned int fla
  * handle have done so far: how many times they looked for an item (a receive each) and how
  * many times they went to sleep. Either pointer may be NULL. @return 0; KVQ_EINVAL (NULL w). */
 KVQ_API KVQ_NODISCARD int
-kvq_testing_workq_wait_counts(kvq_workq *w, uint64_t *looks, uint64_t *sleeps);
+kvq_testing_workq_wait_counts(uint64_t *looks, uint64_t *sleeps, kvq_workq *w);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,7 @@ typedef enum kvq_tuple_type {
 
 /**
  * One element. Byte and string data and nested elements are borrowed: from the caller when
- * packing (only for the call), from the kvq_tuple when unpacked (until kvq_tuple_free).
+ * packing (only for the call), from the kvq_tuple when unpacked (until kvq_tuple_destroy).
  */
 typedef struct kvq_tuple_elem {
     kvq_tuple_type type;
@@ -283,14 +283,14 @@ kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count);
  *     kvq_tuple_builder b;
  *     kvq_tuple_builder_init(&b, &key);          // key may already hold a raw prefix
  *     kvq_tuple_add(&b, kvq_tuple_str("orders"));
- *     kvq_tuple_open(&b);                        // a nested tuple ...
+ *     kvq_tuple_nest_begin(&b);                  // a nested tuple ...
  *     kvq_tuple_add(&b, kvq_tuple_int(2026));
  *     kvq_tuple_add(&b, kvq_tuple_null());       // (null inside a nested tuple: 00 FF)
- *     kvq_tuple_close(&b);                       // ... ends here
+ *     kvq_tuple_nest_end(&b);                    // ... ends here
  *     int rc = kvq_tuple_builder_finish(&b);     // 0, or the first error
  *
  * The bytes are those kvq_tuple_pack writes for the same elements. Errors are kept: after the
- * first one (an element packing refuses, a close without an open, memory), further calls do
+ * first one (an element packing refuses, an end without a begin, memory), further calls do
  * nothing, and kvq_tuple_builder_finish returns it and puts out->len back to where it was. An
  * incomplete versionstamp may be added once; finish then appends its 4-byte little-endian
  * offset, as kvq_tuple_pack_vs does (the form set_versionstamped_key takes).
@@ -310,10 +310,10 @@ typedef struct kvq_tuple_builder {
 KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out);
 /** Appends one element (any type; a nested element packs its whole array). */
 KVQ_API void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e);
-/** Opens a nested tuple: what is added until kvq_tuple_close goes inside it. */
-KVQ_API void kvq_tuple_open(kvq_tuple_builder *b);
+/** Opens a nested tuple: what is added until kvq_tuple_nest_end goes inside it. */
+KVQ_API void kvq_tuple_nest_begin(kvq_tuple_builder *b);
 /** Closes the innermost open nested tuple. */
-KVQ_API void kvq_tuple_close(kvq_tuple_builder *b);
+KVQ_API void kvq_tuple_nest_end(kvq_tuple_builder *b);
 /**
  * Ends the build.
  * @return 0; KVQ_EINVAL (a NULL builder or out, an element kvq_tuple_pack refuses, a second
@@ -329,7 +329,7 @@ typedef struct kvq_tuple kvq_tuple;
 /**
  * Unpacks bytes into a tuple, strictly (see the file's notes).
  *
- * @param[out] out   the tuple, to free with kvq_tuple_free; set to NULL on failure
+ * @param[out] out   the tuple, to free with kvq_tuple_destroy; set to NULL on failure
  * @param[in]  data  the encoding (borrowed for the call; the tuple keeps a copy of what it
  *                   needs); may be NULL when len is 0, which is the empty tuple
  * @param[in]  len   its length
@@ -348,12 +348,12 @@ KVQ_API size_t kvq_tuple_count(const kvq_tuple *t);
  * Returns element i, or NULL when t is NULL or i is out of range. The elements are one array:
  * kvq_tuple_at(t, 0) points at kvq_tuple_count(t) of them (so it can be handed to
  * kvq_tuple_pack or kvq_tuple_compare), and so do nested elements' v.nested.elems.
- * @note Valid until kvq_tuple_free(t), as are the bytes and nested elements they point at.
+ * @note Valid until kvq_tuple_destroy(t), as are the bytes and nested elements they point at.
  */
 KVQ_API const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i);
 
 /** Frees a tuple. NULL is a no-op. */
-KVQ_API void kvq_tuple_free(kvq_tuple *t);
+KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
 
 /**
  * Compares two tuples in the order of their packed bytes: by type code (null < bytes < string <
@@ -438,7 +438,7 @@ typedef struct kvq_subspace kvq_subspace;
  * Creates a subspace whose prefix is raw_prefix followed by pack(elems); either part may be
  * empty.
  *
- * @param[out] out  the subspace, to free with kvq_subspace_free; NULL on failure
+ * @param[out] out  the subspace, to free with kvq_subspace_destroy; NULL on failure
  * @param[in] raw_prefix, raw_len  raw bytes (copied); NULL allowed when raw_len is 0
  * @param[in] elems, count  the tuple (packed and copied); no incomplete versionstamp
  * @return 0; KVQ_EINVAL (NULL out, NULL data with a length, elements kvq_tuple_pack refuses, a
@@ -451,9 +451,9 @@ KVQ_API KVQ_NODISCARD int kvq_subspace_new(kvq_subspace **out,
                                            size_t count);
 
 /** Frees a subspace. NULL is a no-op. */
-KVQ_API void kvq_subspace_free(kvq_subspace *s);
+KVQ_API void kvq_subspace_destroy(kvq_subspace *s);
 
-/** Returns the subspace's prefix, borrowed: valid until kvq_subspace_free. {NULL, 0} for NULL;
+/** Returns the subspace's prefix, borrowed: valid until kvq_subspace_destroy. {NULL, 0} for NULL;
  * the data may be NULL when the prefix is empty. */
 KVQ_API kvq_bytes kvq_subspace_prefix(const kvq_subspace *s);
 
@@ -479,7 +479,7 @@ KVQ_API KVQ_NODISCARD int kvq_subspace_pack_vs(kvq_buf *out,
 
 /**
  * Unpacks the tuple that follows the subspace's prefix in key.
- * @param[out] out  the tuple (free with kvq_tuple_free); NULL on failure
+ * @param[out] out  the tuple (free with kvq_tuple_destroy); NULL on failure
  * @return 0; KVQ_EINVAL for NULL arguments or a key that does not start with the prefix;
  *         otherwise as kvq_tuple_unpack (byte offsets in the detail count from the start of key).
  */

@@ -121,25 +121,25 @@ typedef struct kvq_workq_push_options {
 /**
  * Pushes a value (convenience form, its own retry loop; exactly once under 1021: a random
  * idempotency token, or the dedup key, is written with the item).
+ * @param[out] out  1 when the item was enqueued by this call, 0 when the dedup key was already
+ *                  pushed within the window (may be NULL)
  * @param po        options, or NULL for KVQ_WORKQ_PUSH_OPTIONS_INIT
- * @param[out] enqueued  1 when the item was enqueued by this call, 0 when the dedup key was
- *                  already pushed within the window (may be NULL)
  * @return 0; KVQ_EINVAL; KVQ_EVALUE_TOO_LARGE; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_workq_push(kvq_workq *w,
+KVQ_API KVQ_NODISCARD int kvq_workq_push(int *out,
+                                         kvq_workq *w,
                                          const uint8_t *value,
                                          size_t len,
-                                         const kvq_workq_push_options *po,
-                                         int *enqueued);
+                                         const kvq_workq_push_options *po);
 
 /** kvq_workq_push inside the caller's transaction (idempotent only through the dedup key or
  * the caller's own token). Errors as kvq_workq_push. */
-KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(kvq_workq *w,
+KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(int *out,
+                                             kvq_workq *w,
                                              kvq_txn *txn,
                                              const uint8_t *value,
                                              size_t len,
-                                             const kvq_workq_push_options *po,
-                                             int *enqueued);
+                                             const kvq_workq_push_options *po);
 
 /**
  * Receives the first ready item (durable: the oldest; priority: the lowest priority) with a
@@ -153,7 +153,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(kvq_workq *w,
  *       one is then leased to nobody and comes back after its lease (at least once).
  */
 KVQ_API KVQ_NODISCARD int
-kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms);
+kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t lease_ms);
 
 /**
  * kvq_workq_receive that waits up to wait_ms for an item (a long poll). A push or an item
@@ -168,13 +168,13 @@ kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t le
  * @return as kvq_workq_receive: KVQ_ENOTFOUND once wait_ms has passed with nothing ready.
  */
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_wait(
-    kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms, int64_t wait_ms);
+    kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t lease_ms, int64_t wait_ms);
 
 /** kvq_workq_receive inside the caller's transaction (no recovery pass). `out` is borrowed from
  * txn. Do not push to a durable queue earlier in the same transaction (its head becomes
  * unreadable, 1036). */
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_txn(
-    kvq_workq *w, kvq_txn *txn, kvq_bytes *out, kvq_workq_lease *lease, int64_t lease_ms);
+    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms);
 
 /**
  * Acknowledges a lease: deletes the item. Convenience form; a retry after a 1021 whose commit
@@ -222,10 +222,10 @@ kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t
  * Upkeep, safe at any time from any process: returns items whose lease expired to the queue
  * (or to the dead letters), makes due delayed items ready, and prunes old dedup keys and
  * settled-lease markers. It first commits a tiny write so that the read version is current.
- * @param[out] moved  items returned or made ready (may be NULL)
+ * @param[out] out  items returned or made ready (may be NULL)
  * @return 0; KVQ_EINVAL; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_workq_recover(kvq_workq *w, uint64_t *moved);
+KVQ_API KVQ_NODISCARD int kvq_workq_recover(uint64_t *out, kvq_workq *w);
 
 /** Called by kvq_workq_dlq_list for each dead letter, in key order; value valid during the call.
  * Return 0 to go on; anything else stops the listing and is returned. */
@@ -235,12 +235,12 @@ typedef int (*kvq_workq_dlq_fn)(kvq_bytes value, uint32_t deliveries, void *payl
 KVQ_API KVQ_NODISCARD int kvq_workq_dlq_list(kvq_workq *w, kvq_workq_dlq_fn fn, void *payload);
 
 /** Moves every dead letter back to the queue with its delivery count reset to 0.
- * @param[out] moved  how many (may be NULL) */
-KVQ_API KVQ_NODISCARD int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved);
+ * @param[out] out  how many (may be NULL) */
+KVQ_API KVQ_NODISCARD int kvq_workq_dlq_redrive(uint64_t *out, kvq_workq *w);
 
-/** Deletes every dead letter, a batch per transaction; *purged (may be NULL) gets the count.
+/** Deletes every dead letter, a batch per transaction; *out (may be NULL) gets the count.
  * @return 0; KVQ_EINVAL; a transaction error (the batches before it are deleted). */
-KVQ_API KVQ_NODISCARD int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged);
+KVQ_API KVQ_NODISCARD int kvq_workq_dlq_purge(uint64_t *out, kvq_workq *w);
 
 /** An in-flight or delayed item, as the listings hand it over (valid during the call). */
 typedef struct kvq_workq_item {
@@ -294,7 +294,7 @@ typedef struct kvq_workq_metrics {
 
 /** Reads the metrics in one read-only transaction of snapshot reads.
  * @return 0; KVQ_EINVAL; a transaction error. */
-KVQ_API KVQ_NODISCARD int kvq_workq_get_metrics(kvq_workq *w, kvq_workq_metrics *out);
+KVQ_API KVQ_NODISCARD int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w);
 
 #ifdef __cplusplus
 }

@@ -9,8 +9,8 @@
  * batches and single operations mix freely, and the conflict rules are theirs: receivers of one
  * queue compete for its head, and settling different leases never conflicts.
  *
- * Out-parameters come first. Errors common to every function: KVQ_EINVAL for NULL or invalid
- * arguments (n from 1 to 10,000), KVQ_EWRONGTYPE for a FIFO queue, and the transaction errors of
+ * As everywhere in kvq (kvq/kvq.h), outputs come first. Errors common to every function: KVQ_EINVAL for NULL or invalid
+ * arguments (counts from 1 to 10,000), KVQ_EWRONGTYPE for a FIFO queue, and the transaction errors of
  * kvq/db.h (after the retry budget for convenience forms). Details are in kvq_last_error().
  */
 #ifndef KVQ_WORKQ_BATCH_H
@@ -24,15 +24,16 @@ extern "C" {
 #endif
 
 /**
- * Receives up to n ready items in one transaction, each with its own lease (convenience form:
+ * Receives up to k ready items in one transaction, each with its own lease (convenience form:
  * its own retry loop, after the upkeep kvq_workq_receive does). Items that have had their
  * deliveries go to the dead letters on the way, as with kvq_workq_receive.
- * @param[out] outs    caller array of at least n buffers; outs[0..*got) receive the values
+ * @param[out] outs    caller array of at least k buffers; outs[0..*n) receive the values
  *                     (free each with kvq_buf_dispose)
- * @param[out] leases  caller array of at least n leases; leases[0..*got) are filled
- * @param[out] got     how many were received
+ * @param[out] leases  caller array of at least k leases; leases[0..*n) are filled
+ * @param[out] n       how many were received
+ * @param k            at most this many, 1 to 10,000
  * @param lease_ms     the lease of each, or 0 for the handle's default
- * @return 0 with *got from 1 to n; KVQ_ENOTFOUND (nothing ready); KVQ_ENOMEM; a transaction
+ * @return 0 with *n from 1 to k; KVQ_ENOTFOUND (nothing ready); KVQ_ENOMEM; a transaction
  *         error (nothing received).
  * @note Under 1021 a batch that did commit is retried and receives other items; the first
  *       batch's items are then leased to nobody and come back after their leases (at least
@@ -40,26 +41,26 @@ extern "C" {
  */
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_many(kvq_buf *outs,
                                                  kvq_workq_lease *leases,
-                                                 size_t *got,
+                                                 size_t *n,
                                                  kvq_workq *w,
-                                                 size_t n,
+                                                 size_t k,
                                                  int64_t lease_ms);
 
 /** kvq_workq_receive_many inside the caller's transaction (no upkeep pass). `outs` are views
  * borrowed from txn. Do not push to a durable queue earlier in the same transaction. */
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_many_txn(kvq_bytes *outs,
                                                      kvq_workq_lease *leases,
-                                                     size_t *got,
+                                                     size_t *n,
                                                      kvq_workq *w,
                                                      kvq_txn *txn,
-                                                     size_t n,
+                                                     size_t k,
                                                      int64_t lease_ms);
 
 /**
  * Acknowledges n leases in one transaction (convenience form). A lease that has expired or was
  * already settled changes nothing and does not stop the others: they are acked.
- * @param[out] results  NULL, or an array of n: 0 (acked), KVQ_ELEASE_EXPIRED or
- *                      KVQ_ELEASE_SETTLED for each lease
+ * @param[out] out  NULL, or an array of n: 0 (acked), KVQ_ELEASE_EXPIRED or KVQ_ELEASE_SETTLED
+ *                  for each lease
  * @return 0 when every lease was acked; KVQ_ELEASE_EXPIRED or KVQ_ELEASE_SETTLED (the first
  *         lease's that failed) when some were not, the others having been acked; a transaction
  *         error (nothing acked).
@@ -67,21 +68,21 @@ KVQ_API KVQ_NODISCARD int kvq_workq_receive_many_txn(kvq_bytes *outs,
  *       finds settled as acked.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_workq_ack_many(int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n);
+kvq_workq_ack_many(int *out, kvq_workq *w, const kvq_workq_lease *leases, size_t n);
 
 /** kvq_workq_ack_many inside the caller's transaction: returns as it does, having written the
  * acks of the leases that are valid (the caller commits them, or not). */
 KVQ_API KVQ_NODISCARD int kvq_workq_ack_many_txn(
-    int *results, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n);
+    int *out, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n);
 
 /** Gives n leases back in one transaction, as kvq_workq_nack each (delay_ms 0: ready at once;
- * to the dead letters after the queue's max deliveries); results and return as
+ * to the dead letters after the queue's max deliveries): out and return as
  * kvq_workq_ack_many. */
 KVQ_API KVQ_NODISCARD int kvq_workq_nack_many(
-    int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int64_t delay_ms);
+    int *out, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int64_t delay_ms);
 
 /** kvq_workq_nack_many inside the caller's transaction. */
-KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *results,
+KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
                                                   kvq_workq *w,
                                                   kvq_txn *txn,
                                                   const kvq_workq_lease *leases,

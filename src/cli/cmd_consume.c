@@ -244,7 +244,7 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
     err = kvq_workq_consumer_join(cons);
     kvq_workq_consumer_stats s;
     (void)kvq_workq_consumer_get_stats(&s, cons);
-    kvq_workq_consumer_free(cons);
+    kvq_workq_consumer_destroy(cons);
     pthread_mutex_destroy(&x.out_mu);
     fprintf(stderr,
             "kvq consume: %llu items acked, %llu given back after a failed command, %llu leases "
@@ -391,7 +391,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     err = kvq_consumer_join(cons);
     kvq_consumer_stats s;
     (void)kvq_consumer_get_stats(&s, cons);
-    kvq_consumer_free(cons);
+    kvq_consumer_destroy(cons);
     cq_close(q);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&ctx.out_mu);

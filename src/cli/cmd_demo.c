@@ -259,7 +259,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d.producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */
-    d.push_error = kvq_queue_produce(cq_queue(d.q), make_item, &d, &po, NULL);
+    d.push_error = kvq_queue_produce(NULL, cq_queue(d.q), make_item, &d, &po);
     int64_t t_push = kvq__mono_us();
     /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
     int64_t deadline = t_push + 120 * 1000000LL;
@@ -279,7 +279,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     int cerr = kvq_consumer_join(cons);
     kvq_consumer_stats cs;
     (void)kvq_consumer_get_stats(&cs, cons);
-    kvq_consumer_free(cons);
+    kvq_consumer_destroy(cons);
     kvq_db_stats after;
     (void)kvq_db_get_stats(&after, c->db);
     uint64_t left = 0;

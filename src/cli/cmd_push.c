@@ -39,7 +39,7 @@ static int push_flush(push_state *s)
     if (s->w != NULL) {
         for (; i < s->n && err == 0; i++) {
             int enqueued = 0;
-            err = kvq_workq_push(s->w, s->views[i].data, s->views[i].len, &s->po, &enqueued);
+            err = kvq_workq_push(&enqueued, s->w, s->views[i].data, s->views[i].len, &s->po);
             if (err == 0) {
                 s->pushed += enqueued;
                 s->duplicates += !enqueued;

@@ -66,7 +66,7 @@ static int gather(cli *c, const char *name, qview *v)
         kvq_workq *w = NULL;
         err = cq_workq(q, &info, &w);
         if (err == 0)
-            err = kvq_workq_get_metrics(w, &v->m);
+            err = kvq_workq_get_metrics(&v->m, w);
         if (err == 0) {
             const kvq_workq_metrics *m = &v->m;
             /* The durable queue's push and pop counters also move when the work queue gives

@@ -107,7 +107,7 @@ int cmd_receive(cli *c, int argc, char **argv)
         }
         if (err == KVQ_ENOTFOUND && got == 0 && wait_ms > 0) {
             /* Nothing ready: a long poll for the first item, then what is ready. */
-            err = kvq_workq_receive_wait(w, &vs[0], &ls[0], lease, wait_ms);
+            err = kvq_workq_receive_wait(&vs[0], &ls[0], w, lease, wait_ms);
             n = err == 0;
         }
         for (size_t i = 0; i < n; i++, got++)
@@ -400,7 +400,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
     } else {
         uint64_t moved = 0;
         int purge = strcmp(what, "purge") == 0;
-        err = purge ? kvq_workq_dlq_purge(w, &moved) : kvq_workq_dlq_redrive(w, &moved);
+        err = purge ? kvq_workq_dlq_purge(&moved, w) : kvq_workq_dlq_redrive(&moved, w);
         if (err == 0) {
             if (c->json)
                 printf("{\"%s\":%llu}\n", purge ? "purged" : "redriven",

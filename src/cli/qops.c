@@ -31,7 +31,7 @@ int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
     q->type = type;
     /* By name, as any program would: the library keeps the name -> subspace rule. */
     kvq_queue_settings s;
-    int rc = kvq_queue_open_named(&q->q, db, name, &s);
+    int rc = kvq_queue_open_named(&q->q, &s, db, name);
     if (rc == 0 && s.type != qt)
         rc = kvq__error(KVQ_EWRONGTYPE, "queue '%s' is now a %s queue", name,
                         kvq_queue_type_name(s.type));
@@ -117,7 +117,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
         /* Highest first, one item per transaction. */
         kvq_buf v = KVQ_BUF_INIT;
         while (rc == 0 && done < k) {
-            rc = kvq_queue_pop_max(q->q, &v, NULL);
+            rc = kvq_queue_pop_prio(&v, NULL, q->q, KVQ_QUEUE_MAX);
             if (rc == 0) {
                 done++;
                 rc = fn(v.data, v.len, arg);
@@ -131,7 +131,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
             return kvq__error(KVQ_ENOMEM, "out of memory");
         while (rc == 0 && done < k) {
             size_t want = k - done < chunk ? k - done : chunk, got = 0;
-            rc = kvq_queue_pop_k(q->q, want, outs, &got);
+            rc = kvq_queue_pop_k(outs, &got, q->q, want);
             for (size_t i = 0; rc == 0 && i < got; i++)
                 rc = fn(outs[i].data, outs[i].len, arg);
             done += got;
@@ -152,13 +152,13 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
 int cq_peek(cq *q, int max, kvq_buf *out)
 {
     if (max)
-        return kvq_queue_peek_max(q->q, out, NULL);
-    return kvq_queue_peek(q->q, out);
+        return kvq_queue_peek_prio(out, NULL, q->q, KVQ_QUEUE_MAX);
+    return kvq_queue_peek(out, q->q);
 }
 
 int cq_len(cq *q, uint64_t *out)
 {
-    return kvq_queue_len(q->q, out);
+    return kvq_queue_len(out, q->q);
 }
 
 typedef struct list_ctx {
@@ -204,7 +204,7 @@ int cq_watch(cq *q, int64_t timeout_ms)
                           "watch needs a durable queue (a %s queue has no push counter to watch)",
                           cli_qtype_name(q->type));
     kvq_watch *w = NULL;
-    int rc = kvq_queue_watch(q->q, &w);
+    int rc = kvq_queue_watch(&w, q->q);
     if (rc == 0)
         rc = kvq_watch_wait(w, timeout_ms);
     kvq_watch_destroy(w);
@@ -245,7 +245,7 @@ int cq_stats_get(cq *q, cq_stats *out)
 {
     if (q->type != QT_DURABLE) {
         /* The recipes keep no counters and their keys carry no time: the length only. */
-        return kvq_queue_len(q->q, &out->length);
+        return kvq_queue_len(&out->length, q->q);
     }
     kvq_txn *txn;
     int rc = kvq_txn_create(&txn, q->db);

@@ -47,7 +47,7 @@ static void to_info(const kvq_queue_settings *s, cli_qinfo *out)
 int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out)
 {
     kvq_queue_settings s;
-    int rc = kvq_queue_get_named(db, name, &s);
+    int rc = kvq_queue_get_named(&s, db, name);
     out->type = QT_NONE;
     if (rc == 0)
         to_info(&s, out);
@@ -78,7 +78,7 @@ int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t m
                        cli_qinfo *out)
 {
     kvq_queue_settings s;
-    int rc = kvq_queue_alter_named(db, name, lease_ms, max_deliveries, &s);
+    int rc = kvq_queue_alter_named(&s, db, name, lease_ms, max_deliveries);
     if (rc == 0)
         to_info(&s, out);
     return rc;

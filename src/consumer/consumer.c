@@ -242,7 +242,7 @@ int kvq_consumer_start(kvq_consumer **out,
     c->workers = kvq__calloc((size_t)opts->workers, sizeof(*c->workers));
     c->restart_window_start_us = kvq__mono_us();
     if (c->wake_key == NULL || c->workers == NULL) {
-        kvq_consumer_free(c);
+        kvq_consumer_destroy(c);
         return kvq__error(KVQ_ENOMEM, "kvq_consumer_start: out of memory");
     }
     for (int i = 0; i < opts->workers; i++) {
@@ -252,7 +252,7 @@ int kvq_consumer_start(kvq_consumer **out,
     rc = kvq__crew_start(&c->crew, worker_main, c->workers, sizeof(*c->workers),
                          "kvq_consumer_start");
     if (rc != 0) {
-        kvq_consumer_free(c); /* stops and joins the workers that started */
+        kvq_consumer_destroy(c); /* stops and joins the workers that started */
         return rc;
     }
     *out = c;
@@ -293,7 +293,7 @@ int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c)
     return 0;
 }
 
-void kvq_consumer_free(kvq_consumer *c)
+void kvq_consumer_destroy(kvq_consumer *c)
 {
     if (c == NULL)
         return;

@@ -231,7 +231,7 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
             c->heart_started = 1;
     }
     if (rc != 0) {
-        kvq_workq_consumer_free(c);
+        kvq_workq_consumer_destroy(c);
         return rc;
     }
     *out = c;
@@ -276,7 +276,7 @@ int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consum
     return 0;
 }
 
-void kvq_workq_consumer_free(kvq_workq_consumer *c)
+void kvq_workq_consumer_destroy(kvq_workq_consumer *c)
 {
     if (c == NULL)
         return;

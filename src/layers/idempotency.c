@@ -382,16 +382,16 @@ int kvq_queue_token_init(kvq_queue_token *tok)
     return kvq__q_new_id(tok->id);
 }
 
-int kvq_queue_token_apply_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok, int *already)
+int kvq_queue_token_apply_txn(int *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok)
 {
     int rc = 0;
     if (q == NULL || txn == NULL)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_token_apply_txn: NULL queue or transaction");
-    if (rc == 0 && (tok == NULL || already == NULL))
-        rc = kvq__error(KVQ_EINVAL, "kvq_queue_token_apply_txn: NULL tok or already");
+    if (rc == 0 && (tok == NULL || out == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_queue_token_apply_txn: NULL tok or out");
     if (rc != 0)
         return rc;
-    *already = 0;
+    *out = 0;
     int64_t rv;
     rc = kvq_txn_get_read_version(&rv, txn);
     if (rc != 0)
@@ -417,7 +417,7 @@ int kvq_queue_token_apply_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok, 
     if (rc != 0)
         return rc;
     if (present) {
-        *already = 1;
+        *out = 1;
         return 0;
     }
     kvq_buf key = KVQ_BUF_INIT;

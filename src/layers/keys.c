@@ -36,7 +36,7 @@ static int unpack_typed(kvq_tuple **t,
         const kvq_tuple_elem *e = kvq_tuple_at(*t, i);
         if (e->type != types[i]) {
             if (types[i] == KVQ_TUPLE_INT && e->type == KVQ_TUPLE_UINT) {
-                kvq_tuple_free(*t);
+                kvq_tuple_destroy(*t);
                 *t = NULL;
                 return kvq__error(KVQ_ERANGE, "%s holds an integer above 2^63-1", what);
             }
@@ -45,7 +45,7 @@ static int unpack_typed(kvq_tuple **t,
     }
     return 0;
 bad:
-    kvq_tuple_free(*t);
+    kvq_tuple_destroy(*t);
     *t = NULL;
     return kvq__error(KVQ_ETUPLE, "a key under the queue's prefix is not a %s", what);
 }
@@ -140,7 +140,7 @@ int kvq__qk_parse_fifo(const uint8_t *rest, size_t len, int64_t *index)
     if (rc != 0)
         return rc;
     *index = kvq_tuple_at(t, 0)->v.i;
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return 0;
 }
 
@@ -153,7 +153,7 @@ int kvq__qk_parse_prio(const uint8_t *rest, size_t len, int64_t *priority, int64
         return rc;
     *priority = kvq_tuple_at(t, 0)->v.i;
     *count = kvq_tuple_at(t, 1)->v.i;
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return 0;
 }
 
@@ -167,13 +167,13 @@ int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_
         return rc;
     const kvq_tuple_elem *r = kvq_tuple_at(t, 3);
     if (r->v.bytes.len != KVQ__RAND_LEN) {
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         return kvq__error(KVQ_ETUPLE, "a high-contention waiter's id is not %d bytes",
                           KVQ__RAND_LEN);
     }
     *index = kvq_tuple_at(t, 2)->v.i;
     memcpy(rand20, r->v.bytes.data, KVQ__RAND_LEN);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return 0;
 }
 

@@ -33,6 +33,7 @@
 #include "engine/engine.h"
 #include "kvq/queue.h"
 #include "kvq/workq.h"
+#include "kvq/consumer.h"
 #include "util/bytes.h"
 #include "util/util.h"
 

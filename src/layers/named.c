@@ -141,7 +141,7 @@ static int get_fn(kvq_txn *txn, void *arg)
     return read_entry(txn, op->name, &op->have);
 }
 
-int kvq_queue_get_named(kvq_db *db, const char *name, kvq_queue_settings *out)
+int kvq_queue_get_named(kvq_queue_settings *out, kvq_db *db, const char *name)
 {
     int rc = db == NULL || out == NULL
                  ? kvq__error(KVQ_EINVAL, "kvq_queue_get_named: NULL db or out")
@@ -171,11 +171,8 @@ static int alter_fn(kvq_txn *txn, void *arg)
     return write_entry(txn, op->name, &op->have);
 }
 
-int kvq_queue_alter_named(kvq_db *db,
-                          const char *name,
-                          int64_t lease_ms,
-                          int64_t max_deliveries,
-                          kvq_queue_settings *out)
+int kvq_queue_alter_named(
+    kvq_queue_settings *out, kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries)
 {
     int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_alter_named: db is NULL")
                         : kvq_queue_check_name(name);
@@ -219,7 +216,7 @@ int kvq_queue_forget_named(kvq_db *db, const char *name)
     return kvq_db_transact(db, forget_fn, &op);
 }
 
-int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
+int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *payload)
 {
     if (db == NULL || fn == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_list_named: NULL db or fn");
@@ -252,7 +249,7 @@ int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
             kvq_queue_settings s;
             decode(kvs[i].value, 1, &s);
             if (s.type != 0)
-                rc = fn(name, &s, arg);
+                rc = fn(name, &s, payload);
         }
         if (rc != 0 || !more || n == 0)
             break;
@@ -268,15 +265,15 @@ int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *arg)
 }
 
 int kvq_queue_open_named(kvq_queue **out,
+                         kvq_queue_settings *settings,
                          kvq_db *db,
-                         const char *name,
-                         kvq_queue_settings *settings)
+                         const char *name)
 {
     if (out == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_open_named: out is NULL");
     *out = NULL;
     kvq_queue_settings s;
-    int rc = kvq_queue_get_named(db, name, &s);
+    int rc = kvq_queue_get_named(&s, db, name);
     if (rc != 0)
         return rc;
     kvq_tuple_elem elem = s.type == KVQ_QUEUE_DURABLE ? kvq_tuple_bytes(name, strlen(name))
@@ -285,7 +282,7 @@ int kvq_queue_open_named(kvq_queue **out,
     rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
     if (rc == 0)
         rc = kvq_queue_open(out, db, s.type, sub, NULL);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     if (rc != 0)
         return rc;
     (*out)->named = s;

@@ -114,14 +114,14 @@ out:
     return NULL;
 }
 
-int kvq_queue_produce(kvq_queue *q,
+int kvq_queue_produce(kvq_producer_stats *out,
+                      kvq_queue *q,
                       kvq_producer_fn fn,
                       void *payload,
-                      const kvq_producer_options *opts,
-                      kvq_producer_stats *stats)
+                      const kvq_producer_options *opts)
 {
-    if (stats != NULL)
-        memset(stats, 0, sizeof(*stats));
+    if (out != NULL)
+        memset(out, 0, sizeof(*out));
     if (q == NULL || fn == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_produce: NULL %s", q == NULL ? "queue" : "fn");
     kvq_producer_options o = KVQ_PRODUCER_OPTIONS_INIT;
@@ -156,9 +156,9 @@ int kvq_queue_produce(kvq_queue *q,
         pthread_join(th[i], NULL);
     if (rc == 0 && r.error != 0)
         rc = kvq__error(r.error, "%s", r.detail); /* the detail, on the caller's thread */
-    if (stats != NULL) {
-        stats->items = r.items;
-        stats->transactions = r.transactions;
+    if (out != NULL) {
+        out->items = r.items;
+        out->transactions = r.transactions;
     }
     pthread_mutex_destroy(&r.mu);
     kvq__free(pts);

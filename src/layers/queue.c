@@ -181,7 +181,7 @@ int kvq_queue_get_stats(kvq_queue_stats *out, const kvq_queue *q)
 
 /* ---- pops (transaction forms) ------------------------------------------------------------- */
 
-int kvq_queue_pop_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out)
+int kvq_queue_pop_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn)
 {
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_pop_txn");
     if (rc == 0 && out == NULL)
@@ -192,7 +192,7 @@ int kvq_queue_pop_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out)
     return kvq__q_pop_k_end(q, txn, KVQ__END_MIN, 1, out, NULL, &n);
 }
 
-int kvq_queue_pop_k_txn(kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n)
+int kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, size_t k)
 {
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_pop_k_txn");
     if (rc == 0 && (outs == NULL || n == NULL))
@@ -218,14 +218,21 @@ pop_end_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, int e
     return kvq__q_pop_k_end(q, txn, end, 1, out, priority, &n);
 }
 
-int kvq_queue_pop_min_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority)
+/* KVQ_EINVAL unless end is KVQ_QUEUE_MIN or KVQ_QUEUE_MAX (whose values are KVQ__END_MIN and
+ * KVQ__END_MAX). */
+static int check_end(kvq_queue_end end, const char *fn)
 {
-    return pop_end_txn(q, txn, out, priority, KVQ__END_MIN, "kvq_queue_pop_min_txn");
+    if (end != KVQ_QUEUE_MIN && end != KVQ_QUEUE_MAX)
+        return kvq__error(KVQ_EINVAL, "%s: end %d is neither KVQ_QUEUE_MIN nor KVQ_QUEUE_MAX", fn,
+                          (int)end);
+    return 0;
 }
 
-int kvq_queue_pop_max_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority)
+int kvq_queue_pop_prio_txn(
+    kvq_bytes *out, int64_t *priority, kvq_queue *q, kvq_txn *txn, kvq_queue_end end)
 {
-    return pop_end_txn(q, txn, out, priority, KVQ__END_MAX, "kvq_queue_pop_max_txn");
+    int rc = check_end(end, "kvq_queue_pop_prio_txn");
+    return rc != 0 ? rc : pop_end_txn(q, txn, out, priority, (int)end, "kvq_queue_pop_prio_txn");
 }
 
 /* ---- convenience pops ----------------------------------------------------------------------- */
@@ -270,7 +277,7 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
             uint64_t now;
             rc = read_npush(q, txn, &now);
             if (rc == 0 && now == r->npush_seen)
-                rc = kvq_queue_watch_txn(q, txn, &a->watch);
+                rc = kvq_queue_watch_txn(&a->watch, q, txn);
         }
         return rc;
     }
@@ -297,7 +304,7 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
     if (rc == 0 && a->want_watch && n < a->k) {
         rc = read_npush(q, txn, &o->cur.npush_seen);
         if (rc == 0)
-            rc = kvq_queue_watch_txn(q, txn, &a->watch);
+            rc = kvq_queue_watch_txn(&a->watch, q, txn);
     }
     return rc;
 }
@@ -377,26 +384,22 @@ static int pop_one(kvq_queue *q, int end, kvq_buf *out, int64_t *prio, const cha
     return rc;
 }
 
-int kvq_queue_pop(kvq_queue *q, kvq_buf *out)
+int kvq_queue_pop(kvq_buf *out, kvq_queue *q)
 {
     return pop_one(q, KVQ__END_MIN, out, NULL, "kvq_queue_pop");
 }
 
-int kvq_queue_pop_min(kvq_queue *q, kvq_buf *out, int64_t *priority)
+int kvq_queue_pop_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end)
 {
+    int rc = check_end(end, "kvq_queue_pop_prio");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_pop_min");
-    return pop_one(q, KVQ__END_MIN, out, priority, "kvq_queue_pop_min");
+        return kvq__q_wrong_type(q, "kvq_queue_pop_prio");
+    return pop_one(q, (int)end, out, priority, "kvq_queue_pop_prio");
 }
 
-int kvq_queue_pop_max(kvq_queue *q, kvq_buf *out, int64_t *priority)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_pop_max");
-    return pop_one(q, KVQ__END_MAX, out, priority, "kvq_queue_pop_max");
-}
-
-int kvq_queue_pop_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n)
+int kvq_queue_pop_k(kvq_buf *outs, size_t *n, kvq_queue *q, size_t k)
 {
     int rc = kvq__q_check(q, "kvq_queue_pop_k");
     if (rc == 0 && (outs == NULL || n == NULL))
@@ -443,25 +446,24 @@ static int peek_end_txn(kvq_queue *q,
     return 0;
 }
 
-int kvq_queue_peek_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, unsigned int flags)
+int kvq_queue_peek_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn, unsigned int flags)
 {
     return peek_end_txn(q, txn, KVQ__END_MIN, out, NULL, flags, "kvq_queue_peek_txn");
 }
 
-int kvq_queue_peek_min_txn(
-    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags)
+int kvq_queue_peek_prio_txn(kvq_bytes *out,
+                            int64_t *priority,
+                            kvq_queue *q,
+                            kvq_txn *txn,
+                            kvq_queue_end end,
+                            unsigned int flags)
 {
+    int rc = check_end(end, "kvq_queue_peek_prio_txn");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_min_txn");
-    return peek_end_txn(q, txn, KVQ__END_MIN, out, priority, flags, "kvq_queue_peek_min_txn");
-}
-
-int kvq_queue_peek_max_txn(
-    kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, unsigned int flags)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_max_txn");
-    return peek_end_txn(q, txn, KVQ__END_MAX, out, priority, flags, "kvq_queue_peek_max_txn");
+        return kvq__q_wrong_type(q, "kvq_queue_peek_prio_txn");
+    return peek_end_txn(q, txn, (int)end, out, priority, flags, "kvq_queue_peek_prio_txn");
 }
 
 typedef struct peek_arg {
@@ -497,23 +499,19 @@ static int peek_conv(kvq_queue *q, int end, kvq_buf *out, int64_t *priority, con
     return rc;
 }
 
-int kvq_queue_peek(kvq_queue *q, kvq_buf *out)
+int kvq_queue_peek(kvq_buf *out, kvq_queue *q)
 {
     return peek_conv(q, KVQ__END_MIN, out, NULL, "kvq_queue_peek");
 }
 
-int kvq_queue_peek_min(kvq_queue *q, kvq_buf *out, int64_t *priority)
+int kvq_queue_peek_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue_end end)
 {
+    int rc = check_end(end, "kvq_queue_peek_prio");
+    if (rc != 0)
+        return rc;
     if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_min");
-    return peek_conv(q, KVQ__END_MIN, out, priority, "kvq_queue_peek_min");
-}
-
-int kvq_queue_peek_max(kvq_queue *q, kvq_buf *out, int64_t *priority)
-{
-    if (q != NULL && q->type != KVQ_QUEUE_PRIORITY)
-        return kvq__q_wrong_type(q, "kvq_queue_peek_max");
-    return peek_conv(q, KVQ__END_MAX, out, priority, "kvq_queue_peek_max");
+        return kvq__q_wrong_type(q, "kvq_queue_peek_prio");
+    return peek_conv(q, (int)end, out, priority, "kvq_queue_peek_prio");
 }
 
 /* ---- length -----------------------------------------------------------------------------------
@@ -569,7 +567,7 @@ static int count_pages(kvq_queue *q,
     return 0;
 }
 
-int kvq_queue_len_txn(kvq_queue *q, kvq_txn *txn, uint64_t *out, unsigned int flags)
+int kvq_queue_len_txn(uint64_t *out, kvq_queue *q, kvq_txn *txn, unsigned int flags)
 {
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_len_txn");
     if (rc == 0 && out == NULL)
@@ -619,7 +617,7 @@ static int len_page_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_queue_len(kvq_queue *q, uint64_t *out)
+int kvq_queue_len(uint64_t *out, kvq_queue *q)
 {
     int rc = kvq__q_check(q, "kvq_queue_len");
     if (rc == 0 && out == NULL)
@@ -804,7 +802,7 @@ int kvq_queue_iterate(kvq_queue *q, kvq_queue_iter_fn fn, void *payload)
 /* ---- durable extras
  * ------------------------------------------------------------------------------ */
 
-int kvq_queue_watch_txn(kvq_queue *q, kvq_txn *txn, kvq_watch **out)
+int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
 {
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_watch_txn");
     if (rc == 0 && out == NULL)
@@ -827,10 +825,10 @@ static int watch_body(kvq_txn *txn, void *arg)
     watch_arg *a = arg;
     kvq_watch_destroy(a->w);
     a->w = NULL;
-    return kvq_queue_watch_txn(a->q, txn, &a->w);
+    return kvq_queue_watch_txn(&a->w, a->q, txn);
 }
 
-int kvq_queue_watch(kvq_queue *q, kvq_watch **out)
+int kvq_queue_watch(kvq_watch **out, kvq_queue *q)
 {
     int rc = kvq__q_check(q, "kvq_queue_watch");
     if (rc == 0 && out == NULL)
@@ -851,7 +849,7 @@ int kvq_queue_watch(kvq_queue *q, kvq_watch **out)
 }
 
 int kvq_queue_consume_k_txn(
-    kvq_queue *q, kvq_txn *txn, size_t k, kvq_bytes *outs, size_t *n, kvq_watch **watch)
+    kvq_bytes *outs, size_t *n, kvq_watch **watch, kvq_queue *q, kvq_txn *txn, size_t k)
 {
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_consume_k_txn");
     if (rc == 0 && (outs == NULL || n == NULL || watch == NULL))
@@ -868,11 +866,11 @@ int kvq_queue_consume_k_txn(
     if (rc == KVQ_ENOTFOUND)
         rc = 0;
     if (rc == 0 && *n < k)
-        rc = kvq_queue_watch_txn(q, txn, watch);
+        rc = kvq_queue_watch_txn(watch, q, txn);
     return rc;
 }
 
-int kvq_queue_consume_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch)
+int kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *q, size_t k)
 {
     int rc = kvq__q_check(q, "kvq_queue_consume_k");
     if (rc == 0 && (outs == NULL || n == NULL || watch == NULL))
@@ -890,7 +888,7 @@ int kvq_queue_consume_k(kvq_queue *q, size_t k, kvq_buf *outs, size_t *n, kvq_wa
 
 static int source_pop(void *queue, kvq_txn *txn, size_t k, kvq_bytes *values, size_t *n)
 {
-    int rc = kvq_queue_pop_k_txn(queue, txn, k, values, n);
+    int rc = kvq_queue_pop_k_txn(values, n, queue, txn, k);
     if (rc == KVQ_ENOTFOUND) {
         *n = 0;
         rc = 0;
@@ -902,7 +900,7 @@ static int source_pop(void *queue, kvq_txn *txn, size_t k, kvq_bytes *values, si
  * commit reported 1021 instead of losing it. */
 static int source_consume(void *queue, size_t k, kvq_buf *outs, size_t *n, kvq_watch **watch)
 {
-    return kvq_queue_consume_k(queue, k, outs, n, watch);
+    return kvq_queue_consume_k(outs, n, watch, queue, k);
 }
 
 int kvq_queue_consumer_source(kvq_consumer_source *out, kvq_queue *q)

@@ -664,15 +664,15 @@ uint64_t kvq__hc_maybe_sweep(kvq_queue *q)
     return back;
 }
 
-int kvq_queue_recover(kvq_queue *q, uint64_t *returned)
+int kvq_queue_recover(uint64_t *out, kvq_queue *q)
 {
     if (q == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_queue_recover: queue is NULL");
-    if (returned != NULL)
-        *returned = 0;
+    if (out != NULL)
+        *out = 0;
     if (q->type == KVQ_QUEUE_DURABLE)
         return kvq__error(KVQ_EWRONGTYPE, "durable queues have no staging to recover");
-    return kvq__hc_sweep(q, returned);
+    return kvq__hc_sweep(q, out);
 }
 
 /* ---- test hooks --------------------------------------------------------------------------------

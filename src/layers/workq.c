@@ -250,12 +250,12 @@ out:
     return rc;
 }
 
-int kvq_workq_push_txn(kvq_workq *w,
+int kvq_workq_push_txn(int *out,
+                       kvq_workq *w,
                        kvq_txn *txn,
                        const uint8_t *value,
                        size_t len,
-                       const kvq_workq_push_options *po,
-                       int *enqueued)
+                       const kvq_workq_push_options *po)
 {
     kvq_workq_push_options o;
     int rc = kvq__wq_check(w, txn, 1, "kvq_workq_push_txn");
@@ -268,8 +268,8 @@ int kvq_workq_push_txn(kvq_workq *w,
     int e = 0;
     if (rc == 0)
         rc = push_body_any(w, txn, value, len, &o, id, &e);
-    if (enqueued != NULL)
-        *enqueued = e;
+    if (out != NULL)
+        *out = e;
     return rc;
 }
 
@@ -289,7 +289,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
     if (c->o.dedup_key == NULL) {
         /* No dedup key: the queue's idempotency token makes a retry after 1021 a no-op. */
         int already = 0;
-        int rc = kvq_queue_token_apply_txn(c->w->q, txn, &c->tok, &already);
+        int rc = kvq_queue_token_apply_txn(&already, c->w->q, txn, &c->tok);
         if (rc != 0)
             return rc;
         if (already) {
@@ -301,7 +301,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
 }
 
 int kvq_workq_push(
-    kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po, int *enqueued)
+    int *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po)
 {
     push_ctx c;
     memset(&c, 0, sizeof(c));
@@ -316,8 +316,8 @@ int kvq_workq_push(
     c.value = value;
     c.len = len;
     rc = kvq__wq_run_idempotent(w->q->db, push_conv_body, &c, 0, NULL);
-    if (enqueued != NULL)
-        *enqueued = rc == 0 ? c.enqueued : 0;
+    if (out != NULL)
+        *out = rc == 0 ? c.enqueued : 0;
     return rc;
 }
 
@@ -443,7 +443,7 @@ out:
 }
 
 int kvq_workq_receive_txn(
-    kvq_workq *w, kvq_txn *txn, kvq_bytes *out, kvq_workq_lease *lease, int64_t lease_ms)
+    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
 {
     int rc = kvq__wq_check(w, txn, 1, "kvq_workq_receive_txn");
     if (rc == 0 && (out == NULL || lease == NULL))
@@ -491,13 +491,13 @@ static int recv_body(kvq_txn *txn, void *arg)
 {
     recv_ctx *c = arg;
     kvq_bytes v;
-    int rc = kvq_workq_receive_txn(c->w, txn, &v, c->lease, c->lease_ms);
+    int rc = kvq_workq_receive_txn(&v, c->lease, c->w, txn, c->lease_ms);
     if (rc == 0 && kvq__buf_set(c->out, v.data, v.len) != 0)
         rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
     return rc;
 }
 
-int kvq_workq_receive(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms)
+int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t lease_ms)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_receive");
     if (rc == 0 && (out == NULL || lease == NULL))

@@ -119,12 +119,12 @@ static int inflight_item(kvq_workq *w,
     int rc = kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len);
     if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
         kvq_tuple_at(t, 1)->v.bytes.len != 16) {
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed lease-expiry key");
     }
     memset(it, 0, sizeof(*it));
     memcpy(it->lease.id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     kvq_bytes m, v;
     int pm = 0, pv = 0;
     rc = kvq__wq_id_key(k, &w->base_l, it->lease.id);
@@ -161,14 +161,14 @@ static int delayed_item(kvq_workq *w, kvq_kv kv, int64_t rv, kvq_buf *val, kvq_w
     int rc = kvq_tuple_unpack(&t, kv.key.data + w->base_y.len, kv.key.len - w->base_y.len);
     if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT ||
         kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT || kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
     }
     memset(it, 0, sizeof(*it));
     it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / VPM;
     it->priority = kvq_tuple_at(t, 2)->v.i;
     it->deliveries = (uint32_t)kvq_tuple_at(t, 3)->v.i;
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return kvq__buf_set(val, kv.value.data, kv.value.len);
 }
 
@@ -311,16 +311,16 @@ static int dlq_drain(kvq_workq *w, uint64_t *moved, int purge)
     return rc;
 }
 
-int kvq_workq_dlq_redrive(kvq_workq *w, uint64_t *moved)
+int kvq_workq_dlq_redrive(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_dlq_redrive");
-    return rc != 0 ? rc : dlq_drain(w, moved, 0);
+    return rc != 0 ? rc : dlq_drain(w, out, 0);
 }
 
-int kvq_workq_dlq_purge(kvq_workq *w, uint64_t *purged)
+int kvq_workq_dlq_purge(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_dlq_purge");
-    return rc != 0 ? rc : dlq_drain(w, purged, 1);
+    return rc != 0 ? rc : dlq_drain(w, out, 1);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------- */
@@ -394,7 +394,7 @@ static int metrics_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_get_metrics(kvq_workq *w, kvq_workq_metrics *out)
+int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_metrics");
     if (rc == 0 && out == NULL)

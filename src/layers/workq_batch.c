@@ -12,19 +12,19 @@
 
 int kvq_workq_receive_many_txn(kvq_bytes *outs,
                                kvq_workq_lease *leases,
-                               size_t *got,
+                               size_t *n,
                                kvq_workq *w,
                                kvq_txn *txn,
-                               size_t n,
+                               size_t k,
                                int64_t lease_ms)
 {
-    if (got != NULL)
-        *got = 0;
+    if (n != NULL)
+        *n = 0;
     int rc = kvq__wq_check(w, txn, 1, "kvq_workq_receive_many_txn");
-    if (rc == 0 && (outs == NULL || leases == NULL || got == NULL))
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: NULL outs, leases or got");
-    if (rc == 0 && (n < 1 || n > MANY_MAX))
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: n = %zu (1 to %d)", n, MANY_MAX);
+    if (rc == 0 && (outs == NULL || leases == NULL || n == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: NULL outs, leases or n");
+    if (rc == 0 && (k < 1 || k > MANY_MAX))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many_txn: k = %zu (1 to %d)", k, MANY_MAX);
     int64_t lv = 0, rv = 0;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
@@ -36,9 +36,9 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
      * not promised to outlive its next write. Values handed out are borrowed from txn: they are
      * the in-flight copies this transaction writes. */
     kvq_buf keys = KVQ_BUF_INIT, vals = KVQ_BUF_INIT;
-    size_t *offs = kvq__malloc(4 * n * sizeof(*offs));
+    size_t *offs = kvq__malloc(4 * k * sizeof(*offs));
     if (offs == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", n);
+        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
     /* The leases of a batch get adjacent ids: 12 random bytes shared by the batch, then the
      * item's number. Every key of a lease starts with its id (or its deadline, then its id), so
      * the batch's records sit together in a few pages instead of one page each: a batch of 100
@@ -48,8 +48,8 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
     rc = kvq__random_bytes(id, sizeof(id));
     uint32_t seq = 0;
     /* Items over their deliveries go to the dead letters on the way; a few passes at most. */
-    for (int pass = 0; rc == 0 && *got < n && pass < 4; pass++) {
-        size_t want = n - *got, found = 0;
+    for (int pass = 0; rc == 0 && *n < k && pass < 4; pass++) {
+        size_t want = k - *n, found = 0;
         const kvq_kv *kvs;
         rc = kvq__q_head(w->q, txn, KVQ__END_MIN, (int)want, 0, &kvs, &found);
         if (rc != 0 || found == 0)
@@ -77,11 +77,11 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
             id[13] = (uint8_t)(seq >> 16);
             id[14] = (uint8_t)(seq >> 8);
             id[15] = (uint8_t)seq;
-            rc = kvq__wq_receive_item(w, txn, key, val, rv, lv, id, &t, &leases[*got], &dead);
+            rc = kvq__wq_receive_item(w, txn, key, val, rv, lv, id, &t, &leases[*n], &dead);
             if (rc == 0 && dead)
                 dead_here++;
             else if (rc == 0)
-                (*got)++;
+                (*n)++;
         }
         if (rc == 0) {
             size_t last = 4 * (found - 1);
@@ -104,17 +104,17 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
     if (rc != 0)
         return rc;
     /* The values as this transaction wrote them (the leases' value keys). */
-    kvq_buf k = KVQ_BUF_INIT;
-    for (size_t i = 0; rc == 0 && i < *got; i++) {
+    kvq_buf vk = KVQ_BUF_INIT;
+    for (size_t i = 0; rc == 0 && i < *n; i++) {
         int present = 0;
-        rc = kvq__wq_id_key(&k, &w->base_v, leases[i].id);
+        rc = kvq__wq_id_key(&vk, &w->base_v, leases[i].id);
         if (rc == 0)
-            rc = kvq_txn_get(&outs[i], &present, txn, k.data, k.len, KVQ_SNAPSHOT);
+            rc = kvq_txn_get(&outs[i], &present, txn, vk.data, vk.len, KVQ_SNAPSHOT);
         if (rc == 0 && !present)
             rc = kvq__error(KVQ_EINTERNAL_ERROR, "a lease written in this transaction is gone");
     }
-    kvq_buf_dispose(&k);
-    if (rc == 0 && *got == 0)
+    kvq_buf_dispose(&vk);
+    if (rc == 0 && *n == 0)
         rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
     return rc;
 }
@@ -123,7 +123,7 @@ typedef struct recv_many_ctx {
     kvq_workq *w;
     kvq_buf *outs;
     kvq_workq_lease *leases;
-    size_t n, got;
+    size_t k, n;
     int64_t lease_ms;
     kvq_bytes *views;
 } recv_many_ctx;
@@ -131,31 +131,31 @@ typedef struct recv_many_ctx {
 static int recv_many_body(kvq_txn *txn, void *arg)
 {
     recv_many_ctx *c = arg;
-    c->got = 0;
-    size_t got = 0;
-    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &got, c->w, txn, c->n, c->lease_ms);
-    for (size_t i = 0; rc == 0 && i < got; i++)
+    c->n = 0;
+    size_t n = 0;
+    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
+    for (size_t i = 0; rc == 0 && i < n; i++)
         if (kvq__buf_set(&c->outs[i], c->views[i].data, c->views[i].len) != 0)
             rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
     if (rc == 0)
-        c->got = got;
+        c->n = n;
     return rc;
 }
 
 int kvq_workq_receive_many(kvq_buf *outs,
                            kvq_workq_lease *leases,
-                           size_t *got,
+                           size_t *n,
                            kvq_workq *w,
-                           size_t n,
+                           size_t k,
                            int64_t lease_ms)
 {
-    if (got != NULL)
-        *got = 0;
+    if (n != NULL)
+        *n = 0;
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_receive_many");
-    if (rc == 0 && (outs == NULL || leases == NULL || got == NULL))
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: NULL outs, leases or got");
-    if (rc == 0 && (n < 1 || n > MANY_MAX))
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: n = %zu (1 to %d)", n, MANY_MAX);
+    if (rc == 0 && (outs == NULL || leases == NULL || n == NULL))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: NULL outs, leases or n");
+    if (rc == 0 && (k < 1 || k > MANY_MAX))
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_many: k = %zu (1 to %d)", k, MANY_MAX);
     int64_t lv;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
@@ -163,20 +163,20 @@ int kvq_workq_receive_many(kvq_buf *outs,
         rc = kvq__wq_upkeep_if_due(w);
     if (rc != 0)
         return rc;
-    recv_many_ctx c = { w, outs, leases, n, 0, lease_ms, NULL };
-    c.views = kvq__malloc(n * sizeof(*c.views));
+    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL };
+    c.views = kvq__malloc(k * sizeof(*c.views));
     if (c.views == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", n);
+        return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
     rc = kvq_db_transact(w->q->db, recv_many_body, &c);
     kvq__free(c.views);
     if (rc == 0)
-        *got = c.got;
+        *n = c.n;
     return rc;
 }
 
 /* ---- ack and nack of many leases ------------------------------------------------------------ */
 
-static int settle_many_txn(int *results,
+static int settle_many_txn(int *out,
                            kvq_workq *w,
                            kvq_txn *txn,
                            const kvq_workq_lease *leases,
@@ -196,8 +196,8 @@ static int settle_many_txn(int *results,
         } else if (rc != 0) {
             return rc;
         }
-        if (results != NULL)
-            results[i] = rc;
+        if (out != NULL)
+            out[i] = rc;
     }
     int rc = kvq__wq_tally_apply(w, txn, &t);
     return rc != 0 ? rc : first;
@@ -215,13 +215,13 @@ static int check_many(const char *fn, kvq_workq *w, kvq_txn *txn, int need_txn,
 }
 
 int kvq_workq_ack_many_txn(
-    int *results, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n)
+    int *out, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n)
 {
     int rc = check_many("kvq_workq_ack_many_txn", w, txn, 1, leases, n);
-    return rc != 0 ? rc : settle_many_txn(results, w, txn, leases, n, SETTLE_ACK, 0);
+    return rc != 0 ? rc : settle_many_txn(out, w, txn, leases, n, SETTLE_ACK, 0);
 }
 
-int kvq_workq_nack_many_txn(int *results,
+int kvq_workq_nack_many_txn(int *out,
                             kvq_workq *w,
                             kvq_txn *txn,
                             const kvq_workq_lease *leases,
@@ -232,7 +232,7 @@ int kvq_workq_nack_many_txn(int *results,
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
     return rc != 0 ? rc
-                   : settle_many_txn(results, w, txn, leases, n, SETTLE_NACK, delay_ms * VPM);
+                   : settle_many_txn(out, w, txn, leases, n, SETTLE_NACK, delay_ms * VPM);
 }
 
 typedef struct settle_many_ctx {
@@ -241,14 +241,14 @@ typedef struct settle_many_ctx {
     size_t n;
     int kind;
     int64_t arg;
-    int *results;   /* per lease, of the last attempt */
+    int *out;   /* per lease, of the last attempt */
     int first_fail; /* the last attempt's first per-lease failure */
 } settle_many_ctx;
 
 static int settle_many_body(kvq_txn *txn, void *arg)
 {
     settle_many_ctx *c = arg;
-    int rc = settle_many_txn(c->results, c->w, txn, c->leases, c->n, c->kind, c->arg);
+    int rc = settle_many_txn(c->out, c->w, txn, c->leases, c->n, c->kind, c->arg);
     if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED) {
         /* Commit what did settle; the failures are in results. */
         c->first_fail = rc;
@@ -258,7 +258,7 @@ static int settle_many_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-static int settle_many(int *results,
+static int settle_many(int *out,
                        kvq_workq *w,
                        const kvq_workq_lease *leases,
                        size_t n,
@@ -283,8 +283,8 @@ static int settle_many(int *results,
                 c.first_fail = own[i];
         }
     }
-    if (results != NULL)
-        memcpy(results, own, n * sizeof(*own));
+    if (out != NULL)
+        memcpy(out, own, n * sizeof(*own));
     kvq__free(own);
     if (rc == 0 && c.first_fail != 0)
         rc = kvq__error(c.first_fail, "some leases of the batch had %s; the others are settled",
@@ -292,17 +292,17 @@ static int settle_many(int *results,
     return rc;
 }
 
-int kvq_workq_ack_many(int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n)
+int kvq_workq_ack_many(int *out, kvq_workq *w, const kvq_workq_lease *leases, size_t n)
 {
     int rc = check_many("kvq_workq_ack_many", w, NULL, 0, leases, n);
-    return rc != 0 ? rc : settle_many(results, w, leases, n, SETTLE_ACK, 0);
+    return rc != 0 ? rc : settle_many(out, w, leases, n, SETTLE_ACK, 0);
 }
 
 int kvq_workq_nack_many(
-    int *results, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int64_t delay_ms)
+    int *out, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int64_t delay_ms)
 {
     int rc = check_many("kvq_workq_nack_many", w, NULL, 0, leases, n);
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : settle_many(results, w, leases, n, SETTLE_NACK, delay_ms * VPM);
+    return rc != 0 ? rc : settle_many(out, w, leases, n, SETTLE_NACK, delay_ms * VPM);
 }

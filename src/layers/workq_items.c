@@ -145,7 +145,7 @@ int kvq__wq_age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *sin
 
 /* The ready version of the oldest ready item of a priority queue (-1: none found), from the
  * first AGE_PROBE entries of the age index (snapshot reads). An entry whose item is gone was
- * left by a plain pop (kvq_queue_pop_min does not know the index): it is skipped, and with
+ * left by a plain pop (kvq_queue_pop_prio does not know the index): it is skipped, and with
  * prune set it is cleared with its count key (the item cannot come back, so no conflict is
  * needed). */
 int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
@@ -175,7 +175,7 @@ int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
             break;
         }
         int64_t since = kvq_tuple_at(t, 0)->v.i;
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq__wq_age_key(&k, w, since, NULL, 0);
         if (rc != 0)
@@ -198,7 +198,7 @@ int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
         if (rc == 0 && prune)
             rc = kvq_txn_clear(txn, k.data, k.len);
     }
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     kvq_buf_dispose(&lo);
     kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);

@@ -61,7 +61,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         }
         uint8_t id[16];
         memcpy(id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq_txn_clear(txn, xk, xl);
         kvq_bytes lv, vv;
@@ -116,7 +116,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         }
         int64_t prio = kvq_tuple_at(t, 2)->v.i;
         uint32_t deliv = (uint32_t)kvq_tuple_at(t, 3)->v.i;
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
         if (rc == 0)
@@ -160,7 +160,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
             int64_t at = kvq_tuple_at(t, 0)->v.i;
             kvq_tuple_elem de2 = *kvq_tuple_at(t, 1);
             rc = kvq__wq_key_of(&k, &w->base_dd, &de2, 1);
-            kvq_tuple_free(t);
+            kvq_tuple_destroy(t);
             t = NULL;
             /* Clear the dedup key only if it still names this push (not a newer one). */
             kvq_bytes dv;
@@ -175,7 +175,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
                 rc = kvq_txn_clear(txn, k.data, k.len);
         }
     }
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     kvq_buf_dispose(&lo);
     kvq_buf_dispose(&hi);
     kvq_buf_dispose(&k);
@@ -243,20 +243,20 @@ static int tick_body(kvq_txn *txn, void *arg)
     return kvq__wq_counter_add(txn, &w->tick, 1);
 }
 
-int kvq_workq_recover(kvq_workq *w, uint64_t *moved)
+int kvq_workq_recover(uint64_t *out, kvq_workq *w)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_recover");
     if (rc != 0)
         return rc;
-    if (moved != NULL)
-        *moved = 0;
+    if (out != NULL)
+        *out = 0;
     /* A tiny commit, so that the read versions below are the present on every engine. */
     rc = kvq_db_transact(w->q->db, tick_body, w);
     pass_ctx p = { w, 0, 1, 0 };
     while (rc == 0 && p.more) {
         rc = kvq_db_transact(w->q->db, pass_body, &p);
-        if (rc == 0 && moved != NULL)
-            *moved += p.moved;
+        if (rc == 0 && out != NULL)
+            *out += p.moved;
     }
     return rc;
 }

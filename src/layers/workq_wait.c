@@ -112,7 +112,7 @@ static int first_time(kvq_txn *txn, const kvq_buf *base, kvq_buf *lo, kvq_buf *h
         rc = kvq__error(KVQ_EDAMAGED, "a malformed delayed-item or lease-expiry key");
     else
         *out = kvq_tuple_at(t, 0)->v.i;
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return rc;
 }
 
@@ -204,7 +204,7 @@ static void sleep_on(kvq__wq_waker *k, kvq_watch *const *watch, int64_t until_us
 static int look(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms)
 {
     __atomic_add_fetch(&w->wait_looks, 1, __ATOMIC_RELAXED);
-    return kvq_workq_receive(w, out, lease, lease_ms);
+    return kvq_workq_receive(out, lease, w, lease_ms);
 }
 
 int kvq__workq_receive_wait(kvq_workq *w,
@@ -281,7 +281,7 @@ int kvq__workq_receive_wait(kvq_workq *w,
     return rc;
 }
 
-int kvq_testing_workq_wait_counts(kvq_workq *w, uint64_t *looks, uint64_t *sleeps)
+int kvq_testing_workq_wait_counts(uint64_t *looks, uint64_t *sleeps, kvq_workq *w)
 {
     if (w == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_testing_workq_wait_counts: w is NULL");
@@ -293,7 +293,7 @@ int kvq_testing_workq_wait_counts(kvq_workq *w, uint64_t *looks, uint64_t *sleep
 }
 
 int kvq_workq_receive_wait(
-    kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms, int64_t wait_ms)
+    kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t lease_ms, int64_t wait_ms)
 {
     int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_receive_wait");
     if (rc == 0 && (out == NULL || lease == NULL))

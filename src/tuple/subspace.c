@@ -35,14 +35,14 @@ int kvq_subspace_new(kvq_subspace **out,
         rc = kvq__error(KVQ_EINVAL, "kvq_subspace_new: prefix of %zu bytes is over %d",
                         s->prefix.len, MAX_PREFIX);
     if (rc != 0) {
-        kvq_subspace_free(s);
+        kvq_subspace_destroy(s);
         return rc;
     }
     *out = s;
     return 0;
 }
 
-void kvq_subspace_free(kvq_subspace *s)
+void kvq_subspace_destroy(kvq_subspace *s)
 {
     if (s == NULL)
         return;

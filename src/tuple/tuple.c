@@ -444,12 +444,13 @@ void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e)
         build_elem(b, &e);
 }
 
-void kvq_tuple_open(kvq_tuple_builder *b)
+void kvq_tuple_nest_begin(kvq_tuple_builder *b)
 {
     if (b == NULL || b->error != 0)
         return;
     if (b->depth + 1 > KVQ_TUPLE_MAX_DEPTH) {
-        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_open: nested tuples deeper than %d levels",
+        build_fail(b, kvq__error(KVQ_EINVAL,
+                                 "kvq_tuple_nest_begin: nested tuples deeper than %d levels",
                                  KVQ_TUPLE_MAX_DEPTH));
         return;
     }
@@ -461,12 +462,12 @@ void kvq_tuple_open(kvq_tuple_builder *b)
         b->depth++;
 }
 
-void kvq_tuple_close(kvq_tuple_builder *b)
+void kvq_tuple_nest_end(kvq_tuple_builder *b)
 {
     if (b == NULL || b->error != 0)
         return;
     if (b->depth == 0) {
-        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_close: no nested tuple is open"));
+        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_nest_end: no nested tuple is open"));
         return;
     }
     uint8_t end = 0x00;
@@ -875,7 +876,7 @@ int kvq__tuple_unpack_from(kvq_tuple **out, const uint8_t *data, size_t len, siz
     reader r = { data != NULL ? data : empty, len, start, t };
     int rc = read_elems(&r, 0, &t->elems, &t->count);
     if (rc != 0) {
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         return rc;
     }
     *out = t;
@@ -902,7 +903,7 @@ const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i)
     return (t == NULL || i >= t->count) ? NULL : &t->elems[i];
 }
 
-void kvq_tuple_free(kvq_tuple *t)
+void kvq_tuple_destroy(kvq_tuple *t)
 {
     if (t == NULL)
         return;

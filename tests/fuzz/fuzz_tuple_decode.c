@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(fuzz_canonical(&again, t2) == 0);
             FUZZ_CHECK(again.len == canon.len && memcmp(again.data, canon.data, canon.len) == 0);
             kvq_buf_dispose(&again);
-            kvq_tuple_free(t2);
+            kvq_tuple_destroy(t2);
             /* The canonical form is never longer than the input (kvq writes minimal forms). */
             FUZZ_CHECK(canon.len <= size);
             /* The caller-buffer form agrees, and asks for exactly the size it needs. */
@@ -61,9 +61,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rs == 0)
         FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(ts, 0), kvq_tuple_count(ts), kvq_tuple_at(tr, 0),
                                      kvq_tuple_count(tr)) == 0);
-    kvq_tuple_free(ts);
-    kvq_tuple_free(tr);
-    kvq_subspace_free(s);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(ts);
+    kvq_tuple_destroy(tr);
+    kvq_subspace_destroy(s);
+    kvq_tuple_destroy(t);
     return 0;
 }

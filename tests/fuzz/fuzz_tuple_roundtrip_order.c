@@ -37,10 +37,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(kvq_tuple_count(tab) == ca + cb);
     FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(tab, 0), ca, ea, ca) == 0);
     FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(tab, ca), cb, eb, cb) == 0);
-    kvq_tuple_free(tab);
+    kvq_tuple_destroy(tab);
 out:
-    kvq_tuple_free(ta);
-    kvq_tuple_free(tb);
+    kvq_tuple_destroy(ta);
+    kvq_tuple_destroy(tb);
     kvq_buf_dispose(&pa);
     kvq_buf_dispose(&pb);
     kvq_buf_dispose(&both);

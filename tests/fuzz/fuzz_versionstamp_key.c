@@ -98,7 +98,7 @@ static void check_completed(const uint8_t *stored,
     size_t completed = 0;
     match(got, want, n, stamp, &completed);
     FUZZ_CHECK(completed == 1);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 /* Sets `vkey` (key bytes + 4-byte offset) as a versionstamped key, and the same bytes as a
@@ -193,7 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             kvq_buf_dispose(&again);
         }
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
     }
 
     /* 2. The bytes as a tuple, given one incomplete stamp, packed with pack_vs. */
@@ -238,6 +238,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     kvq_buf_dispose(&packed);
     free(elems);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     return 0;
 }

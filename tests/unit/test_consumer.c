@@ -133,7 +133,7 @@ static void test_exactly_once(void **state)
     int64_t stop_us = kvq__mono_us() - t0;
     kvq_consumer_stats s;
     assert_int_equal(kvq_consumer_get_stats(&s, c), 0);
-    kvq_consumer_free(c);
+    kvq_consumer_destroy(c);
     printf("items=%llu batches=%llu waits=%llu retries=%llu stop=%lld us\n",
            (unsigned long long)s.items, (unsigned long long)s.batches,
            (unsigned long long)s.empty_waits, (unsigned long long)s.retries, (long long)stop_us);
@@ -159,7 +159,7 @@ static void test_drain(void **state)
     kvq_consumer *c;
     assert_int_equal(kvq_consumer_start(&c, db, &toy, on_item, NULL, &o), 0);
     assert_int_equal(kvq_consumer_join(c), 0); /* returns by itself once empty */
-    kvq_consumer_free(c);
+    kvq_consumer_destroy(c);
     for (int i = 0; i < 100; i++)
         assert_int_equal(seen[i], 1);
 }
@@ -182,7 +182,7 @@ static void test_failing_callbacks(void **state)
     assert_int_equal(kvq_consumer_join(c), 0);
     kvq_consumer_stats s;
     assert_int_equal(kvq_consumer_get_stats(&s, c), 0);
-    kvq_consumer_free(c);
+    kvq_consumer_destroy(c);
     /* Every item was popped once: delivered, or counted as undelivered. */
     assert_int_equal(s.items + s.undelivered, 200);
     assert_true(s.undelivered > 0);
@@ -198,7 +198,7 @@ static void test_failing_callbacks(void **state)
     o.max_restarts_per_minute = 0;
     assert_int_equal(kvq_consumer_start(&c, db, &toy, on_item, NULL, &o), 0);
     assert_int_equal(kvq_consumer_join(c), KVQ_EUSER);
-    kvq_consumer_free(c);
+    kvq_consumer_destroy(c);
     fail_every = 0;
 }
 
@@ -222,7 +222,7 @@ static void test_bad_arguments(void **state)
     assert_int_equal(kvq_consumer_start(&c, db, &nokey, on_item, NULL, &o), KVQ_EINVAL);
     assert_int_equal(kvq_consumer_join(NULL), KVQ_EINVAL);
     kvq_consumer_stop(NULL);
-    kvq_consumer_free(NULL);
+    kvq_consumer_destroy(NULL);
 }
 
 /* The durable queue's source under injected commit_unknown_result (1021): every item is
@@ -266,10 +266,10 @@ static uint64_t run_faulty(int use_consume, int *dups)
     kvq_consumer *c;
     assert_int_equal(kvq_consumer_start(&c, faulty, &src, on_item, NULL, &o), 0);
     assert_int_equal(kvq_consumer_join(c), 0);
-    kvq_consumer_free(c);
+    kvq_consumer_destroy(c);
     kvq_queue_close(q);
     kvq_db_close(faulty);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     uint64_t missing = 0;
     *dups = 0;
     for (int i = 0; i < N; i++) {

@@ -176,7 +176,7 @@ static void test_full_disk_queue_pops_drain(void **state)
         rc = kvq_queue_push(q, val, sizeof(val));
     assert_int_equal(rc, KVQ_ENOSPC);
     uint64_t len = 0;
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     size_t total = (size_t)len, popped = 0;
     assert_true(total >= N);
 
@@ -184,7 +184,7 @@ static void test_full_disk_queue_pops_drain(void **state)
     for (int i = 0; i < 50; i++)
         out[i] = (kvq_buf)KVQ_BUF_INIT;
     for (int i = 0; i < 10; i++) {
-        rc = kvq_queue_pop(q, &out[0]);
+        rc = kvq_queue_pop(&out[0], q);
         if (rc != 0)
             fail_msg("pop %d on a full disk: %s (%s)", i, kvq_errname(rc), kvq_last_error());
         popped++;
@@ -198,14 +198,14 @@ static void test_full_disk_queue_pops_drain(void **state)
     assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
     size_t n = 0;
     while (popped < total / 2) {
-        rc = kvq_queue_pop_k(q, 50, out, &n);
+        rc = kvq_queue_pop_k(out, &n, q, 50);
         if (rc != 0)
             fail_msg("pop_k on a full disk: %s (%s)", kvq_errname(rc), kvq_last_error());
         popped += n;
     }
     for (;;) {
         kvq_watch *w = NULL;
-        rc = kvq_queue_consume_k(q, 50, out, &n, &w);
+        rc = kvq_queue_consume_k(out, &n, &w, q, 50);
         kvq_watch_destroy(w);
         if (rc != 0)
             fail_msg("consume_k on a full disk: %s (%s)", kvq_errname(rc), kvq_last_error());
@@ -214,7 +214,7 @@ static void test_full_disk_queue_pops_drain(void **state)
             break;
     }
     assert_int_equal(popped, total);
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     assert_int_equal(len, 0);
     assert_int_equal(kvq_queue_push(q, val, sizeof(val)), KVQ_ENOSPC);
 

@@ -59,7 +59,8 @@ static void drain_and_check(kvq_queue *q, uint64_t per_thread, int by_priority)
     uint64_t n = 0;
     for (;;) {
         int64_t prio = 0;
-        int rc = by_priority ? kvq_queue_pop_min(q, &v, &prio) : kvq_queue_pop(q, &v);
+        int rc =
+            by_priority ? kvq_queue_pop_prio(&v, &prio, q, KVQ_QUEUE_MIN) : kvq_queue_pop(&v, q);
         if (rc == KVQ_ENOTFOUND)
             break;
         assert_ok(rc);
@@ -96,7 +97,7 @@ static void produce_into(kvq_queue_type type, int batch, int by_priority)
     o.threads = THREADS;
     o.batch = batch;
     kvq_producer_stats st;
-    assert_ok(kvq_queue_produce(q, make_item, &g, &o, &st));
+    assert_ok(kvq_queue_produce(&st, q, make_item, &g, &o));
     assert_int_equal(st.items, THREADS * PER_THREAD);
     if (type == KVQ_QUEUE_DURABLE)
         /* Each thread commits ceil(PER_THREAD / batch) batches. */
@@ -104,7 +105,7 @@ static void produce_into(kvq_queue_type type, int batch, int by_priority)
     else
         assert_int_equal(st.transactions, THREADS * PER_THREAD);
     uint64_t len = 0;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, THREADS * PER_THREAD);
     drain_and_check(q, PER_THREAD, by_priority);
     kvq_queue_close(q);
@@ -148,10 +149,10 @@ static void test_callback_error_stops(void **state)
     o.threads = THREADS;
     o.batch = 10;
     kvq_producer_stats st;
-    assert_int_equal(kvq_queue_produce(q, make_item, &g, &o, &st), KVQ_EUSER);
+    assert_int_equal(kvq_queue_produce(&st, q, make_item, &g, &o), KVQ_EUSER);
     assert_true(st.items < (uint64_t)THREADS * 1000000);
     uint64_t len = 0;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, st.items);
     kvq_queue_close(q);
     kvq_db_close(db);
@@ -172,7 +173,7 @@ static void test_exactly_once_under_faults(void **state)
     o.threads = THREADS;
     o.batch = 3;
     kvq_producer_stats st;
-    assert_ok(kvq_queue_produce(q, make_item, &g, &o, &st));
+    assert_ok(kvq_queue_produce(&st, q, make_item, &g, &o));
     assert_int_equal(st.items, THREADS * 200);
     kvq_queue_close(q);
     kvq_db_close(db);
@@ -192,24 +193,24 @@ static void test_bad_input(void **state)
     gen g = { 1, 0, 0 };
     kvq_producer_options o = KVQ_PRODUCER_OPTIONS_INIT;
     kvq_producer_stats st = { 5, 5 };
-    assert_int_equal(kvq_queue_produce(NULL, make_item, &g, &o, &st), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_produce(&st, NULL, make_item, &g, &o), KVQ_EINVAL);
     assert_int_equal(st.items, 0);
-    assert_int_equal(kvq_queue_produce(q, NULL, &g, &o, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_produce(NULL, q, NULL, &g, &o), KVQ_EINVAL);
     o.threads = 0;
-    assert_int_equal(kvq_queue_produce(q, make_item, &g, &o, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_produce(NULL, q, make_item, &g, &o), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "threads"));
     o.threads = 1;
     o.batch = 10001;
-    assert_int_equal(kvq_queue_produce(q, make_item, &g, &o, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_produce(NULL, q, make_item, &g, &o), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "batch"));
     o.batch = 1;
     o.version = 99;
-    assert_int_equal(kvq_queue_produce(q, make_item, &g, &o, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_produce(NULL, q, make_item, &g, &o), KVQ_EINVAL);
     uint64_t len = 1;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, 0);
     /* NULL options: the defaults (4 threads, one item per transaction). */
-    assert_ok(kvq_queue_produce(q, make_item, &g, NULL, &st));
+    assert_ok(kvq_queue_produce(&st, q, make_item, &g, NULL));
     assert_int_equal(st.items, 4);
     kvq_queue_close(q);
     kvq_db_close(db);

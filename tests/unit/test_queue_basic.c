@@ -45,7 +45,7 @@ static void push_s(kvq_queue *q, const char *s)
 static void pop_expect(kvq_queue *q, const char *want)
 {
     kvq_buf b = KVQ_BUF_INIT;
-    int rc = kvq_queue_pop(q, &b);
+    int rc = kvq_queue_pop(&b, q);
     if (want == NULL) {
         assert_int_equal(rc, KVQ_ENOTFOUND);
     } else {
@@ -58,7 +58,7 @@ static void pop_expect(kvq_queue *q, const char *want)
 static uint64_t len_of(kvq_queue *q)
 {
     uint64_t n = 99999;
-    assert_ok(kvq_queue_len(q, &n));
+    assert_ok(kvq_queue_len(&n, q));
     return n;
 }
 
@@ -241,10 +241,10 @@ static void test_stored_bytes(void **state)
 static void check_empty(kvq_queue *q)
 {
     kvq_buf b = KVQ_BUF_INIT;
-    assert_int_equal(kvq_queue_pop(q, &b), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_peek(q, &b), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop(&b, q), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_peek(&b, q), KVQ_ENOTFOUND);
     size_t n = 7;
-    assert_int_equal(kvq_queue_pop_k(q, 5, &b, &n), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_k(&b, &n, q, 5), KVQ_ENOTFOUND);
     assert_int_equal(len_of(q), 0);
     kvq_buf_dispose(&b);
 }
@@ -259,13 +259,13 @@ static void fifo_like(kvq_queue *q)
     }
     assert_int_equal(len_of(q), 25);
     kvq_buf b = KVQ_BUF_INIT;
-    assert_ok(kvq_queue_peek(q, &b));
+    assert_ok(kvq_queue_peek(&b, q));
     assert_bytes(b.data, b.len, (const uint8_t *)"item-00", 7);
     pop_expect(q, "item-00");
     pop_expect(q, "item-01");
     kvq_buf outs[5] = { KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT };
     size_t n = 0;
-    assert_ok(kvq_queue_pop_k(q, 5, outs, &n));
+    assert_ok(kvq_queue_pop_k(outs, &n, q, 5));
     assert_int_equal(n, 5);
     for (int i = 0; i < 5; i++) {
         snprintf(v, sizeof(v), "item-%02d", 2 + i);
@@ -283,7 +283,7 @@ static void fifo_like(kvq_queue *q)
     assert_int_equal(kvq_queue_push(q, big, KVQ_MAX_VALUE_SIZE + 1), KVQ_EVALUE_TOO_LARGE);
     assert_non_null(strstr(kvq_last_error(), "100000"));
     pop_expect(q, "");
-    assert_ok(kvq_queue_pop(q, &b));
+    assert_ok(kvq_queue_pop(&b, q));
     assert_int_equal(b.len, KVQ_MAX_VALUE_SIZE);
     assert_int_equal(b.data[0], 0x5a);
     check_empty(q);
@@ -291,7 +291,7 @@ static void fifo_like(kvq_queue *q)
     /* Fewer than k left: pop_k returns what there is. */
     push_s(q, "a");
     push_s(q, "b");
-    assert_ok(kvq_queue_pop_k(q, 5, outs, &n));
+    assert_ok(kvq_queue_pop_k(outs, &n, q, 5));
     assert_int_equal(n, 2);
     assert_bytes(outs[1].data, outs[1].len, (const uint8_t *)"b", 1);
     for (int i = 0; i < 5; i++)
@@ -317,9 +317,9 @@ static void prio_like(kvq_queue *q)
     check_empty(q);
     kvq_buf b = KVQ_BUF_INIT;
     int64_t p = 42;
-    assert_int_equal(kvq_queue_pop_min(q, &b, &p), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_pop_max(q, &b, &p), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_peek_max(q, &b, &p), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MAX), KVQ_ENOTFOUND);
     static const int64_t prios[] = { 5, -3, 100, 5, 0, INT64_MIN, INT64_MAX, 5, -3 };
     char v[32];
     for (size_t i = 0; i < sizeof(prios) / sizeof(prios[0]); i++) {
@@ -327,24 +327,24 @@ static void prio_like(kvq_queue *q)
         assert_ok(kvq_queue_push_prio(q, (const uint8_t *)v, strlen(v), prios[i]));
     }
     assert_int_equal(len_of(q), 9);
-    assert_ok(kvq_queue_peek_min(q, &b, &p));
+    assert_ok(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MIN));
     assert_int_equal(p, INT64_MIN);
     assert_bytes(b.data, b.len, (const uint8_t *)"p5", 2);
-    assert_ok(kvq_queue_peek_max(q, &b, &p));
+    assert_ok(kvq_queue_peek_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, INT64_MAX);
-    assert_ok(kvq_queue_pop_max(q, &b, &p));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_bytes(b.data, b.len, (const uint8_t *)"p6", 2);
-    assert_ok(kvq_queue_pop_max(q, &b, &p));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, 100);
     /* The max end of priority 5 is its newest item. */
-    assert_ok(kvq_queue_pop_max(q, &b, &p));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
     assert_int_equal(p, 5);
     assert_bytes(b.data, b.len, (const uint8_t *)"p7", 2);
     /* Min: INT64_MIN, then -3 in push order, then 0, then 5 in push order. */
     static const char *const order[] = { "p5", "p1", "p8", "p4", "p0", "p3" };
     static const int64_t oprio[] = { INT64_MIN, -3, -3, 0, 5, 5 };
     for (int i = 0; i < 6; i++) {
-        assert_ok(kvq_queue_pop_min(q, &b, &p));
+        assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
         assert_bytes(b.data, b.len, (const uint8_t *)order[i], strlen(order[i]));
         assert_int_equal(p, oprio[i]);
     }
@@ -353,7 +353,7 @@ static void prio_like(kvq_queue *q)
     push_s(q, "zero");
     assert_ok(kvq_queue_push_prio(q, (const uint8_t *)"neg", 3, -1));
     pop_expect(q, "neg");
-    assert_ok(kvq_queue_pop_min(q, &b, &p));
+    assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
     assert_int_equal(p, 0);
     kvq_buf_dispose(&b);
 }
@@ -371,8 +371,8 @@ static void test_priority(void **state)
     q = open_q(KVQ_QUEUE_FIFO, NULL, 0);
     kvq_buf b = KVQ_BUF_INIT;
     assert_int_equal(kvq_queue_push_prio(q, (const uint8_t *)"x", 1, 1), KVQ_EWRONGTYPE);
-    assert_int_equal(kvq_queue_pop_max(q, &b, NULL), KVQ_EWRONGTYPE);
-    assert_int_equal(kvq_queue_peek_min(q, &b, NULL), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_pop_prio(&b, NULL, q, KVQ_QUEUE_MAX), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_peek_prio(&b, NULL, q, KVQ_QUEUE_MIN), KVQ_EWRONGTYPE);
     kvq_queue_close(q);
 }
 
@@ -405,7 +405,7 @@ static void test_durable(void **state)
     for (int i = 0; i < 10; i++)
         outs[i] = (kvq_buf)KVQ_BUF_INIT;
     /* consume_k on an empty queue: nothing, and a watch that a push fires. */
-    assert_ok(kvq_queue_consume_k(q, 3, outs, &n, &w));
+    assert_ok(kvq_queue_consume_k(outs, &n, &w, q, 3));
     assert_int_equal(n, 0);
     assert_non_null(w);
     assert_int_equal(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
@@ -425,14 +425,14 @@ static void test_durable(void **state)
     int seen = 0;
     assert_ok(kvq_queue_iterate(q, count_cb, &seen));
     assert_int_equal(seen, 17);
-    assert_ok(kvq_queue_peek(q, &b));
+    assert_ok(kvq_queue_peek(&b, q));
     assert_bytes(b.data, b.len, (const uint8_t *)"d000", 4);
-    assert_ok(kvq_queue_pop_k(q, 10, outs, &n));
+    assert_ok(kvq_queue_pop_k(outs, &n, q, 10));
     assert_int_equal(n, 10);
     assert_bytes(outs[9].data, outs[9].len, (const uint8_t *)"d009", 4);
     assert_int_equal(len_of(q), 7);
     /* consume_k with fewer than k items left: all of them and a watch. */
-    assert_ok(kvq_queue_consume_k(q, 10, outs, &n, &w));
+    assert_ok(kvq_queue_consume_k(outs, &n, &w, q, 10));
     assert_int_equal(n, 7);
     assert_non_null(w);
     assert_bytes(outs[6].data, outs[6].len, (const uint8_t *)"d016", 4);
@@ -440,12 +440,12 @@ static void test_durable(void **state)
     kvq_watch_destroy(w);
     /* k available: no watch. */
     assert_ok(kvq_queue_push_many(q, vals, 3));
-    assert_ok(kvq_queue_consume_k(q, 3, outs, &n, &w));
+    assert_ok(kvq_queue_consume_k(outs, &n, &w, q, 3));
     assert_int_equal(n, 3);
     assert_null(w);
     check_empty(q);
     /* kvq_queue_watch fires on the next push only. */
-    assert_ok(kvq_queue_watch(q, &w));
+    assert_ok(kvq_queue_watch(&w, q));
     assert_int_equal(kvq_watch_wait(w, 50), KVQ_ETIMED_OUT);
     push_s(q, "x");
     assert_ok(kvq_watch_wait(w, 5000));
@@ -509,7 +509,7 @@ static int pop_and_write(kvq_txn *txn, void *arg)
 {
     outbox *o = arg;
     kvq_bytes v;
-    o->rc = kvq_queue_pop_txn(o->q, txn, &v);
+    o->rc = kvq_queue_pop_txn(&v, o->q, txn);
     if (o->rc != 0)
         return 0; /* commit nothing */
     int rc = kvq__buf_set(&o->got, v.data, v.len);
@@ -574,7 +574,7 @@ static void test_durable_spread(void **state)
         np -= (int)k;
     }
     uint64_t len = 0;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, (uint64_t)np);
 
     /* Two pops at one read version: disjoint runs both commit, overlapping ones conflict. */
@@ -599,7 +599,7 @@ static void test_durable_spread(void **state)
     __atomic_store_n(&q->pop_pressure, 4, __ATOMIC_RELAXED);
     kvq_buf got = KVQ_BUF_INIT;
     for (int i = 0; i < 4; i++)
-        assert_ok(kvq_queue_pop(q, &got));
+        assert_ok(kvq_queue_pop(&got, q));
     assert_int_equal(__atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED), 0);
     kvq_txn *t;
     const kvq_kv *kvs;
@@ -609,12 +609,12 @@ static void test_durable_spread(void **state)
     assert_int_equal(nkv, 1);
     int head = seq_of(kvs[0].value);
     kvq_txn_destroy(t);
-    assert_ok(kvq_queue_pop(q, &got));
+    assert_ok(kvq_queue_pop(&got, q));
     assert_int_equal(seq_of((kvq_bytes){ got.data, got.len }), head);
     kvq_buf_dispose(&got);
     assert_ok(kvq_queue_clear(q));
     kvq_queue_close(q);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
 }
 
 /* Named queues: the registry `kvq create` writes, through the library. */
@@ -639,11 +639,11 @@ static void test_named(void **state)
     assert_int_equal(kvq_queue_create_named(db, "named-x", &bad), KVQ_EINVAL);
     assert_int_equal(kvq_queue_create_named(db, "", &st), KVQ_EINVAL);
     assert_int_equal(kvq_queue_create_named(db, "bad\nname", &st), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_get_named(db, "named-none", &got), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_get_named(&got, db, "named-none"), KVQ_ENOTFOUND);
 
     /* Opened by name: its type, the subspace (b"named-jobs",), and the stored lease. */
     kvq_queue *q = NULL;
-    assert_ok(kvq_queue_open_named(&q, db, "named-jobs", &got));
+    assert_ok(kvq_queue_open_named(&q, &got, db, "named-jobs"));
     assert_int_equal(got.type, KVQ_QUEUE_DURABLE);
     assert_int_equal(got.lease_ms, 1500);
     assert_int_equal(got.max_deliveries, 2);
@@ -656,37 +656,37 @@ static void test_named(void **state)
     assert_ok(kvq_workq_open(&w, q, NULL));
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    assert_ok(kvq_workq_receive(w, &v, &l, 0));
+    assert_ok(kvq_workq_receive(&v, &l, w, 0));
     int64_t span = l.deadline - l.received;
     assert_true(span >= 1400000 && span <= 1600000);
     /* Two deliveries, then the dead letters. */
     assert_ok(kvq_workq_nack(w, &l, 0));
-    assert_ok(kvq_workq_receive(w, &v, &l, 0));
+    assert_ok(kvq_workq_receive(&v, &l, w, 0));
     assert_int_equal(l.deliveries, 2);
     assert_ok(kvq_workq_nack(w, &l, 0));
-    assert_int_equal(kvq_workq_receive(w, &v, &l, 0), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_workq_receive(&v, &l, w, 0), KVQ_ENOTFOUND);
     kvq_workq_close(w);
     kvq_buf_dispose(&v);
     kvq_queue_close(q);
 
     /* alter, list, forget. */
-    assert_ok(kvq_queue_alter_named(db, "named-jobs", 2000, -1, &got));
+    assert_ok(kvq_queue_alter_named(&got, db, "named-jobs", 2000, -1));
     assert_int_equal(got.lease_ms, 2000);
     assert_int_equal(got.max_deliveries, 2);
-    assert_int_equal(kvq_queue_alter_named(db, "named-f", 2000, -1, NULL), KVQ_EWRONGTYPE);
-    assert_int_equal(kvq_queue_alter_named(db, "named-none", 2000, -1, NULL), KVQ_ENOTFOUND);
-    assert_int_equal(kvq_queue_alter_named(db, "named-jobs", 0, -1, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_alter_named(NULL, db, "named-f", 2000, -1), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_alter_named(NULL, db, "named-none", 2000, -1), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_alter_named(NULL, db, "named-jobs", 0, -1), KVQ_EINVAL);
     int n = 0;
     assert_ok(kvq_queue_list_named(db, count_named, &n));
     assert_int_equal(n, 2);
-    assert_ok(kvq_queue_open_named(&q, db, "named-f", NULL));
+    assert_ok(kvq_queue_open_named(&q, NULL, db, "named-f"));
     assert_int_equal(kvq_queue_get_type(q), KVQ_QUEUE_FIFO);
     assert_int_equal(kvq_workq_open(&w, q, NULL), KVQ_EWRONGTYPE);
     kvq_queue_close(q);
     assert_ok(kvq_queue_forget_named(db, "named-f"));
-    assert_int_equal(kvq_queue_open_named(&q, db, "named-f", NULL), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_open_named(&q, NULL, db, "named-f"), KVQ_ENOTFOUND);
     assert_null(q);
-    assert_int_equal(kvq_queue_open_named(NULL, db, "named-jobs", NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_open_named(NULL, NULL, db, "named-jobs"), KVQ_EINVAL);
 }
 
 static void test_txn_forms(void **state)
@@ -744,34 +744,34 @@ static void test_bad_args(void **state)
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, NULL, &o), KVQ_EINVAL);
     kvq_subspace *s = tq_sub("", 0);
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, s, NULL), KVQ_EINVAL);
-    kvq_subspace_free(s);
+    kvq_subspace_destroy(s);
     s = tq_sub("\xff", 1);
     assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_FIFO, s, NULL), KVQ_EINVAL);
-    kvq_subspace_free(s);
+    kvq_subspace_destroy(s);
 
     /* NULL handles and outputs. */
     assert_int_equal(kvq_queue_push(NULL, (const uint8_t *)"x", 1), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_pop(NULL, &b), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_peek(NULL, &b), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_len(NULL, &len), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop(&b, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_peek(&b, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_len(&len, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_clear(NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_delete(NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_iterate(NULL, count_cb, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_recover(NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_push_txn(NULL, NULL, NULL, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_pop_txn(NULL, NULL, &v), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop_txn(&v, NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_get_type(NULL), 0);
     assert_null(kvq_queue_prefix(NULL).data);
     kvq_queue_close(NULL);
 
     q = open_q(KVQ_QUEUE_DURABLE, NULL, 0);
-    assert_int_equal(kvq_queue_pop(q, NULL), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_peek(q, NULL), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_len(q, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop(NULL, q), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_peek(NULL, q), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_len(NULL, q), KVQ_EINVAL);
     assert_int_equal(kvq_queue_push(q, NULL, 3), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_pop_k(q, 0, &b, &n), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_pop_k(q, 10001, &b, &n), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_pop_k(q, 1, NULL, &n), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop_k(&b, &n, q, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop_k(&b, &n, q, 10001), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_pop_k(NULL, &n, q, 1), KVQ_EINVAL);
     assert_int_equal(kvq_queue_push_many(q, NULL, 1), KVQ_EINVAL);
     kvq_bytes one = { (const uint8_t *)"a", 1 };
     assert_int_equal(kvq_queue_push_many(q, &one, 0), KVQ_EINVAL);
@@ -779,10 +779,10 @@ static void test_bad_args(void **state)
     kvq_bytes two[2] = { one, bad };
     assert_int_equal(kvq_queue_push_many(q, two, 2), KVQ_EINVAL);
     assert_int_equal(len_of(q), 0);
-    assert_int_equal(kvq_queue_consume_k(q, 1, &b, &n, NULL), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_watch(q, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_consume_k(&b, &n, NULL, q, 1), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_watch(NULL, q), KVQ_EINVAL);
     assert_int_equal(kvq_queue_iterate(q, NULL, NULL), KVQ_EINVAL);
-    assert_int_equal(kvq_queue_recover(q, NULL), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_recover(NULL, q), KVQ_EWRONGTYPE);
     kvq_consumer_source src;
     assert_int_equal(kvq_queue_consumer_source(NULL, q), KVQ_EINVAL);
     assert_ok(kvq_queue_consumer_source(&src, q));
@@ -791,15 +791,15 @@ static void test_bad_args(void **state)
 
     q = open_q(KVQ_QUEUE_FIFO, NULL, 0);
     kvq_watch *w = (kvq_watch *)&b;
-    assert_int_equal(kvq_queue_consume_k(q, 1, &b, &n, &w), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_consume_k(&b, &n, &w, q, 1), KVQ_EWRONGTYPE);
     assert_null(w);
-    assert_int_equal(kvq_queue_watch(q, &w), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_queue_watch(&w, q), KVQ_EWRONGTYPE);
     assert_int_equal(kvq_queue_consumer_source(&src, q), KVQ_EWRONGTYPE);
     kvq_queue_token tok;
     int already;
     assert_int_equal(kvq_queue_token_init(NULL), KVQ_EINVAL);
     assert_ok(kvq_queue_token_init(&tok));
-    assert_int_equal(kvq_queue_token_apply_txn(q, NULL, &tok, &already), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_token_apply_txn(&already, q, NULL, &tok), KVQ_EINVAL);
     kvq_queue_stats st;
     assert_int_equal(kvq_queue_get_stats(NULL, q), KVQ_EINVAL);
     assert_ok(kvq_queue_get_stats(&st, q));
@@ -864,7 +864,7 @@ static void test_side_by_side(void **state)
     for (int i = 0; i < 7; i++) {
         assert_ok(kvq_queue_delete(q[i]));
         kvq_queue_close(q[i]);
-        kvq_subspace_free(s[i]);
+        kvq_subspace_destroy(s[i]);
     }
 }
 
@@ -923,13 +923,13 @@ static void test_iterate(void **state)
     assert_ok(kvq_queue_iterate_txn(f, txn, it_cb, &s));
     assert_int_equal(s.n, 10);
     uint64_t n = 0;
-    assert_ok(kvq_queue_len_txn(p, txn, &n, KVQ_SNAPSHOT));
+    assert_ok(kvq_queue_len_txn(&n, p, txn, KVQ_SNAPSHOT));
     assert_int_equal(n, 10);
     kvq_bytes b;
     int64_t pr;
-    assert_ok(kvq_queue_peek_max_txn(p, txn, &b, &pr, 0));
+    assert_ok(kvq_queue_peek_prio_txn(&b, &pr, p, txn, KVQ_QUEUE_MAX, 0));
     assert_int_equal(pr, 2);
-    assert_int_equal(kvq_queue_peek_txn(p, txn, &b, 0x10), KVQ_EINVAL);
+    assert_int_equal(kvq_queue_peek_txn(&b, p, txn, 0x10), KVQ_EINVAL);
     kvq_txn_destroy(txn);
     assert_ok(kvq_queue_delete(f));
     assert_ok(kvq_queue_delete(p));
@@ -949,7 +949,7 @@ typedef struct tok_arg {
 static int tok_body(kvq_txn *txn, void *arg)
 {
     tok_arg *a = arg;
-    int rc = kvq_queue_token_apply_txn(a->q, txn, a->tok, &a->already);
+    int rc = kvq_queue_token_apply_txn(&a->already, a->q, txn, a->tok);
     if (rc == 0 && !a->already)
         rc = kvq_queue_push_txn(a->q, txn, (const uint8_t *)"t", 1);
     return rc;

@@ -63,7 +63,7 @@ static inline void tq_seed_init(int argc, char **argv)
     fflush(stdout);
 }
 
-/* A subspace of raw prefix bytes (free it with kvq_subspace_free). */
+/* A subspace of raw prefix bytes (free it with kvq_subspace_destroy). */
 static inline kvq_subspace *tq_sub(const char *prefix, size_t len)
 {
     kvq_subspace *s = NULL;

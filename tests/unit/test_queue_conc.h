@@ -152,16 +152,16 @@ conc_consume(const conc_cfg *c, kvq_db *cdb, int id, size_t *consumed, conc_log 
         kvq_watch *w = NULL;
         calls++;
         if (c->type == KVQ_QUEUE_DURABLE && k > 1) {
-            rc = kvq_queue_consume_k(q, k, outs, &n, &w);
+            rc = kvq_queue_consume_k(outs, &n, &w, q, k);
         } else if (k > 1) {
-            rc = kvq_queue_pop_k(q, k, outs, &n);
+            rc = kvq_queue_pop_k(outs, &n, q, k);
         } else if (c->type == KVQ_QUEUE_PRIORITY) {
             /* Even consumers take the minimum, odd ones the maximum. */
-            rc = id % 2 ? kvq_queue_pop_max(q, &outs[0], &prio)
-                        : kvq_queue_pop_min(q, &outs[0], &prio);
+            rc = id % 2 ? kvq_queue_pop_prio(&outs[0], &prio, q, KVQ_QUEUE_MAX)
+                        : kvq_queue_pop_prio(&outs[0], &prio, q, KVQ_QUEUE_MIN);
             n = rc == 0;
         } else {
-            rc = kvq_queue_pop(q, &outs[0]);
+            rc = kvq_queue_pop(&outs[0], q);
             n = rc == 0;
         }
         if (rc == KVQ_ENOTFOUND && c->stop_on_empty)

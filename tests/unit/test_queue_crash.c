@@ -78,8 +78,8 @@ static int pop_one(kvq_txn *txn, void *arg)
     kvq_bytes v;
     int64_t prio;
     int rc = kvq_queue_get_type(c->q) == KVQ_QUEUE_PRIORITY
-                 ? kvq_queue_pop_min_txn(c->q, txn, &v, &prio)
-                 : kvq_queue_pop_txn(c->q, txn, &v);
+                 ? kvq_queue_pop_prio_txn(&v, &prio, c->q, txn, KVQ_QUEUE_MIN)
+                 : kvq_queue_pop_txn(&v, c->q, txn);
     if (rc == KVQ_ENOTFOUND) {
         c->empty = 1;
         return 0;
@@ -283,7 +283,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
         r.drained++;
     }
     uint64_t len = 1;
-    assert_int_equal(kvq_queue_len(q, &len), 0);
+    assert_int_equal(kvq_queue_len(&len, q), 0);
     assert_int_equal(len, 0);
     kvq_queue_close(q);
     done_scan d;

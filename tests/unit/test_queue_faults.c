@@ -50,8 +50,8 @@ static int process_one(kvq_txn *txn, void *arg)
     kvq_bytes v;
     int64_t prio;
     int rc = kvq_queue_get_type(o->q) == KVQ_QUEUE_PRIORITY
-                 ? kvq_queue_pop_min_txn(o->q, txn, &v, &prio)
-                 : kvq_queue_pop_txn(o->q, txn, &v);
+                 ? kvq_queue_pop_prio_txn(&v, &prio, o->q, txn, KVQ_QUEUE_MIN)
+                 : kvq_queue_pop_txn(&v, o->q, txn);
     if (rc == KVQ_ENOTFOUND) {
         o->empty = 1;
         return 0;
@@ -146,7 +146,7 @@ static int outbox_run(kvq_queue_type type, const char *name, unsigned int test_f
             assert_ok(kvq_queue_push(q, v, sizeof(v)));
     }
     uint64_t len = 0;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, OUTBOX_ITEMS);
     obw w[OUTBOX_WORKERS];
     pthread_t th[OUTBOX_WORKERS];
@@ -173,7 +173,7 @@ static int outbox_run(kvq_queue_type type, const char *name, unsigned int test_f
     int bad = dups != 0;
     bad += c.keys != OUTBOX_ITEMS;
     bad += c.counter != OUTBOX_ITEMS;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     bad += len != 0;
     if (!test_flags) {
         tot.runs++;
@@ -250,7 +250,7 @@ static int idem_run(conc_cfg c, unsigned int kinds)
     kvq_queue *q;
     assert_ok(kvq_queue_open(&q, pdb, c.type, NULL, NULL));
     uint64_t len = 0;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     kvq_queue_close(q);
     int bad = 0;
     if (len != c.items) {
@@ -395,7 +395,7 @@ static int timeouts_run(kvq_queue_type type, size_t k, const char *name)
         outs[i] = (kvq_buf)KVQ_BUF_INIT;
     for (uint32_t i = 0; i < n; i++) {
         size_t got = 0;
-        int rc = k == 1 ? kvq_queue_pop(q, &outs[0]) : kvq_queue_pop_k(q, k, outs, &got);
+        int rc = k == 1 ? kvq_queue_pop(&outs[0], q) : kvq_queue_pop_k(outs, &got, q, k);
         if (rc == 0 && k == 1)
             got = 1;
         if (rc == KVQ_ENOTFOUND)
@@ -405,7 +405,7 @@ static int timeouts_run(kvq_queue_type type, size_t k, const char *name)
             deliver(seen, n, outs[j].data, outs[j].len);
     }
     for (;;) {
-        int rc = kvq_queue_pop(cq, &outs[0]);
+        int rc = kvq_queue_pop(&outs[0], cq);
         if (rc == KVQ_ENOTFOUND)
             break;
         assert_ok(rc);

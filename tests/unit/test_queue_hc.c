@@ -47,7 +47,7 @@ static void push_s(kvq_queue *q, const char *s)
 static void pop_expect(kvq_queue *q, const char *want)
 {
     kvq_buf b = KVQ_BUF_INIT;
-    int rc = kvq_queue_pop(q, &b);
+    int rc = kvq_queue_pop(&b, q);
     if (want == NULL) {
         if (rc != KVQ_ENOTFOUND)
             fail_msg("expected an empty queue, got rc %d value '%.*s'", rc, (int)b.len,
@@ -128,10 +128,10 @@ static void test_recover_keeps_order(void **state)
     assert_ok(kvq__hc_fulfil_once(q, &served));
     assert_int_equal(served, 2);
     uint64_t back = 9;
-    assert_ok(kvq_queue_recover(q, &back));
+    assert_ok(kvq_queue_recover(&back, q));
     assert_int_equal(back, 0); /* not stale yet */
     kvq__sleep_us(300000);
-    assert_ok(kvq_queue_recover(q, &back));
+    assert_ok(kvq_queue_recover(&back, q));
     assert_int_equal(back, 2);
     pop_expect(q, "1");
     pop_expect(q, "2");
@@ -194,7 +194,7 @@ static void test_collect_priority(void **state)
     assert_bytes(b.data, b.len, (const uint8_t *)"mid", 3);
     assert_int_equal(kvq__hc_collect(q, c, &b), KVQ_ENOTFOUND);
     int64_t p;
-    assert_int_equal(kvq_queue_pop_min(q, &b, &p), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
     kvq_buf_dispose(&b);
     assert_ok(kvq_queue_delete(q));
     kvq_queue_close(q);
@@ -217,7 +217,7 @@ static void *consume(void *arg)
     cons *c = arg;
     kvq_buf b = KVQ_BUF_INIT;
     for (;;) {
-        int rc = kvq_queue_pop(c->q, &b);
+        int rc = kvq_queue_pop(&b, c->q);
         if (rc == KVQ_ENOTFOUND)
             break;
         if (rc != 0) {

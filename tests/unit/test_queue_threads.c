@@ -157,18 +157,18 @@ static void test_priority_order(void **state)
     kvq_buf b = KVQ_BUF_INIT;
     int64_t lo = INT64_MIN, hi = INT64_MAX, p;
     for (int i = 0; i < 1000; i++) {
-        assert_ok(kvq_queue_pop_min(q, &b, &p));
+        assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
         assert_true(p >= lo);
         int64_t v;
         memcpy(&v, b.data, sizeof(v));
         assert_true(v == p);
         lo = p;
-        assert_ok(kvq_queue_pop_max(q, &b, &p));
+        assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MAX));
         assert_true(p <= hi);
         hi = p;
     }
     assert_true(lo <= hi);
-    assert_int_equal(kvq_queue_pop_min(q, &b, &p), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
     kvq_buf_dispose(&b);
     kvq_queue_close(q);
     kvq_db_close(db);

@@ -104,7 +104,7 @@ static void expect_hex(const kvq_tuple_elem *elems, size_t n, const char *want_h
     assert_int_equal(kvq_tuple_pack_buf(&b, elems_of(t), kvq_tuple_count(t)), 0);
     assert_bytes(b.data, b.len, want.b, want.n);
     kvq_buf_dispose(&b);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     free(got);
 }
 
@@ -207,7 +207,7 @@ static void test_null_and_nested(void **state)
     assert_int_equal(kvq_tuple_at(t, 0)->type, KVQ_TUPLE_NESTED);
     assert_int_equal(kvq_tuple_at(t, 0)->v.nested.count, 0);
     assert_int_equal(kvq_tuple_at(t, 1)->type, KVQ_TUPLE_NULL);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void test_bytes_and_strings(void **state)
@@ -234,7 +234,7 @@ static void test_bytes_and_strings(void **state)
     assert_int_equal(e->type, KVQ_TUPLE_STRING);
     assert_int_equal(e->v.bytes.len, 2);
     assert_string_equal((const char *)e->v.bytes.data, "ab");
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void test_integers(void **state)
@@ -269,7 +269,7 @@ static void test_integers(void **state)
     ONE(kvq_tuple_uint((uint64_t)INT64_MAX), "1c 7f ff ff ff ff ff ff ff");
     kvq_tuple *t;
     assert_int_equal(decode_one(&t, "1c 7f ff ff ff ff ff ff ff")->type, KVQ_TUPLE_INT);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void expect_uint(const char *h, uint64_t want)
@@ -278,7 +278,7 @@ static void expect_uint(const char *h, uint64_t want)
     const kvq_tuple_elem *e = decode_one(&t, h);
     assert_int_equal(e->type, KVQ_TUPLE_UINT);
     assert_true(e->v.u == want);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void expect_int(const char *h, int64_t want)
@@ -288,7 +288,7 @@ static void expect_int(const char *h, int64_t want)
     assert_int_equal(e->type, KVQ_TUPLE_INT);
     if (e->v.i != want)
         fail_msg("%s decoded to %" PRId64 ", expected %" PRId64, h, e->v.i, want);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void expect_neg_uint(const char *h, uint64_t magnitude)
@@ -297,7 +297,7 @@ static void expect_neg_uint(const char *h, uint64_t magnitude)
     const kvq_tuple_elem *e = decode_one(&t, h);
     assert_int_equal(e->type, KVQ_TUPLE_NEG_UINT);
     assert_true(e->v.u == magnitude);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 /* Integers below INT64_MIN, down to -(2^64-1), as other bindings write them: packed in the
@@ -374,7 +374,7 @@ static void test_integer_decoding_edges(void **state)
     kvq_tuple *t;
     assert_int_equal(unpack_exact(&t, longest, sizeof(longest)), 0);
     assert_int_equal(kvq_tuple_at(t, 1)->v.i, 42);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     /* -(2^64-1) in both forms (the 8-byte one of Java, Go and erlfdb, Python's long one), and
      * INT64_MIN - 1 = -(2^63+1): below INT64_MIN, they decode as magnitudes. */
     expect_neg_uint("0c 00 00 00 00 00 00 00 00", UINT64_MAX);
@@ -425,7 +425,7 @@ static void test_floats_and_doubles(void **state)
         uint64_t back;
         memcpy(&back, &kvq_tuple_at(t, 0)->v.d, 8);
         assert_true(back == dbits[i]);
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
     }
     static const uint32_t fbits[] = { 0x80000000u, 0x7fc00001u, 0xff800123u, 0x7f800001u };
     for (size_t i = 0; i < sizeof(fbits) / sizeof(fbits[0]); i++) {
@@ -438,7 +438,7 @@ static void test_floats_and_doubles(void **state)
         uint32_t back;
         memcpy(&back, &kvq_tuple_at(t, 0)->v.f, 4);
         assert_true(back == fbits[i]);
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
     }
     /* Order: -NaN < -inf < -1 < -0.0 < 0.0 < 1 < inf < NaN. */
     kvq_tuple_elem order[] = {
@@ -464,7 +464,7 @@ static void test_bool_and_uuid(void **state)
     ONE(five, "27");
     kvq_tuple *t;
     assert_int_equal(decode_one(&t, "27")->v.b, 1);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     uint8_t u[16];
     for (int i = 0; i < 16; i++)
         u[i] = (uint8_t)(i * 17);
@@ -472,7 +472,7 @@ static void test_bool_and_uuid(void **state)
     const kvq_tuple_elem *e = decode_one(&t, "30 00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff");
     assert_int_equal(e->type, KVQ_TUPLE_UUID);
     assert_memory_equal(e->v.uuid, u, 16);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 static void test_versionstamps(void **state)
@@ -497,7 +497,7 @@ static void test_versionstamps(void **state)
     assert_int_equal(kvq_tuple_pack_vs(&out, e, 1), 0);
     hexbuf want = hex("33 ff ff ff ff ff ff ff ff ff ff 00 07  01 00 00 00");
     assert_bytes(out.data, out.len, want.b, want.n);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     /* A complete stamp cannot have the incomplete mark. */
     const uint8_t ff[10] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
     kvq_tuple_elem bad = kvq_tuple_vs(ff, 1);
@@ -505,7 +505,7 @@ static void test_versionstamps(void **state)
     /* A stamp with only some 0xff bytes is complete. */
     e = decode_one(&t, "33 ff ff ff ff ff ff ff ff ff fe 00 00");
     assert_int_equal(e->v.vs.complete, 1);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 
     /* pack_vs after a raw prefix: the offset counts the prefix (2 + 1 = 3). */
     out.len = 0;
@@ -573,7 +573,7 @@ static void test_erlfdb_keys(void **state)
     assert_int_equal(vs->v.vs.complete, 1);
     assert_memory_equal(vs->v.vs.tr, "\x01\x02\x03\x04\x05\x06\x07\x08\x00\x09", 10);
     assert_int_equal(vs->v.vs.user, 0);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     /* The item range and the delete-all range. */
     kvq_buf b = KVQ_BUF_INIT, e = KVQ_BUF_INIT;
     kvq_tuple_elem val[2] = { kvq_tuple_bytes("q", 1), kvq_tuple_bytes("val", 3) };
@@ -933,7 +933,7 @@ static void test_random_round_trip_and_order(void **state)
         assert_int_equal(kvq_tuple_pack_buf(&again, elems_of(ta), na), 0);
         assert_bytes(again.data, again.len, pa.data, pa.len);
         kvq_buf_dispose(&again);
-        kvq_tuple_free(ta);
+        kvq_tuple_destroy(ta);
 
         /* Byte order is tuple order, and the comparison is antisymmetric. */
         int by_bytes = bytes_order(pa.data, pa.len, pb.data, pb.len);
@@ -955,7 +955,7 @@ static void test_random_round_trip_and_order(void **state)
                     assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(tc), kvq_tuple_count(tc)), 0);
                     assert_bytes(re.data, re.len, pa.data, cut);
                     kvq_buf_dispose(&re);
-                    kvq_tuple_free(tc);
+                    kvq_tuple_destroy(tc);
                 } else {
                     assert_int_equal(rc, KVQ_ETUPLE);
                     assert_non_null(strstr(kvq_last_error(), "at byte"));
@@ -1088,7 +1088,7 @@ static void test_malformed(void **state)
     /* Bytes (0x01) take anything. */
     kvq_tuple *t;
     decode_one(&t, "01 c0 af ed a0 80 fe 00");
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 }
 
 /* Every proper prefix of these single elements is an error naming the element's byte, or (where
@@ -1115,14 +1115,14 @@ static void test_truncations(void **state)
         hexbuf in = hex(vectors[v]);
         kvq_tuple *t;
         assert_int_equal(unpack_exact(&t, in.b, in.n), 0);
-        kvq_tuple_free(t);
+        kvq_tuple_destroy(t);
         for (size_t cut = 1; cut < in.n; cut++) {
             if (unpack_exact(&t, in.b, cut) == 0) {
                 kvq_buf re = KVQ_BUF_INIT;
                 assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(t), kvq_tuple_count(t)), 0);
                 assert_bytes(re.data, re.len, in.b, cut);
                 kvq_buf_dispose(&re);
-                kvq_tuple_free(t);
+                kvq_tuple_destroy(t);
                 continue;
             }
             expect_bad_bytes(in.b, cut, KVQ_ETUPLE, "at byte 0 of", NULL);
@@ -1167,7 +1167,7 @@ static void test_depth_limit(void **state)
         e = e->v.nested.count ? e->v.nested.elems : NULL;
     }
     assert_int_equal(levels, D);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     memset(ok, 0x05, D + 1);
     memset(ok + D + 1, 0x00, D + 1);
     expect_bad_bytes(ok, 2 * (D + 1), KVQ_ETUPLE, "deeper than the limit of 64", "at byte 64");
@@ -1289,7 +1289,7 @@ static void test_subspaces(void **state)
     assert_int_equal(kvq_subspace_unpack(&t, sub, k.data, k.len), 0);
     assert_int_equal(kvq_tuple_count(t), 2);
     assert_int_equal(kvq_tuple_compare(elems_of(t), 2, key, 2), 0);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
     /* Outside: shorter than the prefix, or a different prefix. */
     assert_int_equal(kvq_subspace_contains(sub, (const uint8_t *)"\xfe\x01q", 3), 0);
     assert_int_equal(kvq_subspace_contains(sub, (const uint8_t *)"\x01q\x00\x14", 4), 0);
@@ -1305,7 +1305,7 @@ static void test_subspaces(void **state)
     /* The prefix alone is the empty tuple. */
     assert_int_equal(kvq_subspace_unpack(&t, sub, p.data, p.len), 0);
     assert_int_equal(kvq_tuple_count(t), 0);
-    kvq_tuple_free(t);
+    kvq_tuple_destroy(t);
 
     /* Range: strictly inside prefix + pack(("x",)). */
     kvq_buf b = KVQ_BUF_INIT, e = KVQ_BUF_INIT;
@@ -1331,7 +1331,7 @@ static void test_subspaces(void **state)
     assert_int_equal(kvq_subspace_pack_vs(&v, sub, key, 2), KVQ_EINVAL);
     assert_int_equal(kvq_subspace_pack(&v, sub, stamp, 1), KVQ_EINVAL);
     assert_int_equal(v.len, before);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
 
     /* erlfdb's durable queue through a subspace (b"q",): exactly its push key. */
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, q, 1), 0);
@@ -1340,23 +1340,23 @@ static void test_subspaces(void **state)
     assert_int_equal(kvq_subspace_pack_vs(&v, sub, push, 2), 0);
     want = hex("01 71 00 01 76 61 6c 00 33 ff ff ff ff ff ff ff ff ff ff 00 00 09 00 00 00");
     assert_bytes(v.data, v.len, want.b, want.n);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
 
     /* Raw prefix only; and the empty subspace, which holds every key. */
     assert_int_equal(kvq_subspace_new(&sub, (const uint8_t *)"ab", 2, NULL, 0), 0);
     assert_bytes(kvq_subspace_prefix(sub).data, kvq_subspace_prefix(sub).len, (const uint8_t *)"ab",
                  2);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, NULL, 0), 0);
     assert_int_equal(kvq_subspace_prefix(sub).len, 0);
     assert_int_equal(kvq_subspace_contains(sub, NULL, 0), 1);
     assert_int_equal(kvq_subspace_contains(sub, (const uint8_t *)"\xff", 1), 1);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
 
     /* A prefix longer than a key may be. */
     uint8_t *big = calloc(1, 10001);
     assert_int_equal(kvq_subspace_new(&sub, big, 10000, NULL, 0), 0);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     sub = (kvq_subspace *)&sub;
     assert_int_equal(kvq_subspace_new(&sub, big, 10001, NULL, 0), KVQ_EINVAL);
     assert_null(sub);
@@ -1404,7 +1404,7 @@ static void test_bad_arguments(void **state)
     assert_null(t);
     assert_int_equal(kvq_tuple_count(NULL), 0);
     assert_null(kvq_tuple_at(NULL, 0));
-    kvq_tuple_free(NULL);
+    kvq_tuple_destroy(NULL);
     EXPECT_EINVAL(kvq_tuple_range(NULL, &b2, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, NULL, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, &b, NULL, 0));
@@ -1420,7 +1420,7 @@ static void test_bad_arguments(void **state)
     kvq_tuple_elem vs = kvq_tuple_vs_incomplete(0);
     EXPECT_EINVAL(kvq_subspace_new(&s2, NULL, 0, &vs, 1));
     assert_null(s2);
-    kvq_subspace_free(NULL);
+    kvq_subspace_destroy(NULL);
     assert_null(kvq_subspace_prefix(NULL).data);
     assert_int_equal(kvq_subspace_prefix(NULL).len, 0);
     EXPECT_EINVAL(kvq_subspace_pack(NULL, s, &e, 1));
@@ -1455,8 +1455,8 @@ static void test_bad_arguments(void **state)
     assert_int_equal(kvq_tuple_unpack(&t, NULL, 0), 0);
     assert_int_equal(kvq_tuple_count(t), 0);
     assert_null(kvq_tuple_at(t, 0));
-    kvq_tuple_free(t);
-    kvq_subspace_free(s);
+    kvq_tuple_destroy(t);
+    kvq_subspace_destroy(s);
     kvq_buf_dispose(&b);
     kvq_buf_dispose(&b2);
 }
@@ -1478,14 +1478,14 @@ static void test_builder_matches_pack(void **state)
     kvq_tuple_builder b;
     kvq_tuple_builder_init(&b, &got);
     kvq_tuple_add(&b, kvq_tuple_str("orders"));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     kvq_tuple_add(&b, kvq_tuple_int(2026));
     kvq_tuple_add(&b, kvq_tuple_null());
     kvq_tuple_add(&b, kvq_tuple_bytes("\x00z", 2));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     kvq_tuple_add(&b, kvq_tuple_int(-5));
-    kvq_tuple_open(&b);
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_begin(&b);
+    kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(got.len, want.len + 1);
     assert_memory_equal(got.data + 1, want.data, want.len);
@@ -1501,10 +1501,10 @@ static void test_builder_matches_pack(void **state)
     assert_int_equal(kvq_buf_append(&got, "raw", 3), 0);
     kvq_tuple_builder_init(&b, &got);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     kvq_tuple_add(&b, kvq_tuple_str("q"));
     kvq_tuple_add(&b, kvq_tuple_vs_incomplete(7));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(got.len, want.len);
     assert_memory_equal(got.data, want.data, want.len);
@@ -1521,13 +1521,13 @@ static void test_builder_errors(void **state)
     /* A close without an open; the first error stays, later calls do nothing. */
     kvq_tuple_builder_init(&b, &out);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_close(&b);
+    kvq_tuple_nest_end(&b);
     kvq_tuple_add(&b, kvq_tuple_int(2));
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* A nested tuple left open. */
     kvq_tuple_builder_init(&b, &out);
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* A string that is not UTF-8. */
@@ -1544,27 +1544,27 @@ static void test_builder_errors(void **state)
     /* Nesting: 64 levels are fine, the 65th is not. */
     kvq_tuple_builder_init(&b, &out);
     for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_open(&b);
+        kvq_tuple_nest_begin(&b);
     for (int i = 0; i < KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_close(&b);
+        kvq_tuple_nest_end(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), 0);
     assert_int_equal(out.len, 4 + 2 * KVQ_TUPLE_MAX_DEPTH);
     out.len = 4;
     kvq_tuple_builder_init(&b, &out);
     for (int i = 0; i <= KVQ_TUPLE_MAX_DEPTH; i++)
-        kvq_tuple_open(&b);
+        kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(out.len, 4);
     /* NULLs. */
     kvq_tuple_builder_init(&b, NULL);
     kvq_tuple_add(&b, kvq_tuple_int(1));
-    kvq_tuple_open(&b);
+    kvq_tuple_nest_begin(&b);
     assert_int_equal(kvq_tuple_builder_finish(&b), KVQ_EINVAL);
     assert_int_equal(kvq_tuple_builder_finish(NULL), KVQ_EINVAL);
     kvq_tuple_builder_init(NULL, &out);
     kvq_tuple_add(NULL, kvq_tuple_int(1));
-    kvq_tuple_open(NULL);
-    kvq_tuple_close(NULL);
+    kvq_tuple_nest_begin(NULL);
+    kvq_tuple_nest_end(NULL);
     assert_int_equal(out.len, 4);
     kvq_buf_dispose(&out);
 }
@@ -1662,7 +1662,7 @@ static void test_printable_and_format(void **state)
     assert_int_equal(kvq_tuple_format(&again, kvq_tuple_at(u, 0), kvq_tuple_count(u)), 0);
     assert_string_equal((const char *)again.data, (const char *)out.data);
     assert_int_equal(kvq_tuple_equal(kvq_tuple_at(u, 0), kvq_tuple_count(u), t, 12), 1);
-    kvq_tuple_free(u);
+    kvq_tuple_destroy(u);
     kvq_buf_dispose(&packed);
     kvq_buf_dispose(&again);
     kvq_buf_dispose(&out);

@@ -88,7 +88,7 @@ static wq_env env_open(kvq_queue_type type, const kvq_workq_options *wo)
     e.db = open_test_db();
     kvq_subspace *sub = fresh_subspace();
     assert_ok(kvq_queue_open(&e.q, e.db, type, sub, NULL));
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     assert_ok(kvq_workq_open(&e.w, e.q, wo));
     tick(e.db);
     return e;
@@ -118,14 +118,14 @@ static void env_close(wq_env *e)
 static void push_str(kvq_workq *w, const char *s, const kvq_workq_push_options *po, int want)
 {
     int enq = -1;
-    assert_ok(kvq_workq_push(w, (const uint8_t *)s, strlen(s), po, &enq));
+    assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)s, strlen(s), po));
     assert_int_equal(enq, want);
 }
 
 static void expect_recv(kvq_workq *w, const char *want, kvq_workq_lease *l, int64_t lease_ms)
 {
     kvq_buf b = KVQ_BUF_INIT;
-    assert_ok(kvq_workq_receive(w, &b, l, lease_ms));
+    assert_ok(kvq_workq_receive(&b, l, w, lease_ms));
     assert_bytes(b.data, b.len, (const uint8_t *)want, strlen(want));
     kvq_buf_dispose(&b);
 }
@@ -134,7 +134,7 @@ static void expect_empty(kvq_workq *w)
 {
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    int rc = kvq_workq_receive(w, &b, &l, 0);
+    int rc = kvq_workq_receive(&b, &l, w, 0);
     if (rc != KVQ_ENOTFOUND)
         fail_msg("expected an empty work queue, got %s (%.*s)", kvq_errname(rc), (int)b.len,
                  (const char *)b.data);
@@ -146,8 +146,8 @@ static int recv_wait(kvq_workq *w, kvq_buf *b, kvq_workq_lease *l, int64_t lease
 {
     int64_t end = kvq__mono_us() + WAIT_US;
     for (;;) {
-        assert_ok(kvq_workq_recover(w, NULL));
-        int rc = kvq_workq_receive(w, b, l, lease_ms);
+        assert_ok(kvq_workq_recover(NULL, w));
+        int rc = kvq_workq_receive(b, l, w, lease_ms);
         if (rc != KVQ_ENOTFOUND || kvq__mono_us() > end)
             return rc;
         kvq__sleep_us(20000);
@@ -158,7 +158,7 @@ static void
 expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed, int64_t dead)
 {
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     if (m.ready != ready || m.inflight != inflight || m.delayed != delayed || m.dead != dead)
         fail_msg("metrics ready %lld inflight %lld delayed %lld dead %lld, want %lld %lld %lld "
                  "%lld",
@@ -171,7 +171,7 @@ static void expect_totals(
     kvq_workq *w, int64_t received, int64_t taken, int64_t acked, int64_t requeued, int64_t dead)
 {
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     if (m.received != received || m.taken != taken || m.acked != acked ||
         m.requeued != requeued || m.dead_lettered != dead)
         fail_msg("totals received %lld taken %lld acked %lld requeued %lld dead-lettered %lld, "
@@ -207,29 +207,29 @@ static void test_bad_input(void **state)
     kvq_workq_lease l;
     memset(&l, 0, sizeof(l));
     int enq;
-    assert_int_equal(kvq_workq_push(NULL, (const uint8_t *)"x", 1, NULL, &enq), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_push(e.w, NULL, 1, NULL, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, NULL, (const uint8_t *)"x", 1, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, e.w, NULL, 1, NULL), KVQ_EINVAL);
     static uint8_t big[KVQ_MAX_VALUE_SIZE + 1];
-    assert_int_equal(kvq_workq_push(e.w, big, sizeof(big), NULL, &enq), KVQ_EVALUE_TOO_LARGE);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, sizeof(big), NULL), KVQ_EVALUE_TOO_LARGE);
     kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
     po.priority = 3;
-    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EWRONGTYPE);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, 1, &po), KVQ_EWRONGTYPE);
     po = (kvq_workq_push_options)KVQ_WORKQ_PUSH_OPTIONS_INIT;
     po.delay_ms = -5;
-    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, 1, &po), KVQ_EINVAL);
     po = (kvq_workq_push_options)KVQ_WORKQ_PUSH_OPTIONS_INIT;
     po.dedup_len = 3;
-    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, 1, &po), KVQ_EINVAL);
     po.dedup_key = big;
     po.dedup_len = 1001;
-    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, 1, &po), KVQ_EINVAL);
     po.version = 0;
-    assert_int_equal(kvq_workq_push(e.w, big, 1, &po, &enq), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive(NULL, &b, &l, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive(e.w, NULL, &l, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive(e.w, &b, NULL, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive(e.w, &b, &l, -1), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive_txn(e.w, NULL, NULL, &l, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_push(&enq, e.w, big, 1, &po), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(&b, &l, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(NULL, &l, e.w, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(&b, NULL, e.w, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive(&b, &l, e.w, -1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_txn(NULL, &l, e.w, NULL, 0), KVQ_EINVAL);
     assert_int_equal(kvq_workq_ack(NULL, &l), KVQ_EINVAL);
     assert_int_equal(kvq_workq_ack(e.w, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_ack_txn(e.w, NULL, &l), KVQ_EINVAL);
@@ -241,8 +241,8 @@ static void test_bad_input(void **state)
     assert_int_equal(kvq_workq_dlq_list(e.w, NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_dlq_redrive(NULL, NULL), KVQ_EINVAL);
     kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(e.w, NULL), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_get_metrics(NULL, &m), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_get_metrics(NULL, e.w), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_get_metrics(&m, NULL), KVQ_EINVAL);
     /* A token nobody issued: not a lease of this queue. */
     assert_int_equal(kvq_workq_ack(e.w, &l), KVQ_ELEASE_EXPIRED);
     kvq_workq_close(NULL);
@@ -269,7 +269,7 @@ static void lease_ack_case(kvq_queue_type type)
     assert_int_equal(kvq_workq_ack(e.w, &la), KVQ_ELEASE_SETTLED);
     expect_metrics(e.w, 1, 0, 0, 0);
     uint64_t len;
-    assert_ok(kvq_queue_len(e.q, &len));
+    assert_ok(kvq_queue_len(&len, e.q));
     assert_int_equal(len, 1);
     kvq_workq_lease la2;
     expect_recv(e.w, "a", &la2, 0);
@@ -340,7 +340,7 @@ static void test_redelivery_and_late_ack(void **state)
     expect_metrics(e.w, 0, 1, 0, 0);
     /* Redelivered once: nobody else gets it while l2 holds. */
     expect_empty(e.w);
-    assert_ok(kvq_workq_recover(e.w, NULL));
+    assert_ok(kvq_workq_recover(NULL, e.w));
     expect_empty(e.w);
     assert_ok(kvq_workq_ack(e.w, &l2));
     expect_metrics(e.w, 0, 0, 0, 0);
@@ -362,7 +362,7 @@ static void test_expired_not_returned(void **state)
     assert_int_equal(kvq_workq_ack(e.w, &l), KVQ_ELEASE_EXPIRED);
     expect_metrics(e.w, 0, 1, 0, 0);
     uint64_t moved = 0;
-    assert_ok(kvq_workq_recover(e.w, &moved));
+    assert_ok(kvq_workq_recover(&moved, e.w));
     assert_int_equal(moved, 1);
     expect_metrics(e.w, 1, 0, 0, 0);
     expect_recv(e.w, "x", &l, 0);
@@ -381,7 +381,7 @@ static void test_extend(void **state)
     assert_ok(kvq_workq_extend(e.w, &l, 30000));
     assert_true(l.deadline > d0);
     kvq__sleep_us(500000);
-    assert_ok(kvq_workq_recover(e.w, NULL));
+    assert_ok(kvq_workq_recover(NULL, e.w));
     expect_empty(e.w);
     assert_ok(kvq_workq_ack(e.w, &l));
     env_close(&e);
@@ -425,18 +425,18 @@ static void poison_case(kvq_queue_type type)
     kvq_workq_metrics m;
     do {
         kvq__sleep_us(50000);
-        assert_ok(kvq_workq_recover(e.w, NULL));
-        assert_ok(kvq_workq_get_metrics(e.w, &m));
+        assert_ok(kvq_workq_recover(NULL, e.w));
+        assert_ok(kvq_workq_get_metrics(&m, e.w));
     } while (m.dead == 0 && kvq__mono_us() < end);
     expect_metrics(e.w, 0, 1, 0, 1);
-    assert_int_equal(kvq_workq_receive(e.w, &b, &lx, 0), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_workq_receive(&b, &lx, e.w, 0), KVQ_ENOTFOUND);
     dlq_seen s = { 0, 0, "" };
     assert_ok(kvq_workq_dlq_list(e.w, dlq_cb, &s));
     assert_int_equal(s.n, 1);
     assert_int_equal(s.deliv, 3);
     assert_string_equal(s.val, "poison");
     uint64_t moved = 0;
-    assert_ok(kvq_workq_dlq_redrive(e.w, &moved));
+    assert_ok(kvq_workq_dlq_redrive(&moved, e.w));
     assert_int_equal(moved, 1);
     expect_metrics(e.w, 1, 1, 0, 0);
     expect_recv(e.w, "poison", &l, 0);
@@ -458,10 +458,10 @@ static void poison_case(kvq_queue_type type)
         assert_ok(kvq_workq_nack(e.w, &l, 0));
     }
     expect_metrics(e.w, 1, 0, 0, 1);
-    assert_ok(kvq_workq_dlq_purge(e.w, &moved));
+    assert_ok(kvq_workq_dlq_purge(&moved, e.w));
     assert_int_equal(moved, 1);
     expect_metrics(e.w, 1, 0, 0, 0);
-    assert_ok(kvq_workq_dlq_purge(e.w, NULL));
+    assert_ok(kvq_workq_dlq_purge(NULL, e.w));
     assert_int_equal(kvq_workq_dlq_purge(NULL, NULL), KVQ_EINVAL);
     expect_recv(e.w, "kept", &l, 0);
     assert_ok(kvq_workq_ack(e.w, &l));
@@ -498,7 +498,7 @@ static void delayed_case(kvq_queue_type type)
     expect_metrics(e.w, 1, 0, 1, 0);
     kvq_workq_lease l1, l2;
     kvq_buf b = KVQ_BUF_INIT;
-    assert_ok(kvq_workq_receive(e.w, &b, &l1, 0));
+    assert_ok(kvq_workq_receive(&b, &l1, e.w, 0));
     if (b.len == 5 && memcmp(b.data, "later", 5) == 0)
         assert_true(l1.received >= t0 + 600000);
     else
@@ -507,8 +507,8 @@ static void delayed_case(kvq_queue_type type)
     int64_t end = kvq__mono_us() + WAIT_US;
     int rc;
     for (;;) {
-        assert_ok(kvq_workq_recover(e.w, NULL));
-        rc = kvq_workq_receive(e.w, &b, &l2, 0);
+        assert_ok(kvq_workq_recover(NULL, e.w));
+        rc = kvq_workq_receive(&b, &l2, e.w, 0);
         if (rc == 0)
             break;
         assert_int_equal(rc, KVQ_ENOTFOUND);
@@ -523,7 +523,7 @@ static void delayed_case(kvq_queue_type type)
     assert_ok(kvq_workq_nack(e.w, &l2, 400));
     expect_metrics(e.w, 0, 1, 1, 0);
     expect_totals(e.w, 2, 2, 0, 0, 0); /* a delayed nack requeues when it falls due */
-    rc = kvq_workq_receive(e.w, &b, &l2, 0);
+    rc = kvq_workq_receive(&b, &l2, e.w, 0);
     if (rc != 0) {
         assert_int_equal(rc, KVQ_ENOTFOUND);
         assert_ok(recv_wait(e.w, &b, &l2, 0));
@@ -582,7 +582,7 @@ static void test_dedup(void **state)
     int64_t t0 = db_now(e.db);
     push_str(e.w, "v1", &po, 1);
     int enq = -1;
-    assert_ok(kvq_workq_push(e.w, (const uint8_t *)"v2", 2, &po, &enq));
+    assert_ok(kvq_workq_push(&enq, e.w, (const uint8_t *)"v2", 2, &po));
     if (enq != 0)
         assert_true(db_now(e.db) - t0 >= 400000); /* only if the machine stalled */
     /* Another key is independent. */
@@ -590,10 +590,10 @@ static void test_dedup(void **state)
     p2.dedup_key = (const uint8_t *)"order-18";
     push_str(e.w, "w", &p2, 1);
     kvq__sleep_us(600000);
-    assert_ok(kvq_workq_recover(e.w, NULL)); /* prunes, and moves versions on */
+    assert_ok(kvq_workq_recover(NULL, e.w)); /* prunes, and moves versions on */
     push_str(e.w, "v3", &po, 1);
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, e.w));
     assert_int_equal(m.ready, enq == 0 ? 3 : 4);
     kvq_workq_lease l;
     expect_recv(e.w, "v1", &l, 0);
@@ -619,13 +619,13 @@ static void test_metrics_model(void **state)
             if (op == 1)
                 po.delay_ms = 3600000; /* stays delayed for the whole test */
             int enq;
-            assert_ok(kvq_workq_push(e.w, (const uint8_t *)"m", 1, &po, &enq));
+            assert_ok(kvq_workq_push(&enq, e.w, (const uint8_t *)"m", 1, &po));
             if (op == 1)
                 delayed++;
             else
                 ready++;
         } else if (op == 2 && nheld < 64) {
-            int rc = kvq_workq_receive(e.w, &b, &held[nheld], 60000);
+            int rc = kvq_workq_receive(&b, &held[nheld], e.w, 60000);
             if (rc == KVQ_ENOTFOUND) {
                 assert_int_equal(ready, 0);
                 continue;
@@ -644,7 +644,7 @@ static void test_metrics_model(void **state)
                 ready++;
         } else if (op == 5 && dead > 0 && kvq__rng_next(&rng) % 4 == 0) {
             uint64_t moved;
-            assert_ok(kvq_workq_dlq_redrive(e.w, &moved));
+            assert_ok(kvq_workq_dlq_redrive(&moved, e.w));
             assert_int_equal((int64_t)moved, dead);
             ready += dead;
             dead = 0;
@@ -652,13 +652,13 @@ static void test_metrics_model(void **state)
     }
     expect_metrics(e.w, ready, (int64_t)nheld, delayed, dead);
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, e.w));
     if (ready > 0)
         assert_true(m.oldest_ready_age_ms >= 0);
     else
         assert_int_equal(m.oldest_ready_age_ms, -1);
     uint64_t len;
-    assert_ok(kvq_queue_len(e.q, &len));
+    assert_ok(kvq_queue_len(&len, e.q));
     assert_int_equal((int64_t)len, ready);
     kvq_buf_dispose(&b);
     env_close(&e);
@@ -672,7 +672,7 @@ static void test_oldest_age(void **state)
     kvq__sleep_us(300000);
     push_str(e.w, "new", NULL, 1); /* a commit: versions move on */
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(e.w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, e.w));
     assert_true(m.oldest_ready_age_ms >= 250);
     assert_true(m.oldest_ready_age_ms < 3600000);
     env_close(&e);
@@ -685,7 +685,7 @@ static void test_oldest_age(void **state)
 static int64_t prio_age(wq_env *e)
 {
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(e->w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, e->w));
     assert_true(m.oldest_ready_age_ms < 3600000);
     return m.oldest_ready_age_ms;
 }
@@ -768,13 +768,13 @@ static void test_oldest_age_priority(void **state)
     assert_true(age >= (t_now - t_new) / 1000);
     /* A plain pop takes "new" behind the layer's back: its entry is skipped, then pruned. */
     int64_t prio;
-    assert_ok(kvq_queue_pop_min(e.q, &b, &prio));
+    assert_ok(kvq_queue_pop_prio(&b, &prio, e.q, KVQ_QUEUE_MIN));
     assert_bytes(b.data, b.len, (const uint8_t *)"new", 3);
     assert_int_equal(prio_age(&e), -1);
     push_str(e.w, "newer", &po, 1);
     assert_true(prio_age(&e) >= 0);
     assert_int_equal(age_entries(&e), 2);
-    assert_ok(kvq_workq_recover(e.w, NULL));
+    assert_ok(kvq_workq_recover(NULL, e.w));
     assert_int_equal(age_entries(&e), 1);
     assert_true(prio_age(&e) >= 0);
     expect_recv(e.w, "newer", &ln, 0);
@@ -789,7 +789,7 @@ static int outbox_body(kvq_txn *txn, void *arg)
 {
     kvq_workq *w = arg;
     int enq;
-    int rc = kvq_workq_push_txn(w, txn, (const uint8_t *)"tx", 2, NULL, &enq);
+    int rc = kvq_workq_push_txn(&enq, w, txn, (const uint8_t *)"tx", 2, NULL);
     if (rc == 0)
         rc = kvq_txn_set(txn, (const uint8_t *)"app", 3, (const uint8_t *)"1", 1);
     return rc;

@@ -25,7 +25,7 @@ static env env_open(kvq_queue_type type, uint32_t max_deliveries, double fault_r
     e.db = tq_open_db(fault_rate, KVQ_FAULT_UNKNOWN_COMMITTED, tq_seed);
     kvq_subspace *sub = tq_sub_tuple(kvq_tuple_str("batch"), NULL);
     assert_ok(kvq_queue_open(&e.q, e.db, type, sub, NULL));
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.max_deliveries = max_deliveries;
     assert_ok(kvq_workq_open(&e.w, e.q, &o));
@@ -47,14 +47,14 @@ static void push_n(env *e, int from, int to, int64_t prio)
         int n = snprintf(v, sizeof(v), "v%04d", i);
         kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
         po.priority = prio;
-        assert_ok(kvq_workq_push(e->w, (const uint8_t *)v, (size_t)n, &po, NULL));
+        assert_ok(kvq_workq_push(NULL, e->w, (const uint8_t *)v, (size_t)n, &po));
     }
 }
 
 static kvq_workq_metrics metrics(env *e)
 {
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(e->w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, e->w));
     return m;
 }
 
@@ -143,7 +143,7 @@ static void test_partial_failure(void **state)
     for (int i = 0; i < 2000; i++) {
         kvq_buf b = KVQ_BUF_INIT;
         kvq_workq_lease l;
-        int rc = kvq_workq_receive(e.w, &b, &l, 0);
+        int rc = kvq_workq_receive(&b, &l, e.w, 0);
         kvq_buf_dispose(&b);
         if (rc == 0) {
             assert_ok(kvq_workq_ack(e.w, &l)); /* the expired item, redelivered: done */

@@ -53,7 +53,7 @@ static void push_items(kvq_workq *w, kvq_queue_type type)
         if (type == KVQ_QUEUE_PRIORITY)
             po.priority = i % 5;
         int enq;
-        assert_ok(kvq_workq_push(w, v, n, &po, &enq));
+        assert_ok(kvq_workq_push(&enq, w, v, n, &po));
         assert_int_equal(enq, 1);
     }
 }
@@ -93,9 +93,9 @@ static void *consumer(void *arg)
         if (done || kvq__mono_us() > end)
             break;
         kvq_workq_lease l;
-        int rc = kvq_workq_receive(sh->w, &b, &l, LEASE_MS);
+        int rc = kvq_workq_receive(&b, &l, sh->w, LEASE_MS);
         if (rc == KVQ_ENOTFOUND) {
-            rc = kvq_workq_recover(sh->w, NULL);
+            rc = kvq_workq_recover(NULL, sh->w);
             kvq__sleep_us(10000);
         }
         if (rc == KVQ_ENOTFOUND || (rc == 0 && b.len == 0))
@@ -188,7 +188,7 @@ static void threads_case(kvq_queue_type type)
         explained += why;
     }
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.delayed, 0);
@@ -274,7 +274,7 @@ static void exactly_once_case(kvq_queue_type type)
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     push_items(w, type);
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     assert_int_equal(m.ready, NITEMS); /* pushes exactly once despite 1021 */
     kvq__rng rng = { tq_seed ^ 0x5eed };
     int done = 0, applied = 0, settled_on_retry = 0, expired = 0;
@@ -284,10 +284,10 @@ static void exactly_once_case(kvq_queue_type type)
     while (done < NITEMS) {
         assert_true(kvq__mono_us() < end);
         kvq_workq_lease l;
-        int rc = kvq_workq_receive(w, &b, &l, LEASE_MS);
+        int rc = kvq_workq_receive(&b, &l, w, LEASE_MS);
         if (rc == KVQ_ENOTFOUND) {
             /* Leases taken by receives whose commit reported 1021 come back after LEASE_MS. */
-            assert_ok(kvq_workq_recover(w, NULL));
+            assert_ok(kvq_workq_recover(NULL, w));
             kvq__sleep_us(20000);
             continue;
         }
@@ -322,8 +322,8 @@ static void exactly_once_case(kvq_queue_type type)
             fail_msg("item %u's effect applied %" PRIu64 " times (replay: %s --seed %" PRIu64 ")",
                      i, r->counts[i], tq_prog, tq_seed);
     free(r);
-    assert_ok(kvq_workq_recover(w, NULL));
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_recover(NULL, w));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     kvq_db_stats st;
@@ -364,7 +364,7 @@ static int child_main(const char *dir, const char *flag)
         return 3;
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    if (kvq_workq_receive(w, &b, &l, 500) != 0)
+    if (kvq_workq_receive(&b, &l, w, 500) != 0)
         return 4;
     FILE *f = fopen(flag, "w");
     if (f == NULL)
@@ -386,7 +386,7 @@ static void test_sigkill_redelivers(void **state)
     assert_ok(kvq_workq_open(&w, q, NULL));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     int enq;
-    assert_ok(kvq_workq_push(w, (const uint8_t *)"work", 4, NULL, &enq));
+    assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)"work", 4, NULL));
     char flag[300];
     snprintf(flag, sizeof(flag), "%s/child-received", tq_dir);
     char *args[] = { (char *)tq_prog, "--child", tq_dir, flag, NULL };
@@ -407,15 +407,15 @@ static void test_sigkill_redelivers(void **state)
     assert_true(WIFSIGNALED(status));
     /* The item is in flight: nobody gets it until the lease has passed; then exactly one. */
     kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(w, &m));
+    assert_ok(kvq_workq_get_metrics(&m, w));
     assert_int_equal(m.inflight, 1);
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
     int rc;
     end = kvq__mono_us() + 30000000LL;
     for (;;) {
-        assert_ok(kvq_workq_recover(w, NULL));
-        rc = kvq_workq_receive(w, &b, &l, 60000);
+        assert_ok(kvq_workq_recover(NULL, w));
+        rc = kvq_workq_receive(&b, &l, w, 60000);
         if (rc != KVQ_ENOTFOUND)
             break;
         assert_true(kvq__mono_us() < end);
@@ -425,7 +425,7 @@ static void test_sigkill_redelivers(void **state)
     assert_bytes(b.data, b.len, (const uint8_t *)"work", 4);
     assert_int_equal(l.deliveries, 2);
     kvq_workq_lease l2;
-    assert_int_equal(kvq_workq_receive(w, &b, &l2, 0), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_workq_receive(&b, &l2, w, 0), KVQ_ENOTFOUND);
     assert_ok(kvq_workq_ack(w, &l));
     kvq_buf_dispose(&b);
     kvq_workq_close(w);

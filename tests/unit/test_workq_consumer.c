@@ -36,7 +36,7 @@ static env env_open(kvq_queue_type type, int64_t lease_ms, uint32_t max_deliveri
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &el, 1), 0);
     assert_int_equal(kvq_queue_open(&e.q, db, type, sub, NULL), 0);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.lease_ms = lease_ms;
     o.max_deliveries = max_deliveries;
@@ -55,7 +55,7 @@ static void push_items(env *e, int n)
     for (int i = 0; i < n; i++) {
         char v[16];
         int len = snprintf(v, sizeof(v), "%d", i);
-        assert_int_equal(kvq_workq_push(e->w, (const uint8_t *)v, (size_t)len, NULL, NULL), 0);
+        assert_int_equal(kvq_workq_push(NULL, e->w, (const uint8_t *)v, (size_t)len, NULL), 0);
     }
 }
 
@@ -114,7 +114,7 @@ static void run_drain(env *e, seen *s, int workers, int64_t nack_delay_ms,
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     assert_true(kvq_workq_consumer_finished(c));
     assert_int_equal(kvq_workq_consumer_get_stats(st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
 }
 
 static void expect_all_acked_once(env *e, const seen *s)
@@ -124,7 +124,7 @@ static void expect_all_acked_once(env *e, const seen *s)
             fail_msg("item %d acked %d times", i, s->acks[i]);
     assert_int_equal(s->bad, 0);
     kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(e->w, &m), 0);
+    assert_int_equal(kvq_workq_get_metrics(&m, e->w), 0);
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, N);
@@ -176,7 +176,7 @@ static void test_failed_items_come_back(void **state)
     assert_int_equal(st.acked, N);
     assert_int_equal(s.max_deliveries_seen, 2);
     kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(e.w, &m), 0);
+    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
     assert_int_equal(m.requeued, N);
     env_close(&e);
 }
@@ -195,7 +195,7 @@ static void test_failed_items_dead_letter(void **state)
     assert_int_equal(st.nacked, 20);
     assert_int_equal(st.acked, 0);
     kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(e.w, &m), 0);
+    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
     assert_int_equal(m.dead, 20);
     assert_int_equal(m.ready, 0);
     env_close(&e);
@@ -223,7 +223,7 @@ static void test_heartbeat_keeps_a_long_lease(void **state)
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     kvq_workq_consumer_stats st;
     assert_int_equal(kvq_workq_consumer_get_stats(&st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_int_equal(s.acks[0], 1);
     assert_int_equal(s.calls[0], 1);
     assert_int_equal(st.lost_leases, 0);
@@ -257,11 +257,11 @@ static void test_release_gives_back_and_stops(void **state)
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     kvq_workq_consumer_stats st;
     assert_int_equal(kvq_workq_consumer_get_stats(&st, c), 0);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_int_equal(calls, 1);
     assert_int_equal(st.released, 1);
     kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(e.w, &m), 0);
+    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
     assert_int_equal(m.ready, 3);
     assert_int_equal(m.inflight, 0);
     env_close(&e);
@@ -276,7 +276,7 @@ static void *push_later(void *arg)
 {
     late_push *p = arg;
     kvq__sleep_us(p->after_us);
-    int rc = kvq_workq_push(p->e->w, (const uint8_t *)"7", 1, NULL, NULL);
+    int rc = kvq_workq_push(NULL, p->e->w, (const uint8_t *)"7", 1, NULL);
     return rc == 0 ? p : NULL;
 }
 
@@ -289,13 +289,13 @@ static void test_receive_wait(void **state)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
     int64_t t0 = kvq__mono_us();
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, 300), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, 300), KVQ_ENOTFOUND);
     assert_true(kvq__mono_us() - t0 >= 300 * 1000);
     late_push p = { &e, 300 * 1000 };
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, push_later, &p), 0);
     t0 = kvq__mono_us();
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, 60000), 0);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, 60000), 0);
     int64_t took = kvq__mono_us() - t0;
     void *ret;
     pthread_join(t, &ret);
@@ -347,14 +347,14 @@ static void test_bad_input(void **state)
     assert_int_equal(kvq_workq_consumer_join(NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_consumer_finished(NULL), 1);
     kvq_workq_consumer_stop(NULL);
-    kvq_workq_consumer_free(NULL);
+    kvq_workq_consumer_destroy(NULL);
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    assert_int_equal(kvq_workq_receive_wait(NULL, &v, &l, 0, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive_wait(e.w, NULL, &l, 0, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, NULL, 0, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, -1), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, 86400001), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, NULL, 0, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_wait(NULL, &l, e.w, 0, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_wait(&v, NULL, e.w, 0, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, -1), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, 86400001), KVQ_EINVAL);
     env_close(&e);
 }
 

@@ -132,7 +132,7 @@ static void producer_main(const char *dir, kvq_queue_type type, uint32_t writer,
             po.dedup_len = 8;
         }
         int enq = 0;
-        int rc = kvq_workq_push(w, v, vn, &po, &enq);
+        int rc = kvq_workq_push(&enq, w, v, vn, &po);
         if (rc != 0 || enq != 1) {
             /* The retry loop has no limit here: any error is a failure. */
             fprintf(stderr, "producer: %s (%s) enqueued=%d\n", kvq_errname(rc), kvq_last_error(),
@@ -179,7 +179,7 @@ static int consume_one(kvq_db *db,
                        kvq_buf *b)
 {
     kvq_workq_lease l;
-    int rc = kvq_workq_receive(w, b, &l, lease_ms);
+    int rc = kvq_workq_receive(b, &l, w, lease_ms);
     if (rc != 0)
         return rc;
     uint32_t pw = NO_ITEM, ps = NO_ITEM;
@@ -676,21 +676,21 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
         }
         if (rc != KVQ_ENOTFOUND)
             fail_msg("drain: %s (%s)", kvq_errname(rc), kvq_last_error());
-        assert_ok(kvq_workq_get_metrics(w, &m));
+        assert_ok(kvq_workq_get_metrics(&m, w));
         if (m.ready == 0 && m.inflight == 0 && m.delayed == 0)
             break;
         if (kvq__mono_us() > end)
             fail_msg("drain: still %" PRId64 " ready and %" PRId64 " in flight after %lld s "
                      "(replay: %s --seed %" PRIu64 ")",
                      m.ready, m.inflight, DRAIN_US / 1000000, tq_prog, tq_seed);
-        assert_ok(kvq_workq_recover(w, NULL));
+        assert_ok(kvq_workq_recover(NULL, w));
         kvq__sleep_us(20000);
     }
     close(fd);
     kvq_buf_dispose(&b);
     /* The counters survived the kills: nothing left anywhere. */
     uint64_t len = 1;
-    assert_ok(kvq_queue_len(q, &len));
+    assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, 0);
     assert_int_equal(m.dead, 0);
 

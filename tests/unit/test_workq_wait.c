@@ -41,7 +41,7 @@ static env env_open(kvq_queue_type type)
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &el, 1), 0);
     assert_int_equal(kvq_queue_open(&e.q, db, type, sub, NULL), 0);
-    kvq_subspace_free(sub);
+    kvq_subspace_destroy(sub);
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.lease_ms = 60000;
     assert_int_equal(kvq_workq_open(&e.w, e.q, &o), 0);
@@ -58,13 +58,13 @@ static void push(env *e, const char *v, int64_t delay_ms)
 {
     kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
     po.delay_ms = delay_ms;
-    assert_int_equal(kvq_workq_push(e->w, (const uint8_t *)v, strlen(v), &po, NULL), 0);
+    assert_int_equal(kvq_workq_push(NULL, e->w, (const uint8_t *)v, strlen(v), &po), 0);
 }
 
 static uint64_t looks_of(env *e)
 {
     uint64_t looks = 0, sleeps = 0;
-    assert_int_equal(kvq_testing_workq_wait_counts(e->w, &looks, &sleeps), 0);
+    assert_int_equal(kvq_testing_workq_wait_counts(&looks, &sleeps, e->w), 0);
     print_message("looks %llu, sleeps %llu\n", (unsigned long long)looks,
                   (unsigned long long)sleeps);
     return looks;
@@ -93,7 +93,7 @@ static void *waiter_main(void *arg)
     waiter *x = arg;
     x->rc = x->waker != NULL
                 ? kvq__workq_receive_wait(x->e->w, &x->v, &x->lease, 0, x->wait_ms, x->waker)
-                : kvq_workq_receive_wait(x->e->w, &x->v, &x->lease, 0, x->wait_ms);
+                : kvq_workq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms);
     x->done_us = kvq__mono_us();
     return NULL;
 }
@@ -121,10 +121,10 @@ static void test_idle_wait_does_not_poll(void **state)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
     int64_t t0 = kvq__mono_us();
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, 2000), KVQ_ENOTFOUND);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, 2000), KVQ_ENOTFOUND);
     assert_true(kvq__mono_us() - t0 >= 2000 * 1000LL);
     uint64_t looks = 0, sleeps = 0;
-    assert_int_equal(kvq_testing_workq_wait_counts(e.w, &looks, &sleeps), 0);
+    assert_int_equal(kvq_testing_workq_wait_counts(&looks, &sleeps, e.w), 0);
     assert_true(looks <= 4);
     assert_true(sleeps <= 2);
     kvq_buf_dispose(&v);
@@ -139,7 +139,7 @@ static void check_delayed(kvq_queue_type type)
     kvq_workq_lease l;
     int64_t t0 = kvq__mono_us();
     push(&e, "later", 300);
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &l, 0, 5000), 0);
+    assert_int_equal(kvq_workq_receive_wait(&v, &l, e.w, 0, 5000), 0);
     int64_t took = kvq__mono_us() - t0;
     assert_value(&v, "later");
     assert_true(took >= 300 * 1000LL);
@@ -171,8 +171,8 @@ static void test_lease_end(void **state)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease first, second;
     int64_t t0 = kvq__mono_us();
-    assert_int_equal(kvq_workq_receive(e.w, &v, &first, 300), 0);
-    assert_int_equal(kvq_workq_receive_wait(e.w, &v, &second, 0, 5000), 0);
+    assert_int_equal(kvq_workq_receive(&v, &first, e.w, 300), 0);
+    assert_int_equal(kvq_workq_receive_wait(&v, &second, e.w, 0, 5000), 0);
     int64_t took = kvq__mono_us() - t0;
     assert_value(&v, "x");
     assert_int_equal(second.deliveries, 2);
@@ -214,7 +214,7 @@ static void check_settle_wakes(int shorten)
     push(&e, "held", 0);
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    assert_int_equal(kvq_workq_receive(e.w, &v, &l, 60000), 0);
+    assert_int_equal(kvq_workq_receive(&v, &l, e.w, 60000), 0);
     waiter x;
     waiter_start(&x, &e, 5000, NULL);
     kvq__sleep_us(200 * 1000);
@@ -334,7 +334,7 @@ static void test_consumer_idle_and_stop(void **state)
     kvq_workq_consumer_stop(c);
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     assert_true(kvq__mono_us() - t0 < 30 * 1000000LL);
-    kvq_workq_consumer_free(c);
+    kvq_workq_consumer_destroy(c);
     assert_true(looks_of(&e) <= 8); /* 2 workers; every 100 ms made about 30 each */
     env_close(&e);
 }
