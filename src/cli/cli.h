@@ -34,7 +34,7 @@ typedef struct cli {
     int parse_only;
 } cli;
 
-/* The kvq command (main() is in entry.c). argv may be reordered. Returns the exit code. */
+/* The kvq command (main() is in main.c). argv may be reordered. Returns the exit code. */
 int cli_main(cli *c, int argc, char **argv);
 
 typedef struct cli_cmd {
@@ -86,33 +86,18 @@ size_t cli_utf8_len(const uint8_t *p, size_t n);
 /* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
  * `kvq pop q -n 5000 | head -1`). */
 int cli_stdout_reader_gone(void);
+/* Values end with this (a newline, or NUL with -0). */
+void cli_set_value_end(char end);
+/* Writes a message with its control bytes escaped (a terminal never gets them raw). */
+void cli_put_text(FILE *f, const char *s);
 /* Writes a value as it is, then a newline (a NUL with -0). */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);
 
-/* The queue registry: every queue the command creates is recorded with its type. */
-typedef enum cli_qtype { QT_NONE = 0, QT_FIFO = 1, QT_PRIORITY = 2, QT_DURABLE = 3 } cli_qtype;
-const char *cli_qtype_name(cli_qtype t);
-int cli_qtype_parse(const char *s, cli_qtype *out);
-/* A queue's entry: its type and its work-queue settings (0: the library's defaults). */
-typedef struct cli_qinfo {
-    cli_qtype type;
-    int64_t lease_ms;
-    uint32_t max_deliveries;
-} cli_qinfo;
-/* Looks a queue up; KVQ_ENOTFOUND when it does not exist. */
-int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out);
-int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out);
-int cli_registry_create(kvq_db *db, const char *name, cli_qtype type);
-int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info);
-int cli_registry_delete(kvq_db *db, const char *name);
-/* Changes a durable or priority queue's lease and max deliveries (-1: keep); *out gets the
- * settings now stored. KVQ_ENOTFOUND, or KVQ_EWRONGTYPE for a fifo queue. */
-int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries,
-                       cli_qinfo *out);
-/* Calls fn for each queue in name order. */
-int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);
-/* Checks a queue name: 1 to 200 bytes, no NUL, printable. 0 or KVQ_EINVAL with a detail. */
-int cli_check_name(const char *name);
+/* A queue type's name as the command writes and reads it (fifo, priority, durable; "none" for
+ * another value); cli_type_parse: 0, or KVQ_EINVAL. Named queues themselves are the library's
+ * (kvq_queue_create_named and the rest, kvq/queue.h). */
+const char *cli_type_name(kvq_queue_type t);
+int cli_type_parse(const char *s, kvq_queue_type *out);
 
 /* SIGINT and SIGTERM for a command that must finish what it holds (push): blocked, except while
  * it waits for input (cli_reader_next) or polls (cli_stop_signals_poll); the handler only notes
@@ -177,7 +162,7 @@ int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *too
 /* "exited with status 3", "was killed by signal 9 (Killed)"... */
 void cli_exec_describe(int status, int took_all, char *buf, size_t cap);
 
-/* The commands (main.c's table). */
+/* The commands (cli.c's table). */
 int cmd_create(cli *c, int argc, char **argv);
 int cmd_delete(cli *c, int argc, char **argv);
 int cmd_alter(cli *c, int argc, char **argv);

@@ -205,14 +205,14 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
     return KVQ_WORKQ_RELEASE;
 }
 
-static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, const char *exec,
+static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, int workers, const char *exec,
                           int drain, int64_t nack_delay_ms, const sigset_t *sigs,
                           const char *name, int raw)
 {
     leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw };
     int stopped_by = 0;
     kvq_workq *w;
-    int err = cq_workq(q, info, &w);
+    int err = cli_queue_workq(q, info, &w);
     if (err == KVQ_EWRONGTYPE)
         return cli_usage("consume", "--ack needs a durable or priority queue");
     if (err != 0)
@@ -316,7 +316,7 @@ int cmd_consume(cli *c, int argc, char **argv)
             return cli_usage("consume", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    if (cli_check_name(name) != 0)
+    if (kvq_queue_check_name(name) != 0)
         return cli_usage("consume", "invalid queue name '%s'", cli_arg(name));
     if (raw && exec == NULL)
         return cli_usage("consume", "--raw applies with --exec");
@@ -327,32 +327,32 @@ int cmd_consume(cli *c, int argc, char **argv)
                                     "default, takes one lease per item)");
     if (!ack && nack_given)
         return cli_usage("consume", "--nack-delay does not apply with --at-most-once");
-    cq *q;
-    cli_qinfo info;
-    int rc = cli_open_queue(c, name, &q, &info);
+    cli_queue *q;
+    kvq_queue_settings info;
+    int rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    cli_qtype type = info.type;
-    if (ack ? type == QT_FIFO : type != QT_DURABLE) {
-        cq_close(q);
+    kvq_queue_type type = info.type;
+    if (ack ? type == KVQ_QUEUE_FIFO : type != KVQ_QUEUE_DURABLE) {
+        cli_queue_close(q);
         return cli_usage("consume", "%s; '%s' is a %s queue",
                          ack ? "consume (at least once) needs a durable or priority queue; a "
                                "fifo queue takes --at-most-once"
                              : "--at-most-once works on durable queues",
-                         name, cli_qtype_name(type));
+                         name, cli_type_name(type));
     }
     if (ack) {
         sigset_t sigs, old;
         block_stop_signals(&sigs, &old);
         rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs, name, raw);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        cq_close(q);
+        cli_queue_close(q);
         return rc;
     }
     kvq_consumer_source src;
-    int err = cq_source(q, &src);
+    int err = cli_queue_source(q, &src);
     if (err != 0) {
-        cq_close(q);
+        cli_queue_close(q);
         return cli_fail(err, "cannot consume the queue");
     }
 
@@ -368,7 +368,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &o);
     if (err != 0) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        cq_close(q);
+        cli_queue_close(q);
         return cli_fail(err, "cannot start the consumers");
     }
     __atomic_store_n(&ctx.cons, cons, __ATOMIC_RELEASE);
@@ -392,7 +392,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     kvq_consumer_stats s;
     (void)kvq_consumer_get_stats(&s, cons);
     kvq_consumer_destroy(cons);
-    cq_close(q);
+    cli_queue_close(q);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&ctx.out_mu);
     uint64_t failed = __atomic_load_n(&ctx.failed, __ATOMIC_ACQUIRE);

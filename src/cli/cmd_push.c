@@ -21,7 +21,7 @@
 #define PUSH_FLUSH_MS 200
 
 typedef struct push_state {
-    cq *q;
+    cli_queue *q;
     kvq_workq *w; /* delays, dedup keys and priority queues push one by one through it */
     kvq_workq_push_options po;
     int64_t prio;
@@ -47,7 +47,7 @@ static int push_flush(push_state *s)
         }
     } else if (s->n > 0) {
         size_t done = 0;
-        err = cq_push_many(s->q, s->views, s->n, s->prio, &done);
+        err = cli_queue_push_many(s->q, s->views, s->n, s->prio, &done);
         s->pushed += (long)done;
     }
     s->n = 0;
@@ -214,25 +214,25 @@ int cmd_push(cli *c, int argc, char **argv)
         return cli_usage("push", "--file and VALUEs exclude each other");
     if (dedup != NULL && n_values + n_files != 1)
         return cli_usage("push", "--dedup takes exactly one value, as an argument or a --file");
-    cq *q;
-    cli_qinfo info;
-    rc = cli_open_queue(c, name, &q, &info);
+    cli_queue *q;
+    kvq_queue_settings info;
+    rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    cli_qtype type = info.type;
-    if (have_prio && type != QT_PRIORITY) {
-        cq_close(q);
+    kvq_queue_type type = info.type;
+    if (have_prio && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
         return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
+                         cli_type_name(type));
     }
-    if ((delay > 0 || dedup != NULL) && type == QT_FIFO) {
-        cq_close(q);
+    if ((delay > 0 || dedup != NULL) && type == KVQ_QUEUE_FIFO) {
+        cli_queue_close(q);
         return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
                                  "fifo queue", name);
     }
     push_state *s = kvq__calloc(1, sizeof(*s));
     if (s == NULL) {
-        cq_close(q);
+        cli_queue_close(q);
         return cli_fail(KVQ_ENOMEM, "push failed");
     }
     s->q = q;
@@ -241,8 +241,8 @@ int cmd_push(cli *c, int argc, char **argv)
     int err = 0;
     /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
      * what goes through them) go through the work-queue layer, one transaction each. */
-    if (delay > 0 || dedup != NULL || type == QT_PRIORITY) {
-        err = cq_workq(q, &info, &s->w);
+    if (delay > 0 || dedup != NULL || type == KVQ_QUEUE_PRIORITY) {
+        err = cli_queue_workq(q, &info, &s->w);
         kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
         po.priority = prio;
         po.delay_ms = delay;
@@ -286,7 +286,7 @@ int cmd_push(cli *c, int argc, char **argv)
     for (size_t i = 0; i < PUSH_BATCH; i++)
         kvq_buf_dispose(&s->vals[i]);
     kvq__free(s);
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         /* Exactly what was pushed: the values are handled in order, so every value before the
          * one that failed was pushed (or was a duplicate), and none from it on. */

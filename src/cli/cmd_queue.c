@@ -8,48 +8,10 @@
 #include "qops.h"
 #include "util/util.h"
 
-/* Splits argv into the queue name (the first non-option argument) and the rest. Options are
- * parsed by the callers from the remaining arguments. */
-int cli_need_name(const char *cmd, int argc, char **argv, const char **name)
+static int open_queue(cli *c, const char *name, cli_queue **q, kvq_queue_type *type)
 {
-    if (argc < 2 || argv[1][0] == '-')
-        return cli_usage(cmd, "missing the queue NAME");
-    if (cli_check_name(argv[1]) != 0)
-        return cli_usage(cmd, "invalid queue name '%s' (1-200 printable bytes)", cli_arg(argv[1]));
-    *name = argv[1];
-    return 0;
-}
-
-/* Opens the database and the named queue, checking that it exists. */
-int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
-{
-    int rc = cli_open(c);
-    if (rc != 0)
-        return rc;
-    cli_qinfo qi;
-    int err = cli_registry_info(c->db, name, &qi);
-    if (err == KVQ_ENOTFOUND) {
-        char msg[1200];
-        snprintf(msg, sizeof(msg), "no queue named '%s' (create it with 'kvq create %s')", name,
-                 name);
-        fprintf(stderr, "kvq: %s\n", msg);
-        cli_json_error(KVQ_ENOTFOUND, "no_such_queue", msg);
-        return EXIT_NOQUEUE;
-    }
-    if (err != 0)
-        return cli_fail(err, "cannot read the queue registry");
-    err = cq_open(q, c->db, name, qi.type);
-    if (err != 0)
-        return cli_fail(err, "cannot open the queue");
-    if (info != NULL)
-        *info = qi;
-    return 0;
-}
-
-static int open_queue(cli *c, const char *name, cq **q, cli_qtype *type)
-{
-    cli_qinfo qi;
-    int rc = cli_open_queue(c, name, q, &qi);
+    kvq_queue_settings qi;
+    int rc = cli_open_named(c, name, q, &qi);
     if (rc == 0 && type != NULL)
         *type = qi.type;
     return rc;
@@ -63,13 +25,13 @@ int cmd_create(cli *c, int argc, char **argv)
         return rc;
     /* Safe defaults: a lease of 30 s, and an item that fails 5 deliveries goes to the dead
      * letters rather than coming back forever. */
-    cli_qinfo info = { QT_DURABLE, 30000, 5 };
+    kvq_queue_settings info = { KVQ_QUEUE_DURABLE, 30000, 5 };
     int settings_given = 0, if_not_exists = 0;
-    cli_qtype type = QT_DURABLE;
+    kvq_queue_type type = KVQ_QUEUE_DURABLE;
     for (int i = 2; i < argc; i++) {
         long long v;
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
-            if (cli_qtype_parse(argv[++i], &type) != 0)
+            if (cli_type_parse(argv[++i], &type) != 0)
                 return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
                                  cli_arg(argv[i]));
         } else if (strcmp(argv[i], "--lease") == 0) {
@@ -90,24 +52,24 @@ int cmd_create(cli *c, int argc, char **argv)
             return cli_usage("create", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    if (type == QT_FIFO && settings_given)
+    if (type == KVQ_QUEUE_FIFO && settings_given)
         return cli_usage("create", "--lease and --max-deliveries need a durable or priority queue");
-    if (type == QT_FIFO)
+    if (type == KVQ_QUEUE_FIFO)
         info.lease_ms = info.max_deliveries = 0;
     info.type = type;
     c->create_db = 1;
     rc = cli_open(c);
     if (rc != 0)
         return rc;
-    int err = cli_registry_create_info(c->db, name, &info);
+    int err = kvq_queue_create_named(c->db, name, &info);
     if (err == KVQ_EEXISTS && if_not_exists) {
         /* Idempotent: the queue is there, with the type asked for; its settings stay. */
         if (c->json) {
             printf("{\"exists\":");
             cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-            printf(",\"type\":\"%s\"}\n", cli_qtype_name(type));
+            printf(",\"type\":\"%s\"}\n", cli_type_name(type));
         } else {
-            printf("%s queue '%s' exists already\n", cli_qtype_name(type), name);
+            printf("%s queue '%s' exists already\n", cli_type_name(type), name);
         }
         return 0;
     }
@@ -117,11 +79,11 @@ int cmd_create(cli *c, int argc, char **argv)
         return EXIT_USAGE;
     }
     if (err == KVQ_EWRONGTYPE) {
-        cli_qtype have = QT_NONE;
-        if (cli_registry_get(c->db, name, &have) != 0)
-            have = QT_NONE;
+        kvq_queue_settings have = { (kvq_queue_type)0, 0, 0 };
+        if (kvq_queue_get_named(&have, c->db, name) != 0)
+            have.type = (kvq_queue_type)0;
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
-                cli_qtype_name(have));
+                cli_type_name(have.type));
         cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
         return EXIT_USAGE;
     }
@@ -130,13 +92,13 @@ int cmd_create(cli *c, int argc, char **argv)
     if (c->json) {
         printf("{\"created\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf(",\"type\":\"%s\"", cli_qtype_name(type));
-        if (type != QT_FIFO)
+        printf(",\"type\":\"%s\"", cli_type_name(type));
+        if (type != KVQ_QUEUE_FIFO)
             printf(",\"lease_ms\":%lld,\"max_deliveries\":%u", (long long)info.lease_ms,
                    info.max_deliveries);
         printf("}\n");
-    } else if (type != QT_FIFO) {
-        printf("created %s queue '%s': lease %lld ms, ", cli_qtype_name(type), name,
+    } else if (type != KVQ_QUEUE_FIFO) {
+        printf("created %s queue '%s': lease %lld ms, ", cli_type_name(type), name,
                (long long)info.lease_ms);
         if (info.max_deliveries > 0)
             printf("dead letter after %u deliveries\n", info.max_deliveries);
@@ -173,8 +135,8 @@ int cmd_alter(cli *c, int argc, char **argv)
     rc = cli_open(c);
     if (rc != 0)
         return rc;
-    cli_qinfo info;
-    int err = cli_registry_alter(c->db, name, lease, maxd, &info);
+    kvq_queue_settings info;
+    int err = kvq_queue_alter_named(&info, c->db, name, lease, maxd);
     if (err == KVQ_ENOTFOUND) {
         char msg[1200];
         snprintf(msg, sizeof(msg), "no queue named '%s'", name);
@@ -192,7 +154,7 @@ int cmd_alter(cli *c, int argc, char **argv)
         printf(",\"lease_ms\":%lld,\"max_deliveries\":%u}\n", (long long)info.lease_ms,
                info.max_deliveries);
     } else {
-        printf("%s queue '%s': lease %lld ms, max deliveries %u%s\n", cli_qtype_name(info.type),
+        printf("%s queue '%s': lease %lld ms, max deliveries %u%s\n", cli_type_name(info.type),
                name, (long long)info.lease_ms, info.max_deliveries,
                info.max_deliveries == 0 ? " (never dead-lettered)" : "");
     }
@@ -207,14 +169,14 @@ int cmd_delete(cli *c, int argc, char **argv)
         return rc;
     if (argc > 2)
         return cli_usage("delete", "unexpected argument '%s'", cli_arg(argv[2]));
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cq_delete(q);
-    cq_close(q);
+    int err = cli_queue_delete(q);
+    cli_queue_close(q);
     if (err == 0)
-        err = cli_registry_delete(c->db, name);
+        err = kvq_queue_forget_named(c->db, name);
     if (err != 0)
         return cli_fail(err, "cannot delete the queue");
     if (c->json) {
@@ -273,15 +235,15 @@ int cmd_pop(cli *c, int argc, char **argv)
             return cli_usage("pop", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
-    cli_qtype type;
+    cli_queue *q;
+    kvq_queue_type type;
     rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
-    if (max && type != QT_PRIORITY) {
-        cq_close(q);
+    if (max && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
         return cli_usage("pop", "--max applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
+                         cli_type_name(type));
     }
     /* A closed output is an error to report (with what it cost), not a silent SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
@@ -299,14 +261,14 @@ int cmd_pop(cli *c, int argc, char **argv)
             break;
         }
         size_t want = (size_t)k - popped < 1000 ? (size_t)k - popped : 1000, got = 0;
-        err = cq_pop(q, want, max, print_item, &o, &got);
+        err = cli_queue_pop(q, want, max, print_item, &o, &got);
         popped += got;
         if (err == 0 && got < want)
             break;
     }
     if (err == KVQ_ENOTFOUND && popped > 0)
         err = 0;
-    cq_close(q);
+    cli_queue_close(q);
     if (err == OUT_FAILED) {
         /* Popped items are gone from the queue: say how many never reached the output. */
         unsigned long long lost = (unsigned long long)popped - (unsigned long long)o.n;
@@ -343,19 +305,19 @@ int cmd_peek(cli *c, int argc, char **argv)
         else
             return cli_usage("peek", "unexpected argument '%s'", cli_arg(argv[i]));
     }
-    cq *q;
-    cli_qtype type;
+    cli_queue *q;
+    kvq_queue_type type;
     rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
-    if (max && type != QT_PRIORITY) {
-        cq_close(q);
+    if (max && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
         return cli_usage("peek", "--max applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
+                         cli_type_name(type));
     }
     kvq_buf v = KVQ_BUF_INIT;
-    int err = cq_peek(q, max, &v);
-    cq_close(q);
+    int err = cli_queue_peek(q, max, &v);
+    cli_queue_close(q);
     if (err == KVQ_ENOTFOUND) {
         if (c->json)
             printf("null\n");
@@ -386,13 +348,13 @@ int cmd_len(cli *c, int argc, char **argv)
         return rc;
     if (argc > 2)
         return cli_usage("len", "unexpected argument '%s'", cli_arg(argv[2]));
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
     uint64_t n = 0;
-    int err = cq_len(q, &n);
-    cq_close(q);
+    int err = cli_queue_len(q, &n);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "len failed");
     if (c->json)
@@ -427,17 +389,17 @@ int cmd_list(cli *c, int argc, char **argv)
         return cli_usage("list", "--in-flight, --delayed and --limit exclude each other");
     if (inflight || delayed)
         return cli_list_workq(c, name, delayed);
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
     out_ctx o = { c, 0, 0, 0 };
     if (c->json)
         printf("[");
-    int err = cq_list(q, (size_t)limit, print_item, &o);
+    int err = cli_queue_list(q, (size_t)limit, print_item, &o);
     if (c->json)
         printf("]\n");
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "list failed");
     return 0;
@@ -451,12 +413,12 @@ int cmd_clear(cli *c, int argc, char **argv)
         return rc;
     if (argc > 2)
         return cli_usage("clear", "unexpected argument '%s'", cli_arg(argv[2]));
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cq_clear(q);
-    cq_close(q);
+    int err = cli_queue_clear(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "clear failed");
     if (c->json) {
@@ -483,15 +445,15 @@ int cmd_watch(cli *c, int argc, char **argv)
             return cli_usage("watch", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cq_watch(q, timeout);
+    int err = cli_queue_watch(q, timeout);
     uint64_t n = 0;
     if (err == 0)
-        err = cq_len(q, &n);
-    cq_close(q);
+        err = cli_queue_len(q, &n);
+    cli_queue_close(q);
     if (err == KVQ_ETIMED_OUT) {
         if (c->json)
             printf("{\"changed\":false}\n");

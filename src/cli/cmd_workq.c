@@ -11,26 +11,6 @@
 #define RECEIVE_BATCH 100
 #define ACK_BATCH     1000
 
-/* Opens the queue and its work-queue handle; an exit code on failure (printed). */
-static int open_workq(cli *c, const char *cmd, const char *name, cq **q, kvq_workq **w)
-{
-    cli_qinfo info;
-    int rc = cli_open_queue(c, name, q, &info);
-    if (rc != 0)
-        return rc;
-    int err = cq_workq(*q, &info, w);
-    if (err == KVQ_EWRONGTYPE) {
-        cq_close(*q);
-        return cli_usage(cmd, "'%s' is a fifo queue; leases need a durable or priority queue",
-                         name);
-    }
-    if (err != 0) {
-        cq_close(*q);
-        return cli_fail(err, "cannot open the work queue");
-    }
-    return 0;
-}
-
 /* Exit code of a failed ack, nack or extend: a lease that is gone is "not found" (1). */
 static int lease_fail(int err, const char *what)
 {
@@ -83,9 +63,9 @@ int cmd_receive(cli *c, int argc, char **argv)
             return cli_usage("receive", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, "receive", name, &q, &w);
+    rc = cli_open_workq(c, "receive", name, &q, &w);
     if (rc != 0)
         return rc;
     /* In batches, one transaction each (the values are copied into the in-flight records, so
@@ -125,7 +105,7 @@ int cmd_receive(cli *c, int argc, char **argv)
         printf("]\n");
     else if (c->json && got > 0)
         printf("\n");
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0 && err != KVQ_ENOTFOUND) {
         if (got > 0)
             cli_json_errors(0); /* the items received were printed: no second JSON value */
@@ -161,9 +141,9 @@ static int ack_many(cli *c, const char *name, int argc, char **argv)
             return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)",
                              cli_arg(argv[2 + i]), CLI_TOKEN_LEN);
         }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    int rc = open_workq(c, "ack", name, &q, &w);
+    int rc = cli_open_workq(c, "ack", name, &q, &w);
     if (rc != 0) {
         free(ls);
         free(res);
@@ -177,7 +157,7 @@ static int ack_many(cli *c, const char *name, int argc, char **argv)
         if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED)
             err = 0; /* per token, in res */
     }
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         /* A transaction error: the batches before this one were acked. */
         free(ls);
@@ -242,9 +222,9 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
             return cli_usage(cmd, "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, cmd, name, &q, &w);
+    rc = cli_open_workq(c, cmd, name, &q, &w);
     if (rc != 0)
         return rc;
     int err;
@@ -254,7 +234,7 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
         err = kvq_workq_nack(w, &l, ms);
     else
         err = kvq_workq_extend(w, &l, ms);
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         char what[32];
         snprintf(what, sizeof(what), "%s failed", cmd);
@@ -352,9 +332,9 @@ static int print_wq_item(const kvq_workq_item *it, void *payload)
 
 int cli_list_workq(cli *c, const char *name, int delayed)
 {
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    int rc = open_workq(c, "list", name, &q, &w);
+    int rc = cli_open_workq(c, "list", name, &q, &w);
     if (rc != 0)
         return rc;
     item_ctx x = { c, delayed, 0 };
@@ -364,7 +344,7 @@ int cli_list_workq(cli *c, const char *name, int delayed)
                       : kvq_workq_list_inflight(w, print_wq_item, &x);
     if (c->json)
         printf("]\n");
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         cli_json_errors(0); /* the array is printed: no second JSON value */
         return cli_fail(err, "list failed");
@@ -384,9 +364,9 @@ int cmd_dlq(cli *c, int argc, char **argv)
         return rc;
     if (argc > 3)
         return cli_usage("dlq", "unexpected argument '%s'", cli_arg(argv[3]));
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, "dlq", name, &q, &w);
+    rc = cli_open_workq(c, "dlq", name, &q, &w);
     if (rc != 0)
         return rc;
     int err;
@@ -409,7 +389,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
                 printf("%llu\n", (unsigned long long)moved);
         }
     }
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "dlq failed");
     return 0;
