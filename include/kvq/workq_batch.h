@@ -89,6 +89,32 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
                                                   size_t n,
                                                   int64_t delay_ms);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Lease tokens: a lease as text, as `kvq receive` prints it and `kvq ack` takes it           */
+/* ---------------------------------------------------------------------------------------- */
+
+/** Characters of a lease token, without the terminating NUL. */
+#define KVQ_WORKQ_TOKEN_LEN 88
+
+/**
+ * Writes a lease as a token: its fields in lowercase hexadecimal (id, received, deadline,
+ * deliveries, priority, big-endian), the same text the kvq command prints, so that a lease can
+ * travel between programs and commands (`kvq receive` in a script, kvq_workq_ack in C).
+ * @param[out] out  at least KVQ_WORKQ_TOKEN_LEN + 1 bytes; receives the token and a NUL
+ * @param cap       the size of out
+ * @return 0; KVQ_EINVAL (NULL); KVQ_ENOBUFS (cap too small: nothing written).
+ */
+KVQ_API KVQ_NODISCARD int
+kvq_workq_lease_format(char *out, size_t cap, const kvq_workq_lease *lease);
+
+/**
+ * Reads a token written by kvq_workq_lease_format (or printed by the kvq command): exactly
+ * KVQ_WORKQ_TOKEN_LEN hexadecimal digits, either case.
+ * @param[out] out  the lease; untouched on failure
+ * @return 0; KVQ_EINVAL (NULL, or not such a token).
+ */
+KVQ_API KVQ_NODISCARD int kvq_workq_lease_parse(kvq_workq_lease *out, const char *token);
+
 #ifdef __cplusplus
 }
 #endif

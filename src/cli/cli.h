@@ -137,11 +137,8 @@ void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
 int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);
 void cli_reader_dispose(cli_reader *r);
 
-/* A lease as the commands print and take it (token.c): its fields, big-endian, in hexadecimal
- * (CLI_TOKEN_LEN digits). cli_token_parse: 0, or -1 when s is not such a token. */
-#define CLI_TOKEN_LEN 88
-void cli_token_format(const kvq_workq_lease *l, char out[CLI_TOKEN_LEN + 1]);
-int cli_token_parse(const char *s, kvq_workq_lease *l);
+/* A lease's token (kvq_workq_lease_format, which cannot fail with this buffer). */
+void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1]);
 
 /* One run of consume --exec's command (exec.c). */
 typedef struct cli_exec_item {

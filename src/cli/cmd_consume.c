@@ -171,7 +171,7 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
 {
     leased_ctx *x = payload;
     if (x->exec != NULL) {
-        char tok[CLI_TOKEN_LEN + 1];
+        char tok[KVQ_WORKQ_TOKEN_LEN + 1];
         cli_token_format(lease, tok);
         cli_exec_item it = { v, x->c->nul ? '\0' : '\n', x->raw, 1, x->name, tok,
                              x->c->db_url, lease->deliveries, worker };

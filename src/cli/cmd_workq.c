@@ -24,7 +24,7 @@ static int lease_fail(int err, const char *what)
 
 static void print_received(cli *c, const kvq_buf *v, const kvq_workq_lease *l, int first)
 {
-    char tok[CLI_TOKEN_LEN + 1];
+    char tok[KVQ_WORKQ_TOKEN_LEN + 1];
     cli_token_format(l, tok);
     if (c->json) {
         printf("%s{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":",
@@ -135,11 +135,11 @@ static int ack_many(cli *c, const char *name, int argc, char **argv)
         return cli_fail(KVQ_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < n; i++)
-        if (cli_token_parse(argv[2 + i], &ls[i]) != 0) {
+        if (kvq_workq_lease_parse(&ls[i], argv[2 + i]) != 0) {
             free(ls);
             free(res);
             return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)",
-                             cli_arg(argv[2 + i]), CLI_TOKEN_LEN);
+                             cli_arg(argv[2 + i]), KVQ_WORKQ_TOKEN_LEN);
         }
     cli_queue *q;
     kvq_workq *w;
@@ -206,9 +206,9 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
     if (argc < 3 || argv[2][0] == '-')
         return cli_usage(cmd, "missing the lease TOKEN (printed by 'kvq receive')");
     kvq_workq_lease l;
-    if (cli_token_parse(argv[2], &l) != 0)
+    if (kvq_workq_lease_parse(&l, argv[2]) != 0)
         return cli_usage(cmd, "'%s' is not a lease token (%d hexadecimal digits)", argv[2],
-                         CLI_TOKEN_LEN);
+                         KVQ_WORKQ_TOKEN_LEN);
     long long ms = 0;
     const char *opt = strcmp(cmd, "nack") == 0     ? "--delay"
                       : strcmp(cmd, "extend") == 0 ? "--lease"
@@ -248,7 +248,7 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
             printf("{\"nacked\":\"%s\",\"delay_ms\":%lld}\n", argv[2], ms);
     } else {
         /* The lease's new end changes the token: print the new one. */
-        char tok[CLI_TOKEN_LEN + 1];
+        char tok[KVQ_WORKQ_TOKEN_LEN + 1];
         cli_token_format(&l, tok);
         if (c->json)
             printf("{\"lease\":\"%s\"}\n", tok);
@@ -307,7 +307,7 @@ static int print_wq_item(const kvq_workq_item *it, void *payload)
 {
     item_ctx *x = payload;
     double due = (double)it->due_ms / 1000.0;
-    char tok[CLI_TOKEN_LEN + 1];
+    char tok[KVQ_WORKQ_TOKEN_LEN + 1];
     if (!x->delayed)
         cli_token_format(&it->lease, tok);
     if (x->c->json) {

@@ -196,3 +196,9 @@ int cli_stdout_reader_gone(void)
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
+
+void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1])
+{
+    if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, l) != 0)
+        out[0] = '\0';
+}
