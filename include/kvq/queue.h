@@ -134,15 +134,28 @@ KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
 /* Named queues: the database's registry, shared with the kvq command                        */
 /* ---------------------------------------------------------------------------------------- */
 
+/** Deliveries after which an item that keeps failing goes to the dead letters, by default: the
+ * one default of kvq_queue_settings, kvq_workq_options and `kvq create`. */
+#define KVQ_DEFAULT_MAX_DELIVERIES 5
+
+#define KVQ_QUEUE_SETTINGS_VERSION 1
+
 /** A named queue's type and work-queue settings, as `kvq create` (or kvq_queue_create_named)
- * stores them in the database. */
+ * stores them in the database. Initialise with KVQ_QUEUE_SETTINGS_INIT, then change fields. */
 typedef struct kvq_queue_settings {
-    kvq_queue_type type;
+    unsigned int version; /**< KVQ_QUEUE_SETTINGS_VERSION */
+    kvq_queue_type type;  /**< default KVQ_QUEUE_DURABLE */
     /** Lease of work-queue receives in milliseconds; 0 leaves the library's default (30 s). */
     int64_t lease_ms;
-    /** Deliveries after which an item goes to the dead letters; 0 never. */
+    /** Deliveries after which an item goes to the dead letters (default
+     * KVQ_DEFAULT_MAX_DELIVERIES); 0 never. A FIFO queue has neither: set both to 0. */
     uint32_t max_deliveries;
 } kvq_queue_settings;
+
+#define KVQ_QUEUE_SETTINGS_INIT                                                      \
+    {                                                                                \
+        KVQ_QUEUE_SETTINGS_VERSION, KVQ_QUEUE_DURABLE, 0, KVQ_DEFAULT_MAX_DELIVERIES \
+    }
 
 /** The name of a queue type ("FIFO", "priority", "durable"; "unknown" otherwise). */
 KVQ_API const char *kvq_queue_type_name(kvq_queue_type type);

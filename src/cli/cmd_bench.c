@@ -102,7 +102,9 @@ int cmd_bench(cli *c, int argc, char **argv)
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         char name[64];
         snprintf(name, sizeof(name), "bench-%s-%ld", cli_type_name(types[t]), (long)getpid());
-        kvq_queue_settings settings = { types[t], 0, 0 };
+        kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
+        settings.type = types[t];
+        settings.max_deliveries = 0;
         int err = kvq_queue_create_named(c->db, name, &settings);
         cli_queue *q = NULL;
         if (err == 0)

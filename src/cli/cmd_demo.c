@@ -211,7 +211,8 @@ int cmd_demo(cli *c, int argc, char **argv)
     int rc = cli_open(c);
     if (rc != 0)
         return rc;
-    kvq_queue_settings settings = { KVQ_QUEUE_DURABLE, 0, 0 };
+    kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
+    settings.max_deliveries = 0;
     int err = kvq_queue_create_named(c->db, name, &settings);
     if (err == KVQ_EEXISTS || err == KVQ_EWRONGTYPE) {
         return cli_usage("demo", "queue '%s' already exists; name another with --queue", name);

@@ -25,7 +25,8 @@ int cmd_create(cli *c, int argc, char **argv)
         return rc;
     /* Safe defaults: a lease of 30 s, and an item that fails 5 deliveries goes to the dead
      * letters rather than coming back forever. */
-    kvq_queue_settings info = { KVQ_QUEUE_DURABLE, 30000, 5 };
+    kvq_queue_settings info = KVQ_QUEUE_SETTINGS_INIT;
+    info.lease_ms = 30000;
     int settings_given = 0, if_not_exists = 0;
     kvq_queue_type type = KVQ_QUEUE_DURABLE;
     for (int i = 2; i < argc; i++) {
@@ -79,7 +80,7 @@ int cmd_create(cli *c, int argc, char **argv)
         return EXIT_USAGE;
     }
     if (err == KVQ_EWRONGTYPE) {
-        kvq_queue_settings have = { (kvq_queue_type)0, 0, 0 };
+        kvq_queue_settings have = KVQ_QUEUE_SETTINGS_INIT;
         if (kvq_queue_get_named(&have, c->db, name) != 0)
             have.type = (kvq_queue_type)0;
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,

@@ -46,6 +46,7 @@ static size_t make_key(uint8_t *buf, const char *name)
 static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
 {
     memset(s, 0, sizeof(*s));
+    s->version = KVQ_QUEUE_SETTINGS_VERSION;
     if (!present || v.len < 1 || v.data[0] < KVQ_QUEUE_FIFO || v.data[0] > KVQ_QUEUE_DURABLE)
         return;
     s->type = (kvq_queue_type)v.data[0];
@@ -82,6 +83,10 @@ static int check_settings(const kvq_queue_settings *s, const char *what)
 {
     if (s == NULL)
         return kvq__error(KVQ_EINVAL, "%s: settings are NULL", what);
+    if (s->version != KVQ_QUEUE_SETTINGS_VERSION)
+        return kvq__error(KVQ_EINVAL, "%s: settings of version %u (this kvq knows %d: initialise "
+                          "them with KVQ_QUEUE_SETTINGS_INIT)", what, s->version,
+                          KVQ_QUEUE_SETTINGS_VERSION);
     if (s->type < KVQ_QUEUE_FIFO || s->type > KVQ_QUEUE_DURABLE)
         return kvq__error(KVQ_EINVAL, "%s: unknown queue type %d", what, (int)s->type);
     if (s->lease_ms < 0 || s->lease_ms > 86400000)
