@@ -3,7 +3,7 @@
 
 #include "cli.h"
 static const cli_cmd commands[] = {
-    { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--exist-ok]",
+    { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--exist-ok] [--adopt]",
       "create a queue (durable by default)",
       "  --type T     fifo (FoundationDB's queue recipe), priority (the priority queue recipe)\n"
       "               or durable (versionstamped keys with push and pop counters)\n"
@@ -12,6 +12,9 @@ static const cli_cmd commands[] = {
       "               0: never)\n"
       "  --exist-ok   succeed if the queue exists with this type (its settings stay);\n"
       "               also spelled --if-not-exists\n"
+      "  --adopt      the subspace (NAME,) already holds a queue of this type written by\n"
+      "               another program: name it (without it, a subspace holding any key is\n"
+      "               refused: it may be the application's own data)\n"
       "durations: milliseconds, or with a unit: 500ms, 30s, 1.5s, 5m, 1h\n",
       cmd_create },
     { "alter", "NAME [--lease D] [--max-deliveries N]",
@@ -19,7 +22,9 @@ static const cli_cmd commands[] = {
       "  --lease D    the lease of receive and consume from now on (500ms, 30s, 5m)\n"
       "  --max-deliveries N  deliveries before the dead letters (0: never)\n",
       cmd_alter },
-    { "delete", "NAME", "delete a queue and everything in it", NULL, cmd_delete },
+    { "delete", "NAME", "delete a queue: its items, counters and bookkeeping, and its name",
+      "  keys of the application that share the subspace (NAME,) are left as they are\n",
+      cmd_delete },
     { "queues", "", "list the queues: type, length, in flight, delayed, dead, oldest age", NULL,
       cmd_queues },
     { "push", "NAME [--priority P] [--delay D] [--dedup KEY] [--flush D] [VALUE... | --file PATH...]",

@@ -47,6 +47,8 @@ int cmd_create(cli *c, int argc, char **argv)
             info.max_deliveries = (uint32_t)v;
             settings_given = 1;
             i++;
+        } else if (strcmp(argv[i], "--adopt") == 0) {
+            info.flags |= KVQ_QUEUE_ADOPT;
         } else if (strcmp(argv[i], "--if-not-exists") == 0 || strcmp(argv[i], "--exist-ok") == 0) {
             if_not_exists = 1;
         } else {
@@ -82,7 +84,8 @@ int cmd_create(cli *c, int argc, char **argv)
     if (err == KVQ_EWRONGTYPE) {
         kvq_queue_settings have = KVQ_QUEUE_SETTINGS_INIT;
         if (kvq_queue_get_named(&have, c->db, name) != 0)
-            have.type = (kvq_queue_type)0;
+            return cli_fail(err, "cannot create the queue (--adopt names an existing queue of "
+                                 "this type that another program wrote there)");
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
                 cli_type_name(have.type));
         cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
@@ -174,10 +177,10 @@ int cmd_delete(cli *c, int argc, char **argv)
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cli_queue_delete(q);
     cli_queue_close(q);
-    if (err == 0)
-        err = kvq_queue_forget_named(c->db, name);
+    /* The queue's own keys and its name, in one transaction; keys of the application that share
+     * its subspace stay. */
+    int err = kvq_queue_delete_named(c->db, name);
     if (err != 0)
         return cli_fail(err, "cannot delete the queue");
     if (c->json) {

@@ -125,6 +125,21 @@ kill -INT -- -$pa
 wait $pa; rc=$?
 check "Ctrl-C of consume --at-most-once --exec: exit 130, every popped item handed over" bash -c "[ $rc = 130 ] && cat '$T/amo.out' <('$KVQ' --db '$DB' pop amo -n 100) | sort -n | diff - <(seq 1 40) >/dev/null && grep -q ' 0 popped but not handed over' '$T/amo.err'"
 
+# ---- create and delete never touch what is not the queue's ---------------------------------------
+# (The library's tests put the application's own keys beside a queue: test_named_safety.) Here:
+# delete leaves the subspace empty of the queue's keys, leases and dead letters included, so that
+# the name can be created again (create refuses a subspace that holds any key).
+for t in durable priority fifo; do
+    k create "re-$t" --type $t >/dev/null
+    k push "re-$t" a b c
+    [ $t != fifo ] && k receive "re-$t" >/dev/null
+    k delete "re-$t"
+    k create "re-$t" --type $t >/dev/null 2>"$T/err"; rc=$?
+    check "delete, then create again ($t): the subspace is clean" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$DB' len re-$t)\" = 0 ]"
+done
+k create adopted --adopt >/dev/null; rc=$?
+check "create --adopt of a fresh name: exit 0" bash -c "[ $rc = 0 ]"
+
 # ---- smaller surprises --------------------------------------------------------------------------
 k create ak >/dev/null
 k push ak one two
