@@ -90,6 +90,21 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
                                                   int64_t delay_ms);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Readers                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Makes what is due ready: delayed items whose time has come, and items whose lease ended (or
+ * that go to the dead letters instead), as kvq_workq_receive does before it looks. A program
+ * that reads such a queue another way (kvq_queue_pop, peek, len, iterate, metrics) calls it
+ * first, so that a due item is ready for every reader (the kvq command does, for every command
+ * on a durable or priority queue). A read-only look when nothing is due.
+ * @param[out] out  items made ready or moved (may be NULL)
+ * @return 0; KVQ_EINVAL; a transaction error (KVQ_EPERM on a read-only handle with work due).
+ */
+KVQ_API KVQ_NODISCARD int kvq_workq_ready_due(uint64_t *out, kvq_workq *w);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Lease tokens: a lease as text, as `kvq receive` prints it and `kvq ack` takes it           */
 /* ---------------------------------------------------------------------------------------- */
 

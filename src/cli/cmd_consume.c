@@ -372,8 +372,20 @@ int cmd_consume(cli *c, int argc, char **argv)
         return cli_fail(err, "cannot start the consumers");
     }
     __atomic_store_n(&ctx.cons, cons, __ATOMIC_RELEASE);
-    /* Wait for a signal, or for the workers to end by themselves (drain, failure). */
+    /* Wait for a signal, or for the workers to end by themselves (drain, failure). Meanwhile,
+     * delayed items and ended leases of the work queue are made ready once due (they then wake
+     * the workers as a push does), every 200 ms: a read-only look when nothing is due. */
+    kvq_workq *due_w = NULL;
+    if (!c->read_only && cli_queue_workq(q, &info, &due_w) != 0)
+        due_w = NULL;
+    int64_t next_due = 0;
     while (!kvq_consumer_finished(cons)) {
+        if (due_w != NULL && kvq__mono_us() >= next_due) {
+            if (kvq_workq_ready_due(NULL, due_w) != 0)
+                fprintf(stderr, "kvq consume: cannot make due items ready: %s\n",
+                        kvq_last_error());
+            next_due = kvq__mono_us() + 200000;
+        }
         if (__atomic_load_n(&ctx.out_gone, __ATOMIC_ACQUIRE)) {
             fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
             kvq_consumer_stop(cons);

@@ -140,6 +140,28 @@ done
 k create adopted --adopt >/dev/null; rc=$?
 check "create --adopt of a fresh name: exit 0" bash -c "[ $rc = 0 ]"
 
+# ---- a due item is ready for every reader ----------------------------------------------------------
+k create due >/dev/null
+k push due --delay 400ms later
+check "a delayed item is not ready before its time" bash -c "[ \"\$('$KVQ' --db '$DB' len due)\" = 0 ]"
+sleep 0.7
+check "a due delayed item: len counts it, peek and pop see it" bash -c "[ \"\$('$KVQ' --db '$DB' len due)\" = 1 ] && [ \"\$('$KVQ' --db '$DB' peek due)\" = later ] && [ \"\$('$KVQ' --db '$DB' pop due)\" = later ]"
+k push due again
+k receive due --lease 200ms >/dev/null
+sleep 0.5
+check "an ended lease: the item is back for stats and pop" bash -c "'$KVQ' --db '$DB' --json stats due | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==1 and v[\"in_flight\"]==0, v' && [ \"\$('$KVQ' --db '$DB' pop due)\" = again ]"
+k create pdue --type priority >/dev/null
+k push pdue --delay 300ms --priority 3 p3
+sleep 0.5
+check "a due delayed item of a priority queue: pop sees it" bash -c "[ \"\$('$KVQ' --db '$DB' pop pdue)\" = p3 ]"
+"$KVQ" --db "$DB" consume due --at-most-once >"$T/amo_due.out" 2>/dev/null &
+pc=$!
+sleep 0.3
+k push due --delay 500ms soon
+for _ in $(seq 1 100); do [ -s "$T/amo_due.out" ] && break; sleep 0.05; done
+kill -TERM $pc; wait $pc
+check "consume --at-most-once: a delayed item pushed while it runs is consumed once due" bash -c "[ \"\$(cat '$T/amo_due.out')\" = soon ]"
+
 # ---- smaller surprises --------------------------------------------------------------------------
 k create ak >/dev/null
 k push ak one two
