@@ -291,6 +291,10 @@ typedef struct kvq_workq_metrics {
                                 nack (at once, or when its delay fell due), an ended lease, or a
                                 redrive of dead letters */
     int64_t dead_lettered; /**< items moved to the dead letters */
+    /** Items removed by kvq_workq_purge (`kvq clear`), whatever their state; cleared_ready:
+     * those of them that were ready (on a durable queue they also moved npop, which counts
+     * them as popped in erlfdb's length, npush - npop). */
+    int64_t cleared, cleared_ready;
 } kvq_workq_metrics;
 
 /** Reads the metrics in one read-only transaction of snapshot reads.

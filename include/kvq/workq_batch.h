@@ -104,6 +104,16 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
  */
 KVQ_API KVQ_NODISCARD int kvq_workq_ready_due(uint64_t *out, kvq_workq *w);
 
+/**
+ * Removes every item of the queue, whatever its state: ready, in flight (their leases end:
+ * a late ack fails with KVQ_ELEASE_EXPIRED), delayed and dead letters, in one transaction
+ * (`kvq clear`). They are counted in kvq_workq_metrics.cleared, not as popped or acked. Dedup
+ * keys stay (a deduplicated push within the window still enqueues nothing).
+ * @param[out] out  items removed (may be NULL)
+ * @return 0; KVQ_EINVAL; a transaction error (nothing removed).
+ */
+KVQ_API KVQ_NODISCARD int kvq_workq_purge(uint64_t *out, kvq_workq *w);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Lease tokens: a lease as text, as `kvq receive` prints it and `kvq ack` takes it           */
 /* ---------------------------------------------------------------------------------------- */

@@ -56,7 +56,10 @@ static const cli_cmd commands[] = {
       "  --delayed      the delayed items, due soonest first: seconds until due, deliveries,\n"
       "                 value\n",
       cmd_list },
-    { "clear", "NAME", "remove every item (the queue stays)", NULL, cmd_clear },
+    { "clear", "NAME", "remove every item, whatever its state; print how many (the queue stays)",
+      "  ready, in flight (their leases end), delayed and dead items alike; stats counts them\n"
+      "  as cleared\n",
+      cmd_clear },
     { "watch", "NAME [--timeout MS]", "wait until something is pushed, then print the length (durable queues)",
       "  --timeout MS give up after MS milliseconds (exit 1)\n", cmd_watch },
     { "stats", "[NAME] [--watch] [--prometheus]",

@@ -418,17 +418,28 @@ int cmd_clear(cli *c, int argc, char **argv)
     if (argc > 2)
         return cli_usage("clear", "unexpected argument '%s'", cli_arg(argv[2]));
     cli_queue *q;
-    rc = open_queue(c, name, &q, NULL);
+    kvq_queue_settings info;
+    rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    int err = cli_queue_clear(q);
+    /* A purge: ready, in flight, delayed and dead items alike, counted as cleared (durable and
+     * priority queues); a fifo queue has only ready items. */
+    uint64_t n = 0;
+    kvq_workq *w = NULL;
+    int err = info.type == KVQ_QUEUE_FIFO ? 0 : cli_queue_workq(q, &info, &w);
+    if (err == 0 && w != NULL)
+        err = kvq_workq_purge(&n, w);
+    else if (err == 0 && (err = cli_queue_len(q, &n)) == 0)
+        err = cli_queue_clear(q);
     cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "clear failed");
     if (c->json) {
         printf("{\"cleared\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf("}\n");
+        printf(",\"items\":%llu}\n", (unsigned long long)n);
+    } else {
+        printf("%llu\n", (unsigned long long)n);
     }
     return 0;
 }

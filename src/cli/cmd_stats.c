@@ -10,8 +10,8 @@
 #include "util/util.h"
 
 /* The counted figures of a queue, each meaning one thing. */
-enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_IN_FLIGHT, F_DELAYED,
-       F_DEAD, NFIELDS };
+enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_CLEARED, F_IN_FLIGHT,
+       F_DELAYED, F_DEAD, NFIELDS };
 
 typedef struct field {
     const char *key;  /* the text and JSON key */
@@ -27,6 +27,7 @@ static const field FIELDS[NFIELDS] = {
     { "requeued", "counter",
       "Items given back to the queue after a delivery: nack, ended lease or redrive." },
     { "dead_lettered", "counter", "Items moved to the dead letters." },
+    { "cleared", "counter", "Items removed by kvq clear, whatever their state." },
     { "in_flight", "gauge", "Items leased to a consumer and not yet settled." },
     { "delayed", "gauge", "Items waiting for their delay." },
     { "dead", "gauge", "Dead letters." },
@@ -75,11 +76,11 @@ static int gather(cli *c, const char *name, qview *v)
             if (s.has_counters) {
                 v->has[F_SENT] = v->has[F_POPPED] = 1;
                 v->f[F_SENT] = minus(s.pushes, m->requeued);
-                v->f[F_POPPED] = minus(s.pops, m->taken);
+                v->f[F_POPPED] = minus(minus(s.pops, m->taken), m->cleared_ready);
             }
-            int64_t wq[] = { m->received, m->acked, m->requeued, m->dead_lettered,
+            int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered, m->cleared,
                              m->inflight, m->delayed, m->dead };
-            for (int i = 0; i < 7; i++) {
+            for (int i = 0; i < 8; i++) {
                 v->has[F_RECEIVED + i] = 1;
                 v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];
             }

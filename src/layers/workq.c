@@ -51,7 +51,7 @@ void kvq_workq_close(kvq_workq *w)
                         &w->base_ddx,      &w->n_inflight, &w->n_delayed, &w->n_dead,
                         &w->n_ready,       &w->tick,       &w->base_a,    &w->base_t,
                         &w->n_received,    &w->n_taken,    &w->n_acked,   &w->n_requeued,
-                        &w->n_deadlettered };
+                        &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -132,6 +132,10 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         rc = make_base(w, &w->n_requeued, "n", "requeued");
     if (rc == 0)
         rc = make_base(w, &w->n_deadlettered, "n", "deadlettered");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared, "n", "cleared");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared_ready, "n", "clearedr");
     if (rc != 0) {
         kvq_workq_close(w);
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue's keys");

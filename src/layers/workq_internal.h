@@ -6,6 +6,9 @@
  *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
  *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
+ *   workq_batch.c   receive, ack and nack of many items in one transaction
+ *   workq_purge.c   removing every item, whatever its state
+ *   workq_token.c   leases as text
  *
  * Written only against the transaction interface and the queue's key layout, so it runs the
  * same on every engine. Keys (bk = the queue's prefix + 0xFF; "suffix" is a ready item's key
@@ -23,7 +26,8 @@
  *   bk ("wq","ddx", version, key)           dedup index for pruning (empty value)
  *   bk ("wq","n", name)                     8-byte LE counters: inflight, delayed, dead, ready;
  *                                           and, only ever growing: received, taken, acked,
- *                                           requeued, deadlettered; and tick, bumped by
+ *                                           requeued, deadlettered, cleared, clearedr
+ *                                           (purged: all, and the ready ones); and tick, bumped by
  *                                           recover and by an extend that shortens a lease
  *
  * The ready count of a durable queue is npush - npop: a receive adds 1 to npop, a return to the
@@ -50,6 +54,8 @@ struct kvq_workq {
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
+    /* Items removed by kvq_workq_purge, all and those that were ready (workq_purge.c). */
+    kvq_buf n_cleared, n_cleared_ready;
     /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts): looks
      * (receives) and sleeps. */
     uint64_t wait_looks, wait_sleeps;

@@ -271,7 +271,7 @@ check "queues: a header and one line per queue with its counts" bash -c "'$KVQ' 
 check "--json queues: every key on every queue, null where it does not apply" bash -c "'$KVQ' --db '$DB3' --json queues | python3 -c '
 import json,sys
 v=json.load(sys.stdin)
-c=[\"sent\",\"popped\",\"received\",\"acked\",\"requeued\",\"dead_lettered\"]
+c=[\"sent\",\"popped\",\"received\",\"acked\",\"requeued\",\"dead_lettered\",\"cleared\"]
 keys={\"name\",\"type\",\"length\",\"in_flight\",\"delayed\",\"dead\",\"oldest_age_seconds\"}|set(c)|{k+\"_per_second\" for k in c}
 assert all(set(q)==keys for q in v), v
 f=[q for q in v if q[\"name\"]==\"f\"][0]; assert f[\"in_flight\"] is None and f[\"length\"]==1, f

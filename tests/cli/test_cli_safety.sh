@@ -162,6 +162,17 @@ for _ in $(seq 1 100); do [ -s "$T/amo_due.out" ] && break; sleep 0.05; done
 kill -TERM $pc; wait $pc
 check "consume --at-most-once: a delayed item pushed while it runs is consumed once due" bash -c "[ \"\$(cat '$T/amo_due.out')\" = soon ]"
 
+# ---- clear is a purge -------------------------------------------------------------------------------
+k create pu --max-deliveries 1 >/dev/null
+k push pu r1 r2 f1 d1
+k push pu --delay 1m later
+t=$(k receive pu | cut -f1); k nack pu "$t"          # r1: one delivery, max 1: a dead letter
+t2=$(k receive pu | cut -f1)                          # r2: in flight
+got=$(k clear pu)
+check "clear: every item, whatever its state, and the count (ready 2, in flight 1, delayed 1, dead 1)" bash -c "[ '$got' = 5 ] && '$KVQ' --db '$DB' --json stats pu | python3 -c 'import json,sys; v=json.load(sys.stdin); assert (v[\"length\"],v[\"in_flight\"],v[\"delayed\"],v[\"dead\"])==(0,0,0,0), v; assert v[\"cleared\"]==5 and v[\"popped\"]==0, v'"
+k ack pu "$t2" 2>/dev/null; rc=$?
+check "clear: a lease of a cleared item is gone (exit 1), nothing comes back" bash -c "[ $rc = 1 ] && sleep 0.1 && [ \"\$('$KVQ' --db '$DB' len pu)\" = 0 ] && [ -z \"\$('$KVQ' --db '$DB' dlq list pu)\" ] && [ -z \"\$('$KVQ' --db '$DB' list pu --delayed)\" ]"
+
 # ---- smaller surprises --------------------------------------------------------------------------
 k create ak >/dev/null
 k push ak one two

@@ -336,6 +336,57 @@ static void test_tokens(void **state)
     env_close(&e);
 }
 
+/* kvq_workq_purge removes every state and counts it as cleared; kvq_workq_ready_due makes a due
+ * delayed item ready for a plain pop. */
+static void test_purge_and_due(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 1, 0);
+    push_n(&e, 0, 4, 0);
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.delay_ms = 60000;
+    assert_ok(kvq_workq_push(NULL, e.w, (const uint8_t *)"later", 5, &po));
+    kvq_buf outs[2] = { 0 };
+    kvq_workq_lease leases[2];
+    size_t n = 0;
+    assert_ok(kvq_workq_receive_many(outs, leases, &n, e.w, 2, 0));
+    assert_ok(kvq_workq_nack(e.w, &leases[0], 0)); /* max 1 delivery: dead */
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.ready + m.inflight + m.delayed + m.dead, 5);
+    uint64_t cleared = 0;
+    assert_ok(kvq_workq_purge(&cleared, e.w));
+    assert_int_equal(cleared, 5);
+    m = metrics(&e);
+    assert_int_equal(m.ready, 0);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(m.delayed, 0);
+    assert_int_equal(m.dead, 0);
+    assert_int_equal(m.cleared, 5);
+    assert_int_equal(m.cleared_ready, 2);
+    assert_int_equal(kvq_workq_ack(e.w, &leases[1]), KVQ_ELEASE_EXPIRED);
+    uint64_t len = 9;
+    assert_ok(kvq_queue_len(&len, e.q));
+    assert_int_equal(len, 0);
+    /* A delayed item due: ready for a plain pop once ready_due has run. */
+    po.delay_ms = 1;
+    assert_ok(kvq_workq_push(NULL, e.w, (const uint8_t *)"soon", 4, &po));
+    kvq_buf v = KVQ_BUF_INIT;
+    for (int i = 0; i < 2000; i++) {
+        uint64_t moved = 0;
+        assert_ok(kvq_workq_ready_due(&moved, e.w));
+        if (moved > 0)
+            break;
+        kvq__sleep_us(10000);
+    }
+    assert_ok(kvq_queue_pop(&v, e.q));
+    assert_bytes(v.data, v.len, (const uint8_t *)"soon", 4);
+    assert_int_equal(kvq_workq_ready_due(NULL, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_purge(NULL, NULL), KVQ_EINVAL);
+    kvq_buf_dispose(&v);
+    dispose_all(outs, 2);
+    env_close(&e);
+}
+
 int main(int argc, char **argv)
 {
     tq_seed_init(argc, argv);
@@ -343,7 +394,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_receive_ack_durable),   cmocka_unit_test(test_receive_ack_priority),
         cmocka_unit_test(test_partial_failure),       cmocka_unit_test(test_nack_and_dead_letters),
         cmocka_unit_test(test_bad_input),             cmocka_unit_test(test_unknown_results),
-        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_tokens),                cmocka_unit_test(test_purge_and_due),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
