@@ -224,5 +224,19 @@ else
     echo "skip - create on a 4 MB file system (mounting a tmpfs needs root)"
 fi
 
+# ---- bash completion ---------------------------------------------------------------------------------
+COMP="$(cd "$(dirname "$0")/../../src/cli/completion" && pwd)/kvq.bash"
+complete_words() { # complete_words WORD...: what bash would offer for the last word
+    bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _kvq; printf "%s\n" "${COMPREPLY[@]}"' _ "$COMP" "$@"
+}
+got=$(complete_words "$KVQ" --db "$DB" pu | sort | tr '\n' ,)
+check "completion: commands" bash -c "[ '$got' = 'push,' ]"
+got=$(complete_words "$KVQ" --db "$DB" pop p | sort | tr '\n' ,)
+check "completion: queue names from the --db given" bash -c "[ '$got' = 'pdue,pu,' ]"
+got=$(complete_words "$KVQ" --db "$DB" consume pu --ra | tr '\n' ,)
+check "completion: a command's options, from its --help" bash -c "[ '$got' = '--raw,' ]"
+got=$(complete_words "$KVQ" create x --type p | tr '\n' ,)
+check "completion: --type values" bash -c "[ '$got' = 'priority,' ]"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
