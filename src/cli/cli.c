@@ -85,6 +85,15 @@ static const cli_cmd commands[] = {
     { "extend", "NAME TOKEN [--lease MS]", "renew a lease; print the new TOKEN",
       "  --lease MS   the lease now ends MS milliseconds from now (default: the queue's)\n",
       cmd_extend },
+    { "export", "NAME", "print the ready items as JSON lines, in queue order (for kvq import)",
+      "  each line: {\"value\": V} (and \"priority\": P on a priority queue); V is a string,\n"
+      "  or {\"base64\": ...} for a value that is not UTF-8. Items in flight, delayed or dead\n"
+      "  are not exported. The count goes to standard error.\n",
+      cmd_export },
+    { "import", "NAME", "push the JSON lines of kvq export (standard input), in order",
+      "  each item pushed exactly once, one transaction each; on a bad line nothing after it\n"
+      "  is pushed and the message gives its number and the count pushed\n",
+      cmd_import },
     { "dlq", "list|redrive|purge NAME",
       "list the dead letters, move them back to the queue, or delete them", NULL, cmd_dlq },
     { "consume", "NAME [--workers N] [--exec CMD [--raw]] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",

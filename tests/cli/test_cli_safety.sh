@@ -224,6 +224,26 @@ else
     echo "skip - create on a 4 MB file system (mounting a tmpfs needs root)"
 fi
 
+# ---- export and import as JSON lines -----------------------------------------------------------------
+k create ex1 >/dev/null
+printf 'one\ntwo words\n\xff\xfe\n' | k push ex1
+printf 'multi\nline' | k push ex1 --file -
+k export ex1 >"$T/ex1.jsonl" 2>/dev/null
+check "export: one JSON object per line, strict parsers read it" python3 -c "
+import json,base64
+v=[json.loads(l) for l in open('$T/ex1.jsonl', encoding='utf-8')]
+assert [x['value'] for x in v[:2]]==['one','two words'] and base64.b64decode(v[2]['value']['base64'])==b'\xff\xfe' and v[3]['value']=='multi\nline', v"
+k create ex2 >/dev/null
+k import ex2 <"$T/ex1.jsonl" 2>/dev/null
+check "import of an export: the same items, byte for byte" bash -c "'$KVQ' --db '$DB' export ex2 2>/dev/null | cmp -s - '$T/ex1.jsonl'"
+k create exp --type priority >/dev/null
+k push exp --priority 5 five; k push exp --priority -1 minus
+k create exp2 --type priority >/dev/null
+k export exp 2>/dev/null | k import exp2 2>/dev/null
+check "export/import of a priority queue keeps the priorities" bash -c "[ \"\$('$KVQ' --db '$DB' pop exp2 --max)\" = five ] && [ \"\$('$KVQ' --db '$DB' pop exp2)\" = minus ]"
+printf '{"value":"a"}\n{"value":"b"}\nnot json\n{"value":"c"}\n' | k import ex2 2>"$T/err"; rc=$?
+check "import: a bad line stops it, exit 2, naming the line and the count" bash -c "[ $rc = 2 ] && grep -q 'line 3' '$T/err' && grep -q '2 items pushed' '$T/err'"
+
 # ---- bash completion ---------------------------------------------------------------------------------
 COMP="$(cd "$(dirname "$0")/../../src/cli/completion" && pwd)/kvq.bash"
 complete_words() { # complete_words WORD...: what bash would offer for the last word
