@@ -85,6 +85,9 @@ static const cli_cmd commands[] = {
     { "extend", "NAME TOKEN [--lease MS]", "renew a lease; print the new TOKEN",
       "  --lease MS   the lease now ends MS milliseconds from now (default: the queue's)\n",
       cmd_extend },
+    { "check", "", "read and verify every key and value, and each queue's counters",
+      "  exit 0 when all is well; 3 on damage, naming it, with what to do (docs/errors.md)\n",
+      cmd_check },
     { "export", "NAME", "print the ready items as JSON lines, in queue order (for kvq import)",
       "  each line: {\"value\": V} (and \"priority\": P on a priority queue); V is a string,\n"
       "  or {\"base64\": ...} for a value that is not UTF-8. Items in flight, delayed or dead\n"

@@ -244,6 +244,24 @@ check "export/import of a priority queue keeps the priorities" bash -c "[ \"\$('
 printf '{"value":"a"}\n{"value":"b"}\nnot json\n{"value":"c"}\n' | k import ex2 2>"$T/err"; rc=$?
 check "import: a bad line stops it, exit 2, naming the line and the count" bash -c "[ $rc = 2 ] && grep -q 'line 3' '$T/err' && grep -q '2 items pushed' '$T/err'"
 
+# ---- kvq check ---------------------------------------------------------------------------------------
+DBC="$T/dbc"
+"$KVQ" --db "$DBC" create q >/dev/null
+"$KVQ" --db "$DBC" push q ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZQQ a b
+"$KVQ" --db "$DBC" check >"$T/out" 2>&1; rc=$?
+check "check of a sound database: exit 0" bash -c "[ $rc = 0 ] && grep -q '^ok: ' '$T/out'"
+python3 - "$DBC/data.db" <<'PYEOF'
+import sys
+p = sys.argv[1]
+d = bytearray(open(p, 'rb').read())
+i = d.find(b'ZZZZZZZZZZZZZZZZ')
+assert i >= 0, 'the value is not in data.db'
+d[i + 3] ^= 1
+open(p, 'wb').write(d)
+PYEOF
+"$KVQ" --db "$DBC" check >"$T/out" 2>&1; rc=$?
+check "check of a database with a flipped bit in a value: exit 3, saying so, with advice" bash -c "[ $rc = 3 ] && grep -q checksum '$T/out' && grep -q 'kvq export' '$T/out'"
+
 # ---- bash completion ---------------------------------------------------------------------------------
 COMP="$(cd "$(dirname "$0")/../../src/cli/completion" && pwd)/kvq.bash"
 complete_words() { # complete_words WORD...: what bash would offer for the last word
