@@ -85,6 +85,11 @@ static const cli_cmd commands[] = {
     { "extend", "NAME TOKEN [--lease MS]", "renew a lease; print the new TOKEN",
       "  --lease MS   the lease now ends MS milliseconds from now (default: the queue's)\n",
       cmd_extend },
+    { "backup", "DIR", "a consistent copy of the database (open or not) into a new directory",
+      "  every key read in one snapshot while producers and consumers go on; a database too\n"
+      "  large to read within one transaction's 5 seconds is refused (copy its directory with\n"
+      "  the programs stopped instead)\n",
+      cmd_backup },
     { "check", "", "read and verify every key and value, and each queue's counters",
       "  exit 0 when all is well; 3 on damage, naming it, with what to do (docs/errors.md)\n",
       cmd_check },

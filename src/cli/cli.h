@@ -180,6 +180,7 @@ int cmd_extend(cli *c, int argc, char **argv);
 int cmd_dlq(cli *c, int argc, char **argv);
 int cmd_export(cli *c, int argc, char **argv);
 int cmd_check(cli *c, int argc, char **argv);
+int cmd_backup(cli *c, int argc, char **argv);
 int cmd_import(cli *c, int argc, char **argv);
 /* kvq list NAME --in-flight / --delayed (cmd_workq.c). */
 int cli_list_workq(cli *c, const char *name, int delayed);

@@ -262,6 +262,20 @@ PYEOF
 "$KVQ" --db "$DBC" check >"$T/out" 2>&1; rc=$?
 check "check of a database with a flipped bit in a value: exit 3, saying so, with advice" bash -c "[ $rc = 3 ] && grep -q checksum '$T/out' && grep -q 'kvq export' '$T/out'"
 
+# ---- kvq backup: a consistent copy while producers go on --------------------------------------------
+DBB="$T/dbb"
+"$KVQ" --db "$DBB" create q >/dev/null
+seq 1 3000 | "$KVQ" --db "$DBB" push q
+( for i in $(seq 1 30); do seq 1 100 | "$KVQ" --db "$DBB" push q; done ) &
+pb=$!
+sleep 0.2
+"$KVQ" --db "$DBB" backup "$T/copy" >"$T/out" 2>&1; rc=$?
+wait $pb
+check "backup while pushes go on: exit 0" bash -c "[ $rc = 0 ] && grep -q 'keys' '$T/out'"
+check "backup: the copy passes check (its counters agree with its items: one snapshot)" bash -c "'$KVQ' --db '$T/copy' check >/dev/null && [ \"\$('$KVQ' --db '$T/copy' len q)\" -ge 3000 ]"
+"$KVQ" --db "$DBB" backup "$T/copy" >/dev/null 2>&1; rc=$?
+check "backup into an existing directory: refused, exit 2" bash -c "[ $rc = 2 ]"
+
 # ---- bash completion ---------------------------------------------------------------------------------
 COMP="$(cd "$(dirname "$0")/../../src/cli/completion" && pwd)/kvq.bash"
 complete_words() { # complete_words WORD...: what bash would offer for the last word
