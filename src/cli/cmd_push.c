@@ -280,6 +280,11 @@ int cmd_push(cli *c, int argc, char **argv)
         if (err == 0)
             err = push_flush(s);
     } else if (err == 0) {
+        /* No value given: standard input. Say so when it is a terminal (kvq push q --json
+         * takes --json as the global option, and then waits here). */
+        if (isatty(STDIN_FILENO))
+            fprintf(stderr, "kvq push: no VALUE given: reading values from standard input, one "
+                            "per line (Ctrl-D ends)\n");
         err = push_stdin(s, c->nul ? '\0' : '\n', flush_ms, &sig, &partial);
     }
     long pushed = s->pushed, duplicates = s->duplicates;
