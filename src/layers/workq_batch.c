@@ -39,13 +39,17 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
     size_t *offs = kvq__malloc(4 * k * sizeof(*offs));
     if (offs == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
-    /* The leases of a batch get adjacent ids: 12 random bytes shared by the batch, then the
-     * item's number. Every key of a lease starts with its id (or its deadline, then its id), so
-     * the batch's records sit together in a few pages instead of one page each: a batch of 100
-     * writes a handful of pages where random ids would write hundreds, and its acks clear them
-     * together too. Ids stay unique: 96 random bits per batch. */
+    /* The leases of a batch get adjacent ids that grow with time: the read version (8 bytes,
+     * big-endian), 6 random bytes, then the item's number (2 bytes; k is at most 10,000). Every key of a lease starts with its
+     * id (or its deadline, then its id), so a batch's records sit together at the end of their
+     * ranges, as a durable queue's versionstamped items do: a batch of 100 writes a few pages
+     * where random ids would write one page each, and its acks clear them together. Ids stay
+     * unique: two batches with one read version differ in 48 random bits, and a lease id is
+     * only ever compared for equality. */
     uint8_t id[16];
-    rc = kvq__random_bytes(id, sizeof(id));
+    rc = kvq__random_bytes(id + 8, 6);
+    for (int b = 0; b < 8; b++)
+        id[b] = (uint8_t)((uint64_t)rv >> (56 - 8 * b));
     uint32_t seq = 0;
     /* Items over their deliveries go to the dead letters on the way; a few passes at most. */
     for (int pass = 0; rc == 0 && *n < k && pass < 4; pass++) {
@@ -73,8 +77,6 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
             kvq_bytes val = { vals.data + offs[4 * i + 2], offs[4 * i + 3] };
             int dead = 0;
             seq++;
-            id[12] = (uint8_t)(seq >> 24);
-            id[13] = (uint8_t)(seq >> 16);
             id[14] = (uint8_t)(seq >> 8);
             id[15] = (uint8_t)seq;
             rc = kvq__wq_receive_item(w, txn, key, val, rv, lv, id, &t, &leases[*n], &dead);
