@@ -74,11 +74,13 @@ static const cli_cmd commands[] = {
       "               with the TOKEN before it ends, or the item is delivered again\n"
       "  --wait D     when nothing is ready, wait up to D for an item (woken by a push,\n"
       "               a delayed item falling due or a lease ending; it does not poll)\n"
-      "  -n K         up to K items (one lease each); --json prints an array\n",
+      "  -n K         up to K items, one lease each, received 100 per transaction; --json\n"
+      "               prints an array\n",
       cmd_receive },
     { "ack", "NAME TOKEN...", "acknowledge received items: they are deleted",
-      "  several TOKENs: each is acknowledged on its own; the exit status is that of the first\n"
-      "  failure, and every failure is reported\n",
+      "  several TOKENs: acknowledged in one transaction (per 1,000); a token whose lease\n"
+      "  ended or was settled changes nothing and does not stop the others; every failure is\n"
+      "  reported, and the exit status is that of the first\n",
       cmd_ack },
     { "nack", "NAME TOKEN [--delay MS]", "give a received item back (now or after MS)",
       "  --delay MS   ready again only after MS milliseconds\n", cmd_nack },
