@@ -167,7 +167,10 @@ static void usage(FILE *f)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nexit codes: 0 ok, 1 empty queue (or timed out), 2 usage, 3 database or I/O error,\n"
                "4 no such queue (or no database), 5 the work failed (a command of consume --exec,\n"
-               "the demo's check)\n\n"
+               "the demo's check), 130/143 stopped by SIGINT/SIGTERM after committing what was\n"
+               "read, 141 standard output closed\n\n"
+               "-0: values end with NUL (push's input; pop, peek, list, receive, consume output).\n"
+               "--read-only: read a database you cannot write.\n"
                "Options go before a command's values: after the first value of push, every\n"
                "argument is a value; '--' ends the options (kvq push q -- -h pushes \"-h\").\n");
 }

@@ -20,6 +20,9 @@ len() { "$KVQ" --db "$DB" len "$1"; }
 wait_len() { for _ in $(seq 1 200); do [ "$(len "$1")" = "$2" ] && return 0; sleep 0.05; done; return 1; }
 
 k create s >/dev/null
+for c in check backup export import; do
+    check "$c --help" bash -c "'$KVQ' $c --help | grep -q 'usage: kvq'"
+done
 
 # ---- push from a stream: committed when input goes idle, and on SIGINT/SIGTERM ----------------
 "$KVQ" --db "$DB" push s < <(echo a; sleep 3; echo b) &
