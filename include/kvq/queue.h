@@ -382,8 +382,9 @@ kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, size
 /* ---------------------------------------------------------------------------------------- */
 
 /** Pushes a value at a priority (idempotent convenience form). Lower priorities come out of
- * kvq_queue_pop_prio(…, KVQ_QUEUE_MIN) first; items of one priority keep push order from one producer. Errors as
- * kvq_queue_push, and KVQ_EWRONGTYPE for a queue that is not a priority queue. */
+ * kvq_queue_pop_prio with KVQ_QUEUE_MIN first; items of one priority keep push order from one
+ * producer. Errors as kvq_queue_push, and KVQ_EWRONGTYPE for a queue that is not a priority
+ * queue. */
 KVQ_API KVQ_NODISCARD int
 kvq_queue_push_prio(kvq_queue *q, const uint8_t *value, size_t len, int64_t priority);
 

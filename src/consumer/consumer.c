@@ -287,9 +287,7 @@ int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c)
 {
     if (out == NULL || c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_consumer_get_stats: NULL argument");
-    pthread_mutex_lock(&c->crew.mu);
-    *out = c->stats;
-    pthread_mutex_unlock(&c->crew.mu);
+    kvq__crew_read(&c->crew, out, &c->stats, sizeof(*out));
     return 0;
 }
 

@@ -1,4 +1,6 @@
 /* The lifecycle of a consumer runtime's worker threads (crew.h). */
+#include <string.h>
+
 #include "consumer/crew.h"
 #include "util/util.h"
 
@@ -54,6 +56,13 @@ void kvq__crew_add(kvq__crew *k, uint64_t *field, uint64_t n)
 {
     pthread_mutex_lock(&k->mu);
     *field += n;
+    pthread_mutex_unlock(&k->mu);
+}
+
+void kvq__crew_read(kvq__crew *k, void *dst, const void *src, size_t n)
+{
+    pthread_mutex_lock(&k->mu);
+    memcpy(dst, src, n);
     pthread_mutex_unlock(&k->mu);
 }
 

@@ -35,6 +35,8 @@ void kvq__crew_fail(kvq__crew *k, int err);
 void kvq__crew_fail_locked(kvq__crew *k, int err);
 /* Adds n to a counter guarded by mu. */
 void kvq__crew_add(kvq__crew *k, uint64_t *field, uint64_t n);
+/* Copies n bytes guarded by mu (the runtime's statistics) to dst. */
+void kvq__crew_read(kvq__crew *k, void *dst, const void *src, size_t n);
 /* Joins the started threads (once; later calls only read) and returns the crew's error. */
 int kvq__crew_join(kvq__crew *k);
 /* The crew's error so far (0: none). */

@@ -94,8 +94,8 @@ static void *worker_main(void *arg)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease lease;
     while (!stopping(c)) {
-        int rc = kvq__workq_receive_wait(c->w, &v, &lease, c->lease_ms,
-                                         c->opts.drain ? 0 : WAIT_MS, &s->waker);
+        int rc = kvq__wq_receive_wait(&v, &lease, c->w, c->lease_ms, c->opts.drain ? 0 : WAIT_MS,
+                                      &s->waker);
         if (rc == KVQ_ENOTFOUND) {
             if (c->opts.drain)
                 break;
@@ -211,7 +211,7 @@ int kvq_workq_consumer_start(kvq_workq_consumer **out,
     c->fn = fn;
     c->payload = payload;
     c->opts = *opts;
-    c->lease_ms = opts->lease_ms > 0 ? opts->lease_ms : kvq__workq_lease_ms(w);
+    c->lease_ms = opts->lease_ms > 0 ? opts->lease_ms : kvq__wq_lease_ms(w);
     c->slots = slots;
     for (int i = 0; i < opts->workers; i++) {
         slots[i].c = c;
@@ -270,9 +270,7 @@ int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consum
 {
     if (out == NULL || c == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_consumer_get_stats: NULL argument");
-    pthread_mutex_lock(&c->crew.mu);
-    *out = c->stats;
-    pthread_mutex_unlock(&c->crew.mu);
+    kvq__crew_read(&c->crew, out, &c->stats, sizeof(*out));
     return 0;
 }
 

@@ -168,6 +168,9 @@ int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
 size_t kvq__q_pop_spread_width(kvq_queue *q);
 /* Notes the outcome rc of a durable convenience pop's commit in the handle's pressure. */
 void kvq__q_pop_pressure_note(kvq_queue *q, int rc);
+/* The count a new item of this priority takes in the priority recipe: 1 + the last count of
+ * that priority, read with a snapshot read (so pushes never conflict), or 0 for the first. */
+int kvq__q_prio_next_count(int64_t *out, kvq_queue *q, kvq_txn *txn, int64_t priority);
 
 /* ---- idempotent operations (idempotency.c) ------------------------------------------------ */
 
@@ -246,6 +249,8 @@ int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
 
+/* ---- the long poll, for the consumer runtime (workq_wait.c, workq.c) -------------------- */
+
 /* What a long poll sleeps on: its watches' helper threads and a stop request wake it through
  * cond. One waiter uses a waker at a time; kvq__wq_waker_stop may be called from any thread. */
 typedef struct kvq__wq_waker {
@@ -264,14 +269,14 @@ void kvq__wq_waker_stop(kvq__wq_waker *k);
 
 /* kvq_workq_receive_wait without the argument checks, that also gives up, at once, when the
  * waker (NULL: none) is stopped. */
-int kvq__workq_receive_wait(kvq_workq *w,
-                            kvq_buf *out,
-                            kvq_workq_lease *lease,
-                            int64_t lease_ms,
-                            int64_t wait_ms,
-                            kvq__wq_waker *waker);
+int kvq__wq_receive_wait(kvq_buf *out,
+                         kvq_workq_lease *lease,
+                         kvq_workq *w,
+                         int64_t lease_ms,
+                         int64_t wait_ms,
+                         kvq__wq_waker *waker);
 
 /* The work queue's default lease. */
-int64_t kvq__workq_lease_ms(const kvq_workq *w);
+int64_t kvq__wq_lease_ms(const kvq_workq *w);
 
 #endif /* KVQ_LAYERS_INTERNAL_H */

@@ -415,8 +415,7 @@ int kvq_queue_pop_k(kvq_buf *outs, size_t *n, kvq_queue *q, size_t k)
     return rc;
 }
 
-/* ---- peeks ------------------------------------------------------------------------------------
- */
+/* ---- peeks ----------------------------------------------------------------------------------- */
 
 static int peek_end_txn(kvq_queue *q,
                         kvq_txn *txn,
@@ -514,8 +513,7 @@ int kvq_queue_peek_prio(kvq_buf *out, int64_t *priority, kvq_queue *q, kvq_queue
     return peek_conv(q, (int)end, out, priority, "kvq_queue_peek_prio");
 }
 
-/* ---- length -----------------------------------------------------------------------------------
- */
+/* ---- length ---------------------------------------------------------------------------------- */
 
 static int durable_len_txn(kvq_queue *q, kvq_txn *txn, uint64_t *out, unsigned int flags)
 {
@@ -700,8 +698,7 @@ int kvq_queue_delete(kvq_queue *q)
     return kvq_db_transact(q->db, delete_body, q);
 }
 
-/* ---- iteration ----------------------------------------------------------------------------------
- */
+/* ---- iteration ------------------------------------------------------------------------------- */
 
 int kvq_queue_iterate_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_iter_fn fn, void *payload)
 {

@@ -179,3 +179,35 @@ void kvq__q_pop_pressure_note(kvq_queue *q, int rc)
         __atomic_compare_exchange_n(&q->pop_pressure, &p, p - 1, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED);
 }
+
+/* ---- the priority recipe's counts ------------------------------------------------------------ */
+
+int kvq__q_prio_next_count(int64_t *out, kvq_queue *q, kvq_txn *txn, int64_t priority)
+{
+    *out = 0;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
+    int rc = kvq__qk_prio_prefix(&lo, kvq__buf_bytes(&q->prefix), priority);
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, lo.data, lo.len);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&lo, 0x00);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&hi, 0xff);
+    const kvq_kv *kvs;
+    size_t got = 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
+                               KVQ_SNAPSHOT | KVQ_REVERSE);
+    if (rc == 0 && got == 1) {
+        int64_t prio, last;
+        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
+                                &prio, &last);
+        if (rc == 0 && last == INT64_MAX)
+            rc = kvq__error(KVQ_ERANGE, "the priority's last count is the largest integer");
+        if (rc == 0)
+            *out = last + 1;
+    }
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    return rc;
+}

@@ -44,35 +44,13 @@ static int prio_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_
     int rc = kvq__random_bytes(rnd, sizeof(rnd));
     if (rc != 0)
         return rc;
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, key = KVQ_BUF_INIT;
-    rc = kvq__qk_prio_prefix(&lo, kvq__buf_bytes(&q->prefix), p);
-    if (rc == 0)
-        rc = kvq_buf_append(&hi, lo.data, lo.len);
-    if (rc == 0)
-        rc = kvq__buf_put_byte(&lo, 0x00);
-    if (rc == 0)
-        rc = kvq__buf_put_byte(&hi, 0xff);
-    const kvq_kv *kvs;
-    size_t got = 0;
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
-                               KVQ_SNAPSHOT | KVQ_REVERSE);
+    kvq_buf key = KVQ_BUF_INIT;
     int64_t count = 0;
-    if (rc == 0 && got == 1) {
-        int64_t prio, last;
-        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
-                                &prio, &last);
-        if (rc == 0 && last == INT64_MAX)
-            rc = kvq__error(KVQ_ERANGE, "the priority's last count is the largest integer");
-        if (rc == 0)
-            count = last + 1;
-    }
+    rc = kvq__q_prio_next_count(&count, q, txn, p);
     if (rc == 0)
         rc = kvq__qk_prio_item(&key, kvq__buf_bytes(&q->prefix), p, count, rnd);
     if (rc == 0)
         rc = kvq_txn_set(txn, key.data, key.len, value, len);
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
     kvq_buf_dispose(&key);
     return rc;
 }

@@ -675,8 +675,7 @@ int kvq_queue_recover(uint64_t *out, kvq_queue *q)
     return kvq__hc_sweep(q, out);
 }
 
-/* ---- test hooks --------------------------------------------------------------------------------
- */
+/* ---- test hooks ------------------------------------------------------------------------------ */
 
 typedef struct reg_arg {
     hc *h;

@@ -151,7 +151,7 @@ int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
     if (lease_ms < 1 || lease_ms > 86400000)
         return kvq__error(KVQ_EINVAL, "lease of %lld ms is out of range (1 ms to 1 day)",
                           (long long)lease_ms);
-    *out = lease_ms * VPM;
+    *out = lease_ms * KVQ__VERSIONS_PER_MS;
     return 0;
 }
 
@@ -218,7 +218,7 @@ static int push_body_any(kvq_workq *w,
                 *enqueued = 1; /* this push's own earlier attempt committed */
                 goto out;
             }
-            if (rv - at < w->opts.dedup_window_ms * VPM)
+            if (rv - at < w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS)
                 goto out; /* a duplicate within the window */
             kvq_tuple_elem e2[2] = { kvq_tuple_int(at), e };
             rc = kvq__wq_key_of(&k2, &w->base_ddx, e2, 2);
@@ -238,7 +238,7 @@ static int push_body_any(kvq_workq *w,
         if (rc != 0)
             goto out;
     }
-    int64_t due = o->delay_ms > 0 ? rv + o->delay_ms * VPM : 0;
+    int64_t due = o->delay_ms > 0 ? rv + o->delay_ms * KVQ__VERSIONS_PER_MS : 0;
     if (o->not_before > due)
         due = o->not_before;
     kvq_bytes val = { value, len };
@@ -529,7 +529,7 @@ int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)
     return 0;
 }
 
-int64_t kvq__workq_lease_ms(const kvq_workq *w)
+int64_t kvq__wq_lease_ms(const kvq_workq *w)
 {
     return w->opts.lease_ms;
 }
@@ -593,7 +593,7 @@ int kvq__wq_settle_txn(kvq_workq *w,
     if (rv >= deadline) {
         rc = kvq__error(KVQ_ELEASE_EXPIRED,
                         "the lease ended %lld ms ago (at version %lld); nothing was changed",
-                        (long long)((rv - deadline) / VPM), (long long)deadline);
+                        (long long)((rv - deadline) / KVQ__VERSIONS_PER_MS), (long long)deadline);
         goto out;
     }
     /* Copy what the lease record holds before writing (borrowed memory). */
@@ -704,7 +704,9 @@ int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_nack_txn");
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * VPM, NULL);
+    return rc != 0 ? rc
+                   : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * KVQ__VERSIONS_PER_MS,
+                                        NULL);
 }
 
 int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t lease_ms)
@@ -795,7 +797,7 @@ int kvq_workq_nack(kvq_workq *w, kvq_workq_lease *lease, int64_t delay_ms)
     int rc = check_settle(w, NULL, 0, lease, "kvq_workq_nack");
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : settle_conv(w, lease, SETTLE_NACK, delay_ms * VPM);
+    return rc != 0 ? rc : settle_conv(w, lease, SETTLE_NACK, delay_ms * KVQ__VERSIONS_PER_MS);
 }
 
 int kvq_workq_extend(kvq_workq *w, kvq_workq_lease *lease, int64_t lease_ms)

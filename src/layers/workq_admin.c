@@ -1,5 +1,5 @@
 /* The work queue's administration: dead letters (list, redrive, purge), listings of the items
- * in flight and delayed, and metrics. All reads are snapshot reads in pages of BATCH. */
+ * in flight and delayed, and metrics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
 #include <string.h>
 
 #include "layers/workq_internal.h"
@@ -9,14 +9,14 @@
 typedef struct dlq_page {
     kvq_workq *w;
     kvq_buf after; /* continue after this key (empty: from the start) */
-    kvq_buf vals[BATCH];
-    uint32_t deliv[BATCH];
+    kvq_buf vals[KVQ__WQ_BATCH];
+    uint32_t deliv[KVQ__WQ_BATCH];
     size_t n;
     int more;
 } dlq_page;
 
 /* One page of snapshot reads of the range [base + 00, base + FF), after the key `after` when it
- * is not empty: up to BATCH rows into *kvs (valid until the next read of txn). */
+ * is not empty: up to KVQ__WQ_BATCH rows into *kvs (valid until the next read of txn). */
 static int read_page(kvq_txn *txn,
                      const kvq_buf *base,
                      const kvq_buf *after,
@@ -31,7 +31,7 @@ static int read_page(kvq_txn *txn,
     *got = 0;
     *more = 0;
     if (rc == 0)
-        rc = kvq_txn_get_range(kvs, got, more, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
+        rc = kvq_txn_get_range(kvs, got, more, txn, lo.data, lo.len, hi.data, hi.len, KVQ__WQ_BATCH,
                                KVQ_SNAPSHOT);
     kvq_buf_dispose(&lo);
     kvq_buf_dispose(&hi);
@@ -84,7 +84,7 @@ int kvq_workq_dlq_list(kvq_workq *w, kvq_workq_dlq_fn fn, void *payload)
             rc = fn(v, p->deliv[i], payload);
         }
     } while (rc == 0 && p->more && p->n > 0);
-    for (size_t i = 0; i < BATCH; i++)
+    for (size_t i = 0; i < KVQ__WQ_BATCH; i++)
         kvq_buf_dispose(&p->vals[i]);
     kvq_buf_dispose(&p->after);
     kvq__free(p);
@@ -97,8 +97,8 @@ typedef struct item_page {
     kvq_workq *w;
     int delayed;   /* 0: in-flight items (by lease end), 1: delayed items (by due time) */
     kvq_buf after; /* continue after this index key (empty: from the start) */
-    kvq_buf vals[BATCH];
-    kvq_workq_item info[BATCH];
+    kvq_buf vals[KVQ__WQ_BATCH];
+    kvq_workq_item info[KVQ__WQ_BATCH];
     size_t n;
     int more;
 } item_page;
@@ -149,7 +149,7 @@ static int inflight_item(kvq_workq *w,
         rc = kvq__buf_set(val, v.data, v.len);
     it->deliveries = it->lease.deliveries;
     it->priority = it->lease.priority;
-    it->due_ms = (it->lease.deadline - rv) / VPM;
+    it->due_ms = (it->lease.deadline - rv) / KVQ__VERSIONS_PER_MS;
     *found = rc == 0;
     return rc;
 }
@@ -165,7 +165,7 @@ static int delayed_item(kvq_workq *w, kvq_kv kv, int64_t rv, kvq_buf *val, kvq_w
         return kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
     }
     memset(it, 0, sizeof(*it));
-    it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / VPM;
+    it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / KVQ__VERSIONS_PER_MS;
     it->priority = kvq_tuple_at(t, 2)->v.i;
     it->deliveries = (uint32_t)kvq_tuple_at(t, 3)->v.i;
     kvq_tuple_destroy(t);
@@ -242,7 +242,7 @@ list_items(kvq_workq *w, int delayed, kvq_workq_item_fn fn, void *payload, const
             rc = fn(&p->info[i], payload);
         }
     } while (rc == 0 && more);
-    for (size_t i = 0; i < BATCH; i++)
+    for (size_t i = 0; i < KVQ__WQ_BATCH; i++)
         kvq_buf_dispose(&p->vals[i]);
     kvq_buf_dispose(&p->after);
     kvq__free(p);
@@ -277,8 +277,9 @@ static int redrive_body(kvq_txn *txn, void *arg)
     const kvq_kv *kvs;
     size_t got = 0;
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH, 0);
-    if (rc == 0 && got == BATCH)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
+                               KVQ__WQ_BATCH, 0);
+    if (rc == 0 && got == KVQ__WQ_BATCH)
         c->more = 1;
     size_t plen = w->base_dlq.len;
     for (size_t i = 0; rc == 0 && i < got; i++) {
@@ -375,7 +376,7 @@ static int metrics_body(kvq_txn *txn, void *arg)
         if (rc == 0)
             rc = kvq__wq_age_head(w, txn, 0, &since);
         if (rc == 0 && since >= 0)
-            c->m.oldest_ready_age_ms = rv - since < 0 ? 0 : (rv - since) / VPM;
+            c->m.oldest_ready_age_ms = rv - since < 0 ? 0 : (rv - since) / KVQ__VERSIONS_PER_MS;
         return rc;
     }
     int64_t np, nq;
@@ -392,7 +393,7 @@ static int metrics_body(kvq_txn *txn, void *arg)
     if (rc == 0 && got == 1 && kvs[0].key.len >= q->val_prefix.len + 13) {
         const uint8_t *vs = kvs[0].key.data + kvs[0].key.len - 12;
         int64_t ver = (int64_t)kvq__be_get(vs, 8);
-        int64_t age = (rv - ver) / VPM;
+        int64_t age = (rv - ver) / KVQ__VERSIONS_PER_MS;
         c->m.oldest_ready_age_ms = age < 0 ? 0 : age;
     }
     return rc;

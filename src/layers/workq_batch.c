@@ -234,7 +234,8 @@ int kvq_workq_nack_many_txn(int *out,
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
     return rc != 0 ? rc
-                   : settle_many_txn(out, w, txn, leases, n, SETTLE_NACK, delay_ms * VPM);
+                   : settle_many_txn(out, w, txn, leases, n, SETTLE_NACK,
+                                     delay_ms * KVQ__VERSIONS_PER_MS);
 }
 
 typedef struct settle_many_ctx {
@@ -306,5 +307,6 @@ int kvq_workq_nack_many(
     int rc = check_many("kvq_workq_nack_many", w, NULL, 0, leases, n);
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : settle_many(out, w, leases, n, SETTLE_NACK, delay_ms * VPM);
+    return rc != 0 ? rc
+                   : settle_many(out, w, leases, n, SETTLE_NACK, delay_ms * KVQ__VERSIONS_PER_MS);
 }

@@ -42,8 +42,8 @@
 #include "kvq/workq.h"
 #include "layers/layers_internal.h"
 
-#define VPM   KVQ__VERSIONS_PER_MS
-#define BATCH 64
+/* Rows a work-queue transaction reads or moves at most (upkeep passes, listings, redrives). */
+#define KVQ__WQ_BATCH 64
 
 struct kvq_workq {
     kvq_queue *q;

@@ -338,32 +338,10 @@ int kvq__wq_push_ready(
     }
     /* The priority recipe: the last count of this priority by a snapshot read. */
     uint8_t rnd[KVQ__RAND_LEN];
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
+    int64_t count = 0;
     rc = kvq__random_bytes(rnd, sizeof(rnd));
     if (rc == 0)
-        rc = kvq__qk_prio_prefix(&lo, kvq__buf_bytes(&q->prefix), prio);
-    if (rc == 0)
-        rc = kvq_buf_append(&hi, lo.data, lo.len);
-    static const uint8_t z = 0, f = 0xff;
-    if (rc == 0)
-        rc = kvq_buf_append(&lo, &z, 1);
-    if (rc == 0)
-        rc = kvq_buf_append(&hi, &f, 1);
-    const kvq_kv *kvs;
-    size_t got = 0;
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
-                               KVQ_SNAPSHOT | KVQ_REVERSE);
-    int64_t count = 0;
-    if (rc == 0 && got == 1) {
-        int64_t p, last;
-        rc = kvq__qk_parse_prio(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len, &p,
-                                &last);
-        if (rc == 0 && last == INT64_MAX)
-            rc = kvq__error(KVQ_ERANGE, "the priority's last count is the largest integer");
-        if (rc == 0)
-            count = last + 1;
-    }
+        rc = kvq__q_prio_next_count(&count, q, txn, prio);
     tmp->len = 0;
     if (rc == 0)
         rc = kvq__qk_prio_item(tmp, kvq__buf_bytes(&q->prefix), prio, count, rnd);
@@ -375,7 +353,5 @@ int kvq__wq_push_ready(
     }
     if (rc == 0)
         rc = kvq__wq_counter_add(txn, &w->n_ready, 1);
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
     return rc;
 }

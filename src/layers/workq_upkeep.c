@@ -11,9 +11,10 @@
 
 /* ---- recovery ------------------------------------------------------------------------------ */
 
-/* One upkeep transaction: up to BATCH expired leases back, up to BATCH due delayed items ready,
- * old markers pruned. *more = 1 when a batch was full. Expired leases are handled first: the
- * durable promotions write versionstamped keys, after which the item range is unreadable. */
+/* One upkeep transaction: up to KVQ__WQ_BATCH expired leases back, up to KVQ__WQ_BATCH due delayed
+ * items ready, old markers pruned. *more = 1 when a batch was full. Expired leases are handled
+ * first: the durable promotions write versionstamped keys, after which the item range is
+ * unreadable. */
 static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
 {
     int64_t rv;
@@ -33,8 +34,9 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     if (rc == 0)
         rc = kvq__wq_key_of(&hi, &w->base_x, &ex, 1);
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH, 0);
-    if (rc == 0 && got == BATCH)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
+                               KVQ__WQ_BATCH, 0);
+    if (rc == 0 && got == KVQ__WQ_BATCH)
         *more = 1;
     /* kvs is borrowed; copy the keys we need before reading more. */
     kvq_buf xkeys = KVQ_BUF_INIT;
@@ -104,8 +106,9 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     if (rc == 0)
         rc = kvq__wq_key_of(&hi, &w->base_y, &e, 1);
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH, 0);
-    if (rc == 0 && got == BATCH)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
+                               KVQ__WQ_BATCH, 0);
+    if (rc == 0 && got == KVQ__WQ_BATCH)
         *more = 1;
     for (size_t i = 0; rc == 0 && i < got; i++) {
         /* kvs stays valid: only writes follow. */
@@ -144,13 +147,13 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         }
     }
     if (rc == 0) {
-        kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * VPM);
+        kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS);
         rc = kvq__wq_range_of(&lo, &hi, &w->base_ddx);
         if (rc == 0)
             rc = kvq__wq_key_of(&hi, &w->base_ddx, &de, 1);
         if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, BATCH,
-                                   KVQ_SNAPSHOT);
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
+                                   KVQ__WQ_BATCH, KVQ_SNAPSHOT);
         for (size_t i = 0; rc == 0 && i < got; i++) {
             rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_ddx.len,
                                   kvs[i].key.len - w->base_ddx.len);

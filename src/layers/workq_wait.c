@@ -207,12 +207,12 @@ static int look(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t leas
     return kvq_workq_receive(out, lease, w, lease_ms);
 }
 
-int kvq__workq_receive_wait(kvq_workq *w,
-                            kvq_buf *out,
-                            kvq_workq_lease *lease,
-                            int64_t lease_ms,
-                            int64_t wait_ms,
-                            kvq__wq_waker *waker)
+int kvq__wq_receive_wait(kvq_buf *out,
+                         kvq_workq_lease *lease,
+                         kvq_workq *w,
+                         int64_t lease_ms,
+                         int64_t wait_ms,
+                         kvq__wq_waker *waker)
 {
     int64_t deadline = kvq__mono_us() + wait_ms * 1000;
     int rc = look(w, out, lease, lease_ms);
@@ -251,14 +251,14 @@ int kvq__workq_receive_wait(kvq_workq *w,
                 backoff_ms = backoff_ms == 0 ? 1 : backoff_ms * 2;
                 if (backoff_ms > WAIT_BACKOFF_MAX_MS)
                     backoff_ms = WAIT_BACKOFF_MAX_MS;
-                dv = backoff_ms * VPM;
+                dv = backoff_ms * KVQ__VERSIONS_PER_MS;
             } else {
                 backoff_ms = 0;
             }
             /* Upkeep moves an item once its time is below the read version: a millisecond
              * later, the item is due for certain. */
-            if (dv / VPM < (deadline - c.mono_us) / 1000)
-                until = c.mono_us + (dv / VPM + 1) * 1000;
+            if (dv / KVQ__VERSIONS_PER_MS < (deadline - c.mono_us) / 1000)
+                until = c.mono_us + (dv / KVQ__VERSIONS_PER_MS + 1) * 1000;
         }
         if (w->q->type == KVQ_QUEUE_PRIORITY && until > now + PRIO_PLAIN_LOOK_MS * 1000)
             until = now + PRIO_PLAIN_LOOK_MS * 1000;
@@ -305,5 +305,5 @@ int kvq_workq_receive_wait(
                         (long long)wait_ms);
     if (rc != 0)
         return rc;
-    return kvq__workq_receive_wait(w, out, lease, lease_ms, wait_ms, NULL);
+    return kvq__wq_receive_wait(out, lease, w, lease_ms, wait_ms, NULL);
 }

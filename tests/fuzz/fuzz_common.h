@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvq/tuple.h"
+#include "util/bytes.h"
 
 /* Stops the run with a message; libFuzzer then saves the input that did it. */
 #define FUZZ_CHECK(cond)                                                                      \
@@ -64,8 +65,7 @@ static inline int fuzz_canonical(kvq_buf *out, const kvq_tuple *t)
     FUZZ_CHECK(out->len >= 4 + 13);
     out->len -= 4;
     const uint8_t *off = out->data + out->len;
-    uint32_t at =
-        (uint32_t)off[0] | (uint32_t)off[1] << 8 | (uint32_t)off[2] << 16 | (uint32_t)off[3] << 24;
+    uint32_t at = (uint32_t)kvq__le_get(off, 4);
     /* The offset names the 10 stamp bytes, just after a 0x33. */
     FUZZ_CHECK(at >= 1 && (size_t)at + 12 <= out->len && out->data[at - 1] == 0x33);
     for (size_t i = 0; i < 10; i++)

@@ -54,11 +54,6 @@ static void open_db(void)
     atexit(cleanup);
 }
 
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Are the decoded elements a[] the wanted elements b[] with their incomplete stamps completed by
  * `stamp` (nested tuples included)? Counts the completed stamps. */
 static void match(const kvq_tuple_elem *a,
@@ -107,7 +102,7 @@ static void check_completed(const uint8_t *stored,
 static int commit_stamped(const uint8_t *vkey, size_t n, uint8_t stamp[10])
 {
     static const uint8_t value[3] = { 'v', 'a', 'l' };
-    int off_ok = n >= 4 && (uint64_t)le32(vkey + n - 4) + 10 <= n - 4;
+    int off_ok = n >= 4 && kvq__le_get(vkey + n - 4, 4) + 10 <= n - 4;
     int legal = n <= KVQ_MAX_KEY_SIZE && (n == 0 || vkey[0] != 0xff);
     kvq_txn *t;
     FUZZ_CHECK(kvq_txn_create(&t, db) == 0);
@@ -142,7 +137,7 @@ static int commit_stamped(const uint8_t *vkey, size_t n, uint8_t stamp[10])
     size_t found = 0;
     if (off_ok) {
         memcpy(want, vkey, n - 4);
-        memcpy(want + le32(vkey + n - 4), stamp, 10);
+        memcpy(want + kvq__le_get(vkey + n - 4, 4), stamp, 10);
     }
     /* The stamped key may be "v" itself, which the stamped value (set after it) overwrote. */
     int same = rk == 0 && rv == 0 && n - 4 == 1 && want[0] == 'v';
@@ -188,7 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 again.len == n && memcmp(again.data, in, n) == 0) {
                 uint8_t stored[1100];
                 memcpy(stored, in, n - 4);
-                memcpy(stored + le32(in + n - 4), stamp, 10);
+                memcpy(stored + kvq__le_get(in + n - 4, 4), stamp, 10);
                 check_completed(stored, n - 4, e, c, stamp);
             }
             kvq_buf_dispose(&again);
@@ -226,7 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(rc == 0);
         FUZZ_CHECK(packed.len >= 4 + 11);
-        uint32_t off = le32(packed.data + packed.len - 4);
+        uint32_t off = (uint32_t)kvq__le_get(packed.data + packed.len - 4, 4);
         FUZZ_CHECK(off >= 1 && packed.data[off - 1] == 0x33);
         if (packed.len <= 1100 && (packed.len == 4 || packed.data[0] != 0xff)) {
             FUZZ_CHECK(commit_stamped(packed.data, packed.len, stamp) == 1);

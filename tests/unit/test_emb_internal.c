@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "engine/embedded/emb.h"
+#include "util/bytes.h"
 
 #define S(x) (const uint8_t *)(x), strlen(x)
 
@@ -128,12 +129,6 @@ static void test_ranges_random(void **state)
     }
 }
 
-static void le(uint8_t *out, uint64_t v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        out[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void test_atomic_ops(void **state)
 {
     (void)state;
@@ -141,22 +136,22 @@ static void test_atomic_ops(void **state)
     int pres = 0;
     uint8_t a[8], b[8];
     /* ADD: little-endian, carries, truncation to the operand's width. */
-    le(a, 0xff, 2);
-    le(b, 1, 2);
+    kvq__le_put(a, 0xff, 2);
+    kvq__le_put(b, 1, 2);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 2, 1, b, 2), 0);
     assert_int_equal(out.len, 2);
     assert_int_equal(out.data[0], 0x00);
     assert_int_equal(out.data[1], 0x01);
     /* The stored value is longer than the operand: truncated. */
-    le(a, 0x010203040506ULL, 6);
-    le(b, 1, 2);
+    kvq__le_put(a, 0x010203040506ULL, 6);
+    kvq__le_put(b, 1, 2);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 6, 1, b, 2), 0);
     assert_int_equal(out.len, 2);
     assert_int_equal(out.data[0], 0x07);
     assert_int_equal(out.data[1], 0x05);
     /* Shorter: zero-extended. Missing: zero. Wraps at the operand's width. */
-    le(a, 5, 1);
-    le(b, 0xffffffffffffffffULL, 8);
+    kvq__le_put(a, 5, 1);
+    kvq__le_put(b, 0xffffffffffffffffULL, 8);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_ADD, a, 1, 1, b, 8), 0);
     uint64_t v = 0;
     memcpy(&v, out.data, 8);
@@ -165,8 +160,8 @@ static void test_atomic_ops(void **state)
     memcpy(&v, out.data, 8);
     assert_int_equal(v, 0xffffffffffffffffULL);
     /* MAX and MIN compare unsigned little-endian integers; a missing key takes the operand. */
-    le(a, 0x0100, 2);
-    le(b, 0x00ff, 2);
+    kvq__le_put(a, 0x0100, 2);
+    kvq__le_put(b, 0x00ff, 2);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MAX, a, 2, 1, b, 2), 0);
     assert_memory_equal(out.data, a, 2);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MIN, a, 2, 1, b, 2), 0);
@@ -174,8 +169,8 @@ static void test_atomic_ops(void **state)
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_MIN, NULL, 0, 0, a, 2), 0);
     assert_memory_equal(out.data, a, 2);
     /* Bitwise. AND on a missing key takes the operand; OR and XOR see zeros. */
-    le(a, 0x0f0f, 2);
-    le(b, 0x00ff, 2);
+    kvq__le_put(a, 0x0f0f, 2);
+    kvq__le_put(b, 0x00ff, 2);
     assert_int_equal(emb_apply_atomic(&out, &pres, KVQ_MUT_BIT_AND, a, 2, 1, b, 2), 0);
     assert_int_equal(out.data[0], 0x0f);
     assert_int_equal(out.data[1], 0x00);

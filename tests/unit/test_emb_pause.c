@@ -41,6 +41,7 @@
 
 #include "kvq/kvq.h"
 #include "test_scale.h"
+#include "util/bytes.h"
 
 extern char **environ;
 static const char *self;
@@ -65,14 +66,6 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
 }
 
 /* Adds 1 to "counter" and sets `key`, in one transaction (retried on retryable errors). */
@@ -463,7 +456,7 @@ static void paused_holder(int kind, int killed)
         }
     }
     assert_int_equal(kvq_txn_get(&v, &present, t, (const uint8_t *)"counter", 7, 0), 0);
-    uint64_t counter = present && v.len == 8 ? le64(v.data) : 0;
+    uint64_t counter = present && v.len == 8 ? kvq__le_get(v.data, 8) : 0;
     const kvq_kv *kvs;
     size_t nkv = 0;
     /* A full scan checks every stored row's checksum. */

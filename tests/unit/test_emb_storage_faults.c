@@ -39,6 +39,7 @@
 #include "kvq/kvq.h"
 #include "kvq/testing.h"
 #include "test_scale.h"
+#include "util/bytes.h"
 
 #define NTXN 12
 #define VLEN 2000
@@ -250,14 +251,6 @@ static void run_child(const char *dir, const run_spec *sp, run_result *r)
     fclose(f);
 }
 
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Reopens the database and checks it against the child's outcomes. */
 static void check_db(const char *dir, const run_spec *sp, const run_result *r)
 {
@@ -323,7 +316,7 @@ static void check_db(const char *dir, const run_spec *sp, const run_result *r)
     kvq_bytes cv;
     int cp = 0;
     assert_int_equal(kvq_txn_get(&cv, &cp, t, (const uint8_t *)"counter", 7, 0), 0);
-    uint64_t counter = cp && cv.len == 8 ? le64(cv.data) : 0;
+    uint64_t counter = cp && cv.len == 8 ? kvq__le_get(cv.data, 8) : 0;
     if (counter != present_count) {
         fprintf(stderr, "counter %llu, but %llu transactions present\n",
                 (unsigned long long)counter, (unsigned long long)present_count);

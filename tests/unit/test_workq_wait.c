@@ -92,7 +92,7 @@ static void *waiter_main(void *arg)
 {
     waiter *x = arg;
     x->rc = x->waker != NULL
-                ? kvq__workq_receive_wait(x->e->w, &x->v, &x->lease, 0, x->wait_ms, x->waker)
+                ? kvq__wq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms, x->waker)
                 : kvq_workq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms);
     x->done_us = kvq__mono_us();
     return NULL;
@@ -303,7 +303,7 @@ static void test_waker_stop(void **state)
     /* A waker stopped before the wait: one look, no wait. */
     kvq_workq_lease l;
     t0 = kvq__mono_us();
-    assert_int_equal(kvq__workq_receive_wait(e.w, &x.v, &l, 0, 60000, &k), KVQ_ENOTFOUND);
+    assert_int_equal(kvq__wq_receive_wait(&x.v, &l, e.w, 0, 60000, &k), KVQ_ENOTFOUND);
     assert_true(kvq__mono_us() - t0 < 30 * 1000000LL);
     kvq__wq_waker_destroy(&k);
     kvq_buf_dispose(&x.v);
