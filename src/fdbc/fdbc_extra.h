@@ -1,6 +1,6 @@
 /* The functions of FoundationDB's C API that libkvq_fdb_c.so exports beyond those kvq's own fdb
  * binding loads (engine/fdb/fdb_api.h), with fdb_c.h's signatures (its enum parameters are
- * ints here, the same in the ABI). Shared by fdb_c.c and tests/fdbc. */
+ * ints here, the same in the ABI). Shared by src/fdbc and tests/fdbc. */
 #ifndef KVQ_FDBC_EXTRA_H
 #define KVQ_FDBC_EXTRA_H
 

@@ -17,24 +17,7 @@ versions=("$@")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$src/bindings/python/fdb" "$work/fdb"
-python3 - "$src/fdbclient/vexillographer/fdb.options" "$work/fdb" <<'PY'
-# The binding's option tables, one dict per scope: name -> (code, description, type, param).
-import sys
-import xml.etree.ElementTree as ET
-types = {None: "type(None)", "Int": "type(0)", "String": "type('')", "Bytes": "type(b'')"}
-lines = []
-for scope in ET.parse(sys.argv[1]).getroot().findall("Scope"):
-    lines.append("%s = {" % scope.get("name"))
-    for o in scope.findall("Option"):
-        if o.get("hidden") == "true":
-            continue
-        pd = o.get("paramDescription")
-        lines.append("    %r : (%s, %r, %s, %r)," % (o.get("name"), o.get("code"),
-                     o.get("description") or "", types[o.get("paramType")], pd))
-    lines.append("}\n")
-open(sys.argv[2] + "/fdboptions.py", "w").write("\n".join(lines))
-open(sys.argv[2] + "/apiversion.py", "w").write('LATEST_API_VERSION = 730\nFDB_VERSION = "7.3"\n')
-PY
+python3 "$here/gen_fdboptions.py" "$src" "$work/fdb"
 export LD_LIBRARY_PATH="$build/fdbc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for v in "${versions[@]}"; do
     rm -rf "$work/data"

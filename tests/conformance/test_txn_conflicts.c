@@ -579,6 +579,38 @@ static void test_clear_after_versionstamped_push_conflicts(void **state)
     kvq_db_close(db);
 }
 
+/* A transaction whose commit failed is not read from again before a reset: used_during_commit
+ * (2017), as FoundationDB says of a transaction used after its commit. The embedded engine used
+ * to read from the snapshot its commit had already ended (a NULL connection: a crash). */
+static void test_read_after_failed_commit(void **state)
+{
+    (void)state;
+    const char *p = "confl_after_fail";
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, p);
+    cf_key k = cf_k(p, "k"), o = cf_k(p, "o");
+    kvq_txn *a = new_txn(db), *b = new_txn(db);
+    kvq_bytes v;
+    int present;
+    CF_OK(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
+    CF_OK(kvq_txn_set(b, k.b, k.n, CF_S("b")));
+    CF_OK(kvq_txn_commit(b));
+    CF_OK(kvq_txn_set(a, o.b, o.n, CF_S("a")));
+    assert_int_equal(kvq_txn_commit(a), KVQ_ENOT_COMMITTED);
+    assert_int_equal(kvq_txn_get(&v, &present, a, k.b, k.n, 0), KVQ_EUSED_DURING_COMMIT);
+    cf_key e = cf_after_prefix(&k);
+    const kvq_kv *kvs;
+    size_t n;
+    assert_int_equal(kvq_txn_get_range(&kvs, &n, NULL, a, k.b, k.n, e.b, e.n, 0, 0),
+                     KVQ_EUSED_DURING_COMMIT);
+    kvq_txn_reset(a);
+    CF_OK(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
+    assert_true(present);
+    kvq_txn_destroy(a);
+    kvq_txn_destroy(b);
+    kvq_db_close(db);
+}
+
 /* ---- the retry loop ------------------------------------------------------------------------ */
 
 struct interfere {
@@ -1084,6 +1116,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_threads_atomic_adds),
         cmocka_unit_test(test_versionstamped_pushes_no_conflict),
         cmocka_unit_test(test_clear_after_versionstamped_push_conflicts),
+        cmocka_unit_test(test_read_after_failed_commit),
         cmocka_unit_test(test_transact_retries_conflicts),
         cmocka_unit_test(test_transact_body_errors),
         cmocka_unit_test(test_on_error),

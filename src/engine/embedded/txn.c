@@ -155,6 +155,12 @@ static int ensure_rv(emb_txn *t)
             return kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                               "the transaction's read version is more than 5 seconds old");
         }
+        /* A commit that failed ended the read (emb_commit): there is no snapshot to read
+         * from until a reset, as FoundationDB says of a transaction used after its commit. */
+        if (t->conn == NULL)
+            return kvq__error(KVQ_EUSED_DURING_COMMIT,
+                              "the transaction's commit was attempted; reset it before using it "
+                              "again");
         return 0;
     }
     int rc, src;
