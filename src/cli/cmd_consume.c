@@ -130,8 +130,13 @@ static int pipe_drained(leased_ctx *x)
         if (unread == 0)
             return 0;
         struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
-        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)))
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+            /* The reader is gone; it may have read the item just before it went (head -1
+             * reads what is there, then exits): then the pipe holds nothing unread. */
+            if (ioctl(STDOUT_FILENO, FIONREAD, &unread) == 0 && unread == 0)
+                return 0;
             return -1;
+        }
         if (__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE))
             return -1;
         kvq__sleep_us(1000);
