@@ -110,7 +110,8 @@ int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out)
 {
     for (;;) {
         /* A whole record in the buffer? */
-        uint8_t *from = r->buf + r->start;
+        /* (Nothing buffered yet: buf may still be NULL, where no offset may be taken.) */
+        uint8_t *from = r->buf != NULL ? r->buf + r->start : NULL;
         size_t have = r->len - r->start;
         uint8_t *end = have > 0 ? memchr(from, r->delim, have) : NULL;
         if (end != NULL) {
