@@ -17,6 +17,23 @@ static int path_not_dir(const char *url)
     return strncmp(url, "fdb:", 4) != 0 && stat(url, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
+/* Whether the embedded database path holds a non-empty data.db although the engine found no kvq
+ * database there (its marker is missing): that is damage, or another program's file, not an
+ * empty directory. */
+static int stray_data_file(const char *url)
+{
+    if (url == NULL)
+        url = getenv("KVQ_DB");
+    if (url == NULL)
+        url = "./kvq-data";
+    if (strncmp(url, "fdb:", 4) == 0)
+        return 0;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/data.db", url);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
 int cli_open(cli *c)
 {
     if (c->parse_only)
@@ -29,6 +46,17 @@ int cli_open(cli *c)
     if (c->read_only)
         o.flags |= KVQ_DB_READ_ONLY;
     int rc = kvq_db_open(&c->db, c->db_url, &o);
+    if (rc == KVQ_ENOTFOUND && stray_data_file(c->db_url)) {
+        char msg[1400];
+        snprintf(msg, sizeof(msg), "%s, but it holds a data.db: the database is damaged (its "
+                 "kvq.marker is gone) or the file is another program's; kvq neither reads nor "
+                 "replaces it", kvq_last_error());
+        fputs("kvq: ", stderr);
+        cli_put_text(stderr, msg);
+        fputs(" (database_damaged)\n", stderr);
+        cli_json_error(KVQ_EDAMAGED, "database_damaged", msg);
+        return EXIT_DB;
+    }
     if (rc == KVQ_ENOTFOUND && !c->create_db) {
         fprintf(stderr, "kvq: %s (create a queue with 'kvq create NAME' to start one)\n",
                 kvq_last_error());

@@ -279,6 +279,13 @@ check "backup: the copy passes check (its counters agree with its items: one sna
 "$KVQ" --db "$DBB" backup "$T/copy" >/dev/null 2>&1; rc=$?
 check "backup into an existing directory: refused, exit 2" bash -c "[ $rc = 2 ]"
 
+# A data.db of garbage with no kvq.marker beside it: damaged (exit 3), not "no database" (exit 4);
+# and kvq create does not replace it.
+mkdir "$T/garbage"; head -c 10000 /dev/urandom >"$T/garbage/data.db"; cp "$T/garbage/data.db" "$T/garbage.copy"
+"$KVQ" --db "$T/garbage" len q >/dev/null 2>"$T/err"; rc=$?
+"$KVQ" --db "$T/garbage" create q >/dev/null 2>&1; rc2=$?
+check "a data.db of garbage: exit 3 saying damaged, and create leaves it" bash -c "[ $rc = 3 ] && grep -q damaged '$T/err' && [ $rc2 = 3 ] && cmp -s '$T/garbage/data.db' '$T/garbage.copy'"
+
 # ---- bash completion ---------------------------------------------------------------------------------
 COMP="$(cd "$(dirname "$0")/../../src/cli/completion" && pwd)/kvq.bash"
 complete_words() { # complete_words WORD...: what bash would offer for the last word
