@@ -70,7 +70,10 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
         }
         /* The run read is consecutive in the queue (a range read that conflicts with any
          * change inside it): one clear_range takes its items off, and the counters move once. */
-        kvq__wq_tally t = { 0, 0, 0, 0, 0, 1 };
+        kvq__wq_tally t;
+        memset(&t, 0, sizeof(t));
+        t.skip_item_clear = 1;
+        t.spans = 1;
         size_t dead_here = 0;
         for (size_t i = 0; rc == 0 && i < found; i++) {
             kvq_bytes key = { keys.data + offs[4 * i], offs[4 * i + 1] };
@@ -97,6 +100,7 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
         }
         if (rc == 0)
             rc = kvq__wq_tally_apply(w, txn, &t);
+        kvq__wq_tally_dispose(&t);
         if (rc == 0 && (found < want || dead_here == 0))
             break;
     }
@@ -187,7 +191,9 @@ static int settle_many_txn(int *out,
                            int64_t arg)
 {
     int first = 0;
-    kvq__wq_tally t = { 0, 0, 0, 0, 0, 0 };
+    kvq__wq_tally t;
+    memset(&t, 0, sizeof(t));
+    t.spans = 1;
     for (size_t i = 0; i < n; i++) {
         kvq_workq_lease l = leases[i];
         int rc = kvq__wq_settle_txn(w, txn, &l, kind, arg, &t);
@@ -196,12 +202,14 @@ static int settle_many_txn(int *out,
             if (first == 0)
                 first = rc;
         } else if (rc != 0) {
+            kvq__wq_tally_dispose(&t);
             return rc;
         }
         if (out != NULL)
             out[i] = rc;
     }
     int rc = kvq__wq_tally_apply(w, txn, &t);
+    kvq__wq_tally_dispose(&t);
     return rc != 0 ? rc : first;
 }
 
