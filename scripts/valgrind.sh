@@ -32,7 +32,7 @@ for t in "${tests[@]}"; do
     rc="$(cat "$logs/$t.rc")"
     errors=$((errors + n))
     if [ "$rc" = 77 ]; then
-        # A test with a missing prerequisite reports itself skipped (tests/test_skip.c).
+        # A test with a missing prerequisite reports itself skipped (tests/support/skip.c).
         skipped=$((skipped + 1))
         echo "valgrind: $t skipped: $(grep -h 'skipped' "$logs/$t.out" | tail -n 1)"
     elif [ "$rc" != 0 ]; then

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "engine/engine_layers.h"
 #include "kvq/db.h"
 #include "kvq/testing.h"
 #include "util/util.h"
@@ -122,9 +123,7 @@ struct kvq_txn {
 
 enum { KVQ__SYSTEM_READ = 1u << 0, KVQ__SYSTEM_WRITE = 1u << 1 };
 
-/* Whether err, just returned by kvq_txn_commit or an operation of txn, leaves the transaction
- * possibly committed: 1021 and 1039, and 1031 when it came from the engine's commit. */
-int kvq__txn_maybe_committed(const kvq_txn *txn, int err);
+/* kvq__txn_maybe_committed and kvq__db_test_flags: engine_layers.h. */
 
 /* Every kind of injected fault. */
 #define KVQ__FAULT_KNOWN                                                                   \
@@ -156,8 +155,6 @@ void kvq__watch_ref(kvq_watch *w);
  * the KVQ_FAULT_* kinds asked for, counted in the database's stats. */
 unsigned int kvq__choose_fault(kvq_db *db);
 
-/* The handle's KVQ_TEST_* flags (for the layers' test-only knobs). */
-unsigned int kvq__db_test_flags(const kvq_db *db);
 
 /* Validation shared by the engines. */
 int kvq__check_key(const uint8_t *key, size_t len, const char *what);

@@ -30,7 +30,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
+#include "engine/engine_layers.h"
 #include "kvq/queue.h"
 #include "kvq/workq.h"
 #include "kvq/consumer.h"

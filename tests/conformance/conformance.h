@@ -2,9 +2,13 @@
  * function is static), and written against the public API alone, so that the same programs test
  * every engine.
  *
+ * The scaffolding (temporary directories, seeds, opening the database, skips, assertions) is
+ * the test support library's (tests/support/kvq_test.h); this header adds what only the
+ * conformance tests use.
+ *
  * Which database: $KVQ_TEST_URL when set (for example fdb:/etc/foundationdb/fdb.cluster), else
- * a fresh directory made with mkdtemp under $TMPDIR (or /tmp) for each test group, removed
- * afterwards. When the URL names an engine that is not available (KVQ_ENOENGINE), the tests
+ * a fresh directory made under $TMPDIR (or /tmp) for each test group, removed afterwards
+ * (kt_db_setup). When the URL names an engine that is not available (KVQ_ENOENGINE), the tests
  * report themselves skipped, never passed.
  *
  * Every test keeps its keys under its own prefix and clears it first, so that tests can share
@@ -16,21 +20,16 @@
  * "--cf-child ROLE ARGS...", which cf_init() dispatches. Role functions never use cmocka: they
  * report through their exit status and pipes.
  *
- * Randomized tests take their seed from $KVQ_TEST_SEED or the clock and print it with the
- * command that replays them ($KVQ_TEST_FILTER selects tests by name).
+ * Randomized tests take the run's seed (--seed N or $KVQ_TEST_SEED, else random) and print it
+ * with the command that replays them ($KVQ_TEST_FILTER selects tests by name).
  */
 #ifndef KVQ_CONFORMANCE_H
 #define KVQ_CONFORMANCE_H
 
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
-#include "test_skip.h"
+#include "kvq_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -44,9 +43,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <kvq/kvq.h>
-#include <kvq/testing.h>
-
 /* ---- state of the program ------------------------------------------------------------------ */
 
 /* A role a child process can play: argv[0] is the role's name, then its arguments. Returns the
@@ -58,12 +54,9 @@ struct cf_role {
     cf_role_fn fn;
 };
 
-static char cf_tmp[PATH_MAX];  /* the group's temporary directory (embedded engine) */
-static char cf_url[PATH_MAX];  /* the database every test of the group opens */
+static char cf_url[PATH_MAX];  /* the database every test of the group opens (kt_db_url) */
 static char cf_self[PATH_MAX]; /* this program, for re-executing children */
-static const char *cf_argv0 = "";
-static int cf_fdb;       /* cf_url names the fdb engine */
-static int cf_no_engine; /* the engine turned out to be unavailable */
+static int cf_fdb;             /* cf_url names the fdb engine */
 static const struct cf_role *cf_roles;
 static size_t cf_nroles;
 
@@ -74,26 +67,12 @@ static inline int cf_is_fdb(void)
 
 /* ---- messages and assertions --------------------------------------------------------------- */
 
-/* Asserts that a kvq call returns 0, naming the error and the library's detail otherwise. */
-#define CF_OK(expr)                                                                                \
-    do {                                                                                           \
-        int cf_rc_ = (expr);                                                                       \
-        if (cf_rc_ != 0)                                                                           \
-            fail_msg("%s\n  -> %d %s (%s)", #expr, cf_rc_, kvq_errname(cf_rc_), kvq_last_error()); \
-    } while (0)
-
-/* Asserts that a kvq call returns exactly `want`. */
-#define CF_ERR(expr, want)                                                                  \
-    do {                                                                                    \
-        int cf_rc_ = (expr);                                                                \
-        int cf_want_ = (want);                                                              \
-        if (cf_rc_ != cf_want_)                                                             \
-            fail_msg("%s\n  expected %d %s, got %d %s (%s)", #expr, cf_want_,               \
-                     kvq_errname(cf_want_), cf_rc_, kvq_errname(cf_rc_), kvq_last_error()); \
-    } while (0)
-
-/* A C string as the (pointer, length) pair the API takes. */
-#define CF_S(s) (const uint8_t *)(s), strlen(s)
+/* Earlier spellings of the support library's assertions (assert_ok, assert_err, K), kept only
+ * so that work written against them still builds; the tests use the support library's names. */
+#define CF_OK(expr)        assert_ok(expr)
+#define CF_ERR(expr, want) assert_err(expr, want)
+#define CF_S(s)            K(s)
+#define OK(expr)           assert_ok(expr)
 
 /* ---- random numbers (splitmix64: tiny, and the same sequence everywhere) -------------------- */
 
@@ -120,26 +99,10 @@ static inline int cf_chance(cf_rng *r, unsigned percent)
     return cf_below(r, 100) < percent;
 }
 
-/* The seed of a randomized test: $KVQ_TEST_SEED, else the clock. Prints it and how to replay. */
+/* The seed of a randomized test: the run's (kt_seed). Prints it and how to replay the test. */
 static inline uint64_t cf_seed(const char *test)
 {
-    const char *e = getenv("KVQ_TEST_SEED");
-    uint64_t seed;
-    if (e != NULL && e[0] != '\0') {
-        seed = strtoull(e, NULL, 0);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
-               ((uint64_t)getpid() << 32);
-    }
-    const char *url = getenv("KVQ_TEST_URL");
-    printf("[ SEED     ] %s: seed %" PRIu64 "\n"
-           "[ REPLAY   ] KVQ_TEST_SEED=%" PRIu64 " KVQ_TEST_FILTER=%s%s%s %s\n",
-           test, seed, seed, test, url != NULL ? " KVQ_TEST_URL=" : "", url != NULL ? url : "",
-           cf_argv0);
-    fflush(stdout);
-    return seed;
+    return kt_seed_print(test);
 }
 
 /* ---- time ---------------------------------------------------------------------------------- */
@@ -158,25 +121,6 @@ static inline void cf_sleep_ms(int64_t ms)
     }
 }
 
-/* ---- files --------------------------------------------------------------------------------- */
-
-static inline int cf_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-/* Removes a directory tree; a missing one is fine. */
-static inline int cf_rm_rf(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? 0 : -1;
-    return nftw(path, cf_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* ---- opening the database ------------------------------------------------------------------ */
 
 /* A URL for a database of this test's own: a fresh path in the group's directory on the
@@ -186,10 +130,8 @@ static inline const char *cf_fresh_url(char *out, size_t cap, const char *name)
     if (cf_fdb) {
         snprintf(out, cap, "%s", cf_url);
     } else {
-        int n = snprintf(out, cap, "%s/%s", cf_tmp, name);
-        if (n < 0 || (size_t)n >= cap)
-            fail_msg("path too long: %s/%s", cf_tmp, name);
-        (void)cf_rm_rf(out);
+        kt_path(out, cap, kt_db_dir(), name);
+        (void)kt_rm_rf(out);
     }
     return out;
 }
@@ -198,19 +140,7 @@ static inline const char *cf_fresh_url(char *out, size_t cap, const char *name)
 static inline kvq_db *
 cf_open_url_testing(const char *url, const kvq_db_options *opts, const kvq_testing_options *t)
 {
-    if (cf_no_engine)
-        skip();
-    kvq_db *db = NULL;
-    int rc = kvq_db_open_testing(&db, url, opts, t);
-    if (rc == KVQ_ENOENGINE) {
-        cf_no_engine = 1;
-        print_message("engine of %s unavailable (%s): SKIPPED\n", url, kvq_last_error());
-        skip();
-    }
-    if (rc != 0)
-        fail_msg("kvq_db_open(%s) -> %d %s (%s)", url, rc, kvq_errname(rc), kvq_last_error());
-    assert_non_null(db);
-    return db;
+    return kt_db_open_url(url, opts, t);
 }
 
 static inline kvq_db *cf_open_url(const char *url, const kvq_db_options *opts)
@@ -268,14 +198,14 @@ static inline void cf_clear_prefix(kvq_db *db, const char *prefix)
     cf_key b = cf_k(prefix, "");
     cf_key e = cf_after_prefix(&b);
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     for (;;) {
         int rc = kvq_txn_clear_range(t, b.b, b.n, e.b, e.n);
         if (rc == 0)
             rc = kvq_txn_commit(t);
         if (rc == 0)
             break;
-        CF_OK(kvq_txn_on_error(t, rc));
+        assert_ok(kvq_txn_on_error(t, rc));
     }
     kvq_txn_destroy(t);
 }
@@ -320,10 +250,10 @@ static inline long
 cf_read_key(kvq_db *db, const uint8_t *key, size_t key_len, void *out, size_t cap)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     kvq_bytes v;
     int present = 0;
-    CF_OK(kvq_txn_get(&v, &present, t, key, key_len, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, key, key_len, 0));
     long r = -1;
     if (present) {
         r = (long)v.len;
@@ -339,14 +269,14 @@ static inline void
 cf_write_key(kvq_db *db, const uint8_t *key, size_t key_len, const void *val, size_t val_len)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     for (;;) {
         int rc = kvq_txn_set(t, key, key_len, (const uint8_t *)val, val_len);
         if (rc == 0)
             rc = kvq_txn_commit(t);
         if (rc == 0)
             break;
-        CF_OK(kvq_txn_on_error(t, rc));
+        assert_ok(kvq_txn_on_error(t, rc));
     }
     kvq_txn_destroy(t);
 }
@@ -483,7 +413,7 @@ static inline int cf_read_all(int fd, void *buf, size_t n)
 /* Call first in main(): records who we are and runs a child role when asked to. */
 static inline void cf_init(int argc, char **argv, const struct cf_role *roles, size_t nroles)
 {
-    cf_argv0 = argv[0];
+    kt_seed_setup(argc, argv);
     cf_roles = roles;
     cf_nroles = nroles;
     ssize_t n = readlink("/proc/self/exe", cf_self, sizeof(cf_self) - 1);
@@ -503,46 +433,22 @@ static inline void cf_init(int argc, char **argv, const struct cf_role *roles, s
         }
         exit(r->fn(argc - 2, argv + 2));
     }
-    const char *filter = getenv("KVQ_TEST_FILTER");
-    if (filter != NULL && filter[0] != '\0')
-        cmocka_set_test_filter(filter);
 }
 
 static inline int cf_group_setup(void **state)
 {
     (void)state;
-    const char *url = getenv("KVQ_TEST_URL");
-    if (url != NULL && url[0] != '\0') {
-        snprintf(cf_url, sizeof(cf_url), "%s", url);
-        cf_fdb = strncmp(url, "fdb:", 4) == 0;
-        cf_tmp[0] = '\0';
-        return 0;
-    }
-    const char *tmp = getenv("TMPDIR");
-    if (tmp == NULL || tmp[0] == '\0')
-        tmp = "/tmp";
-    int n = snprintf(cf_tmp, sizeof(cf_tmp), "%s/kvq-conformance-XXXXXX", tmp);
-    if (n < 0 || (size_t)n >= sizeof(cf_tmp) - 64) {
-        fprintf(stderr, "TMPDIR is too long: %s\n", tmp);
+    if (kt_db_setup("conformance") != 0)
         return -1;
-    }
-    if (mkdtemp(cf_tmp) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", cf_tmp, strerror(errno));
-        return -1;
-    }
-    n = snprintf(cf_url, sizeof(cf_url), "%s/db", cf_tmp);
+    int n = snprintf(cf_url, sizeof(cf_url), "%s", kt_db_url());
+    cf_fdb = kt_db_is_fdb();
     return n < 0 || (size_t)n >= sizeof(cf_url) ? -1 : 0;
 }
 
 static inline int cf_group_teardown(void **state)
 {
     (void)state;
-    if (cf_tmp[0] != '\0' && cf_rm_rf(cf_tmp) != 0) {
-        fprintf(stderr, "cannot remove %s: %s\n", cf_tmp, strerror(errno));
-        return -1;
-    }
-    cf_tmp[0] = '\0';
-    return 0;
+    return kt_db_teardown();
 }
 
 #define CF_RUN(name, tests) \

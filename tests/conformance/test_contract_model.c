@@ -3,7 +3,7 @@
  * BYTE_MIN, APPEND_IF_FITS and COMPARE_AND_CLEAR, gets, ranges with limits in both directions,
  * snapshot or not). Every read is checked
  * against the model; after commit the whole key range is compared with it. */
-#include "harness.h"
+#include "conformance.h"
 
 #define NKEYS 12
 #define VMAX  64 /* room for 12 appends of 4 bytes to a 4-byte value */
@@ -122,8 +122,8 @@ static void check_range(kvq_txn *t,
     const kvq_kv *kvs;
     size_t n;
     int more;
-    OK(kvq_txn_get_range(&kvs, &n, &more, t, K(b), K(e), limit,
-                         (reverse ? KVQ_REVERSE : 0) | (snapshot ? KVQ_SNAPSHOT : 0)));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, K(b), K(e), limit,
+                                (reverse ? KVQ_REVERSE : 0) | (snapshot ? KVQ_SNAPSHOT : 0)));
     size_t j = 0;
     for (int s = 0; s < hi - lo; s++) {
         int i = reverse ? hi - 1 - s : lo + s;
@@ -151,8 +151,8 @@ static void check_range(kvq_txn *t,
 static void test_ryw_model(void **state)
 {
     (void)state;
-    db = h_open(NULL);
-    srand(h_seed("test_contract_model"));
+    db = cf_open(NULL);
+    srand((unsigned)cf_seed("test_contract_model"));
     int rounds = getenv("KVQ_SOAK") ? 20000 : 1500;
     for (int round = 0; round < rounds; round++) {
         model m;
@@ -166,9 +166,9 @@ static void test_ryw_model(void **state)
             }
         }
         seed_ctx sc = { &m };
-        OK(kvq_db_transact(db, seed_data, &sc));
+        assert_ok(kvq_db_transact(db, seed_data, &sc));
         kvq_txn *t;
-        OK(kvq_txn_create(&t, db));
+        assert_ok(kvq_txn_create(&t, db));
         int nops = 1 + rand() % 12;
         for (int op = 0; op < nops; op++) {
             int kind = rand() % 8;
@@ -180,19 +180,19 @@ static void test_ryw_model(void **state)
                 size_t n = (size_t)(rand() % 5);
                 for (size_t j = 0; j < n; j++)
                     v[j] = (uint8_t)(rand() % 4);
-                OK(kvq_txn_set(t, K(key), v, n));
+                assert_ok(kvq_txn_set(t, K(key), v, n));
                 memcpy(m.val[k], v, n);
                 m.len[k] = n;
                 m.present[k] = 1;
             } else if (kind == 1) {
-                OK(kvq_txn_clear(t, K(key)));
+                assert_ok(kvq_txn_clear(t, K(key)));
                 m.present[k] = 0;
             } else if (kind == 2) {
                 int lo = rand() % NKEYS, hi = lo + rand() % (NKEYS - lo + 1);
                 char b[16], e[16];
                 mkkey(b, lo);
                 mkkey(e, hi);
-                OK(kvq_txn_clear_range(t, K(b), K(e)));
+                assert_ok(kvq_txn_clear_range(t, K(b), K(e)));
                 for (int i = lo; i < hi; i++)
                     m.present[i] = 0;
             } else if (kind == 3) {
@@ -208,12 +208,12 @@ static void test_ryw_model(void **state)
                     n = m.len[k];
                     memcpy(p, m.val[k], n);
                 }
-                OK(kvq_txn_atomic_op(t, K(key), p, n, (kvq_mutation)o));
+                assert_ok(kvq_txn_atomic_op(t, K(key), p, n, (kvq_mutation)o));
                 model_atomic(&m, k, o, p, n);
             } else if (kind <= 5) {
                 kvq_bytes v;
                 int present;
-                OK(kvq_txn_get(&v, &present, t, K(key), rand() % 2 ? KVQ_SNAPSHOT : 0));
+                assert_ok(kvq_txn_get(&v, &present, t, K(key), rand() % 2 ? KVQ_SNAPSHOT : 0));
                 if (present != m.present[k] ||
                     (present && (v.len != m.len[k] || memcmp(v.data, m.val[k], v.len) != 0)))
                     fail_msg("round %d op %d: get %s differs from the model", round, op, key);
@@ -226,18 +226,19 @@ static void test_ryw_model(void **state)
         if (rc != 0)
             fail_msg("round %d: commit %s", round, kvq_errname(rc));
         kvq_txn_destroy(t);
-        OK(kvq_txn_create(&t, db));
+        assert_ok(kvq_txn_create(&t, db));
         check_range(t, &m, 0, NKEYS, 0, 0, 0, round, -1);
         kvq_txn_destroy(t);
     }
-    OK(kvq_db_transact(db, clear_all, NULL));
+    assert_ok(kvq_db_transact(db, clear_all, NULL));
     kvq_db_close(db);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    kt_seed_setup(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ryw_model),
     };
-    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+    return cmocka_run_group_tests(tests, cf_group_setup, cf_group_teardown);
 }

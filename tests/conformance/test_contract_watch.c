@@ -7,7 +7,7 @@
 
 extern char **environ;
 
-#include "harness.h"
+#include "conformance.h"
 
 static int64_t mono_us(void)
 {
@@ -19,10 +19,10 @@ static int64_t mono_us(void)
 static kvq_watch *watch_key(kvq_db *db, const char *k)
 {
     kvq_txn *t;
-    OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     kvq_watch *w;
-    OK(kvq_txn_watch(&w, t, K(k)));
-    OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_watch(&w, t, K(k)));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     return w;
 }
@@ -30,9 +30,9 @@ static kvq_watch *watch_key(kvq_db *db, const char *k)
 static void put(kvq_db *db, const char *k, const void *v, size_t n)
 {
     kvq_txn *t;
-    OK(kvq_txn_create(&t, db));
-    OK(kvq_txn_set(t, K(k), v, n));
-    OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_set(t, K(k), v, n));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 }
 
@@ -47,7 +47,7 @@ static pid_t writer(const char *k, int64_t delay_us, int same)
     char delay[32], flag[8];
     snprintf(delay, sizeof(delay), "%lld", (long long)delay_us);
     snprintf(flag, sizeof(flag), "%d", same);
-    char *const argv[] = { (char *)self_path, "writer", h_url, (char *)k, delay, flag, NULL };
+    char *const argv[] = { (char *)self_path, "writer", cf_url, (char *)k, delay, flag, NULL };
     pid_t pid;
     if (posix_spawn(&pid, self_path, NULL, NULL, argv, environ) != 0)
         fail_msg("cannot start a writer process");
@@ -85,22 +85,22 @@ static int cmp64(const void *a, const void *b)
 static void test_across_processes(void **state)
 {
     (void)state;
-    kvq_db *db = h_open(NULL);
+    kvq_db *db = cf_open(NULL);
     enum { TRIALS = 9 };
     int64_t lat[TRIALS];
     for (int i = 0; i < TRIALS; i++) {
         kvq_watch *w = watch_key(db, "t/w/x");
         pid_t pid = writer("t/w/x", 50000, 0);
-        OK(kvq_watch_wait(w, 10000));
+        assert_ok(kvq_watch_wait(w, 10000));
         int64_t woke = mono_us();
         int status;
         waitpid(pid, &status, 0);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         kvq_txn *t;
-        OK(kvq_txn_create(&t, db));
+        assert_ok(kvq_txn_create(&t, db));
         kvq_bytes v;
         int p;
-        OK(kvq_txn_get(&v, &p, t, K("t/w/x"), 0));
+        assert_ok(kvq_txn_get(&v, &p, t, K("t/w/x"), 0));
         int64_t before;
         memcpy(&before, v.data, 8);
         kvq_txn_destroy(t);
@@ -129,7 +129,7 @@ static void test_across_processes(void **state)
 static void test_timeout_cancel_reset(void **state)
 {
     (void)state;
-    kvq_db *db = h_open(NULL);
+    kvq_db *db = cf_open(NULL);
     kvq_watch *w = watch_key(db, "t/w/quiet");
     int64_t t0 = mono_us();
     assert_int_equal(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
@@ -141,8 +141,8 @@ static void test_timeout_cancel_reset(void **state)
 
     /* Reset before commit: 1025. */
     kvq_txn *t;
-    OK(kvq_txn_create(&t, db));
-    OK(kvq_txn_watch(&w, t, K("t/w/r")));
+    assert_ok(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_watch(&w, t, K("t/w/r")));
     kvq_txn_reset(t);
     assert_int_equal(kvq_watch_wait(w, 1000), KVQ_ETRANSACTION_CANCELLED);
     kvq_watch_destroy(w);
@@ -150,24 +150,24 @@ static void test_timeout_cancel_reset(void **state)
 
     /* Changed between the read and the commit: fires at once. */
     put(db, "t/w/c", K("1"));
-    OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     kvq_bytes v;
     int p;
-    OK(kvq_txn_get(&v, &p, t, K("t/w/c"), 0));
-    OK(kvq_txn_watch(&w, t, K("t/w/c")));
+    assert_ok(kvq_txn_get(&v, &p, t, K("t/w/c"), 0));
+    assert_ok(kvq_txn_watch(&w, t, K("t/w/c")));
     put(db, "t/w/c", K("2"));
-    OK(kvq_txn_commit(t)); /* read-only: commits, and arms the watch */
-    OK(kvq_watch_wait(w, 2000));
+    assert_ok(kvq_txn_commit(t)); /* read-only: commits, and arms the watch */
+    assert_ok(kvq_watch_wait(w, 2000));
     kvq_watch_destroy(w);
 
     /* A watch on a key this transaction wrote compares with that write. */
     kvq_txn_reset(t);
-    OK(kvq_txn_set(t, K("t/w/own"), K("a")));
-    OK(kvq_txn_watch(&w, t, K("t/w/own")));
-    OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, K("t/w/own"), K("a")));
+    assert_ok(kvq_txn_watch(&w, t, K("t/w/own")));
+    assert_ok(kvq_txn_commit(t));
     assert_int_equal(kvq_watch_wait(w, 200), KVQ_ETIMED_OUT);
     put(db, "t/w/own", K("b"));
-    OK(kvq_watch_wait(w, 2000));
+    assert_ok(kvq_watch_wait(w, 2000));
     kvq_watch_destroy(w);
     kvq_txn_destroy(t);
 
@@ -185,5 +185,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_across_processes),
         cmocka_unit_test(test_timeout_cancel_reset),
     };
-    return cmocka_run_group_tests(tests, h_group_setup, h_group_teardown);
+    return cmocka_run_group_tests(tests, cf_group_setup, cf_group_teardown);
 }

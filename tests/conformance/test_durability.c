@@ -19,7 +19,7 @@
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     return t;
 }
 
@@ -198,7 +198,7 @@ static void kill_cycle(kvq_db *db, const char *p, unsigned batch, unsigned threa
         cf_key b = cf_k(tp, ""), e = cf_after_prefix(&b);
         const kvq_kv *kvs;
         size_t n;
-        CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
+        assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
         if (n < acked[th])
             fail_msg("thread %u: %u items acknowledged, only %zu after the crash", th, acked[th],
                      n);
@@ -266,9 +266,9 @@ static void damaged_case(enum damage d)
     for (unsigned i = 0; i < 400; i++) {
         uint8_t k[128], v[1024];
         size_t kn = item_key(k, "damaged", i), vn = item_value(v, i);
-        CF_OK(kvq_txn_set(t, k, kn, v, vn));
+        assert_ok(kvq_txn_set(t, k, kn, v, vn));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 

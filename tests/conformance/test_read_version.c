@@ -23,7 +23,7 @@ extern char **environ;
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     return t;
 }
 
@@ -31,7 +31,7 @@ static int64_t read_version(kvq_db *db)
 {
     kvq_txn *t = new_txn(db);
     int64_t rv = 0;
-    CF_OK(kvq_txn_get_read_version(&rv, t));
+    assert_ok(kvq_txn_get_read_version(&rv, t));
     kvq_txn_destroy(t);
     return rv;
 }
@@ -49,9 +49,9 @@ static int64_t commit_write(kvq_db *db, const cf_key *k, uint64_t val)
             rc = kvq_txn_commit(t);
         if (rc == 0)
             break;
-        CF_OK(kvq_txn_on_error(t, rc));
+        assert_ok(kvq_txn_on_error(t, rc));
     }
-    CF_OK(kvq_txn_get_committed_version(&cv, t));
+    assert_ok(kvq_txn_get_committed_version(&cv, t));
     kvq_txn_destroy(t);
     return cv;
 }
@@ -175,13 +175,13 @@ static void conflict_rounds(kvq_db *db, const char *p, write_fn wr, writer *w)
         kvq_txn *r = new_txn(db);
         kvq_bytes v;
         int present = 0;
-        CF_OK(kvq_txn_get(&v, &present, r, k.b, k.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, r, k.b, k.n, 0));
         assert_true(present && v.len == 8);
         if (cf_le64(v.data, 8) != (uint64_t)(i - 1))
             fail_msg("round %d: the reader sees %" PRIu64 ", expected the last commit's %d", i,
                      cf_le64(v.data, 8), i - 1);
         int64_t rv = 0;
-        CF_OK(kvq_txn_get_read_version(&rv, r));
+        assert_ok(kvq_txn_get_read_version(&rv, r));
         if (rv < last_cv)
             fail_msg("round %d: read version %" PRId64 " below the last commit's %" PRId64, i, rv,
                      last_cv);
@@ -194,7 +194,7 @@ static void conflict_rounds(kvq_db *db, const char *p, write_fn wr, writer *w)
                      i, rv, cv);
         last_cv = cv;
 
-        CF_OK(kvq_txn_set(r, mine.b, mine.n, CF_S("x")));
+        assert_ok(kvq_txn_set(r, mine.b, mine.n, K("x")));
         int rc = kvq_txn_commit(r);
         if (rc != KVQ_ENOT_COMMITTED)
             fail_msg("round %d: the reader (read version %" PRId64 ") committed with %d %s after "

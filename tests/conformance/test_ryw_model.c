@@ -169,15 +169,15 @@ static void check_rows(struct run *r,
 static void check_database(struct run *r, const cf_model *m, const char *what)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, r->db));
+    assert_ok(kvq_txn_create(&t, r->db));
     uint8_t e[64];
     memcpy(e, PFX, pfx_len());
     e[pfx_len()] = 0xff;
     const kvq_kv *kvs;
     size_t n;
     int more;
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1,
-                            0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)PFX, pfx_len(), e,
+                                pfx_len() + 1, 0, 0));
     check_rows(r, m, kvs, n, more, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1, 0, 0, what);
     kvq_txn_destroy(t);
 }
@@ -189,16 +189,16 @@ static void reseed(struct run *r)
     uint8_t e[64];
     memcpy(e, PFX, pfx_len());
     e[pfx_len()] = 0xff;
-    CF_OK(kvq_txn_clear_range(t, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1));
+    assert_ok(kvq_txn_clear_range(t, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1));
     r->committed.n = 0;
     int n = (int)cf_below(&r->rng, 31);
     for (int i = 0; i < n; i++) {
         uint8_t k[64], v[16];
         size_t kn = rand_key(r, k), vn = rand_value(r, v);
-        CF_OK(kvq_txn_set(t, k, kn, v, vn));
+        assert_ok(kvq_txn_set(t, k, kn, v, vn));
         assert_int_equal(cf_model_set(&r->committed, k, kn, v, vn), 0);
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
 }
 
@@ -366,7 +366,7 @@ static void test_ryw_against_model(void **state)
     r->seed = cf_seed("test_ryw_against_model");
     r->rng.s = r->seed;
     r->db = cf_open(NULL);
-    CF_OK(kvq_txn_create(&r->txn, r->db));
+    assert_ok(kvq_txn_create(&r->txn, r->db));
     const char *soak = getenv("KVQ_SOAK");
     long sequences = soak != NULL && soak[0] == '1' ? 50000 : 5000;
     long committed = 0, dropped = 0;

@@ -187,7 +187,7 @@ static int body(struct worker *w, cf_rng *r, kvq_txn *t, struct enc *e, int *inc
         } else { /* increment the counter by reading and writing it */
             kvq_bytes got;
             int present;
-            if ((rc = kvq_txn_get(&got, &present, t, CF_S(CNT_KEY), 0)) != 0)
+            if ((rc = kvq_txn_get(&got, &present, t, K(CNT_KEY), 0)) != 0)
                 return rc;
             uint64_t n = present ? cf_le64(got.data, got.len) : 0;
             put_byte(e, OP_GET);
@@ -198,7 +198,7 @@ static int body(struct worker *w, cf_rng *r, kvq_txn *t, struct enc *e, int *inc
             if (w->mode == MODE_INCREMENTS)
                 cf_sleep_ms(1); /* widen the window between read and write */
             cf_put_le(v, n + 1, 8);
-            if ((rc = kvq_txn_set(t, CF_S(CNT_KEY), v, 8)) != 0)
+            if ((rc = kvq_txn_set(t, K(CNT_KEY), v, 8)) != 0)
                 return rc;
             put_byte(e, OP_SET);
             put_bytes(e, (const uint8_t *)CNT_KEY, strlen(CNT_KEY));
@@ -503,7 +503,7 @@ static void check_history(kvq_db *db, const cf_model *initial, struct check *c)
     memset(c, 0, sizeof(*c));
     assert_int_equal(cf_model_copy(&c->model, initial), 0);
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     uint8_t b[64], e[64];
     size_t bn = strlen(LOG_PFX);
     memcpy(b, LOG_PFX, bn);
@@ -511,7 +511,7 @@ static void check_history(kvq_db *db, const cf_model *initial, struct check *c)
     e[bn] = 0xff;
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b, bn, e, bn + 1, 0, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b, bn, e, bn + 1, 0, KVQ_SNAPSHOT));
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && cf_bytes_cmp(kvs[i - 1].key.data, kvs[i - 1].key.len, kvs[i].key.data,
                                   kvs[i].key.len) >= 0)
@@ -525,7 +525,7 @@ static void check_history(kvq_db *db, const cf_model *initial, struct check *c)
     memcpy(b, HOT_PFX, hn);
     memcpy(e, HOT_PFX, hn);
     e[hn] = 0xff;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b, hn, e, hn + 1, 0, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b, hn, e, hn + 1, 0, KVQ_SNAPSHOT));
     int more;
     size_t want = cf_model_range(&c->model, b, hn, e, hn + 1, 0, 0, c->idx, &more);
     if (want != n)
@@ -538,7 +538,7 @@ static void check_history(kvq_db *db, const cf_model *initial, struct check *c)
     }
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, t, CF_S(CNT_KEY), KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_get(&v, &present, t, K(CNT_KEY), KVQ_SNAPSHOT));
     const cf_mentry *me = cf_model_find(&c->model, (const uint8_t *)CNT_KEY, strlen(CNT_KEY));
     if ((me != NULL) != (present != 0) ||
         (me != NULL && cf_bytes_cmp(me->v, me->vn, v.data, v.len) != 0))
@@ -549,7 +549,7 @@ static void check_history(kvq_db *db, const cf_model *initial, struct check *c)
 static uint64_t read_counter(kvq_db *db)
 {
     uint8_t v[8] = { 0 };
-    long n = cf_read_key(db, CF_S(CNT_KEY), v, 8);
+    long n = cf_read_key(db, K(CNT_KEY), v, 8);
     return n < 0 ? 0 : cf_le64(v, (size_t)n);
 }
 
@@ -558,7 +558,7 @@ static void seed_state(kvq_db *db, cf_rng *r, cf_model *m)
 {
     cf_clear_prefix(db, "ser");
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     m->n = 0;
     for (unsigned i = 0; i < NHOT; i++) {
         if (cf_chance(r, 30))
@@ -566,10 +566,10 @@ static void seed_state(kvq_db *db, cf_rng *r, cf_model *m)
         uint8_t k[64], v[8];
         size_t kn = hot_key(k, i);
         cf_put_le(v, cf_below(r, 100), 8);
-        CF_OK(kvq_txn_set(t, k, kn, v, 8));
+        assert_ok(kvq_txn_set(t, k, kn, v, 8));
         assert_int_equal(cf_model_set(m, k, kn, v, 8), 0);
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 }
 

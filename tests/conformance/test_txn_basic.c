@@ -60,7 +60,7 @@ static void expect_range(kvq_txn *txn,
 static void set_s(kvq_txn *t, const char *p, const char *k, const char *v)
 {
     cf_key key = cf_k(p, k);
-    CF_OK(kvq_txn_set(t, key.b, key.n, CF_S(v)));
+    assert_ok(kvq_txn_set(t, key.b, key.n, K(v)));
 }
 
 static void expect_s(kvq_txn *t, const char *p, const char *k, const char *v, const char *where)
@@ -72,7 +72,7 @@ static void expect_s(kvq_txn *t, const char *p, const char *k, const char *v, co
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     assert_non_null(t);
     return t;
 }
@@ -83,7 +83,7 @@ static void seed_keys(kvq_db *db, const char *p, const char *const *keys, size_t
     kvq_txn *t = new_txn(db);
     for (size_t i = 0; i < n; i++)
         set_s(t, p, keys[i], keys[i]);
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 }
 
@@ -104,25 +104,25 @@ static void test_get_set_clear(void **state)
     expect_s(t, p, "a", "two", "read-your-writes after overwrite");
     set_s(t, p, "empty", "");
     expect_s(t, p, "empty", "", "an empty value is present");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
     expect_s(t, p, "a", "two", "committed value");
     expect_s(t, p, "empty", "", "committed empty value");
     cf_key a = cf_k(p, "a");
-    CF_OK(kvq_txn_clear(t, a.b, a.n));
+    assert_ok(kvq_txn_clear(t, a.b, a.n));
     expect_s(t, p, "a", NULL, "read-your-writes after clear");
     /* Clearing an absent key is fine. */
     cf_key nothing = cf_k(p, "nothing");
-    CF_OK(kvq_txn_clear(t, nothing.b, nothing.n));
+    assert_ok(kvq_txn_clear(t, nothing.b, nothing.n));
     /* A set after a clear in the same transaction wins. */
     set_s(t, p, "b", "x");
     cf_key b = cf_k(p, "b");
-    CF_OK(kvq_txn_clear(t, b.b, b.n));
+    assert_ok(kvq_txn_clear(t, b.b, b.n));
     set_s(t, p, "b", "y");
     expect_s(t, p, "b", "y", "set after clear");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
@@ -132,8 +132,8 @@ static void test_get_set_clear(void **state)
     const uint8_t *none = (const uint8_t *)"";
     kvq_bytes v;
     int present = -1;
-    CF_OK(kvq_txn_get(&v, &present, t, none, 0, 0));
-    CF_OK(kvq_txn_get(&v, &present, t, none, 0, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_get(&v, &present, t, none, 0, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, none, 0, KVQ_SNAPSHOT));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -155,9 +155,9 @@ static void test_binary_keys_and_values(void **state)
         val[0] = (uint8_t)i;
         val[1] = 0x00;
         val[2] = (uint8_t)(255 - i);
-        CF_OK(kvq_txn_set(t, key, base.n + 2, val, sizeof(val)));
+        assert_ok(kvq_txn_set(t, key, base.n + 2, val, sizeof(val)));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
@@ -166,7 +166,7 @@ static void test_binary_keys_and_values(void **state)
     const kvq_kv *kvs;
     size_t n;
     int more;
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, base.b, base.n, end.b, end.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, base.b, base.n, end.b, end.n, 0, 0));
     assert_int_equal(n, 256);
     assert_int_equal(more, 0);
     for (size_t i = 0; i < n; i++) {
@@ -196,10 +196,10 @@ static void test_clear_range(void **state)
 
     kvq_txn *t = new_txn(db);
     cf_key c = cf_k(p, "c"), f = cf_k(p, "f");
-    CF_OK(kvq_txn_clear_range(t, c.b, c.n, f.b, f.n));
+    assert_ok(kvq_txn_clear_range(t, c.b, c.n, f.b, f.n));
     /* An empty range (begin == end) clears nothing. */
     cf_key g = cf_k(p, "g");
-    CF_OK(kvq_txn_clear_range(t, g.b, g.n, g.b, g.n));
+    assert_ok(kvq_txn_clear_range(t, g.b, g.n, g.b, g.n));
     expect_s(t, p, "b", "b", "before the cleared range");
     expect_s(t, p, "c", NULL, "begin of the cleared range");
     expect_s(t, p, "e", NULL, "inside the cleared range");
@@ -217,7 +217,7 @@ static void test_clear_range(void **state)
     set_s(t, p, "d", "new");
     static const struct kv_str mid[] = { { "b", "b" }, { "d", "new" }, { "f", "f" } };
     expect_range(t, p, "b", "g", 0, 0, mid, 3, 0);
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
@@ -226,9 +226,9 @@ static void test_clear_range(void **state)
     expect_range(t, p, "", "z", 0, 0, after, 6, 0);
     /* Clearing everything under the prefix. */
     cf_key all = cf_k(p, ""), end = cf_after_prefix(&all);
-    CF_OK(kvq_txn_clear_range(t, all.b, all.n, end.b, end.n));
+    assert_ok(kvq_txn_clear_range(t, all.b, all.n, end.b, end.n));
     expect_range(t, p, "", "z", 0, 0, NULL, 0, 0);
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
@@ -280,7 +280,7 @@ static void test_get_range_limits(void **state)
         expect_range(t, p, "k3", "k3", 0, s, NULL, 0, 0);
         expect_range(t, p, "k3", "k3", 5, s | KVQ_REVERSE, NULL, 0, 0);
         expect_range(t, p, "x", "z", 5, s, NULL, 0, 0);
-        CF_OK(kvq_txn_commit(t)); /* read-only */
+        assert_ok(kvq_txn_commit(t)); /* read-only */
         kvq_txn_destroy(t);
     }
     kvq_db_close(db);
@@ -301,7 +301,7 @@ static void page_through(kvq_txn *t, const char *p, size_t n, int limit, unsigne
         const kvq_kv *kvs;
         size_t count;
         int more;
-        CF_OK(
+        assert_ok(
             kvq_txn_get_range(&kvs, &count, &more, t, cur_b, cur_bn, cur_e, cur_en, limit, flags));
         assert_true(count <= (size_t)limit);
         for (size_t i = 0; i < count; i++) {
@@ -348,7 +348,7 @@ static void test_get_range_paging(void **state)
         snprintf(k, sizeof(k), "p%04zu", i);
         set_s(t, p, k, "v");
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     static const int limits[] = { 1, 2, 7, 10, 52, 53, 54 };
@@ -379,7 +379,7 @@ static void test_ryw_ranges(void **state)
     set_s(t, p, "d", "D");   /* overwrite a stored key */
     set_s(t, p, "e", "E");   /* between stored keys */
     cf_key f = cf_k(p, "f"); /* clear a stored key */
-    CF_OK(kvq_txn_clear(t, f.b, f.n));
+    assert_ok(kvq_txn_clear(t, f.b, f.n));
     set_s(t, p, "z", "Z"); /* after every stored key */
     static const struct kv_str fwd[] = { { "a", "A" }, { "b", "b" }, { "d", "D" },
                                          { "e", "E" }, { "h", "h" }, { "z", "Z" } };
@@ -398,7 +398,7 @@ static void test_ryw_ranges(void **state)
     }
     /* A clear_range over stored and written keys, then a write inside it. */
     cf_key b = cf_k(p, "b"), h = cf_k(p, "h");
-    CF_OK(kvq_txn_clear_range(t, b.b, b.n, h.b, h.n));
+    assert_ok(kvq_txn_clear_range(t, b.b, b.n, h.b, h.n));
     set_s(t, p, "c", "C");
     static const struct kv_str fwd2[] = { { "a", "A" }, { "c", "C" }, { "h", "h" }, { "z", "Z" } };
     static const struct kv_str rev2[] = { { "z", "Z" }, { "h", "h" }, { "c", "C" }, { "a", "A" } };
@@ -408,10 +408,10 @@ static void test_ryw_ranges(void **state)
     expect_range(t, p, "", "zz", 3, KVQ_REVERSE, rev2, 3, 1);
     /* An atomic op on a stored key shows in a range read with its applied value. */
     cf_key hk = cf_k(p, "h");
-    CF_OK(kvq_txn_atomic_op(t, hk.b, hk.n, CF_S("i"), KVQ_MUT_BYTE_MAX));
+    assert_ok(kvq_txn_atomic_op(t, hk.b, hk.n, K("i"), KVQ_MUT_BYTE_MAX));
     static const struct kv_str fwd3[] = { { "a", "A" }, { "c", "C" }, { "h", "i" }, { "z", "Z" } };
     expect_range(t, p, "", "zz", 0, 0, fwd3, 4, 0);
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     t = new_txn(db);
@@ -585,25 +585,25 @@ static void run_atomic_case(kvq_db *db, const char *p, size_t idx)
         kvq_txn *t = new_txn(db);
         if (mode != 2) {
             if (c->has_initial) {
-                CF_OK(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
+                assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
             } else {
-                CF_OK(kvq_txn_clear(t, k.b, k.n));
+                assert_ok(kvq_txn_clear(t, k.b, k.n));
             }
-            CF_OK(kvq_txn_commit(t));
+            assert_ok(kvq_txn_commit(t));
             kvq_txn_reset(t);
         } else if (c->has_initial) {
-            CF_OK(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
+            assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
         } else {
-            CF_OK(kvq_txn_clear(t, k.b, k.n));
+            assert_ok(kvq_txn_clear(t, k.b, k.n));
         }
-        CF_OK(kvq_txn_atomic_op(t, k.b, k.n, c->arg, c->arg_len, c->op));
+        assert_ok(kvq_txn_atomic_op(t, k.b, k.n, c->arg, c->arg_len, c->op));
         if (mode != 1) {
             snprintf(where, sizeof(where), "atomic '%s' (mode %c), read in the transaction",
                      c->name, 'A' + mode);
             cf_expect_value(t, k.b, k.n, 0, c->want, c->want_len, where);
             cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, c->want_len, where);
         }
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
         snprintf(where, sizeof(where), "atomic '%s' (mode %c), read after commit", c->name,
                  'A' + mode);
@@ -636,21 +636,21 @@ static void test_atomic_sequences(void **state)
     /* Several adds in one transaction accumulate, and each read sees the sum so far. */
     kvq_txn *t = new_txn(db);
     for (uint64_t i = 1; i <= 5; i++) {
-        CF_OK(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
+        assert_ok(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
         uint8_t want[8];
         cf_put_le(want, i, 8);
         cf_expect_value(t, k.b, k.n, 0, want, 8, "adds accumulate");
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     assert_int_equal(cf_read_key(db, k.b, k.n, got, 8), 8);
     assert_int_equal(cf_le64(got, 8), 5);
 
     /* An add after a clear in the same transaction adds to zero; a set after adds wins. */
-    CF_OK(kvq_txn_clear(t, k.b, k.n));
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
+    assert_ok(kvq_txn_clear(t, k.b, k.n));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
     cf_expect_value(t, k.b, k.n, 0, one, 8, "add after clear");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     assert_int_equal(cf_read_key(db, k.b, k.n, got, 8), 8);
     assert_int_equal(cf_le64(got, 8), 1);
@@ -661,26 +661,27 @@ static void test_atomic_sequences(void **state)
     cf_put_le(seven, 7, 8);
     cf_put_le(four, 4, 8);
     cf_put_le(x1, 1, 8);
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, ten8, 8, KVQ_MUT_ADD));   /* 11 */
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, seven, 8, KVQ_MUT_MAX));  /* 11 */
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, four, 8, KVQ_MUT_MIN));   /* 4 */
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, x1, 8, KVQ_MUT_BIT_XOR)); /* 5 */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, ten8, 8, KVQ_MUT_ADD));   /* 11 */
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, seven, 8, KVQ_MUT_MAX));  /* 11 */
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, four, 8, KVQ_MUT_MIN));   /* 4 */
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, x1, 8, KVQ_MUT_BIT_XOR)); /* 5 */
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     assert_int_equal(cf_read_key(db, k.b, k.n, got, 8), 8);
     assert_int_equal(cf_le64(got, 8), 5);
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, ten8, 8, KVQ_MUT_ADD));
-    CF_OK(kvq_txn_set(t, k.b, k.n, seven, 8));
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, ten8, 8, KVQ_MUT_ADD));
+    assert_ok(kvq_txn_set(t, k.b, k.n, seven, 8));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, one, 8, KVQ_MUT_ADD));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     assert_int_equal(cf_read_key(db, k.b, k.n, got, 8), 8);
     assert_int_equal(cf_le64(got, 8), 8);
 
     /* An unknown mutation type is refused. */
     t = new_txn(db);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)3), KVQ_EINVALID_MUTATION_TYPE);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)99), KVQ_EINVALID_MUTATION_TYPE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)3), KVQ_EINVALID_MUTATION_TYPE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, one, 8, (kvq_mutation)99),
+               KVQ_EINVALID_MUTATION_TYPE);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -725,14 +726,14 @@ static void run_append_clear_case(kvq_db *db, const char *p, size_t idx)
         cf_key k = cf_k(p, ks);
         kvq_txn *t = new_txn(db);
         if (c->init != NULL)
-            CF_OK(kvq_txn_set(t, k.b, k.n, CF_S(c->init)));
+            assert_ok(kvq_txn_set(t, k.b, k.n, K(c->init)));
         else
-            CF_OK(kvq_txn_clear(t, k.b, k.n));
+            assert_ok(kvq_txn_clear(t, k.b, k.n));
         if (mode != 2) {
-            CF_OK(kvq_txn_commit(t));
+            assert_ok(kvq_txn_commit(t));
             kvq_txn_reset(t);
         }
-        CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S(c->arg), c->op));
+        assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K(c->arg), c->op));
         size_t wn = c->want != NULL ? strlen(c->want) : 0;
         if (mode != 1) {
             snprintf(where, sizeof(where), "'%s' (mode %c), read in the transaction", c->name,
@@ -745,7 +746,7 @@ static void run_append_clear_case(kvq_db *db, const char *p, size_t idx)
             expect_range(t, p, ks, end, 0, 0, &row, c->want != NULL, 0);
             expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->want != NULL, 0);
         }
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
         snprintf(where, sizeof(where), "'%s' (mode %c), read after commit", c->name, 'A' + mode);
         cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
@@ -778,43 +779,43 @@ static void test_append_if_fits_limit(void **state)
     cf_key k = cf_k(p, "k"), k2 = cf_k(p, "k2"), k3 = cf_k(p, "k3");
     kvq_txn *t = new_txn(db);
     /* Read in the transaction. */
-    CF_OK(kvq_txn_set(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE - 1));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE - 1));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("b"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K("b"), KVQ_MUT_APPEND_IF_FITS));
     cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "append to exactly 100,000 bytes");
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("c"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K("c"), KVQ_MUT_APPEND_IF_FITS));
     cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "append past 100,000 bytes");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k.b, k.n, 0, v, KVQ_MAX_VALUE_SIZE, "100,000 bytes after commit");
     kvq_txn_reset(t);
     /* Applied at commit, unread: 99,998 + 2 fits, then + 1 does not. */
-    CF_OK(kvq_txn_set(t, k2.b, k2.n, v, KVQ_MAX_VALUE_SIZE - 2));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, k2.b, k2.n, v, KVQ_MAX_VALUE_SIZE - 2));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_atomic_op(t, k2.b, k2.n, CF_S("ab"), KVQ_MUT_APPEND_IF_FITS));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_atomic_op(t, k2.b, k2.n, K("ab"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_atomic_op(t, k2.b, k2.n, CF_S("x"), KVQ_MUT_APPEND_IF_FITS));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_atomic_op(t, k2.b, k2.n, K("x"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k2.b, k2.n, 0, v, KVQ_MAX_VALUE_SIZE, "appended at commit");
     kvq_txn_reset(t);
     /* A 100,000-byte operand fits a missing key, and then nothing more fits. */
     v[KVQ_MAX_VALUE_SIZE - 1] = 'a';
-    CF_OK(kvq_txn_atomic_op(t, k3.b, k3.n, v, KVQ_MAX_VALUE_SIZE, KVQ_MUT_APPEND_IF_FITS));
-    CF_OK(kvq_txn_atomic_op(t, k3.b, k3.n, CF_S("z"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, k3.b, k3.n, v, KVQ_MAX_VALUE_SIZE, KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, k3.b, k3.n, K("z"), KVQ_MUT_APPEND_IF_FITS));
     cf_expect_value(t, k3.b, k3.n, 0, v, KVQ_MAX_VALUE_SIZE, "a 100,000-byte operand");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k3.b, k3.n, 0, v, KVQ_MAX_VALUE_SIZE, "a 100,000-byte operand, committed");
     kvq_txn_reset(t);
     /* Operands longer than a value are refused, as for every atomic operation. */
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_APPEND_IF_FITS),
-           KVQ_EVALUE_TOO_LARGE);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_COMPARE_AND_CLEAR),
-           KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_APPEND_IF_FITS),
+               KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, v, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_COMPARE_AND_CLEAR),
+               KVQ_EVALUE_TOO_LARGE);
     kvq_txn_destroy(t);
     free(v);
     kvq_db_close(db);
@@ -834,23 +835,23 @@ static void test_append_clear_ryw(void **state)
     set_s(t, p, "c", "z");
     set_s(t, p, "d", "w");
     set_s(t, p, "e", "e1");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_key b = cf_k(p, "b"), c = cf_k(p, "c"), d = cf_k(p, "d"), e = cf_k(p, "e");
     /* b: read first (the base is known), cleared, then appended to: a missing key. */
     expect_s(t, p, "b", "y", "b before");
-    CF_OK(kvq_txn_atomic_op(t, b.b, b.n, CF_S("y"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_atomic_op(t, b.b, b.n, K("y"), KVQ_MUT_COMPARE_AND_CLEAR));
     expect_s(t, p, "b", NULL, "b cleared");
     static const struct kv_str r1[] = { { "a", "x" }, { "c", "z" }, { "d", "w" }, { "e", "e1" } };
     static const struct kv_str r1r[] = { { "e", "e1" }, { "d", "w" }, { "c", "z" }, { "a", "x" } };
     expect_range(t, p, "", "z", 0, 0, r1, 4, 0);
     expect_range(t, p, "", "z", 0, KVQ_REVERSE, r1r, 4, 0);
     expect_range(t, p, "", "z", 2, 0, r1, 2, 1);
-    CF_OK(kvq_txn_atomic_op(t, b.b, b.n, CF_S("q"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, b.b, b.n, K("q"), KVQ_MUT_APPEND_IF_FITS));
     expect_s(t, p, "b", "q", "b appended after the clear");
     /* c: no match, unchanged. d: cleared without a read (the base comes from the database). */
-    CF_OK(kvq_txn_atomic_op(t, c.b, c.n, CF_S("nope"), KVQ_MUT_COMPARE_AND_CLEAR));
-    CF_OK(kvq_txn_atomic_op(t, d.b, d.n, CF_S("w"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_atomic_op(t, c.b, c.n, K("nope"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_atomic_op(t, d.b, d.n, K("w"), KVQ_MUT_COMPARE_AND_CLEAR));
     static const struct kv_str r2[] = { { "a", "x" }, { "b", "q" }, { "c", "z" }, { "e", "e1" } };
     static const struct kv_str r2r[] = { { "e", "e1" }, { "c", "z" }, { "b", "q" }, { "a", "x" } };
     expect_range(t, p, "", "z", 0, 0, r2, 4, 0);
@@ -858,14 +859,14 @@ static void test_append_clear_ryw(void **state)
     expect_range(t, p, "c", "e", 0, 0, r2 + 2, 1, 0);
     expect_s(t, p, "d", NULL, "d cleared");
     /* e: append, clear on the appended value, append again, all on an unread base. */
-    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("2"), KVQ_MUT_APPEND_IF_FITS));
-    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("e12"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_atomic_op(t, e.b, e.n, K("2"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, e.b, e.n, K("e12"), KVQ_MUT_COMPARE_AND_CLEAR));
     static const struct kv_str r3[] = { { "a", "x" }, { "b", "q" }, { "c", "z" } };
     expect_range(t, p, "", "z", 0, 0, r3, 3, 0);
     expect_s(t, p, "e", NULL, "e cleared");
-    CF_OK(kvq_txn_atomic_op(t, e.b, e.n, CF_S("3"), KVQ_MUT_APPEND_IF_FITS));
+    assert_ok(kvq_txn_atomic_op(t, e.b, e.n, K("3"), KVQ_MUT_APPEND_IF_FITS));
     expect_s(t, p, "e", "3", "e appended after the clear");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     static const struct kv_str after[] = { { "a", "x" }, { "b", "q" }, { "c", "z" }, { "e", "3" } };
     expect_range(t, p, "", "z", 0, 0, after, 4, 0);
@@ -884,25 +885,25 @@ static void test_visibility_and_snapshot(void **state)
     kvq_txn *w = new_txn(db);
     set_s(w, p, "a", "1");
     set_s(w, p, "c", "1");
-    CF_OK(kvq_txn_commit(w));
+    assert_ok(kvq_txn_commit(w));
     int64_t cv1 = 0;
-    CF_OK(kvq_txn_get_committed_version(&cv1, w));
+    assert_ok(kvq_txn_get_committed_version(&cv1, w));
     kvq_txn_reset(w);
 
     /* r1 takes its read version by reading; r2 only by asking for it. */
     kvq_txn *r1 = new_txn(db), *r2 = new_txn(db);
     expect_s(r1, p, "a", "1", "first read");
     int64_t rv2 = 0;
-    CF_OK(kvq_txn_get_read_version(&rv2, r2));
+    assert_ok(kvq_txn_get_read_version(&rv2, r2));
     assert_true(rv2 >= cv1);
 
     set_s(w, p, "a", "2");
     set_s(w, p, "b", "2");
     cf_key c = cf_k(p, "c");
-    CF_OK(kvq_txn_clear(w, c.b, c.n));
-    CF_OK(kvq_txn_commit(w));
+    assert_ok(kvq_txn_clear(w, c.b, c.n));
+    assert_ok(kvq_txn_commit(w));
     int64_t cv2 = 0;
-    CF_OK(kvq_txn_get_committed_version(&cv2, w));
+    assert_ok(kvq_txn_get_committed_version(&cv2, w));
     assert_true(cv2 > cv1);
     assert_true(cv2 > rv2);
 
@@ -917,24 +918,24 @@ static void test_visibility_and_snapshot(void **state)
         expect_range(rs[i], p, "", "z", 0, 0, old, 2, 0);
         expect_range(rs[i], p, "", "z", 0, KVQ_REVERSE | KVQ_SNAPSHOT, old_rev, 2, 0);
         int64_t rv = 0;
-        CF_OK(kvq_txn_get_read_version(&rv, rs[i]));
+        assert_ok(kvq_txn_get_read_version(&rv, rs[i]));
         assert_true(rv < cv2);
-        CF_OK(kvq_txn_commit(rs[i])); /* read-only: always commits */
-        CF_ERR(kvq_txn_get_committed_version(&rv, rs[i]), KVQ_ENO_COMMIT_VERSION);
+        assert_ok(kvq_txn_commit(rs[i])); /* read-only: always commits */
+        assert_err(kvq_txn_get_committed_version(&rv, rs[i]), KVQ_ENO_COMMIT_VERSION);
         uint8_t vs[10];
-        CF_ERR(kvq_txn_get_versionstamp(vs, rs[i]), KVQ_ENO_COMMIT_VERSION);
+        assert_err(kvq_txn_get_versionstamp(vs, rs[i]), KVQ_ENO_COMMIT_VERSION);
     }
 
     /* A transaction that starts afterwards sees the commit. */
     kvq_txn *r3 = new_txn(db);
     int64_t rv3 = 0;
-    CF_OK(kvq_txn_get_read_version(&rv3, r3));
+    assert_ok(kvq_txn_get_read_version(&rv3, r3));
     assert_true(rv3 >= cv2);
     static const struct kv_str now[] = { { "a", "2" }, { "b", "2" } };
     expect_range(r3, p, "", "z", 0, 0, now, 2, 0);
     /* An empty transaction commits too. */
     kvq_txn *e = new_txn(db);
-    CF_OK(kvq_txn_commit(e));
+    assert_ok(kvq_txn_commit(e));
 
     /* Reset drops the read version: r1 then sees the new state. */
     kvq_txn_reset(r1);
@@ -959,10 +960,10 @@ static void test_uncommitted_writes_invisible(void **state)
     expect_s(r, p, "x", NULL, "another transaction's buffered write is invisible");
     /* Destroying (or resetting) drops the writes. */
     kvq_txn_reset(w);
-    CF_OK(kvq_txn_commit(w));
+    assert_ok(kvq_txn_commit(w));
     /* A committed transaction takes no more writes until it is reset (FoundationDB's 2017). */
     cf_key y = cf_k(p, "y");
-    CF_ERR(kvq_txn_set(w, y.b, y.n, CF_S("late")), KVQ_EUSED_DURING_COMMIT);
+    assert_err(kvq_txn_set(w, y.b, y.n, K("late")), KVQ_EUSED_DURING_COMMIT);
     kvq_txn_reset(w);
     set_s(w, p, "y", "dropped");
     kvq_txn_destroy(w);
@@ -1004,16 +1005,16 @@ static void test_versionstamped_keys(void **state)
         size_t kn = vs_key(key, &pre, "/x");
         char val[32];
         snprintf(val, sizeof(val), "v%02d", i);
-        CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S(val)));
+        assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K(val)));
         if (i % 2 == 1) {
             /* Sometimes with a read version, sometimes a plain write besides. */
             cf_key other = cf_k(p, "other");
-            CF_OK(kvq_txn_set(t, other.b, other.n, CF_S(val)));
+            assert_ok(kvq_txn_set(t, other.b, other.n, K(val)));
         }
-        CF_OK(kvq_txn_commit(t));
-        CF_OK(kvq_txn_get_versionstamp(stamps[i], t));
+        assert_ok(kvq_txn_commit(t));
+        assert_ok(kvq_txn_get_versionstamp(stamps[i], t));
         int64_t cv = 0;
-        CF_OK(kvq_txn_get_committed_version(&cv, t));
+        assert_ok(kvq_txn_get_committed_version(&cv, t));
         assert_true(cv > 0);
         assert_int_equal((uint64_t)cv, cf_be64(stamps[i]));
         if (i > 0 && memcmp(stamps[i - 1], stamps[i], 10) >= 0)
@@ -1025,7 +1026,7 @@ static void test_versionstamped_keys(void **state)
     const kvq_kv *kvs;
     size_t n;
     int more;
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, end.b, end.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, N);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(kvs[i].key.len, pre.n + 10 + 2);
@@ -1048,14 +1049,14 @@ static void test_versionstamped_keys(void **state)
         snprintf(sfx, sizeof(sfx), "/%d", i);
         size_t kn = vs_key(key, &pre2, sfx);
         memset(key + pre2.n, 0xa5, 10);
-        CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("m")));
+        assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("m")));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     uint8_t st[10];
-    CF_OK(kvq_txn_get_versionstamp(st, t));
+    assert_ok(kvq_txn_get_versionstamp(st, t));
     assert_true(memcmp(st, stamps[N - 1], 10) > 0);
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre2.b, pre2.n, end2.b, end2.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre2.b, pre2.n, end2.b, end2.n, 0, 0));
     assert_int_equal(n, 3);
     for (size_t i = 0; i < n; i++) {
         assert_memory_equal(kvs[i].key.data + pre2.n, st, 10);
@@ -1078,17 +1079,17 @@ static void test_versionstamped_value(void **state)
     memcpy(val + 12, "cd", 2);
     cf_put_le(val + 14, 2, 4);
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 18));
+    assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 18));
     /* Offset 0, the whole value a stamp. */
     uint8_t v2[14] = { 0 };
-    CF_OK(kvq_txn_set_versionstamped_value(t, k2.b, k2.n, v2, 14));
+    assert_ok(kvq_txn_set_versionstamped_value(t, k2.b, k2.n, v2, 14));
     /* The key is unreadable in this transaction: its value is not known yet. */
     kvq_bytes v;
     int present;
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
-    CF_OK(kvq_txn_commit(t));
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_commit(t));
     uint8_t st[10];
-    CF_OK(kvq_txn_get_versionstamp(st, t));
+    assert_ok(kvq_txn_get_versionstamp(st, t));
     kvq_txn_reset(t);
     uint8_t want[14];
     memcpy(want, "ab", 2);
@@ -1112,10 +1113,10 @@ static void test_versionstamp_unreadable(void **state)
         kvq_txn *t = new_txn(db);
         int64_t rv = 0;
         if (with_rv)
-            CF_OK(kvq_txn_get_read_version(&rv, t));
+            assert_ok(kvq_txn_get_read_version(&rv, t));
         uint8_t key[300];
         size_t kn = vs_key(key, &pre, "z");
-        CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("v")));
+        assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("v")));
         kvq_bytes v;
         int present;
         const kvq_kv *kvs;
@@ -1126,29 +1127,29 @@ static void test_versionstamp_unreadable(void **state)
         memcpy(probe, pre.b, pre.n);
         memset(probe + pre.n, 0x7f, 10);
         probe[pre.n + 10] = 'z';
-        CF_ERR(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
-        CF_ERR(kvq_txn_get(&v, &present, t, probe, pre.n + 11, KVQ_SNAPSHOT),
-               KVQ_EACCESSED_UNREADABLE);
+        assert_err(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
+        assert_err(kvq_txn_get(&v, &present, t, probe, pre.n + 11, KVQ_SNAPSHOT),
+                   KVQ_EACCESSED_UNREADABLE);
         memset(probe + pre.n, 0xff, 10);
-        CF_ERR(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
+        assert_err(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
         /* Ranges that reach into the span, in both directions. */
-        CF_ERR(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0),
-               KVQ_EACCESSED_UNREADABLE);
-        CF_ERR(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0,
-                                 KVQ_REVERSE | KVQ_SNAPSHOT),
-               KVQ_EACCESSED_UNREADABLE);
+        assert_err(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0),
+                   KVQ_EACCESSED_UNREADABLE);
+        assert_err(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0,
+                                     KVQ_REVERSE | KVQ_SNAPSHOT),
+                   KVQ_EACCESSED_UNREADABLE);
         /* Just after the span: the all-0xFF key followed by 0x00 is readable, as is 'z'+1. */
         probe[pre.n + 11] = 0x00;
-        CF_OK(kvq_txn_get(&v, &present, t, probe, pre.n + 12, 0));
+        assert_ok(kvq_txn_get(&v, &present, t, probe, pre.n + 12, 0));
         assert_int_equal(present, 0);
         probe[pre.n + 10] = 'z' + 1;
-        CF_OK(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0));
+        assert_ok(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0));
         assert_int_equal(present, 0);
         /* Outside the span: keys and ranges before and after it. */
-        CF_OK(kvq_txn_get(&v, &present, t, before.b, before.n, 0));
-        CF_OK(kvq_txn_get(&v, &present, t, pre.b, pre.n, 0));
-        CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, before.b, before.n, pre.b, pre.n, 0, 0));
-        CF_OK(kvq_txn_get(&v, &present, t, after.b, after.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, t, before.b, before.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, t, pre.b, pre.n, 0));
+        assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, before.b, before.n, pre.b, pre.n, 0, 0));
+        assert_ok(kvq_txn_get(&v, &present, t, after.b, after.n, 0));
         if (with_rv) {
             /* The span starts at (read version + 1, 0): a key stamped before the read version
              * is readable, one stamped just after it is not. */
@@ -1157,21 +1158,23 @@ static void test_versionstamp_unreadable(void **state)
                 probe[pre.n + i] = (uint8_t)((uint64_t)(rv - 1) >> (56 - 8 * i));
             probe[pre.n + 8] = probe[pre.n + 9] = 0;
             probe[pre.n + 10] = 'z';
-            CF_OK(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0));
+            assert_ok(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0));
             for (int i = 0; i < 8; i++)
                 probe[pre.n + i] = (uint8_t)((uint64_t)(rv + 1) >> (56 - 8 * i));
-            CF_ERR(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
+            assert_err(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0),
+                       KVQ_EACCESSED_UNREADABLE);
         } else {
             /* Without a read version the span starts at the all-zero stamp. */
             memcpy(probe, pre.b, pre.n);
             memset(probe + pre.n, 0, 10);
             probe[pre.n + 10] = 'z';
-            CF_ERR(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0), KVQ_EACCESSED_UNREADABLE);
+            assert_err(kvq_txn_get(&v, &present, t, probe, pre.n + 11, 0),
+                       KVQ_EACCESSED_UNREADABLE);
         }
         /* The transaction still commits, and afterwards the key reads normally. */
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
-        CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
+        assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
         assert_int_equal(n, (size_t)with_rv + 1);
         kvq_txn_destroy(t);
     }
@@ -1198,17 +1201,17 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
     int more;
 
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("plain")));
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, &more, t, k.b, k.n, after_k.b, after_k.n, 0, 0),
-           KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("plain")));
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    assert_err(kvq_txn_get_range(&kvs, &n, &more, t, k.b, k.n, after_k.b, after_k.n, 0, 0),
+               KVQ_EACCESSED_UNREADABLE);
     /* A clear makes it readable; a set after the clear reads back. */
-    CF_OK(kvq_txn_clear(t, k.b, k.n));
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_clear(t, k.b, k.n));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     assert_int_equal(present, 0);
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("again")));
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("again")));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     assert_int_equal(present, 1);
     assert_int_equal(v.len, 5);
     kvq_txn_destroy(t);
@@ -1216,28 +1219,28 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
     t = new_txn(db);
     uint8_t key[300];
     size_t kn = vs_key(key, &pre, "z");
-    CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("item")));
-    CF_ERR(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0),
-           KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("item")));
+    assert_err(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0),
+               KVQ_EACCESSED_UNREADABLE);
     /* Clearing the first half of the stamps' span leaves the second half unreadable. */
     uint8_t mid[300];
     memcpy(mid, pre.b, pre.n);
     memset(mid + pre.n, 0x80, 1);
-    CF_OK(kvq_txn_clear_range(t, pre.b, pre.n, mid, pre.n + 1));
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, mid, pre.n + 1, 0, 0));
+    assert_ok(kvq_txn_clear_range(t, pre.b, pre.n, mid, pre.n + 1));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, mid, pre.n + 1, 0, 0));
     assert_int_equal(n, 0);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, &more, t, mid, pre.n + 1, pend.b, pend.n, 0, 0),
-           KVQ_EACCESSED_UNREADABLE);
+    assert_err(kvq_txn_get_range(&kvs, &n, &more, t, mid, pre.n + 1, pend.b, pend.n, 0, 0),
+               KVQ_EACCESSED_UNREADABLE);
     /* Clearing the whole prefix makes all of it readable, and empty. */
-    CF_OK(kvq_txn_clear_range(t, pre.b, pre.n, pend.b, pend.n));
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
+    assert_ok(kvq_txn_clear_range(t, pre.b, pre.n, pend.b, pend.n));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
     assert_int_equal(n, 0);
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, KVQ_REVERSE));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, KVQ_REVERSE));
     assert_int_equal(n, 0);
     /* The stamped key, written before the clear, is cleared by it at commit too. */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, pend.b, pend.n, 0, 0));
     assert_int_equal(n, 0);
     kvq_txn_destroy(t);
 
@@ -1245,11 +1248,11 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
      * transaction cannot know, so the key stays unreadable (FoundationDB's write map keeps
      * whatever a mutation touches unreadable; only clears make it readable). */
     t = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("x"), KVQ_MUT_COMPARE_AND_CLEAR));
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
-    CF_OK(kvq_txn_atomic_op(t, k.b, k.n, CF_S("y"), KVQ_MUT_APPEND_IF_FITS));
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K("x"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K("y"), KVQ_MUT_APPEND_IF_FITS));
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -1265,30 +1268,31 @@ static void test_versionstamp_bad_offsets(void **state)
     /* offset + 10 beyond the key (without its 4-byte suffix). */
     size_t kn = vs_key(key, &pre, "");
     cf_put_le(key + kn - 4, (uint64_t)pre.n + 1, 4);
-    CF_ERR(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("v")), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_versionstamped_key(t, key, kn, K("v")), KVQ_ECLIENT_INVALID_OPERATION);
     cf_put_le(key + kn - 4, 0xffffffffu, 4);
-    CF_ERR(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("v")), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_versionstamped_key(t, key, kn, K("v")), KVQ_ECLIENT_INVALID_OPERATION);
     cf_put_le(key + kn - 4, 0x7ffffff0u, 4);
-    CF_ERR(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("v")), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_versionstamped_key(t, key, kn, K("v")), KVQ_ECLIENT_INVALID_OPERATION);
     /* Exactly fitting is fine. */
     cf_put_le(key + kn - 4, (uint64_t)pre.n, 4);
-    CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("v")));
+    assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("v")));
     /* Keys too short to hold the offset. */
     static const uint8_t shortk[3] = { 'a', 0, 0 };
     for (size_t len = 0; len < 4; len++) {
-        int rc = kvq_txn_set_versionstamped_key(t, shortk, len, CF_S("v"));
+        int rc = kvq_txn_set_versionstamped_key(t, shortk, len, K("v"));
         if (rc != KVQ_ECLIENT_INVALID_OPERATION && rc != KVQ_EINVAL)
             fail_msg("versionstamped key of %zu bytes: expected 2000 or EINVAL, got %d %s", len, rc,
                      kvq_errname(rc));
     }
     /* A 10-byte key + suffix that is all stamp. */
     uint8_t only[14] = { 0 };
-    CF_ERR(kvq_txn_set_versionstamped_key(t, only, 13, CF_S("v")), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_versionstamped_key(t, only, 13, K("v")), KVQ_ECLIENT_INVALID_OPERATION);
     /* Values: offset out of range, too short. */
     cf_key k = cf_k(p, "val");
     uint8_t val[16] = { 0 };
     cf_put_le(val + 10, 1, 4);
-    CF_ERR(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14),
+               KVQ_ECLIENT_INVALID_OPERATION);
     for (size_t len = 0; len < 4; len++) {
         int rc = kvq_txn_set_versionstamped_value(t, k.b, k.n, val, len);
         if (rc != KVQ_ECLIENT_INVALID_OPERATION && rc != KVQ_EINVAL)
@@ -1306,11 +1310,11 @@ static void test_user_versions(void **state)
     kvq_txn *t = new_txn(db);
     uint16_t uv = 99;
     for (uint16_t i = 0; i < 5; i++) {
-        CF_OK(kvq_txn_next_user_version(&uv, t));
+        assert_ok(kvq_txn_next_user_version(&uv, t));
         assert_int_equal(uv, i);
     }
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
     assert_int_equal(uv, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -1326,7 +1330,7 @@ static void expect_model_range(
     const kvq_kv *kvs;
     size_t n;
     int more = -1;
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, limit, flags));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, limit, flags));
     size_t *idx = malloc((m->n + 1) * sizeof(*idx));
     assert_non_null(idx);
     int want_more;
@@ -1362,34 +1366,34 @@ static void test_many_point_clears(void **state)
         char ks[32];
         snprintf(ks, sizeof(ks), "c%05u", i);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("v")));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K("v")));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_key b = cf_k(p, "c"), e = cf_k(p, "d");
     const kvq_kv *kvs;
     size_t n;
     int more;
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, N / STORED_EVERY);
     for (unsigned i = 0; i < N; i++) {
         char ks[32];
         snprintf(ks, sizeof(ks), "c%05u", i);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_clear(t, k.b, k.n));
+        assert_ok(kvq_txn_clear(t, k.b, k.n));
         if (i % 4000 == 3999) {
             /* Everything up to here reads as cleared, the rest as stored. */
-            CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+            assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
             assert_int_equal(n, (N - (i + 1)) / STORED_EVERY);
             kvq_bytes v;
             int present;
-            CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+            assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
             assert_int_equal(present, 0);
         }
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -1409,10 +1413,10 @@ static void test_large_ranges(void **state)
         snprintf(ks, sizeof(ks), "r%05u", i * 2);
         snprintf(vs, sizeof(vs), "value of %u", i);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S(vs)));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K(vs)));
         assert_int_equal(cf_model_set(&m, k.b, k.n, (const uint8_t *)vs, strlen(vs)), 0);
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     static const int limits[] = { 0, 1, 999, 2500, 3000, 3001 };
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
@@ -1426,24 +1430,24 @@ static void test_large_ranges(void **state)
         char ks[32];
         snprintf(ks, sizeof(ks), "r%05u", i * 2);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_clear(t, k.b, k.n));
+        assert_ok(kvq_txn_clear(t, k.b, k.n));
         cf_model_clear(&m, k.b, k.n);
     }
     cf_key cb = cf_k(p, "r01000"), ce = cf_k(p, "r01500");
-    CF_OK(kvq_txn_clear_range(t, cb.b, cb.n, ce.b, ce.n));
+    assert_ok(kvq_txn_clear_range(t, cb.b, cb.n, ce.b, ce.n));
     cf_model_clear_range(&m, cb.b, cb.n, ce.b, ce.n);
     for (unsigned i = 0; i < 400; i++) {
         char ks[32];
         snprintf(ks, sizeof(ks), "r%05u", i * 15 + 1);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("new")));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K("new")));
         assert_int_equal(cf_model_set(&m, k.b, k.n, (const uint8_t *)"new", 3), 0);
     }
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
         expect_model_range(t, &m, p, limits[i], 0, "large range over writes");
         expect_model_range(t, &m, p, limits[i], KVQ_REVERSE, "large range over writes, reverse");
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     expect_model_range(t, &m, p, 0, 0, "large range after commit");
     expect_model_range(t, &m, p, 1234, KVQ_REVERSE, "large range after commit, reverse");
@@ -1467,10 +1471,10 @@ static void test_read_only_handle(void **state)
     kvq_db *ro = cf_open(&o);
     kvq_txn *t = new_txn(ro);
     cf_expect_value(t, k.b, k.n, 0, "v", 1, "read through a read-only handle");
-    CF_OK(kvq_txn_commit(t)); /* reads only */
+    assert_ok(kvq_txn_commit(t)); /* reads only */
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("w")));
-    CF_ERR(kvq_txn_commit(t), KVQ_EPERM);
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("w")));
+    assert_err(kvq_txn_commit(t), KVQ_EPERM);
     kvq_txn_destroy(t);
     kvq_db_close(ro);
     char got[4];
@@ -1488,7 +1492,7 @@ static void test_no_create(void **state)
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.flags = KVQ_DB_NO_CREATE;
     kvq_db *db = (kvq_db *)&o;
-    CF_ERR(kvq_db_open(&db, url, &o), KVQ_ENOTFOUND);
+    assert_err(kvq_db_open(&db, url, &o), KVQ_ENOTFOUND);
     assert_null(db);
     struct stat st;
     assert_int_not_equal(stat(url, &st), 0); /* nothing was created */
@@ -1505,12 +1509,12 @@ static void test_stats(void **state)
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     kvq_db_stats a, b;
-    CF_OK(kvq_db_get_stats(&a, db));
+    assert_ok(kvq_db_get_stats(&a, db));
     cf_key k = cf_k(p, "k");
     for (int i = 0; i < 3; i++)
         cf_write_key(db, k.b, k.n, "v", 1);
     (void)cf_read_key(db, k.b, k.n, NULL, 0); /* read-only: no commit counted */
-    CF_OK(kvq_db_get_stats(&b, db));
+    assert_ok(kvq_db_get_stats(&b, db));
     assert_int_equal(b.commits - a.commits, 3);
     assert_true(b.batches - a.batches >= 1 && b.batches - a.batches <= 3);
     assert_int_equal(b.conflicts, a.conflicts);
@@ -1529,9 +1533,9 @@ static void test_user_version_limit(void **state)
         if (rc != 0 || uv != i)
             fail_msg("user version %u: rc %d, got %u", i, rc, uv);
     }
-    CF_ERR(kvq_txn_next_user_version(&uv, t), KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_next_user_version(&uv, t), KVQ_ECLIENT_INVALID_OPERATION);
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
     assert_int_equal(uv, 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -1561,7 +1565,7 @@ static void *stamper_main(void *arg)
         char val[32];
         snprintf(val, sizeof(val), "%d/%d", s->id, i);
         int64_t cv = 0, rv = 0;
-        int rc = kvq_txn_set_versionstamped_key(t, key, kn, CF_S(val));
+        int rc = kvq_txn_set_versionstamped_key(t, key, kn, K(val));
         if (rc == 0)
             rc = kvq_txn_commit(t);
         if (rc == 0)
@@ -1627,7 +1631,7 @@ static void test_versionstamps_concurrent(void **state)
     kvq_txn *t = new_txn(db);
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, THREADS * N);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(kvs[i].key.len, pre.n + 10);
@@ -1655,11 +1659,11 @@ static void test_versionstamp_mutation_order(void **state)
 
     /* The same stamped key twice: one key, the second value. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("first")));
-    CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("second")));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("first")));
+    assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("second")));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, 1);
     assert_int_equal(kvs[0].value.len, 6);
     assert_memory_equal(kvs[0].value.data, "second", 6);
@@ -1667,11 +1671,11 @@ static void test_versionstamp_mutation_order(void **state)
 
     /* A clear_range after a stamped key in the same transaction removes it. */
     cf_clear_prefix(db, p);
-    CF_OK(kvq_txn_set_versionstamped_key(t, key, kn, CF_S("gone")));
-    CF_OK(kvq_txn_clear_range(t, pre.b, pre.n, end.b, end.n));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set_versionstamped_key(t, key, kn, K("gone")));
+    assert_ok(kvq_txn_clear_range(t, pre.b, pre.n, end.b, end.n));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, 0);
     kvq_txn_reset(t);
 
@@ -1679,22 +1683,22 @@ static void test_versionstamp_mutation_order(void **state)
      * unreadable in the transaction (as on FoundationDB). */
     cf_key k = cf_k(p, "k");
     uint8_t sv[14] = { 0 };
-    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, sv, 14));
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("plain")));
+    assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, sv, 14));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("plain")));
     kvq_bytes v;
     int present;
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
-    CF_OK(kvq_txn_commit(t));
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_EACCESSED_UNREADABLE);
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k.b, k.n, 0, "plain", 5, "a set after a stamped value, committed");
     kvq_txn_reset(t);
 
     /* A plain set, then a stamped value: the stamp wins. */
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("plain")));
-    CF_OK(kvq_txn_set_versionstamped_value(t, k.b, k.n, sv, 14));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("plain")));
+    assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, sv, 14));
+    assert_ok(kvq_txn_commit(t));
     uint8_t st[10];
-    CF_OK(kvq_txn_get_versionstamp(st, t));
+    assert_ok(kvq_txn_get_versionstamp(st, t));
     kvq_txn_reset(t);
     cf_expect_value(t, k.b, k.n, 0, st, 10, "a stamped value after a set");
     kvq_txn_destroy(t);
@@ -1710,10 +1714,10 @@ static void test_read_version_at_first_read(void **state)
     cf_clear_prefix(db, p);
     cf_key k = cf_k(p, "k"), mine = cf_k(p, "mine");
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set(t, mine.b, mine.n, CF_S("x"))); /* a write takes no read version */
+    assert_ok(kvq_txn_set(t, mine.b, mine.n, K("x"))); /* a write takes no read version */
     cf_write_key(db, k.b, k.n, "later", 5);
     cf_expect_value(t, k.b, k.n, 0, "later", 5, "a commit before the first read is visible");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -1729,16 +1733,16 @@ static void test_two_handles(void **state)
     kvq_txn *ta = new_txn(a);
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, ta, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, ta, k.b, k.n, 0));
     kvq_watch *w = NULL;
     kvq_txn *tw = new_txn(a);
-    CF_OK(kvq_txn_get(&v, &present, tw, k.b, k.n, 0));
-    CF_OK(kvq_txn_watch(&w, tw, k.b, k.n));
-    CF_OK(kvq_txn_commit(tw));
+    assert_ok(kvq_txn_get(&v, &present, tw, k.b, k.n, 0));
+    assert_ok(kvq_txn_watch(&w, tw, k.b, k.n));
+    assert_ok(kvq_txn_commit(tw));
     cf_write_key(b, k.b, k.n, "from b", 6);
-    CF_OK(kvq_txn_set(ta, out.b, out.n, CF_S("a")));
-    CF_ERR(kvq_txn_commit(ta), KVQ_ENOT_COMMITTED);
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_txn_set(ta, out.b, out.n, K("a")));
+    assert_err(kvq_txn_commit(ta), KVQ_ENOT_COMMITTED);
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_txn_reset(ta);
     cf_expect_value(ta, k.b, k.n, 0, "from b", 6, "the other handle's commit");
     kvq_watch_destroy(w);

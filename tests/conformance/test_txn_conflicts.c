@@ -14,7 +14,7 @@
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     return t;
 }
 
@@ -163,16 +163,16 @@ static int run_case(kvq_db *db, const char *p, const struct conflict_case *c, in
     kvq_txn *t = new_txn(db);
     for (size_t i = 0; i < sizeof(stored) / sizeof(stored[0]); i++) {
         cf_key k = cf_k(p, stored[i]);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S(stored[i])));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K(stored[i])));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 
     kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
     cf_key wa = ck(p, c->wa), wb = ck(p, c->wb != NULL ? c->wb : "");
     if (c->w == W_BEFORE) {
-        CF_OK(kvq_txn_set(t2, wa.b, wa.n, CF_S("early")));
-        CF_OK(kvq_txn_commit(t2));
+        assert_ok(kvq_txn_set(t2, wa.b, wa.n, K("early")));
+        assert_ok(kvq_txn_commit(t2));
     }
     /* T1 reads. */
     cf_key ra = ck(p, c->ra != NULL ? c->ra : ""), rb = ck(p, c->rb != NULL ? c->rb : "");
@@ -183,54 +183,55 @@ static int run_case(kvq_db *db, const char *p, const struct conflict_case *c, in
     int64_t rv;
     switch (c->r) {
     case R_GET:
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
         break;
     case R_GET_SNAP:
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, KVQ_SNAPSHOT));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, KVQ_SNAPSHOT));
         break;
     case R_RANGE:
-        CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t1, ra.b, ra.n, rb.b, rb.n, c->limit, c->flags));
+        assert_ok(
+            kvq_txn_get_range(&kvs, &n, NULL, t1, ra.b, ra.n, rb.b, rb.n, c->limit, c->flags));
         if (c->limit == 2)
             assert_int_equal(n, 2);
         break;
     case R_CONFLICT_READ:
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_add_conflict_range(t1, ra.b, ra.n, rb.b, rb.n, KVQ_CONFLICT_READ));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_add_conflict_range(t1, ra.b, ra.n, rb.b, rb.n, KVQ_CONFLICT_READ));
         break;
     case R_NONE:
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
         break;
     case R_SNAP_THEN_GET:
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, KVQ_SNAPSHOT));
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, KVQ_SNAPSHOT));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
         break;
     case R_OWN_SET_GET:
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_set(t1, ra.b, ra.n, CF_S("own")));
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_set(t1, ra.b, ra.n, K("own")));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
         assert_int_equal(present, 1);
         break;
     case R_OWN_ADD_GET: {
         uint8_t inc[8];
         cf_put_le(inc, 1, 8);
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_atomic_op(t1, ra.b, ra.n, inc, 8, KVQ_MUT_ADD));
-        CF_OK(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_atomic_op(t1, ra.b, ra.n, inc, 8, KVQ_MUT_ADD));
+        assert_ok(kvq_txn_get(&v, &present, t1, ra.b, ra.n, 0));
         assert_int_equal(present, 1);
         break;
     }
     case R_OWN_CLEARED: {
         cf_key all_b = ck(p, ""), all_e = ck(p, "z");
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_clear_range(t1, ra.b, ra.n, rb.b, rb.n));
-        CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t1, all_b.b, all_b.n, all_e.b, all_e.n, 0, 0));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_clear_range(t1, ra.b, ra.n, rb.b, rb.n));
+        assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t1, all_b.b, all_b.n, all_e.b, all_e.n, 0, 0));
         break;
     }
     case R_OWN_SET_RANGE: {
         cf_key all_b = ck(p, ""), all_e = ck(p, "z");
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_set(t1, ra.b, ra.n, CF_S("own")));
-        CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t1, all_b.b, all_b.n, all_e.b, all_e.n, 0, 0));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_set(t1, ra.b, ra.n, K("own")));
+        assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t1, all_b.b, all_b.n, all_e.b, all_e.n, 0, 0));
         assert_int_equal(n, 6);
         break;
     }
@@ -241,35 +242,35 @@ static int run_case(kvq_db *db, const char *p, const struct conflict_case *c, in
     uint8_t vs[300];
     switch (c->w) {
     case W_SET:
-        CF_OK(kvq_txn_set(t2, wa.b, wa.n, CF_S("new")));
+        assert_ok(kvq_txn_set(t2, wa.b, wa.n, K("new")));
         break;
     case W_SET_SAME:
-        CF_OK(kvq_txn_set(t2, wa.b, wa.n, CF_S(c->wa)));
+        assert_ok(kvq_txn_set(t2, wa.b, wa.n, K(c->wa)));
         break;
     case W_CLEAR:
-        CF_OK(kvq_txn_clear(t2, wa.b, wa.n));
+        assert_ok(kvq_txn_clear(t2, wa.b, wa.n));
         break;
     case W_CLEAR_RANGE:
-        CF_OK(kvq_txn_clear_range(t2, wa.b, wa.n, wb.b, wb.n));
+        assert_ok(kvq_txn_clear_range(t2, wa.b, wa.n, wb.b, wb.n));
         break;
     case W_ADD:
-        CF_OK(kvq_txn_atomic_op(t2, wa.b, wa.n, one, 8, KVQ_MUT_ADD));
+        assert_ok(kvq_txn_atomic_op(t2, wa.b, wa.n, one, 8, KVQ_MUT_ADD));
         break;
     case W_BYTE_MAX:
-        CF_OK(kvq_txn_atomic_op(t2, wa.b, wa.n, CF_S("zzz"), KVQ_MUT_BYTE_MAX));
+        assert_ok(kvq_txn_atomic_op(t2, wa.b, wa.n, K("zzz"), KVQ_MUT_BYTE_MAX));
         break;
     case W_VS_KEY:
         memcpy(vs, wa.b, wa.n);
         memset(vs + wa.n, 0, 10);
         cf_put_le(vs + wa.n + 10, (uint64_t)wa.n, 4);
-        CF_OK(kvq_txn_set_versionstamped_key(t2, vs, wa.n + 14, CF_S("pushed")));
+        assert_ok(kvq_txn_set_versionstamped_key(t2, vs, wa.n + 14, K("pushed")));
         break;
     case W_CONFLICT_WRITE:
-        CF_OK(kvq_txn_add_conflict_range(t2, wa.b, wa.n, wb.b, wb.n, KVQ_CONFLICT_WRITE));
+        assert_ok(kvq_txn_add_conflict_range(t2, wa.b, wa.n, wb.b, wb.n, KVQ_CONFLICT_WRITE));
         /* FoundationDB commits a transaction with only a write conflict range. */
         break;
     case W_ABORTED:
-        CF_OK(kvq_txn_set(t2, wa.b, wa.n, CF_S("never")));
+        assert_ok(kvq_txn_set(t2, wa.b, wa.n, K("never")));
         break;
     case W_BEFORE:
         break;
@@ -278,12 +279,12 @@ static int run_case(kvq_db *db, const char *p, const struct conflict_case *c, in
         kvq_txn_destroy(t2);
         t2 = NULL;
     } else if (c->w != W_BEFORE) {
-        CF_OK(kvq_txn_commit(t2));
+        assert_ok(kvq_txn_commit(t2));
     }
     /* T1 writes a key nobody reads (or nothing) and commits. */
     if (t1_writes) {
         cf_key out = cf_k(p, "out");
-        CF_OK(kvq_txn_set(t1, out.b, out.n, CF_S("t1")));
+        assert_ok(kvq_txn_set(t1, out.b, out.n, K("t1")));
     }
     int rc = kvq_txn_commit(t1);
     int want = t1_writes ? c->expect : 0;
@@ -360,12 +361,12 @@ static void test_concurrent_atomic_adds(void **state)
     /* Interleaved by hand: both add, both commit. */
     kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
     int64_t rv;
-    CF_OK(kvq_txn_get_read_version(&rv, t1));
-    CF_OK(kvq_txn_get_read_version(&rv, t2));
-    CF_OK(kvq_txn_atomic_op(t1, k.b, k.n, one, 8, KVQ_MUT_ADD));
-    CF_OK(kvq_txn_atomic_op(t2, k.b, k.n, one, 8, KVQ_MUT_ADD));
-    CF_OK(kvq_txn_commit(t2));
-    CF_OK(kvq_txn_commit(t1));
+    assert_ok(kvq_txn_get_read_version(&rv, t1));
+    assert_ok(kvq_txn_get_read_version(&rv, t2));
+    assert_ok(kvq_txn_atomic_op(t1, k.b, k.n, one, 8, KVQ_MUT_ADD));
+    assert_ok(kvq_txn_atomic_op(t2, k.b, k.n, one, 8, KVQ_MUT_ADD));
+    assert_ok(kvq_txn_commit(t2));
+    assert_ok(kvq_txn_commit(t1));
     assert_int_equal(cf_read_key(db, k.b, k.n, got, 8), 8);
     assert_int_equal(cf_le64(got, 8), 2);
     kvq_txn_destroy(t1);
@@ -385,26 +386,26 @@ static void test_concurrent_append_and_compare_and_clear(void **state)
     cf_key a = cf_k(p, "a"), c = cf_k(p, "c"), n = cf_k(p, "n");
     for (int ryw_off = 0; ryw_off < 2; ryw_off++) {
         kvq_txn *t = new_txn(db);
-        CF_OK(kvq_txn_set(t, a.b, a.n, CF_S("x")));
-        CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("old")));
-        CF_OK(kvq_txn_clear(t, n.b, n.n));
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_set(t, a.b, a.n, K("x")));
+        assert_ok(kvq_txn_set(t, c.b, c.n, K("old")));
+        assert_ok(kvq_txn_clear(t, n.b, n.n));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_destroy(t);
         kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
         if (ryw_off)
-            CF_OK(kvq_txn_set_option(t1, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0));
+            assert_ok(kvq_txn_set_option(t1, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0));
         int64_t rv;
-        CF_OK(kvq_txn_get_read_version(&rv, t1));
-        CF_OK(kvq_txn_get_read_version(&rv, t2));
+        assert_ok(kvq_txn_get_read_version(&rv, t1));
+        assert_ok(kvq_txn_get_read_version(&rv, t2));
         /* t1 appends and compares against values t2 writes after t1's read version. */
-        CF_OK(kvq_txn_atomic_op(t1, a.b, a.n, CF_S("y"), KVQ_MUT_APPEND_IF_FITS));
-        CF_OK(kvq_txn_atomic_op(t1, c.b, c.n, CF_S("new"), KVQ_MUT_COMPARE_AND_CLEAR));
-        CF_OK(kvq_txn_atomic_op(t1, n.b, n.n, CF_S("1"), KVQ_MUT_COMPARE_AND_CLEAR));
-        CF_OK(kvq_txn_atomic_op(t2, a.b, a.n, CF_S("w"), KVQ_MUT_APPEND_IF_FITS));
-        CF_OK(kvq_txn_set(t2, c.b, c.n, CF_S("new")));
-        CF_OK(kvq_txn_set(t2, n.b, n.n, CF_S("1")));
-        CF_OK(kvq_txn_commit(t2));
-        CF_OK(kvq_txn_commit(t1));
+        assert_ok(kvq_txn_atomic_op(t1, a.b, a.n, K("y"), KVQ_MUT_APPEND_IF_FITS));
+        assert_ok(kvq_txn_atomic_op(t1, c.b, c.n, K("new"), KVQ_MUT_COMPARE_AND_CLEAR));
+        assert_ok(kvq_txn_atomic_op(t1, n.b, n.n, K("1"), KVQ_MUT_COMPARE_AND_CLEAR));
+        assert_ok(kvq_txn_atomic_op(t2, a.b, a.n, K("w"), KVQ_MUT_APPEND_IF_FITS));
+        assert_ok(kvq_txn_set(t2, c.b, c.n, K("new")));
+        assert_ok(kvq_txn_set(t2, n.b, n.n, K("1")));
+        assert_ok(kvq_txn_commit(t2));
+        assert_ok(kvq_txn_commit(t1));
         kvq_txn_destroy(t1);
         kvq_txn_destroy(t2);
         t = new_txn(db);
@@ -415,33 +416,33 @@ static void test_concurrent_append_and_compare_and_clear(void **state)
     }
     /* Both sides COMPARE_AND_CLEAR the same key: both commit, the key is gone. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("v")));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, c.b, c.n, K("v")));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     kvq_txn *t1 = new_txn(db), *t2 = new_txn(db);
     int64_t rv;
-    CF_OK(kvq_txn_get_read_version(&rv, t1));
-    CF_OK(kvq_txn_get_read_version(&rv, t2));
-    CF_OK(kvq_txn_atomic_op(t1, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
-    CF_OK(kvq_txn_atomic_op(t2, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
-    CF_OK(kvq_txn_commit(t1));
-    CF_OK(kvq_txn_commit(t2));
+    assert_ok(kvq_txn_get_read_version(&rv, t1));
+    assert_ok(kvq_txn_get_read_version(&rv, t2));
+    assert_ok(kvq_txn_atomic_op(t1, c.b, c.n, K("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_atomic_op(t2, c.b, c.n, K("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_commit(t1));
+    assert_ok(kvq_txn_commit(t2));
     kvq_txn_destroy(t1);
     kvq_txn_destroy(t2);
     /* A reader of the key still conflicts with them: they are writes. */
     t = new_txn(db);
-    CF_OK(kvq_txn_set(t, c.b, c.n, CF_S("v")));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, c.b, c.n, K("v")));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     t1 = new_txn(db);
     t2 = new_txn(db);
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, t1, c.b, c.n, 0));
-    CF_OK(kvq_txn_set(t1, a.b, a.n, CF_S("r")));
-    CF_OK(kvq_txn_atomic_op(t2, c.b, c.n, CF_S("v"), KVQ_MUT_COMPARE_AND_CLEAR));
-    CF_OK(kvq_txn_commit(t2));
-    CF_ERR(kvq_txn_commit(t1), KVQ_ENOT_COMMITTED);
+    assert_ok(kvq_txn_get(&v, &present, t1, c.b, c.n, 0));
+    assert_ok(kvq_txn_set(t1, a.b, a.n, K("r")));
+    assert_ok(kvq_txn_atomic_op(t2, c.b, c.n, K("v"), KVQ_MUT_COMPARE_AND_CLEAR));
+    assert_ok(kvq_txn_commit(t2));
+    assert_err(kvq_txn_commit(t1), KVQ_ENOT_COMMITTED);
     kvq_txn_destroy(t1);
     kvq_txn_destroy(t2);
     kvq_db_close(db);
@@ -518,21 +519,22 @@ static void test_versionstamped_pushes_no_conflict(void **state)
         const kvq_kv *kvs;
         size_t n;
         if (i > 0) {
-            CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t[i], q.b, q.n, qe.b, qe.n, 0, KVQ_SNAPSHOT));
+            assert_ok(
+                kvq_txn_get_range(&kvs, &n, NULL, t[i], q.b, q.n, qe.b, qe.n, 0, KVQ_SNAPSHOT));
             assert_int_equal(n, 0);
         }
         uint8_t k[300];
         memcpy(k, q.b, q.n);
         memset(k + q.n, 0, 10);
         cf_put_le(k + q.n + 10, (uint64_t)q.n, 4);
-        CF_OK(kvq_txn_set_versionstamped_key(t[i], k, q.n + 14, CF_S("item")));
+        assert_ok(kvq_txn_set_versionstamped_key(t[i], k, q.n + 14, K("item")));
     }
     for (int i = 0; i < 3; i++)
-        CF_OK(kvq_txn_commit(t[i]));
+        assert_ok(kvq_txn_commit(t[i]));
     kvq_txn *r = new_txn(db);
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, r, q.b, q.n, qe.b, qe.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, r, q.b, q.n, qe.b, qe.n, 0, 0));
     assert_int_equal(n, 3);
     kvq_txn_destroy(r);
     for (int i = 0; i < 3; i++)
@@ -555,25 +557,25 @@ static void test_clear_after_versionstamped_push_conflicts(void **state)
     memset(k + q.n, 0, 10);
     cf_put_le(k + q.n + 10, (uint64_t)q.n, 4);
     kvq_txn *first = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_key(first, k, q.n + 14, CF_S("old")));
-    CF_OK(kvq_txn_commit(first));
+    assert_ok(kvq_txn_set_versionstamped_key(first, k, q.n + 14, K("old")));
+    assert_ok(kvq_txn_commit(first));
     kvq_txn_destroy(first);
 
     kvq_txn *popper = new_txn(db);
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, popper, q.b, q.n, qe.b, qe.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, popper, q.b, q.n, qe.b, qe.n, 0, 0));
     assert_int_equal(n, 1);
     kvq_txn *pusher = new_txn(db);
-    CF_OK(kvq_txn_set_versionstamped_key(pusher, k, q.n + 14, CF_S("new")));
-    CF_OK(kvq_txn_commit(pusher));
+    assert_ok(kvq_txn_set_versionstamped_key(pusher, k, q.n + 14, K("new")));
+    assert_ok(kvq_txn_commit(pusher));
     kvq_txn_destroy(pusher);
-    CF_OK(kvq_txn_clear_range(popper, q.b, q.n, qe.b, qe.n));
+    assert_ok(kvq_txn_clear_range(popper, q.b, q.n, qe.b, qe.n));
     assert_int_equal(kvq_txn_commit(popper), KVQ_ENOT_COMMITTED);
     kvq_txn_destroy(popper);
 
     kvq_txn *r = new_txn(db);
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, r, q.b, q.n, qe.b, qe.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, r, q.b, q.n, qe.b, qe.n, 0, 0));
     assert_int_equal(n, 2);
     kvq_txn_destroy(r);
     kvq_db_close(db);
@@ -635,7 +637,7 @@ static int interfering_body(kvq_txn *txn, void *payload)
         kvq_txn *other = NULL;
         rc = kvq_txn_create(&other, in->db);
         if (rc == 0)
-            rc = kvq_txn_set(other, in->key.b, in->key.n, CF_S("other"));
+            rc = kvq_txn_set(other, in->key.b, in->key.n, K("other"));
         if (rc == 0)
             rc = kvq_txn_commit(other);
         kvq_txn_destroy(other);
@@ -644,7 +646,7 @@ static int interfering_body(kvq_txn *txn, void *payload)
     }
     char val[32];
     snprintf(val, sizeof(val), "attempt%d", in->attempts);
-    rc = kvq_txn_set(txn, in->key.b, in->key.n, CF_S(val));
+    rc = kvq_txn_set(txn, in->key.b, in->key.n, K(val));
     if (rc != 0)
         return rc;
     return in->result;
@@ -657,10 +659,10 @@ static void test_transact_retries_conflicts(void **state)
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     kvq_db_stats before, after;
-    CF_OK(kvq_db_get_stats(&before, db));
+    assert_ok(kvq_db_get_stats(&before, db));
 
     struct interfere in = { db, cf_k(p, "k"), 0, 1, 0 };
-    CF_OK(kvq_db_transact(db, interfering_body, &in));
+    assert_ok(kvq_db_transact(db, interfering_body, &in));
     assert_int_equal(in.attempts, 2);
     char got[32];
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, got, sizeof(got)), 8);
@@ -668,19 +670,19 @@ static void test_transact_retries_conflicts(void **state)
 
     /* With a caller's transaction, kvq_txn_retries counts the retries. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 5));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 5));
     in = (struct interfere){ db, cf_k(p, "k"), 0, 3, 0 };
-    CF_OK(kvq_txn_run(t, interfering_body, &in));
+    assert_ok(kvq_txn_run(t, interfering_body, &in));
     assert_int_equal(in.attempts, 4);
     assert_int_equal(kvq_txn_retries(t), 3);
     /* After success the transaction holds its commit. */
     uint8_t st[10];
-    CF_OK(kvq_txn_get_versionstamp(st, t));
+    assert_ok(kvq_txn_get_versionstamp(st, t));
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, got, sizeof(got)), 8);
     assert_memory_equal(got, "attempt4", 8);
     kvq_txn_destroy(t);
 
-    CF_OK(kvq_db_get_stats(&after, db));
+    assert_ok(kvq_db_get_stats(&after, db));
     assert_true(after.conflicts >= before.conflicts + 4);
     assert_true(after.retries >= before.retries + 4);
     kvq_db_close(db);
@@ -690,7 +692,7 @@ static int user_error_body(kvq_txn *txn, void *payload)
 {
     struct interfere *in = payload;
     in->attempts++;
-    int rc = kvq_txn_set(txn, in->key.b, in->key.n, CF_S("must not commit"));
+    int rc = kvq_txn_set(txn, in->key.b, in->key.n, K("must not commit"));
     return rc != 0 ? rc : in->result;
 }
 
@@ -702,20 +704,20 @@ static void test_transact_body_errors(void **state)
     cf_clear_prefix(db, p);
     /* The body's own failure: returned as is, run once, nothing committed. */
     struct interfere in = { db, cf_k(p, "k"), 0, 0, KVQ_EUSER };
-    CF_ERR(kvq_db_transact(db, user_error_body, &in), KVQ_EUSER);
+    assert_err(kvq_db_transact(db, user_error_body, &in), KVQ_EUSER);
     assert_int_equal(in.attempts, 1);
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, NULL, 0), -1);
     /* A non-retryable kvq error from the body: the same. */
     in = (struct interfere){ db, cf_k(p, "k"), 0, 0, KVQ_EKEY_TOO_LARGE };
-    CF_ERR(kvq_db_transact(db, user_error_body, &in), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_db_transact(db, user_error_body, &in), KVQ_EKEY_TOO_LARGE);
     assert_int_equal(in.attempts, 1);
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, NULL, 0), -1);
     /* A retryable error returned by the body is retried, up to the retry limit. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 2));
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 2));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
     in = (struct interfere){ db, cf_k(p, "k"), 0, 0, KVQ_ENOT_COMMITTED };
-    CF_ERR(kvq_txn_run(t, user_error_body, &in), KVQ_ENOT_COMMITTED);
+    assert_err(kvq_txn_run(t, user_error_body, &in), KVQ_ENOT_COMMITTED);
     assert_int_equal(in.attempts, 3);
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, NULL, 0), -1);
     kvq_txn_destroy(t);
@@ -729,7 +731,7 @@ static void test_on_error(void **state)
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
     /* Non-retryable errors come back unchanged, and count no retry. */
     static const int final_errors[] = {
         KVQ_EINVAL,
@@ -749,7 +751,7 @@ static void test_on_error(void **state)
         KVQ_ENOMEM,
     };
     for (size_t i = 0; i < sizeof(final_errors) / sizeof(final_errors[0]); i++) {
-        CF_ERR(kvq_txn_on_error(t, final_errors[i]), final_errors[i]);
+        assert_err(kvq_txn_on_error(t, final_errors[i]), final_errors[i]);
         assert_false(kvq_error_retryable(final_errors[i]));
     }
     assert_int_equal(kvq_txn_retries(t), 0);
@@ -760,8 +762,8 @@ static void test_on_error(void **state)
     cf_key k = cf_k(p, "k");
     for (size_t i = 0; i < sizeof(retryable) / sizeof(retryable[0]); i++) {
         assert_true(kvq_error_retryable(retryable[i]));
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("dropped")));
-        CF_OK(kvq_txn_on_error(t, retryable[i]));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K("dropped")));
+        assert_ok(kvq_txn_on_error(t, retryable[i]));
         assert_int_equal(kvq_txn_retries(t), (int)i + 1);
     }
     assert_true(kvq_error_maybe_committed(KVQ_ECOMMIT_UNKNOWN_RESULT));
@@ -769,7 +771,7 @@ static void test_on_error(void **state)
     assert_true(kvq_error_retryable_not_committed(KVQ_ENOT_COMMITTED));
     assert_false(kvq_error_retryable_not_committed(KVQ_ECOMMIT_UNKNOWN_RESULT));
     /* The reset dropped the writes: this commit writes nothing. */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), -1);
     /* kvq_txn_reset zeroes the count. */
     kvq_txn_reset(t);
@@ -795,7 +797,7 @@ static int set_body(kvq_txn *txn, void *payload)
 {
     struct interfere *in = payload;
     in->attempts++;
-    return kvq_txn_set(txn, in->key.b, in->key.n, CF_S("v"));
+    return kvq_txn_set(txn, in->key.b, in->key.n, K("v"));
 }
 
 static void test_retry_limit_option(void **state)
@@ -805,26 +807,26 @@ static void test_retry_limit_option(void **state)
     kvq_db *faulty = open_faulty(KVQ_FAULT_NOT_COMMITTED, 1.0, 2);
     /* The database's retry limit (2): three attempts, then the last error. */
     struct interfere in = { faulty, cf_k(p, "k"), 0, 0, 0 };
-    CF_ERR(kvq_db_transact(faulty, set_body, &in), KVQ_ENOT_COMMITTED);
+    assert_err(kvq_db_transact(faulty, set_body, &in), KVQ_ENOT_COMMITTED);
     assert_int_equal(in.attempts, 3);
     /* The transaction option overrides it. */
     static const int limits[] = { 0, 1, 4 };
     for (size_t i = 0; i < 3; i++) {
         kvq_txn *t = new_txn(faulty);
-        CF_OK(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, limits[i]));
+        assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, limits[i]));
         in.attempts = 0;
-        CF_ERR(kvq_txn_run(t, set_body, &in), KVQ_ENOT_COMMITTED);
+        assert_err(kvq_txn_run(t, set_body, &in), KVQ_ENOT_COMMITTED);
         assert_int_equal(in.attempts, limits[i] + 1);
         assert_int_equal(kvq_txn_retries(t), limits[i]);
         kvq_txn_destroy(t);
     }
     /* By hand: on_error gives the error back once the limit is reached. */
     kvq_txn *t = new_txn(faulty);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 3));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 3));
     int rounds = 0, rc;
     for (;;) {
         rounds++;
-        rc = kvq_txn_set(t, in.key.b, in.key.n, CF_S("v"));
+        rc = kvq_txn_set(t, in.key.b, in.key.n, K("v"));
         if (rc == 0)
             rc = kvq_txn_commit(t);
         assert_int_equal(rc, KVQ_ENOT_COMMITTED);
@@ -837,7 +839,7 @@ static void test_retry_limit_option(void **state)
     assert_int_equal(rounds, 4);
     kvq_txn_destroy(t);
     kvq_db_stats st;
-    CF_OK(kvq_db_get_stats(&st, faulty));
+    assert_ok(kvq_db_get_stats(&st, faulty));
     assert_true(st.injected_faults >= 3 + 1 + 2 + 5 + 4);
     kvq_db_close(faulty);
 
@@ -855,31 +857,31 @@ static void test_timeouts(void **state)
     cf_key k = cf_k(p, "k");
     /* A transaction that outlives its timeout fails its next read and its commit with 1031. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     cf_sleep_ms(250);
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
-    CF_ERR(kvq_txn_commit(t), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_txn_commit(t), KVQ_ETRANSACTION_TIMED_OUT);
     /* 1031 is final for on_error. */
-    CF_ERR(kvq_txn_on_error(t, KVQ_ETRANSACTION_TIMED_OUT), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_txn_on_error(t, KVQ_ETRANSACTION_TIMED_OUT), KVQ_ETRANSACTION_TIMED_OUT);
     /* Reset clears the option: the transaction works again. */
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     cf_sleep_ms(150);
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 
     /* A retry loop that keeps failing stops at its time budget with 1031. */
     kvq_db *faulty = open_faulty(KVQ_FAULT_NOT_COMMITTED, 1.0, -1);
     t = new_txn(faulty);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 300));
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, -1));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 300));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, -1));
     struct interfere in = { faulty, k, 0, 0, 0 };
     int64_t t0 = cf_now_ns();
-    CF_ERR(kvq_txn_run(t, set_body, &in), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_txn_run(t, set_body, &in), KVQ_ETRANSACTION_TIMED_OUT);
     int64_t ms = (cf_now_ns() - t0) / 1000000;
     assert_true(in.attempts >= 2);
     if (ms < 250 || ms > 5000)
@@ -898,7 +900,7 @@ static void test_timeouts(void **state)
     faulty = cf_open_url_testing(cf_url, &o, &ft);
     in.attempts = 0;
     t0 = cf_now_ns();
-    CF_ERR(kvq_db_transact(faulty, set_body, &in), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_db_transact(faulty, set_body, &in), KVQ_ETRANSACTION_TIMED_OUT);
     ms = (cf_now_ns() - t0) / 1000000;
     if (ms < 150 || ms > 5000)
         fail_msg("kvq_db_transact with a 200 ms budget ended after %" PRId64 " ms", ms);
@@ -915,13 +917,13 @@ static void fault_case(unsigned kind, int want_rc, int want_written, const char 
     cf_clear_prefix(db, p);
     kvq_db *faulty = open_faulty(kind, 1.0, 100);
     kvq_db_stats before, after;
-    CF_OK(kvq_db_get_stats(&before, faulty));
+    assert_ok(kvq_db_get_stats(&before, faulty));
     for (int i = 0; i < 3; i++) {
         char ks[32];
         snprintf(ks, sizeof(ks), "k%d", i);
         cf_key k = cf_k(p, ks);
         kvq_txn *t = new_txn(faulty);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("v")));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K("v")));
         int rc = kvq_txn_commit(t);
         if (rc != want_rc)
             fail_msg("fault %s: commit returned %d %s, expected %d %s", name, rc, kvq_errname(rc),
@@ -932,7 +934,7 @@ static void fault_case(unsigned kind, int want_rc, int want_written, const char 
             fail_msg("fault %s: the write is %s", name, got >= 0 ? "there" : "missing");
         kvq_txn_destroy(t);
     }
-    CF_OK(kvq_db_get_stats(&after, faulty));
+    assert_ok(kvq_db_get_stats(&after, faulty));
     assert_int_equal(after.injected_faults - before.injected_faults, 3);
     kvq_db_close(faulty);
     kvq_db_close(db);
@@ -969,10 +971,10 @@ static void test_fault_rate_retry_loop(void **state)
         char ks[32];
         snprintf(ks, sizeof(ks), "k%02d", i);
         struct interfere in = { faulty, cf_k(p, ks), 0, 0, 0 };
-        CF_OK(kvq_db_transact(faulty, set_body, &in));
+        assert_ok(kvq_db_transact(faulty, set_body, &in));
     }
     kvq_db_stats st;
-    CF_OK(kvq_db_get_stats(&st, faulty));
+    assert_ok(kvq_db_get_stats(&st, faulty));
     assert_true(st.injected_faults > 0);
     assert_true(st.retries >= st.injected_faults);
     kvq_db_close(faulty);
@@ -980,7 +982,7 @@ static void test_fault_rate_retry_loop(void **state)
     kvq_txn *t = new_txn(db);
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, 40);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -1038,24 +1040,24 @@ static void test_conflicts_across_processes(void **state)
 
     /* A get, then another process writes that key: 1020. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     set_in_child(&k, "child1");
-    CF_OK(kvq_txn_set(t, out.b, out.n, CF_S("x")));
-    CF_ERR(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
+    assert_ok(kvq_txn_set(t, out.b, out.n, K("x")));
+    assert_err(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
     kvq_txn_reset(t);
 
     /* A range read, then another process writes a new key into it: 1020. */
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
     set_in_child(&other, "child2");
-    CF_OK(kvq_txn_set(t, out.b, out.n, CF_S("x")));
-    CF_ERR(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
+    assert_ok(kvq_txn_set(t, out.b, out.n, K("x")));
+    assert_err(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
     kvq_txn_reset(t);
 
     /* A get, then another process writes a different key: commits. */
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     set_in_child(&other, "child3");
-    CF_OK(kvq_txn_set(t, out.b, out.n, CF_S("x")));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, out.b, out.n, K("x")));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
 
     /* A transaction that starts after another process committed sees its write. */
@@ -1071,33 +1073,33 @@ static void test_options_across_on_error(void **state)
     (void)state;
     kvq_db *db = cf_open(NULL);
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 1));
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 1));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 1));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, 1));
     uint16_t uv;
-    CF_OK(kvq_txn_next_user_version(&uv, t));
-    CF_OK(kvq_txn_next_user_version(&uv, t));
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    CF_OK(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
     assert_int_equal(uv, 2);
     /* The limit of 1 survived the first on_error: the second gives the error back. */
-    CF_ERR(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED), KVQ_ENOT_COMMITTED);
+    assert_err(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED), KVQ_ENOT_COMMITTED);
     /* After reset the database's default (100) applies again, and user versions restart. */
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 1));
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 1));
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_next_user_version(&uv, t));
+    assert_ok(kvq_txn_next_user_version(&uv, t));
     assert_int_equal(uv, 0);
     /* The timeout also survives on_error. */
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
     kvq_bytes v;
     int present;
     cf_key k = cf_k("confl_opts", "k");
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
     cf_sleep_ms(250);
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }

@@ -8,7 +8,7 @@
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     return t;
 }
 
@@ -38,49 +38,50 @@ static void test_key_sizes(void **state)
     cf_put_le(one, 1, 8);
     for (size_t i = 0; i < 2; i++) {
         uint8_t *k = sized_key(p, ok_sizes[i]);
-        CF_OK(kvq_txn_set(t, k, ok_sizes[i], CF_S("v")));
+        assert_ok(kvq_txn_set(t, k, ok_sizes[i], K("v")));
         cf_expect_value(t, k, ok_sizes[i], 0, "v", 1, "large key, read back");
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
         cf_expect_value(t, k, ok_sizes[i], 0, "v", 1, "large key, committed");
-        CF_OK(kvq_txn_atomic_op(t, k, ok_sizes[i], one, 1, KVQ_MUT_ADD));
-        CF_OK(kvq_txn_clear(t, k, ok_sizes[i]));
-        CF_OK(kvq_txn_commit(t));
+        assert_ok(kvq_txn_atomic_op(t, k, ok_sizes[i], one, 1, KVQ_MUT_ADD));
+        assert_ok(kvq_txn_clear(t, k, ok_sizes[i]));
+        assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
         free(k);
     }
     /* One byte over: refused by every call that takes a key. */
     size_t big = KVQ_MAX_KEY_SIZE + 1;
     uint8_t *k = sized_key(p, big);
-    CF_ERR(kvq_txn_set(t, k, big, CF_S("v")), KVQ_EKEY_TOO_LARGE);
-    CF_ERR(kvq_txn_get(&v, &present, t, k, big, 0), KVQ_EKEY_TOO_LARGE);
-    CF_ERR(kvq_txn_get(&v, &present, t, k, big, KVQ_SNAPSHOT), KVQ_EKEY_TOO_LARGE);
-    CF_ERR(kvq_txn_clear(t, k, big), KVQ_EKEY_TOO_LARGE);
-    CF_ERR(kvq_txn_atomic_op(t, k, big, one, 8, KVQ_MUT_ADD), KVQ_EKEY_TOO_LARGE);
-    CF_ERR(kvq_txn_set_versionstamped_value(t, k, big, (const uint8_t *)"0123456789\0\0\0\0", 14),
-           KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_set(t, k, big, K("v")), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_get(&v, &present, t, k, big, 0), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_get(&v, &present, t, k, big, KVQ_SNAPSHOT), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_clear(t, k, big), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_atomic_op(t, k, big, one, 8, KVQ_MUT_ADD), KVQ_EKEY_TOO_LARGE);
+    assert_err(
+        kvq_txn_set_versionstamped_value(t, k, big, (const uint8_t *)"0123456789\0\0\0\0", 14),
+        KVQ_EKEY_TOO_LARGE);
     kvq_watch *w = NULL;
-    CF_ERR(kvq_txn_watch(&w, t, k, big), KVQ_EKEY_TOO_LARGE);
+    assert_err(kvq_txn_watch(&w, t, k, big), KVQ_EKEY_TOO_LARGE);
     assert_null(w);
     /* The refused calls left nothing behind: the transaction still commits, empty. */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     free(k);
     kvq_txn_reset(t);
 
     /* The empty key is a legal key. */
     const uint8_t *empty = (const uint8_t *)"";
-    CF_OK(kvq_txn_set(t, empty, 0, CF_S("first")));
+    assert_ok(kvq_txn_set(t, empty, 0, K("first")));
     cf_expect_value(t, empty, 0, 0, "first", 5, "empty key");
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, empty, 0, 0, "first", 5, "empty key, committed");
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, empty, 0, (const uint8_t *)"\x01", 1, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, empty, 0, (const uint8_t *)"\x01", 1, 0, 0));
     assert_int_equal(n, 1);
     assert_int_equal(kvs[0].key.len, 0);
-    CF_OK(kvq_txn_clear(t, empty, 0));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_clear(t, empty, 0));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, empty, 0, 0, NULL, 0, "empty key, cleared");
     kvq_txn_destroy(t);
@@ -99,24 +100,24 @@ static void test_value_sizes(void **state)
         val[i] = (uint8_t)(i * 7 + 3);
     cf_key k = cf_k(p, "k");
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k.b, k.n, 0, val, KVQ_MAX_VALUE_SIZE, "a 100,000-byte value");
     kvq_txn_reset(t);
-    CF_ERR(kvq_txn_set(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1), KVQ_EVALUE_TOO_LARGE);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_BYTE_MAX),
-           KVQ_EVALUE_TOO_LARGE);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_ADD),
-           KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_set(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1), KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_BYTE_MAX),
+               KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, val, KVQ_MAX_VALUE_SIZE + 1, KVQ_MUT_ADD),
+               KVQ_EVALUE_TOO_LARGE);
     uint8_t vsk[300];
     memcpy(vsk, k.b, k.n);
     memset(vsk + k.n, 0, 10);
     cf_put_le(vsk + k.n + 10, (uint64_t)k.n, 4);
-    CF_ERR(kvq_txn_set_versionstamped_key(t, vsk, k.n + 14, val, KVQ_MAX_VALUE_SIZE + 1),
-           KVQ_EVALUE_TOO_LARGE);
+    assert_err(kvq_txn_set_versionstamped_key(t, vsk, k.n + 14, val, KVQ_MAX_VALUE_SIZE + 1),
+               KVQ_EVALUE_TOO_LARGE);
     /* The refused set changed nothing. */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     cf_expect_value(t, k.b, k.n, 0, val, KVQ_MAX_VALUE_SIZE, "after a refused set");
     kvq_txn_destroy(t);
@@ -139,22 +140,23 @@ static void test_reserved_keys(void **state)
     uint8_t one[8];
     cf_put_le(one, 1, 8);
     for (size_t len = 1; len <= 2; len++) {
-        CF_ERR(kvq_txn_set(t, sys, len, CF_S("v")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-        CF_ERR(kvq_txn_get(&v, &present, t, sys, len, 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-        CF_ERR(kvq_txn_clear(t, sys, len), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-        CF_ERR(kvq_txn_atomic_op(t, sys, len, one, 8, KVQ_MUT_ADD), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+        assert_err(kvq_txn_set(t, sys, len, K("v")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+        assert_err(kvq_txn_get(&v, &present, t, sys, len, 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+        assert_err(kvq_txn_clear(t, sys, len), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+        assert_err(kvq_txn_atomic_op(t, sys, len, one, 8, KVQ_MUT_ADD),
+                   KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
     }
     kvq_watch *w = NULL;
-    CF_ERR(kvq_txn_watch(&w, t, sys, 2), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_err(kvq_txn_watch(&w, t, sys, 2), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
     /* A range may end at 0xFF (the end of the normal key space), not beyond. */
     cf_key b = cf_k("lim_reserved", "");
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, ff, 1, 1, 0));
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, ff00, 2, 0, 0),
-           KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, sys, 2, sys, 2, 0, 0),
-           KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_ERR(kvq_txn_clear_range(t, b.b, b.n, ff00, 2), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_OK(kvq_txn_clear_range(t, b.b, b.n, ff, 1));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, ff, 1, 1, 0));
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, ff00, 2, 0, 0),
+               KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, sys, 2, sys, 2, 0, 0),
+               KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_err(kvq_txn_clear_range(t, b.b, b.n, ff00, 2), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_ok(kvq_txn_clear_range(t, b.b, b.n, ff, 1));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -167,21 +169,21 @@ static void test_inverted_ranges(void **state)
     cf_key b = cf_k("lim_inv", "b"), a = cf_k("lim_inv", "a"), ab = cf_k("lim_inv", "a\x01");
     const kvq_kv *kvs;
     size_t n;
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, a.b, a.n, 0, 0), KVQ_EINVERTED_RANGE);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, a.b, a.n, 0, KVQ_REVERSE),
-           KVQ_EINVERTED_RANGE);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, ab.b, ab.n, a.b, a.n, 0, KVQ_SNAPSHOT),
-           KVQ_EINVERTED_RANGE);
-    CF_ERR(kvq_txn_clear_range(t, b.b, b.n, a.b, a.n), KVQ_EINVERTED_RANGE);
-    CF_ERR(kvq_txn_add_conflict_range(t, b.b, b.n, a.b, a.n, KVQ_CONFLICT_READ),
-           KVQ_EINVERTED_RANGE);
-    CF_ERR(kvq_txn_add_conflict_range(t, b.b, b.n, a.b, a.n, KVQ_CONFLICT_WRITE),
-           KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, a.b, a.n, 0, 0), KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, a.b, a.n, 0, KVQ_REVERSE),
+               KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, ab.b, ab.n, a.b, a.n, 0, KVQ_SNAPSHOT),
+               KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_clear_range(t, b.b, b.n, a.b, a.n), KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_add_conflict_range(t, b.b, b.n, a.b, a.n, KVQ_CONFLICT_READ),
+               KVQ_EINVERTED_RANGE);
+    assert_err(kvq_txn_add_conflict_range(t, b.b, b.n, a.b, a.n, KVQ_CONFLICT_WRITE),
+               KVQ_EINVERTED_RANGE);
     /* begin == end is an empty range, not an error. */
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, a.b, a.n, a.b, a.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, a.b, a.n, a.b, a.n, 0, 0));
     assert_int_equal(n, 0);
-    CF_OK(kvq_txn_clear_range(t, a.b, a.n, a.b, a.n));
-    CF_OK(kvq_txn_add_conflict_range(t, a.b, a.n, a.b, a.n, KVQ_CONFLICT_READ));
+    assert_ok(kvq_txn_clear_range(t, a.b, a.n, a.b, a.n));
+    assert_ok(kvq_txn_add_conflict_range(t, a.b, a.n, a.b, a.n, KVQ_CONFLICT_READ));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -214,7 +216,7 @@ static size_t count_prefix(kvq_db *db, const char *p)
     kvq_txn *t = new_txn(db);
     const kvq_kv *kvs;
     size_t n;
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, KVQ_SNAPSHOT));
     kvq_txn_destroy(t);
     return n;
 }
@@ -226,14 +228,14 @@ static void test_transaction_too_large(void **state)
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     /* 95 values of 100,000 bytes (9.5 MB with keys and conflict ranges) commit. */
-    CF_OK(big_transaction(db, p, 95));
+    assert_ok(big_transaction(db, p, 95));
     assert_int_equal(count_prefix(db, p), 95);
     cf_clear_prefix(db, p);
     /* 101 of them (over 10,000,000 bytes) are refused, by a set or by the commit. */
-    CF_ERR(big_transaction(db, p, 101), KVQ_ETRANSACTION_TOO_LARGE);
+    assert_err(big_transaction(db, p, 101), KVQ_ETRANSACTION_TOO_LARGE);
     assert_int_equal(count_prefix(db, p), 0);
     /* 2101 is final for the retry loop. */
-    CF_ERR(kvq_error_retryable(KVQ_ETRANSACTION_TOO_LARGE), 0);
+    assert_err(kvq_error_retryable(KVQ_ETRANSACTION_TOO_LARGE), 0);
     kvq_db_close(db);
 }
 
@@ -257,7 +259,7 @@ static int conflict_range_transaction(kvq_db *db, const char *p, int n, kvq_conf
     }
     cf_key k = cf_k(p, "small");
     if (rc == 0)
-        rc = kvq_txn_set(t, k.b, k.n, CF_S("v"));
+        rc = kvq_txn_set(t, k.b, k.n, K("v"));
     if (rc == 0)
         rc = kvq_txn_commit(t);
     kvq_txn_destroy(t);
@@ -273,10 +275,12 @@ static void test_transaction_too_large_conflict_ranges(void **state)
     const char *p = "lim_txn_conflicts";
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
-    CF_OK(conflict_range_transaction(db, p, 450, KVQ_CONFLICT_WRITE));
-    CF_ERR(conflict_range_transaction(db, p, 600, KVQ_CONFLICT_WRITE), KVQ_ETRANSACTION_TOO_LARGE);
-    CF_OK(conflict_range_transaction(db, p, 450, KVQ_CONFLICT_READ));
-    CF_ERR(conflict_range_transaction(db, p, 600, KVQ_CONFLICT_READ), KVQ_ETRANSACTION_TOO_LARGE);
+    assert_ok(conflict_range_transaction(db, p, 450, KVQ_CONFLICT_WRITE));
+    assert_err(conflict_range_transaction(db, p, 600, KVQ_CONFLICT_WRITE),
+               KVQ_ETRANSACTION_TOO_LARGE);
+    assert_ok(conflict_range_transaction(db, p, 450, KVQ_CONFLICT_READ));
+    assert_err(conflict_range_transaction(db, p, 600, KVQ_CONFLICT_READ),
+               KVQ_ETRANSACTION_TOO_LARGE);
     kvq_db_close(db);
 }
 
@@ -305,11 +309,11 @@ static void test_null_arguments(void **state)
     uint8_t one[8] = { 1 };
 
     /* Databases. */
-    CF_ERR(kvq_db_open(NULL, cf_url, NULL), KVQ_EINVAL);
+    assert_err(kvq_db_open(NULL, cf_url, NULL), KVQ_EINVAL);
     kvq_db_close(NULL);
     kvq_db_stats st;
-    CF_ERR(kvq_db_get_stats(NULL, db), KVQ_EINVAL);
-    CF_ERR(kvq_db_get_stats(&st, NULL), KVQ_EINVAL);
+    assert_err(kvq_db_get_stats(NULL, db), KVQ_EINVAL);
+    assert_err(kvq_db_get_stats(&st, NULL), KVQ_EINVAL);
     const char *engine = kvq_db_engine(db);
     assert_non_null(engine);
     assert_string_equal(engine, cf_is_fdb() ? "fdb" : "embedded");
@@ -317,78 +321,78 @@ static void test_null_arguments(void **state)
 
     /* Transactions. */
     kvq_txn *t2 = (kvq_txn *)&st;
-    CF_ERR(kvq_txn_create(NULL, db), KVQ_EINVAL);
-    CF_ERR(kvq_txn_create(&t2, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_create(NULL, db), KVQ_EINVAL);
+    assert_err(kvq_txn_create(&t2, NULL), KVQ_EINVAL);
     assert_null(t2);
     kvq_txn_destroy(NULL);
     kvq_txn_reset(NULL);
     (void)kvq_txn_retries(NULL);
 
-    CF_ERR(kvq_txn_get(NULL, &present, t, k.b, k.n, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get(&v, NULL, t, k.b, k.n, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get(&v, &present, NULL, k.b, k.n, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get(&v, &present, t, NULL, 3, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get(NULL, &present, t, k.b, k.n, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get(&v, NULL, t, k.b, k.n, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get(&v, &present, NULL, k.b, k.n, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get(&v, &present, t, NULL, 3, 0), KVQ_EINVAL);
 
-    CF_ERR(kvq_txn_get_range(NULL, &n, NULL, t, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_range(&kvs, NULL, NULL, t, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, NULL, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, NULL, 3, e.b, e.n, 0, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, NULL, 3, 0, 0), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, e.b, e.n, -1, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(NULL, &n, NULL, t, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, NULL, NULL, t, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, NULL, k.b, k.n, e.b, e.n, 0, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, NULL, 3, e.b, e.n, 0, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, NULL, 3, 0, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, e.b, e.n, -1, 0), KVQ_EINVAL);
 
-    CF_ERR(kvq_txn_set(NULL, k.b, k.n, CF_S("v")), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set(t, NULL, 3, CF_S("v")), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set(t, k.b, k.n, NULL, 3), KVQ_EINVAL);
-    CF_ERR(kvq_txn_clear(NULL, k.b, k.n), KVQ_EINVAL);
-    CF_ERR(kvq_txn_clear(t, NULL, 3), KVQ_EINVAL);
-    CF_ERR(kvq_txn_clear_range(NULL, k.b, k.n, e.b, e.n), KVQ_EINVAL);
-    CF_ERR(kvq_txn_clear_range(t, NULL, 3, e.b, e.n), KVQ_EINVAL);
-    CF_ERR(kvq_txn_clear_range(t, k.b, k.n, NULL, 3), KVQ_EINVAL);
-    CF_ERR(kvq_txn_atomic_op(NULL, k.b, k.n, one, 8, KVQ_MUT_ADD), KVQ_EINVAL);
-    CF_ERR(kvq_txn_atomic_op(t, NULL, 3, one, 8, KVQ_MUT_ADD), KVQ_EINVAL);
-    CF_ERR(kvq_txn_atomic_op(t, k.b, k.n, NULL, 8, KVQ_MUT_ADD), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_versionstamped_key(NULL, k.b, k.n, CF_S("v")), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_versionstamped_key(t, NULL, 14, CF_S("v")), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_versionstamped_value(NULL, k.b, k.n, one, 8), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_versionstamped_value(t, k.b, k.n, NULL, 14), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_versionstamped_value(t, NULL, 3, one, 8), KVQ_EINVAL);
-    CF_ERR(kvq_txn_next_user_version(NULL, t), KVQ_EINVAL);
-    CF_ERR(kvq_txn_next_user_version(&uv, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_add_conflict_range(NULL, k.b, k.n, e.b, e.n, KVQ_CONFLICT_READ), KVQ_EINVAL);
-    CF_ERR(kvq_txn_add_conflict_range(t, NULL, 3, e.b, e.n, KVQ_CONFLICT_READ), KVQ_EINVAL);
-    CF_ERR(kvq_txn_add_conflict_range(t, k.b, k.n, NULL, 3, KVQ_CONFLICT_WRITE), KVQ_EINVAL);
-    CF_ERR(kvq_txn_add_conflict_range(t, k.b, k.n, e.b, e.n, (kvq_conflict_type)7), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_read_version(NULL, t), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_read_version(&i64, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_commit(NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_committed_version(NULL, t), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_committed_version(&i64, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_versionstamp(NULL, t), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get_versionstamp(stamp, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_on_error(NULL, KVQ_ENOT_COMMITTED), KVQ_EINVAL);
-    CF_ERR(kvq_txn_set_option(NULL, KVQ_TXN_TIMEOUT_MS, 10), KVQ_EINVAL);
+    assert_err(kvq_txn_set(NULL, k.b, k.n, K("v")), KVQ_EINVAL);
+    assert_err(kvq_txn_set(t, NULL, 3, K("v")), KVQ_EINVAL);
+    assert_err(kvq_txn_set(t, k.b, k.n, NULL, 3), KVQ_EINVAL);
+    assert_err(kvq_txn_clear(NULL, k.b, k.n), KVQ_EINVAL);
+    assert_err(kvq_txn_clear(t, NULL, 3), KVQ_EINVAL);
+    assert_err(kvq_txn_clear_range(NULL, k.b, k.n, e.b, e.n), KVQ_EINVAL);
+    assert_err(kvq_txn_clear_range(t, NULL, 3, e.b, e.n), KVQ_EINVAL);
+    assert_err(kvq_txn_clear_range(t, k.b, k.n, NULL, 3), KVQ_EINVAL);
+    assert_err(kvq_txn_atomic_op(NULL, k.b, k.n, one, 8, KVQ_MUT_ADD), KVQ_EINVAL);
+    assert_err(kvq_txn_atomic_op(t, NULL, 3, one, 8, KVQ_MUT_ADD), KVQ_EINVAL);
+    assert_err(kvq_txn_atomic_op(t, k.b, k.n, NULL, 8, KVQ_MUT_ADD), KVQ_EINVAL);
+    assert_err(kvq_txn_set_versionstamped_key(NULL, k.b, k.n, K("v")), KVQ_EINVAL);
+    assert_err(kvq_txn_set_versionstamped_key(t, NULL, 14, K("v")), KVQ_EINVAL);
+    assert_err(kvq_txn_set_versionstamped_value(NULL, k.b, k.n, one, 8), KVQ_EINVAL);
+    assert_err(kvq_txn_set_versionstamped_value(t, k.b, k.n, NULL, 14), KVQ_EINVAL);
+    assert_err(kvq_txn_set_versionstamped_value(t, NULL, 3, one, 8), KVQ_EINVAL);
+    assert_err(kvq_txn_next_user_version(NULL, t), KVQ_EINVAL);
+    assert_err(kvq_txn_next_user_version(&uv, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_add_conflict_range(NULL, k.b, k.n, e.b, e.n, KVQ_CONFLICT_READ), KVQ_EINVAL);
+    assert_err(kvq_txn_add_conflict_range(t, NULL, 3, e.b, e.n, KVQ_CONFLICT_READ), KVQ_EINVAL);
+    assert_err(kvq_txn_add_conflict_range(t, k.b, k.n, NULL, 3, KVQ_CONFLICT_WRITE), KVQ_EINVAL);
+    assert_err(kvq_txn_add_conflict_range(t, k.b, k.n, e.b, e.n, (kvq_conflict_type)7), KVQ_EINVAL);
+    assert_err(kvq_txn_get_read_version(NULL, t), KVQ_EINVAL);
+    assert_err(kvq_txn_get_read_version(&i64, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_commit(NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_get_committed_version(NULL, t), KVQ_EINVAL);
+    assert_err(kvq_txn_get_committed_version(&i64, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_get_versionstamp(NULL, t), KVQ_EINVAL);
+    assert_err(kvq_txn_get_versionstamp(stamp, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_on_error(NULL, KVQ_ENOT_COMMITTED), KVQ_EINVAL);
+    assert_err(kvq_txn_set_option(NULL, KVQ_TXN_TIMEOUT_MS, 10), KVQ_EINVAL);
 
     /* Watches. */
     kvq_watch *w = (kvq_watch *)&st;
-    CF_ERR(kvq_txn_watch(NULL, t, k.b, k.n), KVQ_EINVAL);
-    CF_ERR(kvq_txn_watch(&w, NULL, k.b, k.n), KVQ_EINVAL);
+    assert_err(kvq_txn_watch(NULL, t, k.b, k.n), KVQ_EINVAL);
+    assert_err(kvq_txn_watch(&w, NULL, k.b, k.n), KVQ_EINVAL);
     assert_null(w);
-    CF_ERR(kvq_txn_watch(&w, t, NULL, 3), KVQ_EINVAL);
-    CF_ERR(kvq_watch_wait(NULL, 0), KVQ_EINVAL);
+    assert_err(kvq_txn_watch(&w, t, NULL, 3), KVQ_EINVAL);
+    assert_err(kvq_watch_wait(NULL, 0), KVQ_EINVAL);
     kvq_watch_cancel(NULL);
     kvq_watch_destroy(NULL);
 
     /* Retry loops. */
-    CF_ERR(kvq_db_transact(NULL, noop_body, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_db_transact(db, NULL, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_run(NULL, noop_body, NULL), KVQ_EINVAL);
-    CF_ERR(kvq_txn_run(t, NULL, NULL), KVQ_EINVAL);
+    assert_err(kvq_db_transact(NULL, noop_body, NULL), KVQ_EINVAL);
+    assert_err(kvq_db_transact(db, NULL, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_run(NULL, noop_body, NULL), KVQ_EINVAL);
+    assert_err(kvq_txn_run(t, NULL, NULL), KVQ_EINVAL);
 
     /* Buffers and messages. */
-    CF_ERR(kvq_buf_grow(NULL, 1), KVQ_EINVAL);
-    CF_ERR(kvq_buf_append(NULL, "x", 1), KVQ_EINVAL);
+    assert_err(kvq_buf_grow(NULL, 1), KVQ_EINVAL);
+    assert_err(kvq_buf_append(NULL, "x", 1), KVQ_EINVAL);
     kvq_buf b = KVQ_BUF_INIT;
-    CF_ERR(kvq_buf_append(&b, NULL, 1), KVQ_EINVAL);
+    assert_err(kvq_buf_append(&b, NULL, 1), KVQ_EINVAL);
     kvq_buf_dispose(&b);
     kvq_buf_dispose(NULL);
     static const int codes[] = { 0, -1, 1, 1020, 9001, 123456, INT32_MIN };
@@ -399,7 +403,7 @@ static void test_null_arguments(void **state)
     assert_non_null(kvq_last_error());
 
     /* After all that, the transaction is intact and commits nothing. */
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -412,25 +416,25 @@ static void test_bad_options(void **state)
     kvq_db *d2 = (kvq_db *)&d2;
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.version = 0;
-    CF_ERR(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
+    assert_err(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
     assert_null(d2);
     o = (kvq_db_options)KVQ_DB_OPTIONS_INIT;
     o.version = KVQ_DB_OPTIONS_VERSION + 100;
-    CF_ERR(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
+    assert_err(kvq_db_open(&d2, cf_url, &o), KVQ_EINVAL);
     kvq_testing_options tko = KVQ_TESTING_OPTIONS_INIT;
     tko.fault_rate = 1.5;
-    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_err(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
     tko.fault_rate = -0.1;
-    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_err(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
     tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
     tko.fault_rate = 0.5; /* a rate needs a kind */
-    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_err(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
     tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
     tko.flags = 1u << 30;
-    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_err(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
     tko = (kvq_testing_options)KVQ_TESTING_OPTIONS_INIT;
     tko.version = 0;
-    CF_ERR(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
+    assert_err(kvq_db_open_testing(&d2, cf_url, NULL, &tko), KVQ_EINVAL);
     assert_null(d2);
 
     db = cf_open(NULL);
@@ -446,11 +450,11 @@ static void test_bad_options(void **state)
     cf_key k = cf_k("lim_opt", "k");
     kvq_bytes v;
     int present;
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, 0x80), KVQ_EINVAL);
-    CF_ERR(kvq_txn_get(&v, &present, t, k.b, k.n, KVQ_REVERSE), KVQ_EINVAL);
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0x80), KVQ_EINVAL);
+    assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, KVQ_REVERSE), KVQ_EINVAL);
     const kvq_kv *kvs;
     size_t n;
-    CF_ERR(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, k.b, k.n, 0, 0x80), KVQ_EINVAL);
+    assert_err(kvq_txn_get_range(&kvs, &n, NULL, t, k.b, k.n, k.b, k.n, 0, 0x80), KVQ_EINVAL);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -479,34 +483,34 @@ static void test_transaction_too_old_slow(void **state)
     int present;
     int64_t rv;
     print_message("SLOW: waiting 5.6 s for transaction_too_old (1007)\n");
-    CF_OK(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0));
-    CF_OK(kvq_txn_get_read_version(&rv, t_old2));
-    CF_OK(kvq_txn_set(t_old2, k.b, k.n, CF_S("late")));
-    CF_OK(kvq_txn_get(&v, &present, t_snap, k.b, k.n, KVQ_SNAPSHOT));
-    CF_OK(kvq_txn_set(t_blind, blind.b, blind.n, CF_S("blind")));
+    assert_ok(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0));
+    assert_ok(kvq_txn_get_read_version(&rv, t_old2));
+    assert_ok(kvq_txn_set(t_old2, k.b, k.n, K("late")));
+    assert_ok(kvq_txn_get(&v, &present, t_snap, k.b, k.n, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_set(t_blind, blind.b, blind.n, K("blind")));
     cf_sleep_ms(1000);
-    CF_OK(kvq_txn_get(&v, &present, t_young, k.b, k.n, 0));
-    CF_OK(kvq_txn_get(&v, &present, t_conf, k2.b, k2.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t_young, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t_conf, k2.b, k2.n, 0));
     cf_sleep_ms(200);
     cf_write_key(db, k2.b, k2.n, "changed", 7);
     cf_sleep_ms(4400);
-    CF_ERR(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0), KVQ_ETRANSACTION_TOO_OLD);
-    CF_OK(kvq_txn_get(&v, &present, t_young, k.b, k.n, KVQ_SNAPSHOT));
-    CF_OK(kvq_txn_set(t_young, y_out.b, y_out.n, CF_S("y")));
-    CF_OK(kvq_txn_commit(t_young));
+    assert_err(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0), KVQ_ETRANSACTION_TOO_OLD);
+    assert_ok(kvq_txn_get(&v, &present, t_young, k.b, k.n, KVQ_SNAPSHOT));
+    assert_ok(kvq_txn_set(t_young, y_out.b, y_out.n, K("y")));
+    assert_ok(kvq_txn_commit(t_young));
     /* After t_young, which read k: t_old2's write of k would be a conflict for it. */
-    CF_OK(kvq_txn_commit(t_old2));
-    CF_OK(kvq_txn_set(t_snap, s_out.b, s_out.n, CF_S("s")));
-    CF_OK(kvq_txn_commit(t_snap));
+    assert_ok(kvq_txn_commit(t_old2));
+    assert_ok(kvq_txn_set(t_snap, s_out.b, s_out.n, K("s")));
+    assert_ok(kvq_txn_commit(t_snap));
     assert_int_equal(cf_read_key(db, s_out.b, s_out.n, NULL, 0), 1);
-    CF_OK(kvq_txn_set(t_conf, c_out.b, c_out.n, CF_S("c")));
-    CF_ERR(kvq_txn_commit(t_conf), KVQ_ENOT_COMMITTED);
-    CF_OK(kvq_txn_commit(t_blind));
+    assert_ok(kvq_txn_set(t_conf, c_out.b, c_out.n, K("c")));
+    assert_err(kvq_txn_commit(t_conf), KVQ_ENOT_COMMITTED);
+    assert_ok(kvq_txn_commit(t_blind));
     assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), 4);
     /* 1007 is retryable: on_error resets the transaction, which then works. */
     assert_true(kvq_error_retryable(KVQ_ETRANSACTION_TOO_OLD));
-    CF_OK(kvq_txn_on_error(t_old, KVQ_ETRANSACTION_TOO_OLD));
-    CF_OK(kvq_txn_get(&v, &present, t_old, blind.b, blind.n, 0));
+    assert_ok(kvq_txn_on_error(t_old, KVQ_ETRANSACTION_TOO_OLD));
+    assert_ok(kvq_txn_get(&v, &present, t_old, blind.b, blind.n, 0));
     assert_int_equal(present, 1);
     kvq_txn_destroy(t_snap);
     kvq_txn_destroy(t_conf);

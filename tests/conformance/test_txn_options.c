@@ -8,7 +8,7 @@
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     assert_non_null(t);
     return t;
 }
@@ -22,13 +22,13 @@ static void test_read_your_writes_disable(void **state)
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "stored", 6);
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0));
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("mine")));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("mine")));
     cf_expect_value(t, k.b, k.n, 0, "stored", 6, "a read with read-your-writes disabled");
     const kvq_kv *kvs;
     size_t n;
     cf_key b = cf_k(p, ""), e = cf_after_prefix(&b);
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, 1);
     assert_memory_equal(kvs[0].value.data, "stored", 6);
     /* Watches are disabled: at once, or (on a cluster) as the watch's outcome. */
@@ -38,14 +38,14 @@ static void test_read_your_writes_disable(void **state)
         rc = kvq_watch_wait(w, 10000);
         kvq_watch_destroy(w);
     }
-    CF_ERR(rc, KVQ_EWATCHES_DISABLED);
+    assert_err(rc, KVQ_EWATCHES_DISABLED);
     /* The option ends with on_error, as FoundationDB's options do (the retry ones excepted). */
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("mine")));
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("mine")));
     cf_expect_value(t, k.b, k.n, 0, "mine", 4, "after on_error");
     /* Only before the first read or write. */
-    CF_ERR(kvq_txn_set_option(t, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0),
-           KVQ_ECLIENT_INVALID_OPERATION);
+    assert_err(kvq_txn_set_option(t, KVQ_TXN_READ_YOUR_WRITES_DISABLE, 0),
+               KVQ_ECLIENT_INVALID_OPERATION);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -59,11 +59,11 @@ static void test_snapshot_ryw_disable(void **state)
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "stored", 6);
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0));
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("mine")));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("mine")));
     cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, "stored", 6, "a snapshot read");
     cf_expect_value(t, k.b, k.n, 0, "mine", 4, "a read that is not a snapshot");
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_SNAPSHOT_RYW_ENABLE, 0));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_SNAPSHOT_RYW_ENABLE, 0));
     cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, "mine", 4, "a snapshot read, enabled again");
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -80,28 +80,28 @@ static void test_next_write_no_write_conflict_range(void **state)
         kvq_txn *reader = new_txn(db), *writer = new_txn(db);
         kvq_bytes v;
         int present;
-        CF_OK(kvq_txn_get(&v, &present, reader, k.b, k.n, 0));
-        CF_OK(kvq_txn_get(&v, &present, reader, k2.b, k2.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, reader, k.b, k.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, reader, k2.b, k2.n, 0));
         if (with)
-            CF_OK(kvq_txn_set_option(writer, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0));
-        CF_OK(kvq_txn_set(writer, k.b, k.n, CF_S("w")));
-        CF_OK(kvq_txn_commit(writer));
-        CF_OK(kvq_txn_set(reader, out.b, out.n, CF_S("r")));
+            assert_ok(kvq_txn_set_option(writer, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0));
+        assert_ok(kvq_txn_set(writer, k.b, k.n, K("w")));
+        assert_ok(kvq_txn_commit(writer));
+        assert_ok(kvq_txn_set(reader, out.b, out.n, K("r")));
         if (with)
-            CF_OK(kvq_txn_commit(reader));
+            assert_ok(kvq_txn_commit(reader));
         else
-            CF_ERR(kvq_txn_commit(reader), KVQ_ENOT_COMMITTED);
+            assert_err(kvq_txn_commit(reader), KVQ_ENOT_COMMITTED);
         /* Only the next write: the one after it conflicts again. */
         kvq_txn_reset(reader);
         kvq_txn_reset(writer);
-        CF_OK(kvq_txn_get(&v, &present, reader, k2.b, k2.n, 0));
+        assert_ok(kvq_txn_get(&v, &present, reader, k2.b, k2.n, 0));
         if (with)
-            CF_OK(kvq_txn_set_option(writer, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0));
-        CF_OK(kvq_txn_set(writer, k.b, k.n, CF_S("w2")));
-        CF_OK(kvq_txn_set(writer, k2.b, k2.n, CF_S("w2")));
-        CF_OK(kvq_txn_commit(writer));
-        CF_OK(kvq_txn_set(reader, out.b, out.n, CF_S("r")));
-        CF_ERR(kvq_txn_commit(reader), KVQ_ENOT_COMMITTED);
+            assert_ok(kvq_txn_set_option(writer, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0));
+        assert_ok(kvq_txn_set(writer, k.b, k.n, K("w2")));
+        assert_ok(kvq_txn_set(writer, k2.b, k2.n, K("w2")));
+        assert_ok(kvq_txn_commit(writer));
+        assert_ok(kvq_txn_set(reader, out.b, out.n, K("r")));
+        assert_err(kvq_txn_commit(reader), KVQ_ENOT_COMMITTED);
         kvq_txn_destroy(reader);
         kvq_txn_destroy(writer);
     }
@@ -118,31 +118,31 @@ static void test_system_keys(void **state)
     kvq_txn *t = new_txn(db);
     kvq_bytes v;
     int present;
-    CF_ERR(kvq_txn_set(t, sys, sizeof(sys), CF_S("x")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_ERR(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_ACCESS_SYSTEM_KEYS, 0));
-    CF_OK(kvq_txn_clear_range(t, sys, sizeof(sys), sys_end, sizeof(sys_end)));
-    CF_OK(kvq_txn_set(t, sys, sizeof(sys), CF_S("x")));
-    CF_ERR(kvq_txn_set(t, special, sizeof(special), CF_S("x")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_OK(kvq_txn_commit(t));
+    assert_err(kvq_txn_set(t, sys, sizeof(sys), K("x")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_err(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_ACCESS_SYSTEM_KEYS, 0));
+    assert_ok(kvq_txn_clear_range(t, sys, sizeof(sys), sys_end, sizeof(sys_end)));
+    assert_ok(kvq_txn_set(t, sys, sizeof(sys), K("x")));
+    assert_err(kvq_txn_set(t, special, sizeof(special), K("x")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     /* Reading needs read_system_keys (or access_system_keys); writing needs access. */
-    CF_ERR(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_READ_SYSTEM_KEYS, 0));
+    assert_err(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_READ_SYSTEM_KEYS, 0));
     cf_expect_value(t, sys, sizeof(sys), 0, "x", 1, "a system key");
     const kvq_kv *kvs;
     size_t n;
     static const uint8_t top[] = { 0xff, 0xff };
-    CF_OK(kvq_txn_get_range(&kvs, &n, NULL, t, sys, sizeof(sys), top, sizeof(top), 0, 0));
+    assert_ok(kvq_txn_get_range(&kvs, &n, NULL, t, sys, sizeof(sys), top, sizeof(top), 0, 0));
     assert_true(n >= 1);
-    CF_ERR(kvq_txn_set(t, sys, sizeof(sys), CF_S("y")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_err(kvq_txn_set(t, sys, sizeof(sys), K("y")), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
     /* on_error clears the options. */
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    CF_ERR(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_err(kvq_txn_get(&v, &present, t, sys, sizeof(sys), 0), KVQ_EKEY_OUTSIDE_LEGAL_RANGE);
     kvq_txn_reset(t);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_ACCESS_SYSTEM_KEYS, 0));
-    CF_OK(kvq_txn_clear_range(t, sys, sizeof(sys), sys_end, sizeof(sys_end)));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_ACCESS_SYSTEM_KEYS, 0));
+    assert_ok(kvq_txn_clear_range(t, sys, sizeof(sys), sys_end, sizeof(sys_end)));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -154,29 +154,29 @@ static void test_size_limit_and_approximate_size(void **state)
     kvq_db *db = cf_open(NULL);
     kvq_txn *t = new_txn(db);
     int64_t s0 = -1, s1 = -1;
-    CF_OK(kvq_txn_get_approximate_size(&s0, t));
+    assert_ok(kvq_txn_get_approximate_size(&s0, t));
     assert_int_equal(s0, 0);
     cf_key k = cf_k(p, "k");
     uint8_t val[300];
     memset(val, 'v', sizeof(val));
-    CF_OK(kvq_txn_set(t, k.b, k.n, val, 100));
-    CF_OK(kvq_txn_get_approximate_size(&s1, t));
+    assert_ok(kvq_txn_set(t, k.b, k.n, val, 100));
+    assert_ok(kvq_txn_get_approximate_size(&s1, t));
     assert_true(s1 >= (int64_t)(k.n + 100));
-    CF_ERR(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, 31), KVQ_EINVALID_OPTION_VALUE);
-    CF_ERR(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, KVQ_MAX_TXN_SIZE + 1),
-           KVQ_EINVALID_OPTION_VALUE);
-    CF_OK(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, 400));
+    assert_err(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, 31), KVQ_EINVALID_OPTION_VALUE);
+    assert_err(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, KVQ_MAX_TXN_SIZE + 1),
+               KVQ_EINVALID_OPTION_VALUE);
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_SIZE_LIMIT, 400));
     /* Past the limit: too large, at the write or at the commit (the fdb engine defers it). */
     int rc = kvq_txn_set(t, k.b, k.n, val, sizeof(val));
     if (rc == 0)
         rc = kvq_txn_commit(t);
-    CF_ERR(rc, KVQ_ETRANSACTION_TOO_LARGE);
+    assert_err(rc, KVQ_ETRANSACTION_TOO_LARGE);
     /* on_error ends the limit. */
-    CF_OK(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    CF_OK(kvq_txn_set(t, k.b, k.n, val, sizeof(val)));
-    CF_OK(kvq_txn_set(t, k.b, k.n, val, sizeof(val)));
-    CF_OK(kvq_txn_commit(t));
-    CF_ERR(kvq_txn_get_approximate_size(NULL, t), KVQ_EINVAL);
+    assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
+    assert_ok(kvq_txn_set(t, k.b, k.n, val, sizeof(val)));
+    assert_ok(kvq_txn_set(t, k.b, k.n, val, sizeof(val)));
+    assert_ok(kvq_txn_commit(t));
+    assert_err(kvq_txn_get_approximate_size(NULL, t), KVQ_EINVAL);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -201,18 +201,18 @@ static void test_set_read_version(void **state)
     cf_write_key(db, k.b, k.n, "one", 3);
     kvq_txn *a = new_txn(db), *b = new_txn(db);
     int64_t rv = 0, got = 0;
-    CF_OK(kvq_txn_get_read_version(&rv, a));
+    assert_ok(kvq_txn_get_read_version(&rv, a));
     kvq_bytes v;
     int present;
     /* At a version taken after the last commit: the same data, and that read version. */
-    CF_OK(read_at(b, rv, &k, &v, &present));
+    assert_ok(read_at(b, rv, &k, &v, &present));
     assert_true(present && v.len == 3 && memcmp(v.data, "one", 3) == 0);
-    CF_OK(kvq_txn_get_read_version(&got, b));
+    assert_ok(kvq_txn_get_read_version(&got, b));
     assert_int_equal(got, rv);
     /* Already read: read_version_already_set. Not positive: version_invalid. */
-    CF_ERR(read_at(b, rv, &k, &v, &present), KVQ_EREAD_VERSION_ALREADY_SET);
+    assert_err(read_at(b, rv, &k, &v, &present), KVQ_EREAD_VERSION_ALREADY_SET);
     kvq_txn_reset(b);
-    CF_ERR(kvq_txn_set_read_version(b, 0), KVQ_EVERSION_INVALID);
+    assert_err(kvq_txn_set_read_version(b, 0), KVQ_EVERSION_INVALID);
     /* A version from before a commit: the embedded engine keeps only the newest state (too
      * old); a cluster may still have it. Both are FoundationDB's answers. */
     cf_write_key(db, k.b, k.n, "two", 3);
@@ -221,14 +221,14 @@ static void test_set_read_version(void **state)
     if (cf_is_fdb() && rc == 0) {
         assert_true(present && v.len == 3 && memcmp(v.data, "one", 3) == 0);
     } else {
-        CF_ERR(rc, KVQ_ETRANSACTION_TOO_OLD);
-        CF_OK(kvq_txn_on_error(b, rc));
+        assert_err(rc, KVQ_ETRANSACTION_TOO_OLD);
+        assert_ok(kvq_txn_on_error(b, rc));
         cf_expect_value(b, k.b, k.n, 0, "two", 3, "after the retry");
     }
     /* A version far ahead of the database: future_version. */
     kvq_txn_reset(b);
     rc = read_at(b, rv + 1000000000000LL, &k, &v, &present);
-    CF_ERR(rc, KVQ_EFUTURE_VERSION);
+    assert_err(rc, KVQ_EFUTURE_VERSION);
     kvq_txn_destroy(a);
     kvq_txn_destroy(b);
     kvq_db_close(db);

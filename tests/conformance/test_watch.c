@@ -11,7 +11,7 @@
 static kvq_txn *new_txn(kvq_db *db)
 {
     kvq_txn *t = NULL;
-    CF_OK(kvq_txn_create(&t, db));
+    assert_ok(kvq_txn_create(&t, db));
     return t;
 }
 
@@ -21,11 +21,11 @@ static kvq_watch *arm(kvq_db *db, const cf_key *k)
     kvq_txn *t = new_txn(db);
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, t, k->b, k->n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k->b, k->n, 0));
     kvq_watch *w = NULL;
-    CF_OK(kvq_txn_watch(&w, t, k->b, k->n));
+    assert_ok(kvq_txn_watch(&w, t, k->b, k->n));
     assert_non_null(w);
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     return w;
 }
@@ -155,16 +155,16 @@ static void test_fires_across_processes(void **state)
     for (int i = 0; i < TRIALS; i++) {
         kvq_watch *w = arm(db, &k);
         /* Not fired before the change. */
-        CF_ERR(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
+        assert_err(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
         /* Let the waiter block first, then have the other process commit a change. */
         int64_t committed = 0;
         assert_int_equal(cf_write_all(wr.to, "c", 1), 0);
-        CF_OK(kvq_watch_wait(w, 10000));
+        assert_ok(kvq_watch_wait(w, 10000));
         int64_t woke = cf_now_ns();
         assert_int_equal(cf_read_all(wr.from, &committed, sizeof(committed)), 0);
         lat[i] = woke - committed;
         /* A fired watch stays fired. */
-        CF_OK(kvq_watch_wait(w, 0));
+        assert_ok(kvq_watch_wait(w, 0));
         kvq_watch_destroy(w);
     }
     stop_writer(&wr);
@@ -191,27 +191,27 @@ static void test_same_value_does_not_fire(void **state)
     kvq_watch *w = arm(db, &k);
     (void)writer_do(&wr, 's'); /* the same value again */
     (void)writer_do(&wr, 's');
-    CF_ERR(kvq_watch_wait(w, 200), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 200), KVQ_ETIMED_OUT);
     /* A real change then fires it. */
     (void)writer_do(&wr, 'c');
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     /* A clear is a change too. */
     w = arm(db, &k);
     (void)writer_do(&wr, 'x');
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     /* So is creating a key that was absent. */
     w = arm(db, &k);
-    CF_ERR(kvq_watch_wait(w, 50), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 50), KVQ_ETIMED_OUT);
     (void)writer_do(&wr, 'x');
     (void)writer_do(&wr, 'a'); /* an atomic add: absent -> 1 */
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     /* And an atomic add on an existing value. */
     w = arm(db, &k);
     (void)writer_do(&wr, 'a');
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     stop_writer(&wr);
     kvq_db_close(db);
@@ -226,9 +226,9 @@ static void test_wait_timeout(void **state)
     cf_key k = cf_k(p, "k");
     kvq_watch *w = arm(db, &k);
     int64_t t0 = cf_now_ns();
-    CF_ERR(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
     int64_t t1 = cf_now_ns();
-    CF_ERR(kvq_watch_wait(w, 150), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 150), KVQ_ETIMED_OUT);
     int64_t t2 = cf_now_ns();
     if (t1 - t0 > 1000 * 1000000LL)
         fail_msg("a 0 ms wait took %.1f ms", (double)(t1 - t0) / 1e6);
@@ -236,7 +236,7 @@ static void test_wait_timeout(void **state)
         fail_msg("a 150 ms wait took %.1f ms", (double)(t2 - t1) / 1e6);
     /* The watch still works after timing out. */
     cf_write_key(db, k.b, k.n, "changed", 7);
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     kvq_db_close(db);
 }
@@ -267,20 +267,20 @@ static void test_cancel(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, cancel_later, &c), 0);
     int64_t t0 = cf_now_ns();
-    CF_ERR(kvq_watch_wait(w, -1), KVQ_EWATCH_CANCELLED);
+    assert_err(kvq_watch_wait(w, -1), KVQ_EWATCH_CANCELLED);
     int64_t took = cf_now_ns() - t0;
     pthread_join(th, NULL);
     assert_true(took < 5000LL * 1000000);
     /* It stays cancelled, even when the key then changes. */
-    CF_ERR(kvq_watch_wait(w, 0), KVQ_EWATCH_CANCELLED);
+    assert_err(kvq_watch_wait(w, 0), KVQ_EWATCH_CANCELLED);
     cf_write_key(db, k.b, k.n, "x", 1);
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_EWATCH_CANCELLED);
+    assert_err(kvq_watch_wait(w, 100), KVQ_EWATCH_CANCELLED);
     kvq_watch_cancel(w); /* twice is fine */
     kvq_watch_destroy(w);
     /* Cancelled before anyone waits. */
     w = arm(db, &k);
     kvq_watch_cancel(w);
-    CF_ERR(kvq_watch_wait(w, 1000), KVQ_EWATCH_CANCELLED);
+    assert_err(kvq_watch_wait(w, 1000), KVQ_EWATCH_CANCELLED);
     kvq_watch_destroy(w);
     /* Destroying an armed watch without waiting is fine. */
     w = arm(db, &k);
@@ -301,25 +301,25 @@ static void test_transaction_reset_or_failed(void **state)
     /* Reset before commit: 1025. */
     kvq_txn *t = new_txn(db);
     kvq_watch *w = NULL;
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
     kvq_txn_reset(t);
-    CF_ERR(kvq_watch_wait(w, 1000), KVQ_ETRANSACTION_CANCELLED);
+    assert_err(kvq_watch_wait(w, 1000), KVQ_ETRANSACTION_CANCELLED);
     kvq_watch_destroy(w);
 
     /* Destroyed before commit: 1025. */
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
     kvq_txn_destroy(t);
-    CF_ERR(kvq_watch_wait(w, 1000), KVQ_ETRANSACTION_CANCELLED);
+    assert_err(kvq_watch_wait(w, 1000), KVQ_ETRANSACTION_CANCELLED);
     kvq_watch_destroy(w);
 
     /* A commit that fails (a conflict): the watch fails with the commit's error. */
     t = new_txn(db);
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
-    CF_OK(kvq_txn_set(t, other.b, other.n, CF_S("mine")));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_set(t, other.b, other.n, K("mine")));
     cf_write_key(db, k.b, k.n, "theirs", 6);
-    CF_ERR(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
-    CF_ERR(kvq_watch_wait(w, 1000), KVQ_ENOT_COMMITTED);
+    assert_err(kvq_txn_commit(t), KVQ_ENOT_COMMITTED);
+    assert_err(kvq_watch_wait(w, 1000), KVQ_ENOT_COMMITTED);
     kvq_watch_destroy(w);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -329,8 +329,8 @@ static void test_transaction_reset_or_failed(void **state)
 static void atomic_commit(kvq_db *db, const cf_key *k, const char *arg, kvq_mutation op)
 {
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_atomic_op(t, k->b, k->n, CF_S(arg), op));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_atomic_op(t, k->b, k->n, K(arg), op));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
 }
 
@@ -346,16 +346,16 @@ static void test_append_and_compare_and_clear_fire(void **state)
     cf_write_key(db, k.b, k.n, "v", 1);
     kvq_watch *w = arm(db, &k);
     atomic_commit(db, &k, "other", KVQ_MUT_COMPARE_AND_CLEAR); /* no match: unchanged */
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     atomic_commit(db, &k, "v", KVQ_MUT_COMPARE_AND_CLEAR); /* cleared */
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     /* Absent: a COMPARE_AND_CLEAR leaves it absent, an append creates it. */
     w = arm(db, &k);
     atomic_commit(db, &k, "", KVQ_MUT_COMPARE_AND_CLEAR);
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     atomic_commit(db, &k, "ab", KVQ_MUT_APPEND_IF_FITS);
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     /* An append that does not fit leaves the value, and the watch, alone. */
     uint8_t *big = malloc(KVQ_MAX_VALUE_SIZE);
@@ -365,9 +365,9 @@ static void test_append_and_compare_and_clear_fire(void **state)
     free(big);
     w = arm(db, &k);
     atomic_commit(db, &k, "c", KVQ_MUT_APPEND_IF_FITS);
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     atomic_commit(db, &k, "", KVQ_MUT_APPEND_IF_FITS);
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     kvq_watch_destroy(w);
     kvq_db_close(db);
 }
@@ -383,15 +383,15 @@ static void test_change_between_read_and_commit(void **state)
     kvq_txn *t = new_txn(db);
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     kvq_watch *w = NULL;
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
     /* Another transaction changes the key before this one commits. */
     cf_write_key(db, k.b, k.n, "v1", 2);
-    CF_ERR(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT); /* not armed yet */
-    CF_OK(kvq_txn_commit(t));                     /* read-only: commits */
+    assert_err(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT); /* not armed yet */
+    assert_ok(kvq_txn_commit(t));                     /* read-only: commits */
     int64_t t0 = cf_now_ns();
-    CF_OK(kvq_watch_wait(w, 5000));
+    assert_ok(kvq_watch_wait(w, 5000));
     int64_t took = cf_now_ns() - t0;
     if (took > 1000LL * 1000000)
         fail_msg("the watch fired only after %.1f ms", (double)took / 1e6);
@@ -402,11 +402,11 @@ static void test_change_between_read_and_commit(void **state)
      * read version. */
     t = new_txn(db);
     int64_t rv;
-    CF_OK(kvq_txn_get_read_version(&rv, t));
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_get_read_version(&rv, t));
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
     cf_write_key(db, k.b, k.n, "v2", 2);
-    CF_OK(kvq_txn_commit(t));
-    CF_OK(kvq_watch_wait(w, 5000));
+    assert_ok(kvq_txn_commit(t));
+    assert_ok(kvq_watch_wait(w, 5000));
     kvq_watch_destroy(w);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -422,15 +422,15 @@ static void test_watch_own_write(void **state)
     cf_write_key(db, k.b, k.n, "old", 3);
     /* The watch compares with the transaction's own write, not the value it replaced. */
     kvq_txn *t = new_txn(db);
-    CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("mine")));
+    assert_ok(kvq_txn_set(t, k.b, k.n, K("mine")));
     kvq_watch *w = NULL;
-    CF_OK(kvq_txn_watch(&w, t, k.b, k.n));
-    CF_OK(kvq_txn_commit(t));
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_ok(kvq_txn_watch(&w, t, k.b, k.n));
+    assert_ok(kvq_txn_commit(t));
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     cf_write_key(db, k.b, k.n, "mine", 4); /* same value: no change */
-    CF_ERR(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
+    assert_err(kvq_watch_wait(w, 100), KVQ_ETIMED_OUT);
     cf_write_key(db, k.b, k.n, "next", 4);
-    CF_OK(kvq_watch_wait(w, 10000));
+    assert_ok(kvq_watch_wait(w, 10000));
     kvq_watch_destroy(w);
     kvq_txn_destroy(t);
     kvq_db_close(db);
@@ -471,7 +471,7 @@ static void test_many_waiters_across_threads(void **state)
     int64_t committed = cf_now_ns();
     for (int i = 0; i < N; i++) {
         pthread_join(th[i], NULL);
-        CF_ERR(wt[i].rc, 0);
+        assert_err(wt[i].rc, 0);
         if (wt[i].woke - committed > 1000LL * 1000000)
             fail_msg("waiter %d woke %.1f ms after the commit", i,
                      (double)(wt[i].woke - committed) / 1e6);
@@ -497,7 +497,7 @@ static void test_two_waiters_one_watch(void **state)
     cf_write_key(db, k.b, k.n, "wake", 4);
     for (int i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
-        CF_ERR(wt[i].rc, 0);
+        assert_err(wt[i].rc, 0);
     }
     kvq_watch_destroy(w);
     kvq_db_close(db);
@@ -516,9 +516,9 @@ static void test_many_watches_one_commit(void **state)
         char ks[32];
         snprintf(ks, sizeof(ks), "k%03d", i);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_set(t, k.b, k.n, CF_S("v")));
+        assert_ok(kvq_txn_set(t, k.b, k.n, K("v")));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_reset(t);
     kvq_watch **w = calloc(N, sizeof(*w));
     assert_non_null(w);
@@ -526,19 +526,19 @@ static void test_many_watches_one_commit(void **state)
         char ks[32];
         snprintf(ks, sizeof(ks), "k%03d", i);
         cf_key k = cf_k(p, ks);
-        CF_OK(kvq_txn_watch(&w[i], t, k.b, k.n));
+        assert_ok(kvq_txn_watch(&w[i], t, k.b, k.n));
     }
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     cf_key b = cf_k(p, "k000"), e = cf_k(p, "k100");
     t = new_txn(db);
-    CF_OK(kvq_txn_clear_range(t, b.b, b.n, e.b, e.n));
-    CF_OK(kvq_txn_commit(t));
+    assert_ok(kvq_txn_clear_range(t, b.b, b.n, e.b, e.n));
+    assert_ok(kvq_txn_commit(t));
     kvq_txn_destroy(t);
     for (int i = 0; i < N / 2; i++)
-        CF_OK(kvq_watch_wait(w[i], 10000));
+        assert_ok(kvq_watch_wait(w[i], 10000));
     for (int i = N / 2; i < N; i++)
-        CF_ERR(kvq_watch_wait(w[i], i == N / 2 ? 100 : 0), KVQ_ETIMED_OUT);
+        assert_err(kvq_watch_wait(w[i], i == N / 2 ? 100 : 0), KVQ_ETIMED_OUT);
     for (int i = 0; i < N; i++)
         kvq_watch_destroy(w[i]);
     free(w);

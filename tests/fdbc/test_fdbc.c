@@ -1,10 +1,7 @@
 /* libkvq_fdb_c.so through FoundationDB's C API, as a program written for FoundationDB uses it:
  * the checks follow FoundationDB's documentation (api-c.rst) and fdb_c_options, not kvq's own
  * API. Linked against libkvq_fdb_c.so itself. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2265,8 +2262,7 @@ static void test_threads_share_a_database(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-fdbc-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (kt_mkdtemp(dir, sizeof(dir), "fdbc") != 0)
         return -1;
     snprintf(cluster, sizeof(cluster), "%s/fdb.cluster", dir);
     FILE *f = fopen(cluster, "w");
@@ -2293,9 +2289,7 @@ static int teardown(void **state)
         fprintf(stderr, "the network's completion hook ran %d times, not once\n", hook_runs);
         return -1;
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 && ret == NULL ? 0 : -1;
+    return kt_rm_rf(dir) == 0 && ret == NULL ? 0 : -1;
 }
 
 int main(void)

@@ -1,10 +1,7 @@
 /* The consumer runtime over a small queue made of plain keys: exactly-once delivery with many
  * workers and concurrent producers, sleeping on the watch when empty, prompt stop, drain, and
  * failing callbacks (restarts, undelivered counts, the restart limit). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +13,6 @@
 #include "kvq/testing.h"
 #include "util/util.h"
 
-static char dir[64];
 static kvq_db *db;
 
 #define WAKE "tq-npush"
@@ -234,8 +230,7 @@ static uint64_t run_faulty(int use_consume, int *dups)
     enum { N = 600 };
     memset(seen, 0, sizeof(seen));
     fail_every = 0;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/db", dir);
+    const char *path = kt_group_db_path();
     kvq_tuple_elem name = kvq_tuple_bytes(use_consume ? "fq1" : "fq0", 3);
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, &name, 1), 0);
@@ -295,26 +290,6 @@ static void test_durable_source_under_1021(void **state)
     assert_int_equal(dups, 0);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-consumer-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/db", dir);
-    return kvq_db_open(&db, path, NULL) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    kvq_db_close(db);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,5 +299,6 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_durable_source_under_1021),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    kt_group_db(&db, "consumer");
+    return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);
 }

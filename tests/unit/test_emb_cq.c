@@ -29,10 +29,7 @@
  * no_queue_file: when kvq.cq cannot be set up (here a directory stands in its place), the
  * database still opens and commits from several processes still go through, on the commit lock
  * alone. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -51,14 +48,6 @@
 #include "test_scale.h"
 
 #define PROCS 4
-
-static void rm_rf(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "# could not remove %s\n", dir);
-}
 
 /* Reads key in a transaction of its own: whether it is present, and its value as a 64-bit
  * counter (0 when absent). */
@@ -160,8 +149,8 @@ static void batches_child(const char *dir, int id, int n, int out_fd)
 static void test_shared_batches(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvq-cq-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "cq"), 0);
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0); /* created before the children race */
     kvq_db_close(db);
@@ -215,7 +204,7 @@ static void test_shared_batches(void **state)
            (unsigned long long)commits, (unsigned long long)batches);
     assert_int_equal(commits, (uint64_t)PROCS * (uint64_t)n);
     assert_true(batches < commits);
-    rm_rf(dir);
+    (void)kt_rm_rf(dir);
 }
 
 /* ---- leader_killed ------------------------------------------------------------------------ */
@@ -257,8 +246,8 @@ static void sleep_ms(long ms)
 
 static void leader_killed(unsigned int knob, const char *where)
 {
-    char dir[] = "/tmp/kvq-cqkill-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "cqkill"), 0);
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     kvq_db_close(db);
@@ -317,7 +306,7 @@ static void leader_killed(unsigned int knob, const char *where)
         assert_true(has_a);
         assert_int_equal(ctr, 2);
     }
-    rm_rf(dir);
+    (void)kt_rm_rf(dir);
 }
 
 static void test_leader_killed_before_commit(void **state)
@@ -381,8 +370,8 @@ static void wait_ready(const char *dir, int want)
 static void test_dead_owner(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvq-cqdead-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "cqdead"), 0);
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     char p[300];
@@ -420,7 +409,7 @@ static void test_dead_owner(void **state)
         assert_int_equal(slot_state(dir, i), EMB_CQ_FREE);
     close(lock);
     kvq_db_close(db);
-    rm_rf(dir);
+    (void)kt_rm_rf(dir);
 }
 
 /* ---- no_queue_file ------------------------------------------------------------------------ */
@@ -428,8 +417,8 @@ static void test_dead_owner(void **state)
 static void test_no_queue_file(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvq-cqnone-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "cqnone"), 0);
     char p[300];
     snprintf(p, sizeof(p), "%s/kvq.cq", dir);
     assert_int_equal(mkdir(p, 0700), 0);
@@ -450,7 +439,7 @@ static void test_no_queue_file(void **state)
     assert_int_equal(add_and_set(db, "test"), 0);
     assert_int_equal(read_counter(db, "ctr"), PROCS + 1);
     kvq_db_close(db);
-    rm_rf(dir);
+    (void)kt_rm_rf(dir);
 }
 
 int main(void)

@@ -12,11 +12,9 @@
  * commit (recovered). It prints one line, "crash: workload=engine ... lost=0 unexpected=0
  * duplicated=0 seed=...". Seeds are printed; KVQ_TEST_SEED replays, KVQ_TEST_SCALE (or
  * KVQ_SOAK=1, x20) multiplies the cycles. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,8 +32,7 @@
 #define PROCS   3
 #define THREADS 2
 
-static char base[64], dbdir[96];
-static const char *self = "test_emb_crash";
+static char base[128], dbdir[160];
 static unsigned worker_test_flags; /* KVQ_TEST_* for the workers: the broken-engine check */
 
 static void ring_key(char *out, int i)
@@ -184,8 +181,10 @@ static void worker(int proc, unsigned seed)
         pause();
 }
 
-static pid_t spawn(int proc, unsigned seed)
+/* Starts worker `proc` with a seed of its own from rand_r(arg). */
+static pid_t spawn(int proc, void *arg)
 {
+    unsigned seed = (unsigned)rand_r(arg);
     pid_t pid = fork();
     if (pid == 0)
         worker(proc, seed);
@@ -210,12 +209,6 @@ typedef struct outcome {
 } outcome;
 
 static outcome campaign(int cycles);
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void test_crash_campaign(void **state)
 {
@@ -242,46 +235,24 @@ static void test_checker_catches_broken_engine(void **state)
 
 static outcome campaign(int cycles)
 {
-    unsigned seed = getenv("KVQ_TEST_SEED") ? (unsigned)strtoul(getenv("KVQ_TEST_SEED"), NULL, 10)
-                                            : (unsigned)time(NULL);
-    printf("crash campaign: seed %u, %d cycles (replay: KVQ_TEST_SEED=%u %s)\n", seed, cycles, seed,
-           self);
-    srand(seed);
-    snprintf(base, sizeof(base), "/tmp/kvq-crash-XXXXXX");
-    assert_non_null(mkdtemp(base));
+    unsigned seed = kt_campaign_seed(worker_test_flags ? "engine-broken" : "engine", cycles);
+    assert_int_equal(kt_mkdtemp(base, sizeof(base), "crash"), 0);
     snprintf(dbdir, sizeof(dbdir), "%s/db", base);
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dbdir, NULL), 0);
     assert_int_equal(kvq_db_transact(db, init_ring, NULL), 0);
     kvq_db_close(db);
 
+    /* Every tenth cycle kills all; otherwise each process one time in PROCS. The workers'
+     * seeds come from the campaign's. Every worker is stopped before any assertion. */
     pid_t pids[PROCS];
-    for (int p = 0; p < PROCS; p++)
-        pids[p] = spawn(p, (unsigned)rand());
-    int kills = 0, worker_failed = 0;
-    for (int c = 0; c < cycles && !worker_failed; c++) {
-        usleep((useconds_t)(50000 + rand() % 200000));
-        int all = c % 10 == 9;
-        for (int p = 0; p < PROCS; p++) {
-            if (all || rand() % PROCS == 0) {
-                kill(pids[p], SIGKILL);
-                int status;
-                waitpid(pids[p], &status, 0);
-                /* A worker that exited on its own found an error. */
-                if (!WIFSIGNALED(status))
-                    worker_failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-                kills++;
-                pids[p] = spawn(p, (unsigned)rand());
-            }
-        }
-    }
-    /* Stop every worker before any assertion, so that none outlives the test. */
-    for (int p = 0; p < PROCS; p++) {
-        kill(pids[p], SIGKILL);
-        waitpid(pids[p], NULL, 0);
-    }
+    unsigned wseed = seed;
+    kt_kill_loop kl = { pids, PROCS, spawn, &wseed, 0, PROCS, 10, seed, 0 };
+    int worker_failed = kt_kill_campaign(&kl, cycles, 0);
+    size_t kills = kl.kills;
     if (worker_failed != 0)
-        fail_msg("a worker process failed by itself (exit %d); seed %u", worker_failed, seed);
+        fail_msg("a worker process failed by itself (exit %d); seed %" PRIu64, worker_failed,
+                 kt_seed());
 
     /* Check. */
     assert_int_equal(kvq_db_open(&db, dbdir, NULL), 0);
@@ -337,71 +308,48 @@ static outcome campaign(int cycles)
     kvq_db_close(db);
 
     /* Records must be unique: sort, count neighbours, then look acknowledgements up. */
-    qsort(logged, n_log, sizeof(*logged), cmp_u64);
+    qsort(logged, n_log, sizeof(*logged), kt_cmp_u64);
     size_t dup = 0;
     for (size_t i = 1; i < n_log; i++)
         dup += logged[i] == logged[i - 1];
-    size_t acked = 0, lost = 0, invoked = 0, cap_inv = 1 << 16, n_inv = 0, n_ack = 0;
-    uint64_t *inv = malloc(cap_inv * sizeof(*inv));
-    uint64_t *ack = malloc(cap_inv * sizeof(*ack));
+    kt_ids inv = { 0 }, ack = { 0 };
     for (int p = 0; p < PROCS; p++) {
         char path[160];
         snprintf(path, sizeof(path), "%s/acks.%d", base, p);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        char kind;
-        unsigned w, s;
-        while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-            uint64_t key = (uint64_t)w << 32 | s;
-            if (n_inv == cap_inv) {
-                cap_inv *= 2;
-                inv = realloc(inv, cap_inv * sizeof(*inv));
-                ack = realloc(ack, cap_inv * sizeof(*ack));
-            }
-            if (kind == 'i') {
-                inv[n_inv++] = key;
-                invoked++;
-            } else {
-                ack[n_ack++] = key;
-                acked++;
-                lost += bsearch(&key, logged, n_log, sizeof(*logged), cmp_u64) == NULL;
-            }
-        }
-        fclose(f);
+        kt_history_read(path, &inv, &ack);
     }
+    size_t invoked = inv.n, acked = ack.n, lost = 0;
+    for (size_t i = 0; i < ack.n; i++)
+        lost += bsearch(&ack.v[i], logged, n_log, sizeof(*logged), kt_cmp_u64) == NULL;
     /* A record nobody announced is unexpected; an announced but unacknowledged attempt whose
      * record exists was recovered (it committed, then its process died before the reply). */
-    qsort(inv, n_inv, sizeof(*inv), cmp_u64);
-    qsort(ack, n_ack, sizeof(*ack), cmp_u64);
+    kt_ids_sort(&inv);
+    kt_ids_sort(&ack);
     size_t unexpected = 0, recovered = 0;
     for (size_t i = 0; i < n_log; i++) {
-        if (bsearch(&logged[i], inv, n_inv, sizeof(*inv), cmp_u64) == NULL)
+        if (!kt_ids_has(&inv, logged[i]))
             unexpected++;
-        else if (bsearch(&logged[i], ack, n_ack, sizeof(*ack), cmp_u64) == NULL)
+        else if (!kt_ids_has(&ack, logged[i]))
             recovered++;
     }
-    free(inv);
-    free(ack);
+    kt_ids_free(&inv);
+    kt_ids_free(&ack);
     free(logged);
-    printf("crash: workload=engine cycles=%d kills=%d invoked=%zu acked=%zu info=%zu "
+    printf("crash: workload=engine cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu "
            "recovered=%zu records=%zu counter=%llu lost=%zu unexpected=%zu duplicated=%zu "
-           "ring=%s broken_engine=%s seed=%u\n",
+           "ring=%s broken_engine=%s seed=%" PRIu64 "\n",
            cycles, kills, invoked, acked, invoked - acked, recovered, n_log,
            (unsigned long long)counter, lost, unexpected, dup, ring_ok ? "ok" : "BROKEN",
-           worker_test_flags ? "skip_conflict_check" : "no", seed);
+           worker_test_flags ? "skip_conflict_check" : "no", kt_seed());
     fflush(stdout);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(base), 0);
     outcome o = { acked, lost, dup, n_log, unexpected, counter, ring_ok };
     return o;
 }
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    self = argv[0];
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_campaign),
         cmocka_unit_test(test_checker_catches_broken_engine),

@@ -3,10 +3,7 @@
  * with a time limit, and the damaged main file and marker must be left byte for byte as they
  * were (kvq reports damage; it never "repairs" it behind the caller's back). The group prints
  * "badinput: cases=... clean_errors=... opened_intact=... crashes=0 hangs=0 files_changed=0". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -564,8 +561,7 @@ static void test_unreadable_as_other_user(void **state)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(base, sizeof(base), "/tmp/kvq-damage-XXXXXX");
-    return mkdtemp(base) == NULL ? -1 : 0;
+    return kt_mkdtemp(base, sizeof(base), "damage");
 }
 
 static int teardown(void **state)
@@ -575,9 +571,7 @@ static int teardown(void **state)
            "files_changed=%d\n",
            bi.cases, bi.clean_errors, bi.intact, bi.crashes, bi.hangs, bi.files_changed);
     fflush(stdout);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_rm_rf(base);
 }
 
 int main(void)

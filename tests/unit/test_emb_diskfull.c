@@ -1,10 +1,7 @@
 /* A full disk: pushes fail with KVQ_ENOSPC and corrupt nothing, a queue can still be drained
  * (the engine's reserve), and writes resume once space is freed. Runs on a small tmpfs; the test
  * reports itself skipped when it may not mount one (it needs root). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,8 +17,7 @@ static char mnt[256];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(mnt, sizeof(mnt), "/tmp/kvq-diskfull-XXXXXX");
-    if (mkdtemp(mnt) == NULL)
+    if (kt_mkdtemp(mnt, sizeof(mnt), "diskfull") != 0)
         return -1;
     if (mount("tmpfs", mnt, "tmpfs", 0, "size=24m") != 0) {
         fprintf(stderr, "cannot mount a tmpfs (%s): the disk-full tests are skipped\n",
@@ -85,13 +81,19 @@ static void fill_disk(const char *filler)
     close(fd);
 }
 
-static void test_full_disk_drains(void **state)
+/* Skips the test when the tmpfs could not be mounted. */
+static void need_tmpfs(void)
 {
-    (void)state;
     if (mnt[0] == '\0') {
         printf("diskfull: skipped=cannot_mount_tmpfs\n");
         skip();
     }
+}
+
+static void test_full_disk_drains(void **state)
+{
+    (void)state;
+    need_tmpfs();
     char dir[300], filler[300];
     snprintf(dir, sizeof(dir), "%s/db", mnt);
     snprintf(filler, sizeof(filler), "%s/filler", mnt);
@@ -148,13 +150,10 @@ static void test_full_disk_drains(void **state)
 static void test_full_disk_queue_pops_drain(void **state)
 {
     (void)state;
-    if (mnt[0] == '\0') {
-        printf("diskfull: skipped=cannot_mount_tmpfs\n");
-        skip();
-    }
-    char dir[300], filler[300], cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s/db", mnt);
-    assert_int_equal(system(cmd), 0);
+    need_tmpfs();
+    char dir[300], filler[300];
+    snprintf(dir, sizeof(dir), "%s/db", mnt);
+    assert_int_equal(kt_rm_rf(dir), 0);
     snprintf(dir, sizeof(dir), "%s/dbq", mnt);
     snprintf(filler, sizeof(filler), "%s/filler-q", mnt);
     kvq_db *db;

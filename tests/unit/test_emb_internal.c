@@ -1,9 +1,6 @@
 /* Unit tests of the embedded engine's in-memory structures: key ranges, the read-your-writes
  * overlay, and the arithmetic of atomic operations. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,10 +88,7 @@ static void test_ranges_insert_random(void **state)
 static void test_ranges_random(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)(getenv("KVQ_TEST_SEED") ? strtoul(getenv("KVQ_TEST_SEED"), NULL, 10)
-                                                       : (unsigned long)time(NULL));
-    printf("seed %u (replay: KVQ_TEST_SEED=%u ./test_emb_internal)\n", seed, seed);
-    srand(seed);
+    srand((unsigned)kt_seed_print("test_ranges_random"));
     for (int round = 0; round < 500; round++) {
         emb_ranges r = { 0 };
         int in[26] = { 0 };
@@ -267,8 +261,9 @@ static void test_overlay(void **state)
     emb_overlay_free(&ov);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    kt_seed_setup(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranges_normalize),
         cmocka_unit_test(test_ranges_random),

@@ -12,10 +12,7 @@
  * new commits. With enough descriptors every step succeeds.
  *
  * Prints "resources: kind=nofile limits=... clean_errors=... crashes=0 hangs=0 ...". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -264,8 +261,8 @@ static void one_run(const char *dir, int extra, int fresh)
 static void test_few_descriptors(void **state)
 {
     (void)state;
-    char base[] = "/tmp/kvq-nofile-XXXXXX";
-    assert_non_null(mkdtemp(base));
+    char base[96];
+    assert_int_equal(kt_mkdtemp(base, sizeof(base), "nofile"), 0);
     /* Every limit from none spare to comfortably enough, then plenty. */
     int extras[64], n = 0;
     for (int x = 0; x <= 28; x++)
@@ -289,9 +286,7 @@ static void test_few_descriptors(void **state)
             one_run(dir, extras[k], fresh);
         }
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(base), 0);
     printf("resources: kind=nofile limits=3..%d,%d runs=%d steps_failed=%d clean_errors=%d "
            "unclear_errors=%d acked=%d lost=%d watches_fired=%d crashes=%d hangs=%d "
            "reopen_failures=%d enough_failed=%d\n",

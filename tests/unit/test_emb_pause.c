@@ -23,10 +23,7 @@
  * "pause: kind=syncer ...". The holder's pause
  * is 2 s (KVQ_TEST_SCALE multiplies it, up to 30 s). Reports itself skipped (exit 77) when strace
  * cannot trace here; the reader part needs no strace, but one binary is one ctest test. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -50,16 +47,12 @@ static const char *self;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static void say(const char *fmt, ...)
-{
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n > 0 && write(1, line, (size_t)n) != n)
-        _exit(6);
-}
+/* A line of the child's report on stdout (kt_writef). */
+#define say(...)                            \
+    do {                                    \
+        if (kt_writef(1, __VA_ARGS__) != 0) \
+            _exit(6);                       \
+    } while (0)
 
 static int64_t now_ms(void)
 {
@@ -219,9 +212,9 @@ static void put(kvq_db *db, const char *key, const char *value)
 static void test_paused_reader_gets_too_old(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvq-pause-r-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char db_path[128], out[128];
+    char dir[256];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "pause-r"), 0);
+    char db_path[300], out[300];
     snprintf(db_path, sizeof(db_path), "%s/db", dir);
     snprintf(out, sizeof(out), "%s/reader.out", dir);
     kvq_db *db;
@@ -283,17 +276,14 @@ static void test_paused_reader_gets_too_old(void **state)
     assert_string_equal(reread, last);
     assert_int_equal(commit_rc, 0);
     assert_true(present);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
-/* Is kvq's commit lock of the database in `db_path` held by someone? */
 /* Whether another process holds an flock on db_path/file: kvq.lock is the commit lock, kvq.shm
  * the shared sync's lock. */
 static int lock_held(const char *db_path, const char *file)
 {
-    char p[160];
+    char p[400];
     snprintf(p, sizeof(p), "%s/%s", db_path, file);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -332,8 +322,8 @@ static void paused_holder(int kind, int killed)
     int pause_ms = (int)(2000 * scale);
     if (pause_ms > 30000)
         pause_ms = 30000;
-    char dir[32];
-    char db_path[128], hold_out[128], out[2][128];
+    char dir[256];
+    char db_path[300], hold_out[300], out[2][300];
     kvq_db *db = NULL;
     pid_t strace_pid = -1, holder = -1;
     int held = 0;
@@ -348,12 +338,9 @@ static void paused_holder(int kind, int killed)
             kill(holder, SIGCONT);
             wait_exit(strace_pid);
             kvq_db_close(db);
-            char rm[96];
-            snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
-            assert_int_equal(system(rm), 0);
+            assert_int_equal(kt_rm_rf(dir), 0);
         }
-        snprintf(dir, sizeof(dir), "/tmp/kvq-pause-w-XXXXXX");
-        assert_non_null(mkdtemp(dir));
+        assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "pause-w"), 0);
         snprintf(db_path, sizeof(db_path), "%s/db", dir);
         snprintf(hold_out, sizeof(hold_out), "%s/holder.out", dir);
         assert_int_equal(kvq_db_open(&db, db_path, NULL), 0);
@@ -495,9 +482,7 @@ static void paused_holder(int kind, int killed)
         assert_int_equal(counter, (uint64_t)(2 * WRITER_COMMITS + holder_present));
         assert_int_equal(nkv, (size_t)(2 * WRITER_COMMITS + holder_present + 2));
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
 static void test_paused_lock_holder(void **state)
@@ -533,8 +518,7 @@ int main(int argc, char **argv)
         return reader(argv[2]);
     if (argc == 4 && strcmp(argv[1], "writer") == 0)
         return writer(argv[2], argv[3]);
-    if (system("strace -f -qq -o /dev/null true > /dev/null 2>&1") != 0) {
-        printf("pause: skipped=strace_missing_or_ptrace_refused\n");
+    if (!kvq_test_have_strace("pause")) {
         return 77; /* ctest: skipped (SKIP_RETURN_CODE), never counted as passed */
     }
     const struct CMUnitTest tests[] = {

@@ -1,12 +1,9 @@
-/* The embedded engine's read versions that advance with time (src/engine/embedded/rv.c), driven
- * through the counters in kvq.shm, which this test maps itself to play the part of another
+/* The embedded engine's read versions that advance with time (src/engine/embedded/read_version.c),
+ * driven through the counters in kvq.shm, which this test maps itself to play the part of another
  * process: a committer in the middle of a commit (the counter odd, the commit lock held, with or
  * without its version published) and then killed (the lock released), and a clock that stepped
  * backwards. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,20 +18,17 @@
 #include "kvq/kvq.h"
 #include "util/util.h"
 
-static char dir[64];
+static const char *dir; /* the database (kt_group_db_path) */
 static kvq_db *db;
 static emb_shm *shm;
 
 static int setup(void **state)
 {
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-emb-rv-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    kt_group_db(&db, "emb-rv");
+    if (kt_group_db_setup(state) != 0)
         return -1;
-    strcat(dir, "/db");
-    if (kvq_db_open(&db, dir, NULL) != 0)
-        return -1;
-    char p[96];
+    dir = kt_group_db_path();
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.shm", dir);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     if (fd < 0)
@@ -49,16 +43,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
     munmap(shm, 4096);
-    kvq_db_close(db);
-    char cmd[128];
-    dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_group_db_teardown(state);
 }
-
-#define K(s) (const uint8_t *)(s), strlen(s)
 
 static void sleep_ms(long ms)
 {
@@ -121,7 +108,7 @@ static void test_counter_even_after_commits(void **state)
  * holds it; returns the descriptor. */
 static int hold_commit_lock(void)
 {
-    char p[96];
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.lock", dir);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);

@@ -25,10 +25,7 @@
  *
  * Prints "storagefaults: runs=... injected=... lost=0 unexpected=0 half=0 ...". Reports itself
  * skipped to ctest (exit 77) when strace is missing or ptrace is refused. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +45,13 @@ static const char *self;
 
 /* ---- the child ----------------------------------------------------------------------------- */
 
-static void say(const char *fmt, ...)
-{
-    char line[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    /* write(2): nothing is lost in a stdio buffer if the child dies. */
-    if (n > 0 && write(1, line, (size_t)n) != n)
-        _exit(6);
-}
+/* A line of the child's report on stdout: kt_writef, one write(2), so that nothing is lost in a
+ * stdio buffer if the child dies. */
+#define say(...)                            \
+    do {                                    \
+        if (kt_writef(1, __VA_ARGS__) != 0) \
+            _exit(6);                       \
+    } while (0)
 
 static void value_of(uint8_t *v, int i, char which)
 {
@@ -148,13 +141,6 @@ static struct {
     int recovered, recover_expected;
     int sync_fail_not_unknown;
 } S;
-
-static int rm_rf(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd);
-}
 
 static void seed_db(const char *db)
 {
@@ -337,8 +323,8 @@ static void check_db(const char *dir, const run_spec *sp, const run_result *r)
 
 static void one_run(const run_spec *sp, int dry_calls[2])
 {
-    char dir[] = "/tmp/kvq-stfault-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[96];
+    assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "stfault"), 0);
     char db[128];
     snprintf(db, sizeof(db), "%s/db", dir);
     seed_db(db);
@@ -397,7 +383,7 @@ static void one_run(const run_spec *sp, int dry_calls[2])
     if (sp->when > 0 && r.injected == 0)
         fprintf(stderr, "run %s:%s:when=%d: nothing injected\n", sp->calls, sp->err, sp->when);
     check_db(dir, sp, &r);
-    assert_int_equal(rm_rf(dir), 0);
+    assert_int_equal(kt_rm_rf(dir), 0);
 }
 
 static void test_injected_storage_faults(void **state)
@@ -480,26 +466,12 @@ static void test_checker_catches_ioerr_as_definite(void **state)
     assert_true(S.unexpected > 0);
 }
 
-/* 0 when strace can trace here; else prints why not. */
-static int can_trace(void)
-{
-    if (system("command -v strace > /dev/null 2>&1") != 0) {
-        printf("storagefaults: skipped=strace_missing\n");
-        return 0;
-    }
-    if (system("strace -f -qq -o /dev/null true > /dev/null 2>&1") != 0) {
-        printf("storagefaults: skipped=ptrace_refused\n");
-        return 0;
-    }
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     self = argv[0];
     if (argc == 5 && strcmp(argv[1], "child") == 0)
         return child(argv[2], atoi(argv[3]), (unsigned int)strtoul(argv[4], NULL, 10));
-    if (!can_trace())
+    if (!kvq_test_have_strace("storagefaults"))
         return 77; /* ctest: skipped (SKIP_RETURN_CODE), never counted as passed */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_injected_storage_faults),

@@ -7,10 +7,7 @@
  *
  * The failed sync is played by setting the flag in kvq.shm, exactly as a failed fdatasync sets
  * it (test_emb_storage_faults injects real ones with strace and checks the outcomes). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +16,8 @@
 #include "engine/engine.h"
 #include "kvq/kvq.h"
 
-#define K(s) (const uint8_t *)(s), strlen(s)
-
-static char dir[64];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static int set_key(kvq_db *db, const char *k, const char *v)
 {
@@ -70,9 +66,13 @@ static kvq_db *open_db(void)
 
 static void make_dir(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/kvq-sync-broken-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    strcat(dir, "/db");
+    assert_int_equal(kt_tmp_make(&tmp, "sync-broken"), 0);
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    return kt_tmp_remove(&tmp);
 }
 
 /* With nothing in the way, the next commit's sync runs the checkpoint, which copies the WAL
@@ -130,8 +130,8 @@ static void test_blocked_checkpoint_reports_unknown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_checkpoint_repairs),
-        cmocka_unit_test(test_blocked_checkpoint_reports_unknown),
+        cmocka_unit_test_teardown(test_checkpoint_repairs, remove_dir),
+        cmocka_unit_test_teardown(test_blocked_checkpoint_reports_unknown, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

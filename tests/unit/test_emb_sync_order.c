@@ -15,10 +15,7 @@
  * created). The database must then open, every acknowledged key must be there, and the keys
  * present must be a prefix key-0..key-m (each commit all or nothing, none out of order). Prints
  * "crash: workload=sync-kill points=... lost=0 unexpected=0 damaged=0". */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,10 +64,10 @@ static int child(const char *dir, int mode)
  * a sync of the WAL (after the WAL's last write), or -1 on failure to run. */
 static int run_and_check(int mode, int *acks_out)
 {
-    char dir[] = "/tmp/kvq-sync-XXXXXX";
-    if (mkdtemp(dir) == NULL)
+    char dir[256];
+    if (kt_mkdtemp(dir, sizeof(dir), "sync") != 0)
         return -1;
-    char db[64], log[64], cmd[1024];
+    char db[300], log[300], cmd[2048];
     snprintf(db, sizeof(db), "%s/db", dir);
     snprintf(log, sizeof(log), "%s/trace", dir);
     snprintf(cmd, sizeof(cmd),
@@ -101,8 +98,7 @@ static int run_and_check(int mode, int *acks_out)
         }
     }
     fclose(f);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (kt_rm_rf(dir) != 0)
         return -1;
     *acks_out = acks;
     return bad;
@@ -110,10 +106,7 @@ static int run_and_check(int mode, int *acks_out)
 
 static int have_strace(void)
 {
-    if (system("command -v strace > /dev/null 2>&1") == 0)
-        return 1;
-    printf("syncorder: skipped=strace_missing\n");
-    return 0;
+    return kvq_test_have_strace("syncorder");
 }
 
 static void test_ack_after_sync(void **state)
@@ -189,8 +182,8 @@ static void test_killed_at_sync(void **state)
     int points = (int)kvq_test_scaled(40);
     int killed_points = 0, acked = 0, lost = 0, unexpected = 0, damaged = 0;
     for (int n = 1; n <= points; n++) {
-        char dir[] = "/tmp/kvq-synckill-XXXXXX";
-        assert_non_null(mkdtemp(dir));
+        char dir[88];
+        assert_int_equal(kt_mkdtemp(dir, sizeof(dir), "synckill"), 0);
         int acks = run_killed_at_sync(dir, n);
         assert_true(acks >= 0);
         killed_points += acks < 20;
@@ -203,9 +196,7 @@ static void test_killed_at_sync(void **state)
         int rc = kvq_db_open(&h, db, &o);
         /* Killed before the database existed: nothing was acknowledged, nothing to check. */
         if (rc == KVQ_ENOTFOUND && acks == 0) {
-            char cmd[128];
-            snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-            assert_int_equal(system(cmd), 0);
+            assert_int_equal(kt_rm_rf(dir), 0);
             continue;
         }
         if (rc != 0) {
@@ -236,9 +227,7 @@ static void test_killed_at_sync(void **state)
             kvq_txn_destroy(t);
             kvq_db_close(h);
         }
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(kt_rm_rf(dir), 0);
     }
     printf("crash: workload=sync-kill points=%d killed=%d acked=%d lost=%d unexpected=%d "
            "damaged=%d\n",

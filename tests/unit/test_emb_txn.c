@@ -1,10 +1,7 @@
 /* Engine behaviours beyond the shared conformance suite: reads answered by a transaction's own
  * writes add no conflict; group commit puts concurrent commits into one sync with distinct,
  * increasing versionstamps. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,30 +10,7 @@
 
 #include "kvq/kvq.h"
 
-static char dir[64];
 static kvq_db *db;
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-emb-txn-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    strcat(dir, "/db");
-    return kvq_db_open(&db, dir, NULL) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    kvq_db_close(db);
-    char cmd[128];
-    dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-#define K(s) (const uint8_t *)(s), strlen(s)
 
 static void test_own_write_read_no_conflict(void **state)
 {
@@ -148,5 +122,6 @@ int main(void)
         cmocka_unit_test(test_own_write_read_no_conflict),
         cmocka_unit_test(test_group_commit_stamps),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    kt_group_db(&db, "emb-txn");
+    return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);
 }

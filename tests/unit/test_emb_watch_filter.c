@@ -2,10 +2,7 @@
  * process's watcher, but the watcher reads only the watched keys whose bucket in kvq.shm the
  * commit moved. Many idle watches cost nothing per unrelated commit; a watched key changed by
  * a set, an atomic op, a clear_range or another handle (another process's part) still fires. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +15,8 @@
 #define IDLE    300
 #define COMMITS 400
 
-static char dir[64];
-
-#define K(s) (const uint8_t *)(s), strlen(s)
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static void sleep_ms(long ms)
 {
@@ -68,9 +64,7 @@ static uint64_t scans_of(kvq_db *db)
 static void test_idle_watches_are_not_read(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-watch-filter-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    strcat(dir, "/db");
+    assert_int_equal(kt_tmp_make(&tmp, "watch-filter"), 0);
     kvq_db *db, *other;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     assert_int_equal(kvq_db_open(&other, dir, NULL), 0);
@@ -137,10 +131,7 @@ static void test_idle_watches_are_not_read(void **state)
     kvq_watch_destroy(remote);
     kvq_db_close(other);
     kvq_db_close(db);
-    char cmd[128];
-    dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kt_tmp_remove(&tmp), 0);
 }
 
 int main(void)

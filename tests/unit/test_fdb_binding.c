@@ -4,10 +4,7 @@
  *
  * The order matters: the library is loaded, and the API version selected, once per process, so
  * the tests of a missing library and of version selection come first. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,14 +25,6 @@
 static char g_dir[256];
 static char g_url[300];
 static kvq_db *g_db;
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
 
 static int have_library(void)
 {
@@ -106,8 +95,7 @@ static int group_setup(void **state)
     (void)state;
     if (!have_library())
         return 0;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/kvq-fdb-binding-XXXXXX");
-    if (mkdtemp(g_dir) == NULL)
+    if (kt_mkdtemp(g_dir, sizeof(g_dir), "fdb-binding") != 0)
         return -1;
     char db_dir[300];
     snprintf(db_dir, sizeof(db_dir), "%s/db", g_dir);
@@ -124,7 +112,7 @@ static int group_teardown(void **state)
     kvq_db_close(g_db);
     g_db = NULL;
     if (g_dir[0] != '\0')
-        rm_rf(g_dir);
+        (void)kt_rm_rf(g_dir);
     return 0;
 }
 
@@ -203,7 +191,7 @@ static void clear_all(void)
     kvq_txn_destroy(t);
 }
 
-static void assert_bytes(kvq_bytes b, const char *s)
+static void assert_value(kvq_bytes b, const char *s)
 {
     assert_int_equal(b.len, strlen(s));
     assert_memory_equal(b.data, s, b.len);
@@ -228,8 +216,8 @@ static void test_set_get_commit(void **state)
     assert_int_equal(present, 1);
     kvq_bytes v2;
     assert_int_equal(kvq_txn_get(&v2, &present, t, B(""), 0, KVQ_SNAPSHOT), 0);
-    assert_bytes(v, "one");
-    assert_bytes(v2, "empty key");
+    assert_value(v, "one");
+    assert_value(v2, "empty key");
     assert_int_equal(kvq_txn_commit(t), 0);
     int64_t cv = 0;
     assert_int_equal(kvq_txn_get_committed_version(&cv, t), 0);
@@ -242,7 +230,7 @@ static void test_set_get_commit(void **state)
     assert_true(rv >= cv);
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
     assert_int_equal(present, 1);
-    assert_bytes(v, "one");
+    assert_value(v, "one");
     /* Clear, then a read-only commit: no commit version. */
     assert_int_equal(kvq_txn_clear(t, B("a"), 1), 0);
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
@@ -307,8 +295,8 @@ static void assert_keys(const kvq_kv *kvs, size_t n, int first, int step)
         int idx = first + (int)i * step;
         snprintf(k, sizeof(k), "k%02d", idx);
         snprintf(v, sizeof(v), "v%02d", idx);
-        assert_bytes(kvs[i].key, k);
-        assert_bytes(kvs[i].value, v);
+        assert_value(kvs[i].key, k);
+        assert_value(kvs[i].value, v);
     }
 }
 
@@ -358,9 +346,9 @@ static void test_range_paging(void **state)
     assert_int_equal(kvq_txn_set(t, B("k045"), 4, B("new"), 3), 0);
     assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, B("k"), 1, B("l"), 1, 0, 0), 0);
     assert_int_equal(n, 10);
-    assert_bytes(kvs[4].key, "k045");
-    assert_bytes(kvs[4].value, "new");
-    assert_bytes(kvs[5].key, "k05");
+    assert_value(kvs[4].key, "k045");
+    assert_value(kvs[4].value, "new");
+    assert_value(kvs[5].key, "k05");
 
     /* Everything returned earlier is still valid. */
     assert_keys(all, nall, 0, 1);
@@ -540,7 +528,7 @@ static void test_versionstamp(void **state)
     assert_int_equal(n, 1);
     assert_int_equal(kvs[0].key.len, 13);
     assert_memory_equal(kvs[0].key.data + 3, stamp, 10);
-    assert_bytes(kvs[0].value, "item");
+    assert_value(kvs[0].value, "item");
     kvq_bytes v;
     int present = 0;
     assert_int_equal(kvq_txn_get(&v, &present, t, B("stamped"), 7, 0), 0);
@@ -774,6 +762,26 @@ static void *run_net(void *p)
     return (void *)(intptr_t)fn->fdb_run_network();
 }
 
+/* Set by a callback, which runs on the network thread: once it has run, that thread is inside
+ * fdb_run_network (a thread just created may not have got there yet on a busy machine). */
+typedef struct net_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int ran;
+    pthread_t thread;
+} net_seen;
+
+static void on_net(FDBFuture *f, void *p)
+{
+    (void)f;
+    net_seen *s = p;
+    pthread_mutex_lock(&s->mu);
+    s->ran = 1;
+    s->thread = pthread_self();
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void test_library_network_rules(void **state)
 {
     (void)state;
@@ -819,15 +827,23 @@ static void test_library_network_rules(void **state)
     int64_t rv = 0;
     assert_int_equal(fn.fdb_future_get_int64(f, &rv), 0);
     fn.fdb_future_destroy(f);
-    /* The network runs now: a second run is refused. */
-    assert_int_equal(fn.fdb_run_network(), 2009);
-    /* A pending future's callback runs on the network thread. */
+    /* A pending future's callback runs on the network thread (waited for without a timeout:
+     * callbacks queued before the network runs are run once it does). */
     f = fn.fdb_transaction_get_versionstamp(tr);
     assert_int_equal(fn.fdb_future_get_error(f), 2015);
+    net_seen seen = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, pthread_self()};
+    assert_int_equal(fn.fdb_future_set_callback(f, on_net, &seen), 0);
     fn.fdb_transaction_reset(tr);
+    pthread_mutex_lock(&seen.mu);
+    while (!seen.ran)
+        pthread_cond_wait(&seen.cond, &seen.mu);
+    pthread_mutex_unlock(&seen.mu);
+    assert_true(pthread_equal(seen.thread, th));
     assert_int_equal(fn.fdb_future_block_until_ready(f), 0);
     assert_int_equal(fn.fdb_future_get_error(f), 1025);
     fn.fdb_future_destroy(f);
+    /* The network runs now: a second run is refused. */
+    assert_int_equal(fn.fdb_run_network(), 2009);
     fn.fdb_transaction_destroy(tr);
     fn.fdb_database_destroy(d);
     assert_int_equal(fn.fdb_stop_network(), 0);

@@ -135,7 +135,7 @@ static void test_durable(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fifo),
         cmocka_unit_test(test_priority),

@@ -11,20 +11,6 @@
 #define THREADS    4
 #define PER_THREAD 300
 
-static int setup(void **state)
-{
-    (void)state;
-    tq_mkdir();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tq_rmdir();
-    return 0;
-}
-
 typedef struct gen {
     uint64_t per_thread;
     uint64_t fail_at; /* thread 1 returns KVQ_EUSER at this seq (0: never) */
@@ -165,7 +151,7 @@ static void test_exactly_once_under_faults(void **state)
     (void)state;
     kvq_db *db = tq_open_db(0.2, KVQ_FAULT_NOT_COMMITTED | KVQ_FAULT_UNKNOWN_COMMITTED |
                                      KVQ_FAULT_UNKNOWN_NOT_COMMITTED,
-                            tq_seed);
+                            kt_seed());
     kvq_queue *q;
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
     gen g = { 200, 0, 0 };
@@ -218,15 +204,16 @@ static void test_bad_input(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_durable_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_durable_one_per_txn, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_priority, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_callback_error_stops, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_exactly_once_under_faults, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_durable_batches, tq_dir_setup, tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_durable_one_per_txn, tq_dir_setup, tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_fifo, tq_dir_setup, tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_priority, tq_dir_setup, tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_callback_error_stops, tq_dir_setup, tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_exactly_once_under_faults, tq_dir_setup,
+                                        tq_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, tq_dir_setup, tq_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,23 +11,6 @@
 
 static kvq_db *db;
 
-static int group_setup(void **state)
-{
-    (void)state;
-    tq_mkdir();
-    db = tq_open_db(0, 0, 0);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    kvq_db_close(db);
-    db = NULL;
-    tq_rmdir();
-    return 0;
-}
-
 static kvq_queue *open_q(kvq_queue_type t, const kvq_subspace *sub, unsigned int flags)
 {
     kvq_queue_options o = KVQ_QUEUE_OPTIONS_INIT;
@@ -998,7 +981,7 @@ static void test_tokens_and_window(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_stored_bytes),
         cmocka_unit_test(test_fifo),        cmocka_unit_test(test_priority),
@@ -1007,5 +990,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_args),    cmocka_unit_test(test_side_by_side),
         cmocka_unit_test(test_iterate),     cmocka_unit_test(test_tokens_and_window),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    tq_group(&db);
+    return cmocka_run_group_tests(tests, tq_db_setup, tq_db_teardown);
 }

@@ -1,66 +1,49 @@
-/* Helpers shared by the queue-layer tests: fresh database directories, seeds and their replay
- * commands, and small value codecs. Include after <cmocka.h>. */
+/* Helpers shared by the queue-layer tests: a fresh database directory per test, handles with
+ * injected faults, subspaces and small value codecs. The scaffolding (directories, seeds,
+ * assertions) is the test support library's (tests/support/kvq_test.h). */
 #ifndef KVQ_TEST_QUEUE_COMMON_H
 #define KVQ_TEST_QUEUE_COMMON_H
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "kvq/kvq.h"
-#include "kvq/testing.h"
+#include "kvq_test.h"
 #include "layers/layers_internal.h"
 #include "util/util.h"
 
 static char tq_dir[256];
-static const char *tq_prog = "test";
-static uint64_t tq_seed;
 static unsigned int tq_test_flags; /* KVQ_TEST_* of the handles tq_open_db opens */
-
-static inline int tq_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* A fresh database directory in tq_dir. */
 static inline void tq_mkdir(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(tq_dir, sizeof(tq_dir), "%s/kvq-queue-XXXXXX", tmp != NULL ? tmp : "/tmp");
-    if (mkdtemp(tq_dir) == NULL) {
-        perror("mkdtemp");
+    if (kt_mkdtemp(tq_dir, sizeof(tq_dir), "queue") != 0)
         abort();
-    }
 }
 
 static inline void tq_rmdir(void)
 {
     if (tq_dir[0] != 0)
-        nftw(tq_dir, tq_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        (void)kt_rm_rf(tq_dir);
     tq_dir[0] = 0;
 }
 
-/* Reads --seed N from argv or KVQ_TEST_SEED, else a random seed; prints it with the command
- * that replays the run. */
-static inline void tq_seed_init(int argc, char **argv)
+/* Fixtures: a fresh tq_dir for each test. */
+static inline int tq_dir_setup(void **state)
 {
-    tq_prog = argc > 0 ? argv[0] : "test";
-    const char *s = getenv("KVQ_TEST_SEED");
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--seed") == 0)
-            s = argv[i + 1];
-    if (s != NULL)
-        tq_seed = strtoull(s, NULL, 0);
-    else if (kvq__random_bytes(&tq_seed, sizeof(tq_seed)) != 0)
-        tq_seed = (uint64_t)kvq__now_us();
-    printf("# seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", tq_seed, tq_prog, tq_seed);
-    fflush(stdout);
+    (void)state;
+    tq_mkdir();
+    return 0;
+}
+
+static inline int tq_dir_teardown(void **state)
+{
+    (void)state;
+    tq_rmdir();
+    return 0;
 }
 
 /* A subspace of raw prefix bytes (free it with kvq_subspace_destroy). */
@@ -82,16 +65,23 @@ static inline kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem 
     return s;
 }
 
-static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
+/* The options of the queue tests' handles: retries without limit, short backoff. */
+static inline kvq_db_options tq_options(void)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.retry_limit = -1;
+    o.timeout_ms = 0;
+    o.max_retry_delay_ms = 50;
+    return o;
+}
+
+static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
+{
+    kvq_db_options o = tq_options();
     kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
     t.fault_rate = fault_rate;
     t.fault_kinds = kinds;
     t.fault_seed = seed;
-    o.retry_limit = -1;
-    o.timeout_ms = 0;
-    o.max_retry_delay_ms = 50;
     t.flags = tq_test_flags;
     kvq_db *db = NULL;
     int rc = kvq_db_open_testing(&db, tq_dir, &o, &t);
@@ -100,6 +90,57 @@ static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t
         abort();
     }
     return db;
+}
+
+/* Fixtures: a database in a fresh tq_dir, opened with tq_open_db(0, 0, 0) into the pointer
+ * given to tq_group() (for a group, or for each test). */
+static kvq_db **tq_group_db;
+
+static inline void tq_group(kvq_db **db)
+{
+    tq_group_db = db;
+}
+
+static inline int tq_db_setup(void **state)
+{
+    int rc = tq_dir_setup(state);
+    *tq_group_db = tq_open_db(0, 0, 0);
+    return rc;
+}
+
+static inline int tq_db_teardown(void **state)
+{
+    kvq_db_close(*tq_group_db);
+    *tq_group_db = NULL;
+    return tq_dir_teardown(state);
+}
+
+/* The kill cycles of the queue layers' crash campaigns (test_queue_crash.c, test_workq_crash.c):
+ * prints the campaign's seed, makes tq_dir with an empty database, then starts nprocs processes
+ * with spawn(slot, arg) and kills them at random for `cycles` cycles (kt_kill_campaign: every
+ * tenth cycle all of them, otherwise one victim and each other process one time in four), last
+ * all of them. Fails the test when a process exited by itself (an error it found) during the
+ * cycles, or when check_end, at the end. Returns how many processes were killed. */
+static inline size_t tq_crash_cycles(const char *name,
+                                     int cycles,
+                                     pid_t *pids,
+                                     int nprocs,
+                                     kt_spawn_fn spawn,
+                                     void *arg,
+                                     int check_end)
+{
+    unsigned seed = kt_campaign_seed(name, cycles);
+    tq_mkdir();
+    kvq_db *db = NULL;
+    assert_ok(kvq_db_open(&db, tq_dir, NULL)); /* the database exists before the processes */
+    kvq_db_close(db);
+    kt_kill_loop kl = { pids, nprocs, spawn, arg, 1, 4, 10, seed, 0 };
+    int failed = kt_kill_campaign(&kl, cycles, check_end);
+    if (failed != 0)
+        fail_msg("%s: a worker process failed by itself (exit %d); replay: KVQ_TEST_SEED=%" PRIu64
+                 " %s",
+                 name, failed, kt_seed(), kt_prog());
+    return kl.kills;
 }
 
 /* Values of the concurrency tests: producer id (4 bytes BE) + sequence (4 bytes BE) + filler. */
@@ -125,29 +166,5 @@ static inline int tq_parse(const uint8_t *v, size_t n, uint32_t *producer, uint3
     }
     return 0;
 }
-
-static inline void tq_hex(const char *what, const uint8_t *p, size_t n)
-{
-    fprintf(stderr, "%s (%zu):", what, n);
-    for (size_t i = 0; i < n; i++)
-        fprintf(stderr, " %02x", p[i]);
-    fprintf(stderr, "\n");
-}
-
-#define assert_bytes(got, got_len, want, want_len)                               \
-    do {                                                                         \
-        if ((got_len) != (want_len) || memcmp((got), (want), (want_len)) != 0) { \
-            tq_hex("got ", (got), (got_len));                                    \
-            tq_hex("want", (want), (want_len));                                  \
-            fail_msg("byte mismatch");                                           \
-        }                                                                        \
-    } while (0)
-
-#define assert_ok(expr)                                                                   \
-    do {                                                                                  \
-        int rc_ = (expr);                                                                 \
-        if (rc_ != 0)                                                                     \
-            fail_msg("%s -> %d %s (%s)", #expr, rc_, kvq_errname(rc_), kvq_last_error()); \
-    } while (0)
 
 #endif /* KVQ_TEST_QUEUE_COMMON_H */

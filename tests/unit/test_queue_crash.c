@@ -26,8 +26,6 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include "test_queue_common.h"
 #include "kvq/testing.h"
@@ -159,8 +157,9 @@ static void producer(uint32_t writer)
 }
 
 /* Process slot i: producers first. Each incarnation of a producer gets a new writer id. */
-static pid_t spawn(int slot, uint32_t *incarnation)
+static pid_t spawn(int slot, void *arg)
 {
+    uint32_t *incarnation = arg;
     uint32_t writer = ((*incarnation)++ << 4) | (uint32_t)slot;
     fflush(stdout);
     fflush(stderr);
@@ -177,12 +176,6 @@ static pid_t spawn(int slot, uint32_t *incarnation)
 typedef struct result {
     size_t invoked, acked, popped, drained, lost, unexpected, duplicated, recovered, kills;
 } result;
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef struct done_scan {
     uint64_t *ids;
@@ -228,50 +221,14 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 {
     cur_type = type;
     cur_test_flags = test_flags;
-    uint64_t h = tq_seed;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-    unsigned seed = (unsigned)(h ^ (h >> 32));
-    printf("# %s: %d cycles, seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", name, cycles,
-           tq_seed, tq_prog, tq_seed);
-    tq_mkdir();
-    kvq_db *db = open_db(0);
-    assert_non_null(db);
-    kvq_db_close(db);
-
     result r;
     memset(&r, 0, sizeof(r));
     uint32_t incarnation = 1;
     pid_t pids[NPROCS];
-    for (int i = 0; i < NPROCS; i++)
-        pids[i] = spawn(i, &incarnation);
-    int failed = 0;
-    for (int c = 0; c < cycles && !failed; c++) {
-        usleep((useconds_t)(50000 + rand_r(&seed) % 200000));
-        int all = c % 10 == 9;
-        int victim = (int)(rand_r(&seed) % NPROCS);
-        for (int i = 0; i < NPROCS; i++) {
-            if (!all && i != victim && rand_r(&seed) % 4 != 0)
-                continue;
-            kill(pids[i], SIGKILL);
-            int status;
-            waitpid(pids[i], &status, 0);
-            if (!WIFSIGNALED(status))
-                failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-            r.kills++;
-            pids[i] = spawn(i, &incarnation);
-        }
-    }
-    for (int i = 0; i < NPROCS; i++) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], NULL, 0);
-    }
-    if (failed != 0)
-        fail_msg("%s: a worker process failed by itself (exit %d); seed %" PRIu64, name, failed,
-                 tq_seed);
+    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 0);
 
     /* Drain with the same outbox transaction, on a correct handle. */
-    db = open_db(0);
+    kvq_db *db = open_db(0);
     assert_non_null(db);
     kvq_queue *q;
     assert_int_equal(kvq_queue_open(&q, db, type, NULL, NULL), 0);
@@ -296,56 +253,38 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     kvq_db_close(db);
 
     /* The histories. */
-    size_t cap = 4096, ni = 0, na = 0;
-    uint64_t *inv = malloc(cap * sizeof(*inv)), *ack = malloc(cap * sizeof(*ack));
+    kt_ids inv = { 0 }, ack = { 0 };
     for (uint32_t inc = 1; inc < incarnation; inc++)
         for (uint32_t slot = 0; slot < PRODUCERS; slot++) {
             char path[320];
             snprintf(path, sizeof(path), "%s/hist.%u", tq_dir, inc << 4 | slot);
-            FILE *f = fopen(path, "r");
-            if (f == NULL)
-                continue;
-            char kind;
-            unsigned w, s;
-            while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-                if (ni == cap || na == cap) {
-                    cap *= 2;
-                    inv = realloc(inv, cap * sizeof(*inv));
-                    ack = realloc(ack, cap * sizeof(*ack));
-                }
-                uint64_t id = (uint64_t)w << 32 | s;
-                if (kind == 'i')
-                    inv[ni++] = id;
-                else
-                    ack[na++] = id;
-            }
-            fclose(f);
+            kt_history_read(path, &inv, &ack);
         }
-    qsort(inv, ni, sizeof(*inv), cmp_u64);
-    qsort(ack, na, sizeof(*ack), cmp_u64);
+    kt_ids_sort(&inv);
+    kt_ids_sort(&ack);
     /* d.ids is in key order, which is (writer, seq) order: already sorted. */
     for (size_t i = 0; i < d.n; i++) {
         r.popped += (size_t)d.counts[i];
         if (d.counts[i] > 1)
             r.duplicated += (size_t)(d.counts[i] - 1);
-        if (bsearch(&d.ids[i], inv, ni, sizeof(*inv), cmp_u64) == NULL)
+        if (!kt_ids_has(&inv, d.ids[i]))
             r.unexpected++;
-        else if (bsearch(&d.ids[i], ack, na, sizeof(*ack), cmp_u64) == NULL)
+        else if (!kt_ids_has(&ack, d.ids[i]))
             r.recovered++;
     }
-    for (size_t i = 0; i < na; i++)
-        r.lost += bsearch(&ack[i], d.ids, d.n, sizeof(*d.ids), cmp_u64) == NULL;
-    r.invoked = ni;
-    r.acked = na;
+    for (size_t i = 0; i < ack.n; i++)
+        r.lost += bsearch(&ack.v[i], d.ids, d.n, sizeof(*d.ids), kt_cmp_u64) == NULL;
+    r.invoked = inv.n;
+    r.acked = ack.n;
     printf("crash: workload=%s cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu recovered=%zu "
            "popped=%zu drained=%zu lost=%zu unexpected=%zu duplicated=%zu broken_engine=%s "
            "seed=%" PRIu64 "\n",
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.recovered, r.popped,
            r.drained, r.lost, r.unexpected, r.duplicated, test_flags ? "skip_conflict_check" : "no",
-           tq_seed);
+           kt_seed());
     fflush(stdout);
-    free(inv);
-    free(ack);
+    kt_ids_free(&inv);
+    kt_ids_free(&ack);
     free(d.ids);
     free(d.counts);
     tq_rmdir();
@@ -392,7 +331,7 @@ static void test_checker_catches_broken_engine(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),
         cmocka_unit_test(test_fifo),

@@ -21,14 +21,6 @@ static struct {
     unsigned long long injected, retries;
 } tot;
 
-static uint64_t seed_for(const char *name)
-{
-    uint64_t h = tq_seed;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-    return h;
-}
-
 /* ---- the outbox --------------------------------------------------------------------------- */
 
 #define OUTBOX_ITEMS   ((uint32_t)kvq_test_scaled(1000))
@@ -123,7 +115,7 @@ static int count_processed(kvq_txn *txn, void *arg)
 static int outbox_run(kvq_queue_type type, const char *name, unsigned int test_flags)
 {
     tq_mkdir();
-    uint64_t seed = seed_for(name);
+    uint64_t seed = kt_seed_for(name);
     kvq_db_options dbo = KVQ_DB_OPTIONS_INIT;
     kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
     t.fault_rate = test_flags ? 0 : 0.3;
@@ -234,7 +226,7 @@ static int idem_run(conc_cfg c, unsigned int kinds)
     c.items = (size_t)kvq_test_scaled((long)c.items);
     c.items -= c.items % (size_t)c.producers;
     tq_mkdir();
-    uint64_t seed = seed_for(c.name);
+    uint64_t seed = kt_seed_for(c.name);
     /* Producers and consumers have their own handles, each with its own fault stream. */
     kvq_db *pdb = tq_open_db(0.5, kinds, seed);
     kvq_db *cdb = tq_open_db(0.5, kinds, seed + 1);
@@ -372,7 +364,7 @@ static int timeouts_run(kvq_queue_type type, size_t k, const char *name)
      * a rate of 0.3, half of them not committed; 400 items and 80 pops left it near 1e-5). */
     const uint32_t n = (uint32_t)kvq_test_scaled(k == 1 ? 400 : 800);
     tq_mkdir();
-    uint64_t seed = seed_for(name);
+    uint64_t seed = kt_seed_for(name);
     unsigned int kinds = KVQ_FAULT_TIMED_OUT_COMMITTED | KVQ_FAULT_TIMED_OUT_NOT_COMMITTED;
     kvq_db *fdb = tq_open_db(0.3, kinds, seed);
     kvq_db *clean = tq_open_db(0, 0, 0);
@@ -478,7 +470,7 @@ static void test_hc_concurrent_faults(void **state)
     };
     tq_mkdir();
     kvq_db *pdb = tq_open_db(0, 0, 0);
-    kvq_db *cdb = tq_open_db(0.3, KVQ_FAULT_ALL, seed_for(c.name));
+    kvq_db *cdb = tq_open_db(0.3, KVQ_FAULT_ALL, kt_seed_for(c.name));
     char err[200];
     for (uint32_t p = 0; p < (uint32_t)c.producers; p++)
         if (conc_produce(&c, pdb, p, err, sizeof(err)) != 0)
@@ -514,7 +506,7 @@ static void test_hc_concurrent_faults(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_durable),
         cmocka_unit_test(test_outbox_fifo),
@@ -534,6 +526,6 @@ int main(int argc, char **argv)
            "retries=%llu violations=%d broken_checkers_caught=%d/%d failed_tests=%d "
            "seed=%" PRIu64 "\n",
            tot.runs, tot.injected, tot.retries, tot.violations, tot.caught, tot.checkers, failed,
-           tq_seed);
+           kt_seed());
     return failed;
 }

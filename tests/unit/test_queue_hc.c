@@ -12,23 +12,6 @@
 
 static kvq_db *db;
 
-static int setup(void **state)
-{
-    (void)state;
-    tq_mkdir();
-    db = tq_open_db(0, 0, 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    kvq_db_close(db);
-    db = NULL;
-    tq_rmdir();
-    return 0;
-}
-
 static kvq_queue *open_hc(kvq_db *d, kvq_queue_type t, int64_t timeout_ms, unsigned int flags)
 {
     kvq_queue_options o = KVQ_QUEUE_OPTIONS_INIT;
@@ -337,13 +320,14 @@ static void test_hc_vs_basic(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
+    tq_group(&db);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stranded_result_returns, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_recover_keeps_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_waiter_removed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_collect_priority, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hc_vs_basic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stranded_result_returns, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_recover_keeps_order, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_stale_waiter_removed, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_collect_priority, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_hc_vs_basic, tq_db_setup, tq_db_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -175,7 +175,7 @@ static void test_fifo_hc(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),
         cmocka_unit_test(test_fifo),

@@ -140,7 +140,7 @@ static void test_priority_order(void **state)
     kvq_db *db = tq_open_db(0, 0, 0);
     kvq_queue *q;
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_PRIORITY, NULL, NULL));
-    kvq__rng r = { tq_seed };
+    kvq__rng r = { kt_seed() };
     kvq_txn *txn;
     assert_ok(kvq_txn_create(&txn, db));
     for (int b = 0; b < 20; b++) {
@@ -177,7 +177,7 @@ static void test_priority_order(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),     cmocka_unit_test(test_fifo),
         cmocka_unit_test(test_priority),    cmocka_unit_test(test_fifo_hc),

@@ -4,10 +4,7 @@
  *
  * The random tests print their seed; KVQ_TEST_SEED=<seed> (or --seed <seed>) replays a run, and
  * KVQ_SOAK=1 runs ten times as many rounds. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,16 +47,6 @@ static void print_hex(char *out, size_t cap, const uint8_t *p, size_t n)
     out[0] = '\0';
     for (size_t i = 0; i < n && o + 4 < cap; i++)
         o += (size_t)snprintf(out + o, cap - o, "%02x ", p[i]);
-}
-
-static void assert_bytes(const uint8_t *got, size_t gn, const uint8_t *want, size_t wn)
-{
-    if (gn != wn || (wn > 0 && memcmp(got, want, wn) != 0)) {
-        char g[3200], w[3200];
-        print_hex(g, sizeof(g), got, gn);
-        print_hex(w, sizeof(w), want, wn);
-        fail_msg("got      %s\nexpected %s", g, w);
-    }
 }
 
 /* Unpacks from an exact-size heap copy, so that AddressSanitizer sees any read past the end. */
@@ -1670,14 +1657,7 @@ static void test_printable_and_format(void **state)
 
 int main(int argc, char **argv)
 {
-    const char *env = getenv("KVQ_TEST_SEED");
-    seed = env != NULL ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--seed") == 0)
-            seed = strtoull(argv[i + 1], NULL, 10);
-    printf("test_tuple: seed %" PRIu64 " (replay: KVQ_TEST_SEED=%" PRIu64 " %s)\n", seed, seed,
-           argv[0]);
-    fflush(stdout);
+    seed = kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_examples),
         cmocka_unit_test(test_null_and_nested),

@@ -39,31 +39,17 @@ typedef struct wq_env {
     kvq_workq *w;
 } wq_env;
 
-static int engine_unavailable;
-
 /* The test database: $KVQ_TEST_URL when set (skipped when its engine is not available), else a
  * fresh embedded database in tq_dir. */
 static kvq_db *open_test_db(void)
 {
-    const char *url = getenv("KVQ_TEST_URL");
-    if (url == NULL || url[0] == '\0')
+    if (!kt_db_url_given())
         return tq_open_db(0, 0, 0);
-    if (engine_unavailable)
-        skip();
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.retry_limit = -1;
     o.timeout_ms = 0;
     o.max_retry_delay_ms = 50;
-    kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, url, &o);
-    if (rc == KVQ_ENOENGINE) {
-        engine_unavailable = 1;
-        fprintf(stderr, "engine unavailable (%s): skipped\n", kvq_last_error());
-        skip();
-    }
-    if (rc != 0)
-        fail_msg("kvq_db_open(%s): %s (%s)", url, kvq_errname(rc), kvq_last_error());
-    return db;
+    return kt_db_open_url(getenv("KVQ_TEST_URL"), &o, NULL);
 }
 
 /* A subspace no other test (nor an earlier run on a shared database) uses: ("wqt", run, n). */
@@ -607,7 +593,7 @@ static void test_metrics_model(void **state)
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     o.max_deliveries = 2;
     wq_env e = env_open(KVQ_QUEUE_DURABLE, &o);
-    kvq__rng rng = { tq_seed ^ 0x77 };
+    kvq__rng rng = { kt_seed() ^ 0x77 };
     kvq_workq_lease held[64];
     size_t nheld = 0;
     int64_t ready = 0, delayed = 0, dead = 0;
@@ -895,7 +881,7 @@ static void test_list_priority(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const char *url = getenv("KVQ_TEST_URL");
     printf("# database: %s\n", url != NULL && url[0] != '\0' ? url : "embedded, fresh directories");
     const struct CMUnitTest tests[] = {

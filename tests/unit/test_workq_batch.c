@@ -22,7 +22,7 @@ static env env_open(kvq_queue_type type, uint32_t max_deliveries, double fault_r
 {
     env e;
     tq_mkdir();
-    e.db = tq_open_db(fault_rate, KVQ_FAULT_UNKNOWN_COMMITTED, tq_seed);
+    e.db = tq_open_db(fault_rate, KVQ_FAULT_UNKNOWN_COMMITTED, kt_seed());
     kvq_subspace *sub = tq_sub_tuple(kvq_tuple_str("batch"), NULL);
     assert_ok(kvq_queue_open(&e.q, e.db, type, sub, NULL));
     kvq_subspace_destroy(sub);
@@ -389,7 +389,7 @@ static void test_purge_and_due(void **state)
 
 int main(int argc, char **argv)
 {
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_receive_ack_durable),   cmocka_unit_test(test_receive_ack_priority),
         cmocka_unit_test(test_partial_failure),       cmocka_unit_test(test_nack_and_dead_letters),

@@ -164,7 +164,7 @@ static void threads_case(kvq_queue_type type)
     shared *sh = calloc(1, sizeof(*sh));
     assert_non_null(sh);
     sh->w = w;
-    sh->seed = tq_seed;
+    sh->seed = kt_seed();
     pthread_mutex_init(&sh->mu, NULL);
     pthread_t th[NTHREADS];
     worker wk[NTHREADS];
@@ -176,13 +176,13 @@ static void threads_case(kvq_queue_type type)
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(th[i], NULL);
     if (sh->errors > 0)
-        fail_msg("a consumer failed: %s (replay: %s --seed %" PRIu64 ")", sh->err, tq_prog,
-                 tq_seed);
+        fail_msg("a consumer failed: %s (replay: %s --seed %" PRIu64 ")", sh->err, kt_prog(),
+                 kt_seed());
     int redeliveries = 0, explained = 0;
     for (int i = 0; i < NITEMS; i++) {
         if (sh->acks[i] != 1)
             fail_msg("item %d acked %d times (replay: %s --seed %" PRIu64 ")", i, sh->acks[i],
-                     tq_prog, tq_seed);
+                     kt_prog(), kt_seed());
         /* Each delivery but the first follows a nack, an abandoned lease or a late settle. */
         int why = sh->nacks[i] + sh->abandons[i] + sh->late[i];
         if (sh->receives[i] - 1 != why)
@@ -270,7 +270,7 @@ static void exactly_once_case(kvq_queue_type type)
     kvq_db *db =
         tq_open_db(0.2, KVQ_FAULT_NOT_COMMITTED | KVQ_FAULT_UNKNOWN_COMMITTED |
                             KVQ_FAULT_UNKNOWN_NOT_COMMITTED,
-                   tq_seed);
+                   kt_seed());
     kvq_queue *q;
     kvq_workq *w;
     assert_ok(kvq_queue_open(&q, db, type, NULL, NULL));
@@ -280,7 +280,7 @@ static void exactly_once_case(kvq_queue_type type)
     kvq_workq_metrics m;
     assert_ok(kvq_workq_get_metrics(&m, w));
     assert_int_equal(m.ready, NITEMS); /* pushes exactly once despite 1021 */
-    kvq__rng rng = { tq_seed ^ 0x5eed };
+    kvq__rng rng = { kt_seed() ^ 0x5eed };
     int done = 0, applied = 0, settled_on_retry = 0, expired = 0;
     int64_t end = kvq__mono_us() + BOUND_US;
     kvq_buf b = KVQ_BUF_INIT;
@@ -324,7 +324,7 @@ static void exactly_once_case(kvq_queue_type type)
     for (uint32_t i = 0; i < NITEMS; i++)
         if (r->counts[i] != 1)
             fail_msg("item %u's effect applied %" PRIu64 " times (replay: %s --seed %" PRIu64 ")",
-                     i, r->counts[i], tq_prog, tq_seed);
+                     i, r->counts[i], kt_prog(), kt_seed());
     free(r);
     assert_ok(kvq_workq_recover(NULL, w));
     assert_ok(kvq_workq_get_metrics(&m, w));
@@ -393,7 +393,7 @@ static void test_sigkill_redelivers(void **state)
     assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)"work", 4, NULL));
     char flag[300];
     snprintf(flag, sizeof(flag), "%s/child-received", tq_dir);
-    char *args[] = { (char *)tq_prog, "--child", tq_dir, flag, NULL };
+    char *args[] = { (char *)kt_prog(), "--child", tq_dir, flag, NULL };
     pid_t pid;
     assert_int_equal(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ), 0);
     int64_t end = kvq__mono_us() + 30000000LL;
@@ -442,7 +442,7 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
         return child_main(argv[2], argv[3]);
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_durable),
         cmocka_unit_test(test_threads_priority),

@@ -2,10 +2,7 @@
  * (kvq_workq_receive_wait): every item acked once, failed items given back and delivered again,
  * a long handler kept alive by the heartbeat, KVQ_WORKQ_RELEASE giving the item back and
  * stopping, wake-up by a push, and bad input. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "kvq_test.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +14,6 @@
 
 #define N 200
 
-static char dir[64];
 static kvq_db *db;
 static int qno;
 
@@ -358,26 +354,6 @@ static void test_bad_input(void **state)
     env_close(&e);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-wqc-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/db", dir);
-    return kvq_db_open(&db, path, NULL) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    kvq_db_close(db);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,5 +366,6 @@ int main(void)
         cmocka_unit_test(test_receive_wait),
         cmocka_unit_test(test_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    kt_group_db(&db, "wqc");
+    return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);
 }

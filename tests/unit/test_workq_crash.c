@@ -84,16 +84,12 @@ static int open_wq(kvq_db *db, kvq_queue_type type, unsigned wflags, kvq_queue *
     return rc;
 }
 
-static void log_line(int fd, const char *fmt, ...)
-{
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n <= 0 || (size_t)n >= sizeof(line) || write(fd, line, (size_t)n) != n)
-        _exit(21);
-}
+/* A line of a history (kt_writef: one write(2), which the page cache keeps through kill -9). */
+#define log_line(fd, ...)                      \
+    do {                                       \
+        if (kt_writef((fd), __VA_ARGS__) != 0) \
+            _exit(21);                         \
+    } while (0)
 
 static void hex16(char out[33], const uint8_t id[16])
 {
@@ -273,15 +269,16 @@ static kvq_queue_type cur_type;
 static unsigned cur_wflags;
 
 /* Process slot i: producers first. Each incarnation gets a new id (its log files' names). */
-static pid_t spawn(int slot, uint32_t *incarnation)
+static pid_t spawn(int slot, void *arg)
 {
+    uint32_t *incarnation = arg;
     uint32_t id = ((*incarnation)++ << 4) | (uint32_t)slot;
     char a_type[16], a_id[16], a_flags[16], a_seed[32];
     snprintf(a_type, sizeof(a_type), "%d", (int)cur_type);
     snprintf(a_id, sizeof(a_id), "%u", id);
     snprintf(a_flags, sizeof(a_flags), "%u", slot < PRODUCERS ? 0u : cur_wflags);
-    snprintf(a_seed, sizeof(a_seed), "%" PRIu64, tq_seed);
-    char *args[] = { (char *)tq_prog,
+    snprintf(a_seed, sizeof(a_seed), "%" PRIu64, kt_seed());
+    char *args[] = { (char *)kt_prog(),
                      "--wq-crash-child",
                      slot < PRODUCERS ? "producer" : "consumer",
                      tq_dir,
@@ -312,19 +309,8 @@ typedef struct delivery {
 typedef struct history {
     delivery *d;
     size_t nd, capd;
-    uint64_t *inv, *ok;
-    size_t ni, no, capi, capo;
+    kt_ids inv, ok; /* producers' histories: pushes invoked, pushes returned */
 } history;
-
-static void push_u64(uint64_t **a, size_t *n, size_t *cap, uint64_t v)
-{
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 4096;
-        *a = realloc(*a, *cap * sizeof(**a));
-        assert_non_null(*a);
-    }
-    (*a)[(*n)++] = v;
-}
 
 static int parse_hex16(uint8_t out[16], const char *s)
 {
@@ -337,23 +323,6 @@ static int parse_hex16(uint8_t out[16], const char *s)
         out[i] = (uint8_t)v;
     }
     return 0;
-}
-
-static void read_producer_log(history *h, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char kind;
-    unsigned w, s;
-    while (fscanf(f, " %c %u %u", &kind, &w, &s) == 3) {
-        uint64_t id = (uint64_t)w << 32 | s;
-        if (kind == 'i')
-            push_u64(&h->inv, &h->ni, &h->capi, id);
-        else
-            push_u64(&h->ok, &h->no, &h->capo, id);
-    }
-    fclose(f);
 }
 
 /* A consumer's log: each "A", "a", "x" follows the "r" of its own delivery (one thread). A torn
@@ -405,12 +374,6 @@ static void read_consumer_log(history *h, const char *path)
         }
     }
     fclose(f);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static int cmp_delivery(const void *a, const void *b)
@@ -494,27 +457,26 @@ static void report(const char *fmt, ...)
 static void check(history *h, result *r)
 {
     report_budget = 11;
-    qsort(h->inv, h->ni, sizeof(*h->inv), cmp_u64);
-    qsort(h->ok, h->no, sizeof(*h->ok), cmp_u64);
+    kt_ids_sort(&h->inv);
+    kt_ids_sort(&h->ok);
     qsort(h->d, h->nd, sizeof(*h->d), cmp_delivery);
-    r->invoked = h->ni;
-    r->acked = h->no;
+    r->invoked = h->inv.n;
+    r->acked = h->ok.n;
     r->deliveries = h->nd;
-    uint64_t *done = NULL; /* items acked at least once */
-    size_t ndone = 0, capdone = 0;
+    kt_ids done = { 0 }; /* items acked at least once */
     for (size_t i = 0; i < h->nd;) {
         size_t j = i;
         while (j < h->nd && h->d[j].item == h->d[i].item)
             j++;
         const delivery *first = &h->d[i];
         r->items++;
-        int known = bsearch(&first->item, h->inv, h->ni, sizeof(*h->inv), cmp_u64) != NULL;
+        int known = kt_ids_has(&h->inv, first->item);
         if (!known) {
             r->unexpected++;
             i = j;
             continue;
         }
-        if (bsearch(&first->item, h->ok, h->no, sizeof(*h->ok), cmp_u64) == NULL)
+        if (!kt_ids_has(&h->ok, first->item))
             r->push_recovered++;
         /* Deliveries before the first logged one: consumers killed before logging them. */
         if (first->deliv > 1) {
@@ -575,7 +537,7 @@ static void check(history *h, result *r)
             report("lost: item %u/%u delivered %zu times, never acked\n",
                    (unsigned)(first->item >> 32), (unsigned)first->item, j - i);
         } else {
-            push_u64(&done, &ndone, &capdone, first->item);
+            kt_ids_push(&done, first->item);
             if (acks > 1) {
                 r->unexplained += acks - 1;
                 report("unexplained: item %u/%u acked %zu times\n", (unsigned)(first->item >> 32),
@@ -585,25 +547,25 @@ static void check(history *h, result *r)
         i = j;
     }
     /* done is in item order already (deliveries are sorted by item). */
-    for (size_t i = 0; i < h->no; i++) {
-        if (bsearch(&h->ok[i], done, ndone, sizeof(*done), cmp_u64) != NULL)
+    for (size_t i = 0; i < h->ok.n; i++) {
+        if (kt_ids_has(&done, h->ok.v[i]))
             continue;
         /* Never delivered at all (a delivered one without an ack is counted above). */
         size_t lo = 0, hi = h->nd;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (h->d[mid].item < h->ok[i])
+            if (h->d[mid].item < h->ok.v[i])
                 lo = mid + 1;
             else
                 hi = mid;
         }
-        if (lo == h->nd || h->d[lo].item != h->ok[i]) {
+        if (lo == h->nd || h->d[lo].item != h->ok.v[i]) {
             r->lost++;
-            report("lost: acknowledged push %u/%u never delivered\n", (unsigned)(h->ok[i] >> 32),
-                   (unsigned)h->ok[i]);
+            report("lost: acknowledged push %u/%u never delivered\n", (unsigned)(h->ok.v[i] >> 32),
+                   (unsigned)h->ok.v[i]);
         }
     }
-    free(done);
+    kt_ids_free(&done);
 }
 
 /* ---- the campaign -------------------------------------------------------------------------- */
@@ -612,54 +574,16 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 {
     cur_type = type;
     cur_wflags = wflags;
-    uint64_t hs = tq_seed;
-    for (const char *p = name; *p; p++)
-        hs = (hs ^ (uint8_t)*p) * 0x100000001b3ULL;
-    unsigned seed = (unsigned)(hs ^ (hs >> 32));
-    printf("# %s: %d cycles, seed %" PRIu64 " (replay: %s --seed %" PRIu64 ")\n", name, cycles,
-           tq_seed, tq_prog, tq_seed);
-    tq_mkdir();
-    kvq_db *db = open_db(tq_dir);
-    assert_non_null(db);
-    kvq_db_close(db);
-
     result r;
     memset(&r, 0, sizeof(r));
     uint32_t incarnation = 1;
     pid_t pids[NPROCS];
-    for (int i = 0; i < NPROCS; i++)
-        pids[i] = spawn(i, &incarnation);
-    int failed = 0;
-    for (int c = 0; c < cycles && !failed; c++) {
-        usleep((useconds_t)(50000 + rand_r(&seed) % 200000));
-        int all = c % 10 == 9;
-        int victim = (int)(rand_r(&seed) % NPROCS);
-        for (int i = 0; i < NPROCS; i++) {
-            if (!all && i != victim && rand_r(&seed) % 4 != 0)
-                continue;
-            kill(pids[i], SIGKILL);
-            int status;
-            waitpid(pids[i], &status, 0);
-            if (!WIFSIGNALED(status))
-                failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-            r.kills++;
-            pids[i] = spawn(i, &incarnation);
-        }
-    }
-    for (int i = 0; i < NPROCS; i++) {
-        kill(pids[i], SIGKILL);
-        int status;
-        waitpid(pids[i], &status, 0);
-        if (!WIFSIGNALED(status) && failed == 0)
-            failed = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    if (failed != 0)
-        fail_msg("%s: a worker process failed by itself (exit %d); replay: %s --seed %" PRIu64,
-                 name, failed, tq_prog, tq_seed);
+    /* A process that had exited by itself when the campaign ends fails it too. */
+    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 1);
 
     /* Drain with acks on a correct handle, with long leases; the leases of killed consumers
      * run out meanwhile and their items come back. */
-    db = open_db(tq_dir);
+    kvq_db *db = open_db(tq_dir);
     assert_non_null(db);
     kvq_queue *q;
     kvq_workq *w;
@@ -683,7 +607,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
         if (kvq__mono_us() > end)
             fail_msg("drain: still %" PRId64 " ready and %" PRId64 " in flight after %lld s "
                      "(replay: %s --seed %" PRIu64 ")",
-                     m.ready, m.inflight, DRAIN_US / 1000000, tq_prog, tq_seed);
+                     m.ready, m.inflight, DRAIN_US / 1000000, kt_prog(), kt_seed());
         assert_ok(kvq_workq_recover(NULL, w));
         kvq__sleep_us(20000);
     }
@@ -704,7 +628,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
             uint32_t id = inc << 4 | slot;
             if (slot < PRODUCERS) {
                 snprintf(path, sizeof(path), "%s/p.%u", tq_dir, id);
-                read_producer_log(&h, path);
+                kt_history_read(path, &h.inv, &h.ok);
                 continue;
             }
             for (int t = 0; t < CTHREADS; t++) {
@@ -735,11 +659,11 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.push_recovered,
            r.deliveries, r.items, r.consumer_acks, r.redelivered, r.explained, r.ex_killed,
            r.ex_late, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
-           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", tq_seed);
+           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", kt_seed());
     fflush(stdout);
     free(h.d);
-    free(h.inv);
-    free(h.ok);
+    kt_ids_free(&h.inv);
+    kt_ids_free(&h.ok);
     tq_rmdir();
     return r;
 }
@@ -789,7 +713,7 @@ int main(int argc, char **argv)
 {
     if (argc == 8 && strcmp(argv[1], "--wq-crash-child") == 0)
         return child_main(argv);
-    tq_seed_init(argc, argv);
+    kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_durable),
         cmocka_unit_test(test_priority),

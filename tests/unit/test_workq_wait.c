@@ -3,27 +3,20 @@
  * push, a nack with a delay, an extend that shortens a lease) and by a stop; it never looks on
  * a timer. Timings are only checked with generous bounds (loaded CI machines): what tells the
  * behaviour apart is how many times the waiter looked (kvq_testing_workq_wait_counts). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvq/kvq.h"
+#include "kvq_test.h"
 #include "kvq/consumer.h"
-#include "kvq/testing.h"
 #include "kvq/workq.h"
 #include "layers/layers_internal.h"
 #include "util/util.h"
 
-static char dir[64];
 static kvq_db *db;
 static int qno;
 static uint64_t run; /* subspaces of this run, on a database perhaps shared with others */
-static int engine_unavailable;
 
 typedef struct env {
     kvq_queue *q;
@@ -32,8 +25,7 @@ typedef struct env {
 
 static env env_open(kvq_queue_type type)
 {
-    if (engine_unavailable)
-        skip();
+    kt_db_skip_unavailable();
     env e = { NULL, NULL };
     char name[48];
     snprintf(name, sizeof(name), "ww-%llx-%d", (unsigned long long)run, qno++);
@@ -346,37 +338,22 @@ static int setup(void **state)
     (void)state;
     if (kvq__random_bytes(&run, sizeof(run)) != 0)
         run = (uint64_t)kvq__mono_us();
-    const char *url = getenv("KVQ_TEST_URL");
-    if (url != NULL && url[0] != '\0') {
-        kvq_db_options o = KVQ_DB_OPTIONS_INIT;
-        o.retry_limit = -1;
-        o.timeout_ms = 0;
-        o.max_retry_delay_ms = 50;
-        int rc = kvq_db_open(&db, url, &o);
-        if (rc == KVQ_ENOENGINE) {
-            engine_unavailable = 1;
-            fprintf(stderr, "engine unavailable (%s): skipped\n", kvq_last_error());
-            return 0;
-        }
-        return rc == 0 ? 0 : -1;
-    }
-    snprintf(dir, sizeof(dir), "/tmp/kvq-wqw-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (kt_db_setup("wqw") != 0)
         return -1;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/db", dir);
-    return kvq_db_open(&db, path, NULL) == 0 ? 0 : -1;
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.retry_limit = -1;
+    o.timeout_ms = 0;
+    o.max_retry_delay_ms = 50;
+    int rc = kt_db_try_open(&db, kt_db_url(), kt_db_url_given() ? &o : NULL, NULL);
+    return rc == 0 || rc == KVQ_ENOENGINE ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    kvq_db_close(db);
-    if (dir[0] == '\0')
-        return 0;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    if (db != NULL)
+        kvq_db_close(db);
+    return kt_db_teardown();
 }
 
 int main(void)

@@ -3,10 +3,10 @@
  *
  * Committers of one process queue up; the first becomes the leader and takes the whole queue.
  * The leader takes kvq's cross-process commit lock (flock on kvq.lock, so a dead holder
- * releases it and waiters are woken by the kernel), opens one SQLite write transaction, resolves
- * each queued transaction in order against the write ranges of everything committed after its
- * read version (including those accepted earlier in the same batch), applies the accepted ones,
- * and commits once: one sync for the whole batch. */
+ * releases it and waiters are woken by the kernel), starts one storage write (store.h),
+ * resolves each queued transaction in order against the write ranges of everything committed
+ * after its read version (including those accepted earlier in the same batch), applies the
+ * accepted ones, and commits once: one sync for the whole batch. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,130 +21,28 @@
 #define WLOG_KEEP_VERSIONS 6000000
 #define PRUNE_EVERY        512
 #define MAX_BATCH          512
-/* A batch's write ranges are one row of the log: its transactions' sizes (mutations and
- * conflict ranges, each at most 10 MB) are kept under this, so the row stays far below SQLite's
- * largest blob. */
+/* A batch's write ranges are one entry of the conflict log: its transactions' sizes (mutations
+ * and conflict ranges, each at most 10 MB) are kept under this, so the entry stays far below
+ * the largest a storage takes (SQLite's largest blob). */
 #define MAX_BATCH_BYTES (32u << 20)
-
-static int step_done(emb_db *e, sqlite3_stmt *st, const char *what)
-{
-    int src = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (src != SQLITE_DONE && src != SQLITE_ROW)
-        return emb_sqlite_error(e->writer, src, what);
-    return 0;
-}
-
-static int exec_w(emb_db *e, const char *sql, const char *what)
-{
-    int src = sqlite3_exec(e->writer, sql, NULL, NULL, NULL);
-    if (src != SQLITE_OK)
-        return emb_sqlite_error(e->writer, src, what);
-    return 0;
-}
-
-static int read_int(emb_db *e, sqlite3_stmt *st, int64_t *out, const char *what)
-{
-    int src = sqlite3_step(st);
-    int rc = 0;
-    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        *out = sqlite3_column_int64(st, 0);
-    else if (src == SQLITE_ROW || src == SQLITE_DONE)
-        rc = kvq__error(KVQ_EDAMAGED, "%s: record missing", what);
-    else
-        rc = emb_sqlite_error(e->writer, src, what);
-    sqlite3_reset(st);
-    return rc;
-}
-
-/* The log holds one row per batch: its version (the row's key) and the write ranges of every
- * transaction it accepted, packed into one blob as (u32 LE length, begin, u32 LE length, end)
- * for each range. One row per batch appends to the log's last page (a rowid table grows by
- * adding pages at its end), where one row per range in a table keyed by (version, seq)
- * rebalanced its last pages and rewrote their parent much more often. */
 
 static uint32_t le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void le32_put(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static int log_append(kvq_buf *log, const emb_ranges *w)
-{
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < w->n; i++) {
-        const emb_str *s[2] = { &w->v[i].b, &w->v[i].e };
-        for (int j = 0; rc == 0 && j < 2; j++) {
-            uint8_t len[4];
-            le32_put(len, (uint32_t)s[j]->n);
-            rc = kvq_buf_append(log, len, 4);
-            if (rc == 0 && s[j]->n > 0)
-                rc = kvq_buf_append(log, s[j]->p, s[j]->n);
-        }
-    }
-    return rc == 0 ? 0 : kvq__error(KVQ_ENOMEM, "out of memory for the write log");
-}
-
-/* Does a packed list of ranges intersect reads (normalized)? A malformed list is damage. */
-static int log_intersects(const emb_ranges *reads, const uint8_t *p, size_t n, int *hit)
-{
-    static const uint8_t z[1] = { 0 };
-    size_t off = 0;
-    *hit = 0;
-    while (off < n) {
-        const uint8_t *s[2];
-        size_t sn[2];
-        for (int j = 0; j < 2; j++) {
-            if (n - off < 4 || n - off - 4 < le32(p + off))
-                return kvq__error(KVQ_EDAMAGED,
-                                  "an entry of the conflict log is malformed: the database file "
-                                  "is damaged");
-            sn[j] = le32(p + off);
-            s[j] = sn[j] > 0 ? p + off + 4 : z;
-            off += 4 + sn[j];
-        }
-        if (emb_ranges_intersects(reads, s[0], sn[0], s[1], sn[1])) {
-            *hit = 1;
-            return 0;
-        }
-    }
-    return 0;
-}
-
 /* Does any write range logged after rv intersect the transaction's read ranges? `batch` holds
- * the ranges of the transactions accepted earlier in this batch (not yet in the log). */
+ * the ranges of the transactions accepted earlier in this batch (packed, not yet in the log). */
 static int has_conflict(emb_db *e, emb_txn *t, const kvq_buf *batch, int *conflict)
 {
     *conflict = 0;
     if (t->reads.n == 0)
         return 0;
     emb_ranges_normalize(&t->reads);
-    int rc = log_intersects(&t->reads, batch->data, batch->len, conflict);
+    int rc = emb_ranges_packed_intersects(&t->reads, batch->data, batch->len, conflict);
     if (rc != 0 || *conflict)
         return rc;
-    sqlite3_stmt *st = e->w_wlog_scan;
-    sqlite3_bind_int64(st, 1, t->rv);
-    for (;;) {
-        int src = sqlite3_step(st);
-        if (src == SQLITE_DONE)
-            break;
-        if (src != SQLITE_ROW) {
-            rc = emb_sqlite_error(e->writer, src, "checking conflicts");
-            break;
-        }
-        const uint8_t *p = sqlite3_column_blob(st, 0);
-        size_t n = (size_t)sqlite3_column_bytes(st, 0);
-        rc = log_intersects(&t->reads, p, n, conflict);
-        if (rc != 0 || *conflict)
-            break;
-    }
-    sqlite3_reset(st);
-    return rc;
+    return e->so->log_check(e->store, t->rv, &t->reads, conflict);
 }
 
 /* Is the log still complete after rv? Pruning records the newest version it removed; a
@@ -152,72 +50,51 @@ static int has_conflict(emb_db *e, emb_txn *t, const kvq_buf *batch, int *confli
  * conflict with nobody, so only logged versions matter. */
 static int log_covers(emb_db *e, int64_t rv)
 {
-    return rv >= e->wlog_floor;
+    return rv >= e->log_floor;
 }
 
 static int put_row(emb_db *e, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
 {
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st = e->w_put;
-    sqlite3_bind_blob(st, 1, kn ? k : z, (int)kn, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, vn ? v : z, (int)vn, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (int64_t)emb_row_crc(k, kn, v, vn));
     emb_watch_touch(e, k, kn);
-    return step_done(e, st, "writing a key");
+    return e->so->write_put(e->store, k, kn, v, vn);
+}
+
+static void touch_deleted(void *arg, const uint8_t *key, size_t key_len)
+{
+    emb_watch_touch(arg, key, key_len);
 }
 
 /* Deletes [a, b), noting each deleted key for the watch filter (a key that was absent has not
  * changed, whatever the range). */
 static int delete_range(emb_db *e, const emb_str *a, const emb_str *b)
 {
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st = e->w_del_range;
-    sqlite3_bind_blob(st, 1, a->n ? a->p : z, (int)a->n, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, b->n ? b->p : z, (int)b->n, SQLITE_STATIC);
-    int src;
-    while ((src = sqlite3_step(st)) == SQLITE_ROW)
-        emb_watch_touch(e, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
-    sqlite3_reset(st);
-    return src == SQLITE_DONE ? 0 : emb_sqlite_error(e->writer, src, "clearing a range");
+    return e->so->write_clear_range(e->store, a->p, a->n, b->p, b->n, touch_deleted, e);
 }
 
 /* Deletes one key that is stored, noting it for the watch filter. */
 static int delete_row(emb_db *e, const uint8_t *k, size_t kn)
 {
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st = e->w_del;
-    sqlite3_bind_blob(st, 1, kn ? k : z, (int)kn, SQLITE_STATIC);
     emb_watch_touch(e, k, kn);
-    return step_done(e, st, "clearing a key");
+    return e->so->write_clear(e->store, k, kn);
 }
 
 static int apply_atomic_row(emb_db *e, const emb_mut *m)
 {
     static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st = e->w_get;
-    sqlite3_bind_blob(st, 1, m->a.n ? m->a.p : z, (int)m->a.n, SQLITE_STATIC);
-    int src = sqlite3_step(st);
+    kvq_bytes v = { NULL, 0 };
+    int had = 0;
+    int rc = e->so->write_get(e->store, m->a.p, m->a.n, &v, &had);
     kvq_buf out = KVQ_BUF_INIT;
-    int rc = 0;
-    int had = src == SQLITE_ROW, present = 0, same = 0;
-    if (src == SQLITE_ROW) {
-        const uint8_t *v = sqlite3_column_blob(st, 0);
-        size_t vn = (size_t)sqlite3_column_bytes(st, 0);
-        if (emb_row_crc(m->a.p, m->a.n, v, vn) != (uint32_t)sqlite3_column_int64(st, 1))
-            rc = kvq__error(KVQ_EDAMAGED, "a stored value failed its checksum during an atomic "
-                                          "operation: the database file is damaged");
-        else
-            rc = emb_apply_atomic(&out, &present, m->op, v, vn, 1, m->b.p, m->b.n);
+    int present = 0, same = 0;
+    if (rc == 0 && had) {
+        rc = emb_apply_atomic(&out, &present, m->op, v.data, v.len, 1, m->b.p, m->b.n);
         /* COMPARE_AND_CLEAR that does not match, or APPEND_IF_FITS that does not fit, leave
          * the row as it is: nothing to write. */
         same = rc == 0 && present && (m->op == KVQ_MUT_COMPARE_AND_CLEAR ||
-                                      (m->op == KVQ_MUT_APPEND_IF_FITS && out.len == vn));
-    } else if (src == SQLITE_DONE) {
+                                      (m->op == KVQ_MUT_APPEND_IF_FITS && out.len == v.len));
+    } else if (rc == 0) {
         rc = emb_apply_atomic(&out, &present, m->op, NULL, 0, 0, m->b.p, m->b.n);
-    } else {
-        rc = emb_sqlite_error(e->writer, src, "reading a key for an atomic operation");
     }
-    sqlite3_reset(st);
     if (rc == 0 && present && !same)
         rc = put_row(e, m->a.p, m->a.n, out.len > 0 ? out.data : z, out.len);
     else if (rc == 0 && !present && had)
@@ -275,55 +152,6 @@ static int apply(emb_db *e, emb_txn *t)
             break;
         }
     }
-    return rc;
-}
-
-/* Logs the batch: one row, keyed by its version, with the write ranges it accepted (none
- * for a batch of versionstamped keys only: the row still records the database's version). */
-static int log_batch(emb_db *e, int64_t version, const kvq_buf *batch)
-{
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st = e->w_wlog_put;
-    sqlite3_bind_int64(st, 1, version);
-    sqlite3_bind_blob64(st, 2, batch->len ? batch->data : z, batch->len, SQLITE_STATIC);
-    int rc = step_done(e, st, "logging write ranges");
-    sqlite3_clear_bindings(st);
-    return rc;
-}
-
-/* Removes the log's rows older than the window. The newest row is never removed (it is the
- * database's version): it belongs to this batch, which is younger than the cut. */
-static int prune(emb_db *e, int64_t version)
-{
-    int64_t floor = version - WLOG_KEEP_VERSIONS;
-    sqlite3_stmt *st;
-    int src = sqlite3_prepare_v2(e->writer, "SELECT max(version) FROM wlog WHERE version < ?1", -1,
-                                 &st, NULL);
-    if (src != SQLITE_OK)
-        return emb_sqlite_error(e->writer, src, "pruning the write log");
-    sqlite3_bind_int64(st, 1, floor);
-    int64_t pruned_max = 0;
-    src = sqlite3_step(st);
-    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        pruned_max = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (src != SQLITE_ROW)
-        return emb_sqlite_error(e->writer, src, "pruning the write log");
-    if (pruned_max <= e->wlog_floor)
-        return 0; /* nothing to prune */
-    src = sqlite3_prepare_v2(e->writer, "DELETE FROM wlog WHERE version <= ?1", -1, &st, NULL);
-    if (src != SQLITE_OK)
-        return emb_sqlite_error(e->writer, src, "pruning the write log");
-    sqlite3_bind_int64(st, 1, pruned_max);
-    int rc = step_done(e, st, "pruning the write log");
-    sqlite3_finalize(st);
-    if (rc != 0)
-        return rc;
-    sqlite3_bind_text(e->w_meta_put, 1, "wlog_floor", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(e->w_meta_put, 2, pruned_max);
-    rc = step_done(e, e->w_meta_put, "recording the log floor");
-    if (rc == 0)
-        e->wlog_floor = pruned_max;
     return rc;
 }
 
@@ -386,7 +214,7 @@ static void settle(emb_commit_req *r, int rc)
 }
 
 /* Writes one batch, with the commit lock held by the caller; releases it. The batch is this
- * process's requests (reqs, n) and the batches other processes published in kvq.cq (cq.c).
+ * process's requests (reqs, n) and the batches other processes published in kvq.cq (commit_queue.c).
  * own: the slot of kvq.cq where this process published reqs before it got the lock (-1: none);
  * if another leader wrote them meanwhile, *own_done is set and they are not written again.
  * Sets each request's rc. Returns KVQ_ENOSPC when the disk filled up while the batch was
@@ -397,17 +225,11 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
     *to_sync = 0;
     *own_done = 0;
     emb_reserve_refresh(e);
-    int rc = exec_w(e, "BEGIN IMMEDIATE", "starting a commit");
-    int64_t prev = 0, version = 0;
-    if (rc == 0)
-        rc = read_int(e, e->w_version, &prev, "reading the version");
-    if (rc == 0) {
-        sqlite3_bind_text(e->w_meta_get, 1, "wlog_floor", -1, SQLITE_STATIC);
-        rc = read_int(e, e->w_meta_get, &e->wlog_floor, "reading the log floor");
-    }
+    emb_store_head head = { 0, 0 };
+    int rc = e->so->write_begin(e->store, &head);
+    int64_t prev = head.version, version = 0;
+    e->log_floor = head.log_floor;
     if (rc != 0) {
-        if (!sqlite3_get_autocommit(e->writer))
-            exec_w(e, "ROLLBACK", "rolling back");
         fail_early(e, reqs, n, own, own_done, rc);
         unlock_commit(e);
         emb_cq_wake_next(e);
@@ -433,7 +255,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
     }
     size_t total = n + tk->n;
     if (total == 0) {
-        exec_w(e, "ROLLBACK", "rolling back");
+        e->so->write_abort(e->store);
         unlock_commit(e);
         emb_cq_wake_next(e);
         return 0;
@@ -441,7 +263,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
     emb_commit_req **all = kvq__malloc(total * sizeof(*all));
     if (all == NULL) {
         rc = kvq__error(KVQ_ENOMEM, "out of memory for a batch");
-        exec_w(e, "ROLLBACK", "rolling back");
+        e->so->write_abort(e->store);
         emb_cq_untake(e, tk);
         int ignored = 0;
         fail_early(e, reqs, n, -1, &ignored, rc);
@@ -453,9 +275,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
         all[i] = reqs[i];
     for (size_t i = 0; i < tk->n; i++)
         all[n + i] = &tk->reqs[i];
-    /* From here until the SQLite COMMIT or ROLLBACK is done, this commit is marked in flight
+    /* From here until the storage's commit or abort is done, this commit is marked in flight
      * in kvq.shm, so that readers never hand out a read version at or above its version unless
-     * their snapshot holds it (rv.c). */
+     * their snapshot holds it (read_version.c). */
     version = emb_rv_commit_begin(e, prev);
 
     int skip_check = (e->opts.test_flags & KVQ_TEST_SKIP_CONFLICT_CHECK) != 0;
@@ -518,7 +340,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
         rc = apply(e, t);
         if (rc == 0) {
             emb_ranges_normalize(&t->writes);
-            rc = log_append(&batch, &t->writes);
+            rc = emb_ranges_pack(&batch, &t->writes);
         }
         if (rc != 0)
             break;
@@ -534,40 +356,28 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
         r->applied = 1; /* pending the storage commit */
         applied++;
     }
-    if (rc == 0 && applied > 0) {
-        /* The database's version is the newest version in the log, so it costs no page of its
-         * own. */
-        rc = log_batch(e, version, &batch);
-        if (rc == 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
-            e->commits_since_prune = 0;
-            rc = prune(e, version);
-        }
+    if (rc == 0 && applied > 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
+        e->commits_since_prune = 0;
+        rc = e->so->log_prune(e->store, version - WLOG_KEEP_VERSIONS);
     }
     if (rc == 0) {
-        /* What the other processes' requests will be told, written before the COMMIT: if this
-         * process dies after it, the next lock holder finds the version in the database and
-         * hands these on (cq.c). */
+        /* What the other processes' requests will be told, written before the storage commit:
+         * if this process dies after it, the next lock holder finds the version in the
+         * database and hands these on (commit_queue.c). */
         emb_cq_outcomes(e, tk, version, 0);
         stop_here(e, KVQ_TEST_LEADER_STOP_BEFORE_COMMIT, tk);
-        int src = sqlite3_exec(e->writer, "COMMIT", NULL, NULL, NULL);
-        if (src != SQLITE_OK) {
-            /* A failed COMMIT rolls back, except that a failure while syncing may leave the
-             * outcome unknown: say so rather than claim either. */
-            int prim = src & 0xff;
-            rc = emb_sqlite_error(e->writer, src, "committing");
-            /* KVQ_TEST_IOERR_AS_DEFINITE is the test-only broken engine of the storage-fault
-             * checker (test_emb_storage_faults): it claims a definite failure. */
-            if (prim == SQLITE_IOERR && !(e->opts.test_flags & KVQ_TEST_IOERR_AS_DEFINITE))
-                rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
-                                "the storage failed while committing: %s",
-                                sqlite3_errmsg(e->writer));
-            if (!sqlite3_get_autocommit(e->writer))
-                exec_w(e, "ROLLBACK", "rolling back");
-        } else {
+        /* The batch's version becomes the stored version with its write ranges (for SQLite, the
+         * newest entry of the log: it costs no page of its own). */
+        rc = e->so->write_commit(e->store, applied > 0 ? version : 0, batch.data, batch.len);
+        /* KVQ_TEST_IOERR_AS_DEFINITE is the test-only broken engine of the storage-fault
+         * checker (test_emb_storage_faults): it claims a definite failure where the storage
+         * could not tell. */
+        if (rc == KVQ_ECOMMIT_UNKNOWN_RESULT && (e->opts.test_flags & KVQ_TEST_IOERR_AS_DEFINITE))
+            rc = kvq__error(KVQ_EIO, "%s", kvq_last_error());
+        if (rc == 0)
             stop_here(e, KVQ_TEST_LEADER_STOP_AFTER_COMMIT, tk);
-        }
-    } else if (!sqlite3_get_autocommit(e->writer)) {
-        exec_w(e, "ROLLBACK", "rolling back");
+    } else {
+        e->so->write_abort(e->store);
     }
     kvq_buf_dispose(&batch);
     if (rc == 0 && applied > 0) {
@@ -673,6 +483,7 @@ int emb_commit(void *tp)
     pthread_cond_init(&req.cond, NULL);
     t->committing = 1;
 
+    int upkeep = 0;
     pthread_mutex_lock(&e->gc_mu);
     if (e->queue_tail != NULL)
         e->queue_tail->next = &req;
@@ -724,6 +535,7 @@ int emb_commit(void *tp)
              * commit lock is free); this process's next commits gather meanwhile and go as the
              * next batch. */
             int src = to_sync > 0 ? emb_sync_upto(e, to_sync) : 0;
+            upkeep |= src == 0 && to_sync > 0;
             pthread_mutex_lock(&e->gc_mu);
             if (src != 0)
                 sync_failed(e, batch, n);
@@ -743,6 +555,13 @@ int emb_commit(void *tp)
     }
     pthread_mutex_unlock(&e->gc_mu);
     pthread_cond_destroy(&req.cond);
+    /* The storage's upkeep, after this thread led a batch that is now synced and its
+     * committers are woken: no lock is held (store.h). */
+    if (upkeep && e->so->checkpoint != NULL &&
+        !__atomic_exchange_n(&e->upkeep_busy, 1, __ATOMIC_ACQUIRE)) {
+        (void)e->so->checkpoint(e->store);
+        __atomic_store_n(&e->upkeep_busy, 0, __ATOMIC_RELEASE);
+    }
 
     t->committing = 0;
     int rc = req.rc;

@@ -1,48 +1,26 @@
-/* The embedded engine: FoundationDB's transaction model on a SQLite database in a directory.
- * This is the only part of kvq that includes <sqlite3.h>.
+/* The embedded engine's internal header: FoundationDB's transaction model over a storage
+ * (store.h) in a database directory. docs/engine.md ("Layout") says which file holds what.
  *
- * Files in the database directory:
- *   data.db (+ -wal, -shm)  SQLite, WAL mode: the kv table, kvq's meta table and the log of
- *                           recent write-conflict ranges (wlog, one row per batch, keyed by
- *                           its version; the newest is the database's version)
+ * Files in the database directory that are the engine's (a storage adds its own; the SQLite
+ * storage's are data.db, data.db-wal and data.db-shm):
  *   kvq.marker              written once the database is complete; with it present, a missing
- *                           or damaged data.db is reported, never re-created empty
+ *                           or damaged storage file is reported, never re-created empty
  *   kvq.lock                kvq's cross-process commit lock (flock)
- *   kvq.shm                 a shared page: a counter bumped by every commit, on which watchers
- *                           sleep with a futex (watches across processes without polling), and
- *                           the counters that let read versions advance with time (rv.c)
- *   kvq.cq                  the commit queue shared by every process (cq.c) */
+ *   kvq.shm                 a shared page (shm.c): a counter bumped by every commit, on which
+ *                           watchers sleep with a futex (watches across processes without
+ *                           polling), and the counters that let read versions advance with
+ *                           time (read_version.c) and commits share one sync (sync.c)
+ *   kvq.cq                  the commit queue shared by every process (commit_queue.c)
+ *   kvq.reserve             space kept free for draining on a full disk (reserve.c) */
 #ifndef KVQ_EMB_H
 #define KVQ_EMB_H
 
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdint.h>
 
 #include "engine/engine.h"
-
-/* A byte string owned by the engine. */
-typedef struct emb_str {
-    uint8_t *p;
-    size_t n;
-} emb_str;
-
-/* A half-open key range [b, e). */
-typedef struct emb_range {
-    emb_str b, e;
-} emb_range;
-
-typedef struct emb_ranges {
-    emb_range *v;
-    size_t n, cap;
-} emb_ranges;
-
-/* One SQLite connection with its prepared statements. */
-typedef struct emb_conn {
-    sqlite3 *db;
-    sqlite3_stmt *begin, *rollback, *version, *get, *range_fwd, *range_rev;
-    struct emb_conn *next; /* free list of the pool */
-} emb_conn;
+#include "ranges.h"
+#include "store.h"
 
 /* The shared-memory page of a database (kvq.shm), mapped by every process that opens it. Fields
  * are only ever accessed with atomic operations. New fields go at the end: the page is zero
@@ -54,13 +32,14 @@ typedef struct emb_shm {
     uint32_t seq;     /* bumped after every commit; futex word */
     uint32_t waiters; /* processes' watcher threads asleep on seq */
     uint32_t pad_;
-    /* Read versions that advance with time (rv.c). */
+    /* Read versions that advance with time (read_version.c). */
     uint64_t commit_seq;      /* odd while a commit is between choosing its version and the end
-                                 of its SQLite COMMIT (or ROLLBACK); written by the lock holder */
+                                 of its storage write (commit or abort); written by the lock
+                                 holder */
     int64_t rv_floor;         /* the maximum of readers' clock readings and commit versions */
     int64_t inflight_version; /* the version chosen by the commit in flight... */
     uint64_t inflight_seq;    /* ...whose odd commit_seq this is */
-    /* Version time (rv.c): the clock of versions is vbase_version + (CLOCK_MONOTONIC -
+    /* Version time (read_version.c): the clock of versions is vbase_version + (CLOCK_MONOTONIC -
      * vbase_mono), fixed once per boot (vbase_boot) by a read-write open under the commit lock;
      * vbase_gen is odd while it is written (a seqlock), 0 while unset. */
     uint64_t vbase_gen;
@@ -68,27 +47,26 @@ typedef struct emb_shm {
     int64_t vbase_mono;
     uint64_t vbase_boot[2];
     /* The watch filter (watch.c): a commit adds 1 to the counter of each bucket (a hash of the
-     * key) whose key it wrote or deleted, after its SQLite COMMIT and before its in-flight mark
+     * key) whose key it wrote or deleted, after its storage commit and before its in-flight mark
      * ends; any_gen moves when a commit's keys are unknown (its committer died in flight). A
      * watcher re-reads a watched key only when its bucket or any_gen moved. */
     uint64_t any_gen;
     uint32_t key_gen[EMB_WATCH_BUCKETS];
-    /* The shared sync (sync.c): the newest commit version whose WAL frames are written (set
-     * by the commit lock holder after its COMMIT), and the newest known to be on disk. */
+    /* The shared sync (sync.c): the newest commit version that is written (set by the commit
+     * lock holder once its storage commit returned), and the newest known to be on disk. */
     int64_t written_version;
     int64_t synced_version;
     uint32_t sync_gen; /* futex word: bumped after each sync */
-    /* Set by a sync of the WAL that failed, by any process: the kernel may have dropped those
-     * frames' pages, and a later sync that succeeds cannot vouch for them, nor for the commits
-     * written after them. Cleared once a checkpoint has copied the whole WAL into the database
-     * file and synced it (sync.c). Zero in a kvq.shm of an older kvq. */
+    /* Set by a sync that failed, by any process: the kernel may have dropped the pages it was
+     * to write, and a later sync that succeeds cannot vouch for them, nor for the commits
+     * written after them. Cleared once the storage's repairing sync succeeded (SQLite: a
+     * checkpoint copied the whole WAL into the database file and synced it; sync.c). Zero in a
+     * kvq.shm of an older kvq. */
     uint32_t sync_broken;
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
 
-/* How long SQLite waits for its own locks before SQLITE_BUSY. */
-#define EMB_BUSY_TIMEOUT_MS 30000
 /* Processes share the page's atomics: they must be lock-free, not guarded by a local lock. */
 #if !defined(__GCC_ATOMIC_LLONG_LOCK_FREE) || __GCC_ATOMIC_LLONG_LOCK_FREE != 2
 #error "kvq.shm needs lock-free 64-bit atomics"
@@ -97,7 +75,7 @@ _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");
 typedef struct emb_commit_req emb_commit_req;
 typedef struct emb_txn emb_txn;
 
-/* The commit queue shared by every process (cq.c): slots of kvq.cq, each one process's batch. */
+/* The commit queue shared by every process (commit_queue.c): slots of kvq.cq, each one process's batch. */
 #define EMB_CQ_SLOTS        16
 #define EMB_CQ_MAX_REQS     64
 #define EMB_CQ_SLOT_BYTES   (128u << 10)
@@ -118,24 +96,21 @@ typedef struct emb_cq_taken {
 typedef struct emb_db {
     kvq_db *db;
     char *dir;
-    char *path; /* dir/data.db */
     kvq__db_opts opts;
     int lock_fd;
 
-    /* Reader connections, reused by transactions. */
-    pthread_mutex_t pool_mu;
-    emb_conn *pool;
+    /* The storage (store.h): its table of functions and its handle. */
+    const emb_store_ops *so;
+    emb_store *store;
 
-    /* Group commit: committers queue up; one leader writes a whole queue in one SQLite
-     * transaction with one sync. */
+    /* Group commit: committers queue up; one leader writes a whole queue in one storage
+     * write with one sync. */
     pthread_mutex_t gc_mu;
     emb_commit_req *queue_head, *queue_tail;
     int leader_active;
-    sqlite3 *writer;
-    sqlite3_stmt *w_get, *w_put, *w_del, *w_del_range, *w_version, *w_wlog_scan, *w_wlog_put,
-        *w_meta_get, *w_meta_put;
     uint64_t commits_since_prune;
-    int64_t wlog_floor;
+    int upkeep_busy; /* a thread is in the storage's checkpoint hook (atomic) */
+    int64_t log_floor; /* leader only: the conflict log's floor, read by write_begin */
 
     /* Drain mode on a full disk (reserve.c); leader only. */
     int drain_only;
@@ -144,17 +119,13 @@ typedef struct emb_db {
      * writes go on without it, and it is taken again at the next chance (reserve.c). */
     int reserve_missing;
 
-    /* Checkpoints run by the leader (ckpt.c). */
-    uint64_t n_checkpoints;
-
     /* Watches. */
     emb_shm *shm;
     int shm_fd;
     uint64_t boot_id[2]; /* this boot's id (zeros when the system does not say) */
     /* The shared sync (sync.c). */
-    int durable;         /* commits and reads wait for the WAL to be synced */
+    int durable;         /* commits and reads wait for the storage's sync */
     pthread_mutex_t sync_mu;
-    int wal_fd;          /* the WAL, opened for syncing it; -1 until needed */
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;
@@ -162,11 +133,10 @@ typedef struct emb_db {
     int watch_stop;
     int watch_rescan;
     pthread_t watch_thread;
-    emb_conn *watch_conn;
     uint64_t watch_reads, watch_scans; /* keys read and scans made by the watcher (tests) */
     /* Leader only, under the commit lock: the watch buckets the batch touched. */
     uint64_t touched[EMB_WATCH_BUCKETS / 64];
-    /* The shared commit queue (cq.c); NULL for a read-only handle. cq_own: the slot this
+    /* The shared commit queue (commit_queue.c); NULL for a read-only handle. cq_own: the slot this
      * handle's batch is in, or -1 (one batch of a handle at a time: its leader's). */
     void *cq;
     int cq_fd;
@@ -204,17 +174,21 @@ typedef struct emb_overlay {
     emb_ranges cleared; /* sorted, disjoint, not adjacent */
 } emb_overlay;
 
-/* Memory handed out by reads, valid until the transaction is reset. */
+/* Memory handed out by reads, valid until the transaction is reset (arena.c). */
 typedef struct emb_arena_block {
     struct emb_arena_block *next;
     size_t used, cap;
     uint8_t data[];
 } emb_arena_block;
 
+typedef struct emb_arena {
+    emb_arena_block *head;
+} emb_arena;
+
 struct emb_txn {
     emb_db *e;
     kvq_txn *owner;
-    emb_conn *conn; /* held from the first read to commit or reset */
+    emb_snap *snap; /* the storage's snapshot, held from the first read to commit or reset */
     int has_rv;
     int64_t rv;
     int64_t rv_mono_us;
@@ -233,7 +207,7 @@ struct emb_txn {
     int next_write_no_conflict;
     int64_t wanted_rv;
 
-    emb_arena_block *arena;
+    emb_arena arena;
 
     int committing;
     int committed;
@@ -269,27 +243,9 @@ struct emb_commit_req {
     emb_commit_req *next;
 };
 
-/* strings and ranges (wmap.c) */
-int emb_str_set(emb_str *s, const uint8_t *p, size_t n);
-void emb_str_free(emb_str *s);
-int emb_ranges_add(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
-void emb_ranges_free(emb_ranges *r);
-void emb_ranges_clear(emb_ranges *r);
-/* Sorts and merges overlapping or touching ranges in place. */
-void emb_ranges_normalize(emb_ranges *r);
-/* Adds [b, e) to normalized ranges, keeping them normalized (sorted, disjoint, not touching):
- * a binary search, then a merge with the neighbours it overlaps; O(1) moves when ranges come
- * in key order. */
-int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
-/* Removes [b, e) from ranges (normalized or not); a range it cuts in two leaves its right part
- * at the end. */
-int emb_ranges_subtract(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
-/* With r normalized: does [b, e) intersect any range? */
-int emb_ranges_intersects(
-    const emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
-/* With r normalized: is key inside a range? */
-int emb_ranges_contains(const emb_ranges *r, const uint8_t *k, size_t kn);
+/* strings and ranges: ranges.h (ranges.c) */
 
+/* the read-your-writes overlay (overlay.c) */
 void emb_overlay_free(emb_overlay *ov);
 /* Finds the entry for key, or NULL; *pos gets the insertion position. */
 ov_entry *emb_overlay_find(const emb_overlay *ov, const uint8_t *k, size_t kn, size_t *pos);
@@ -303,7 +259,7 @@ int emb_overlay_atomic(
 int emb_overlay_unreadable(emb_overlay *ov, const uint8_t *k, size_t kn);
 int emb_overlay_cleared(const emb_overlay *ov, const uint8_t *k, size_t kn);
 
-/* Applies an atomic operation to a value (present or not); the result goes to out, and
+/* atomic operations (atomic_ops.c): applies an atomic operation to a value (present or not); the result goes to out, and
  * *out_present says whether there is one (COMPARE_AND_CLEAR may leave the key absent). */
 int emb_apply_atomic(kvq_buf *out,
                      int *out_present,
@@ -314,14 +270,10 @@ int emb_apply_atomic(kvq_buf *out,
                      const uint8_t *param,
                      size_t pn);
 
-/* storage (store.c) */
-int emb_sqlite_error(sqlite3 *db, int src, const char *what);
-int emb_conn_acquire(emb_db *e, emb_conn **out);
-void emb_conn_release(emb_db *e, emb_conn *c);
-/* Reads a stored value with its checksum checked; the result is copied into the arena. */
-int emb_row_value(
-    emb_txn *t, sqlite3_stmt *st, int kcol, int vcol, int ccol, kvq_bytes *key, kvq_bytes *value);
-uint32_t emb_row_crc(const uint8_t *k, size_t kn, const uint8_t *v, size_t vn);
+/* the arena (arena.c): n bytes, 8-aligned, valid until emb_arena_free; NULL when out of
+ * memory. */
+void *emb_arena_alloc(emb_arena *a, size_t n);
+void emb_arena_free(emb_arena *a);
 
 /* transactions (txn.c): the engine operations, and helpers */
 int emb_txn_create(void **out, void *ep, kvq_txn *owner);
@@ -365,11 +317,19 @@ int emb_set_read_version(void *tp, int64_t version);
 int emb_get_approximate_size(void *tp, int64_t *out);
 int emb_set_option(void *tp, kvq_txn_option option, int64_t value);
 
-void *emb_arena_alloc(emb_txn *t, size_t n);
+/* Ends the transaction's snapshot, if it has one. */
 void emb_txn_end_read(emb_txn *t);
 
 /* commit (commit.c) */
 int emb_commit(void *tp);
+
+/* kvq.shm (shm.c) */
+int emb_shm_open(emb_db *e);
+void emb_shm_close(emb_db *e);
+/* After a commit: bumps the counter watchers sleep on and wakes them. */
+void emb_notify_commit(emb_db *e);
+/* Every watcher must read its keys again (a commit whose keys are unknown). */
+void emb_shm_touch_all(emb_shm *m);
 
 /* watches (watch.c) */
 int emb_watch_create(void *tp, kvq_watch *w, const uint8_t *key, size_t key_len);
@@ -378,30 +338,25 @@ void emb_watch_release(kvq_watch *w);
 void emb_watches_after_commit(emb_txn *t, int rc);
 /* After reset or destroy before commit: fails pending watches with 1025. */
 void emb_watches_abandon(emb_txn *t);
-void emb_notify_commit(emb_db *e);
 void emb_watch_shutdown(emb_db *e);
-int emb_shm_open(emb_db *e);
-/* Makes sure every commit up to version v (whose WAL frames are written) is on disk: returns at
- * once when the shared sync already covered it, else syncs the WAL for every process (one
+/* The watch bucket of a key. */
+uint32_t emb_watch_bucket(const uint8_t *key, size_t n);
+/* Leader: notes that the batch wrote or deleted key. */
+void emb_watch_touch(emb_db *e, const uint8_t *key, size_t n);
+/* Leader, after the batch's storage commit or abort, still in flight: publishes the touched
+ * buckets. */
+void emb_watch_publish(emb_db *e);
+
+/* the shared sync (sync.c) */
+/* Makes sure every commit up to version v (written by the storage) is on disk: returns at once
+ * when the shared sync already covered it, else has the storage sync for every process (one
  * sync covers all the commits written so far) or waits for the process that is syncing.
  * 0, or KVQ_EIO when the sync failed (the commits' durability is then unknown). */
 int emb_sync_upto(emb_db *e, int64_t v);
 /* Notes, under the commit lock, that commit version v is written. */
 void emb_sync_written(emb_db *e, int64_t v);
-void emb_sync_close(emb_db *e);
-/* Opens the WAL for syncing at open time, so that a lack of descriptors is a clean open error
- * rather than a commit whose durability is unknown. */
-int emb_sync_open(emb_db *e);
-/* The watch bucket of a key. */
-uint32_t emb_watch_bucket(const uint8_t *key, size_t n);
-/* Leader: notes that the batch wrote or deleted key. */
-void emb_watch_touch(emb_db *e, const uint8_t *key, size_t n);
-/* Leader, after the batch's COMMIT or ROLLBACK, still in flight: publishes the touched buckets. */
-void emb_watch_publish(emb_db *e);
-/* Every watcher must read its keys again (a commit whose keys are unknown). */
-void emb_watch_touch_all(emb_shm *m);
 
-/* read versions that advance with time (rv.c) */
+/* read versions that advance with time (read_version.c) */
 typedef struct emb_rv_probe {
     int published; /* the reader's clock reading went into rv_floor */
     int64_t floor; /* rv_floor once it did */
@@ -418,10 +373,10 @@ void emb_rv_before_snapshot(emb_db *e, emb_rv_probe *p);
 /* After the snapshot, whose stored version (of the last commit it sees) is `stored`: the read
  * version to hand out, >= stored, and below the version of every commit the snapshot misses. */
 int64_t emb_rv_after_snapshot(emb_db *e, const emb_rv_probe *p, int64_t stored);
-/* Committer, with the commit lock held and `prev` the stored version read under BEGIN IMMEDIATE:
+/* Committer, with the commit lock held and `prev` the stored version read by write_begin:
  * marks a commit in flight and returns its version, max(clock, prev + 1, rv_floor). */
 int64_t emb_rv_commit_begin(emb_db *e, int64_t prev);
-/* Committer, after SQLite's COMMIT or ROLLBACK and before the commit lock is released. */
+/* Committer, after the storage's commit or abort and before the commit lock is released. */
 void emb_rv_commit_end(emb_db *e);
 
 /* the disk-full reserve (reserve.c) */
@@ -434,7 +389,7 @@ void emb_reserve_refresh(emb_db *e);
  * (stored rows its clears delete) than it writes (keys and values it sets). */
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows);
 
-/* the commit queue shared by every process (cq.c) */
+/* the commit queue shared by every process (commit_queue.c) */
 /* Maps kvq.cq for a read-write handle that knows this boot's id; without it (or on any
  * failure) the handle's commits wait on the commit lock alone. */
 void emb_cq_open(emb_db *e);
@@ -469,9 +424,5 @@ void emb_cq_free_taken(emb_cq_taken *tk);
 void emb_cq_wake_next(emb_db *e);
 /* Is another process's batch waiting in a slot? */
 int emb_cq_any_ready(emb_db *e);
-
-/* checkpoints (ckpt.c) */
-int emb_ckpt_start(emb_db *e);
-void emb_ckpt_stop(emb_db *e);
 
 #endif /* KVQ_EMB_H */

@@ -1,18 +1,19 @@
 /* Room to drain a full queue on a full disk.
  *
- * A delete needs disk space too (SQLite writes the changed pages to the WAL first), so on a full
- * disk a queue could not even be emptied. kvq keeps a preallocated file, kvq.reserve, in the
- * database directory. When a commit fails because the disk is full, the committing process frees
- * the reserve and enters drain mode: transactions that free more than they write (the bytes of
- * the rows their clears delete against the keys and values they set; atomic operations count
- * nothing) are accepted, the others are refused with KVQ_ENOSPC. A queue's pop, which clears
- * its items and writes a small result slot, drains; a push does not. Once the
- * file system has room again for the reserve and a megabyte more, the reserve is taken back and
- * writes resume. Every process learns of drain mode the same way: from a full disk, or from the
- * reserve file's size. */
+ * A delete needs disk space too (SQLite, for one, writes the changed pages to the WAL first), so
+ * on a full disk a queue could not even be emptied. kvq keeps a preallocated file, kvq.reserve, in
+ * the database directory. When a commit fails because the disk is full, the committing process
+ * frees the reserve and enters drain mode: transactions that free more than they write (the bytes
+ * of the rows their clears delete against the keys and values they set; atomic operations count
+ * nothing), or that move stored keys (DRAIN_MOVE_SLACK), are accepted, the others are refused with
+ * KVQ_ENOSPC. A queue's pop, which clears its items and writes a small result slot, drains; a push
+ * does not. Once the file system has room again for the reserve and RESERVE_MARGIN more, the
+ * reserve is taken back and writes resume. Every process learns of drain mode the same way: from a
+ * full disk, or from the reserve file's size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -21,8 +22,18 @@
 
 #define RESERVE_BYTES (8 * 1024 * 1024)
 #define RECHECK_US    100000
-/* Free space beyond the reserve needed before it is taken (back). */
-#define RESERVE_MARGIN (1024 * 1024)
+/* Drain mode accepts a transaction that writes at most this many bytes more than it frees for
+ * each stored key it clears one by one (kvq_txn_clear): a move, such as a work queue's receive,
+ * which clears a ready item and writes its value under its lease with the lease's records
+ * (about 150 bytes of keys), to be freed by the ack. A push clears nothing and stays refused;
+ * the data can grow by at most this much per key that existed to be cleared. */
+#define DRAIN_MOVE_SLACK 512
+/* Free space beyond the reserve needed before it is taken (back) and drain mode ends: room for
+ * the storage to work in without giving the reserve up again at once. For SQLite that is a WAL
+ * growing to its checkpoint size (1,000 pages of 4 KiB, store_sqlite.c), which is also what a
+ * last close frees by removing the WAL: with less, a reopened database would take the reserve
+ * back on the space its own WAL is about to need again. */
+#define RESERVE_MARGIN (4 * 1024 * 1024)
 
 static void reserve_path(emb_db *e, char *buf, size_t n)
 {
@@ -125,27 +136,11 @@ void emb_reserve_refresh(emb_db *e)
     }
 }
 
-/* Bytes of the rows in [b, e), counted until they pass `stop`. */
-static int range_bytes(emb_db *e, const emb_str *b, const emb_str *en, int64_t stop, int64_t *out)
+/* Is m a clear of one key, [k, k + 0x00)? */
+static int is_point(const emb_mut *m)
 {
-    static const uint8_t z[1] = { 0 };
-    sqlite3_stmt *st;
-    int src = sqlite3_prepare_v2(e->writer,
-                                 "SELECT length(key) + length(value) FROM kv "
-                                 "WHERE key >= ?1 AND key < ?2",
-                                 -1, &st, NULL);
-    if (src != SQLITE_OK)
-        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
-    sqlite3_bind_blob(st, 1, b->n ? b->p : z, (int)b->n, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, en->n ? en->p : z, (int)en->n, SQLITE_STATIC);
-    int64_t sum = 0;
-    while (sum <= stop && (src = sqlite3_step(st)) == SQLITE_ROW)
-        sum += sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (src != SQLITE_ROW && src != SQLITE_DONE)
-        return emb_sqlite_error(e->writer, src, "measuring what a clear frees");
-    *out = sum;
-    return 0;
+    return m->b.n == m->a.n + 1 && m->b.p[m->a.n] == 0 &&
+           (m->a.n == 0 || memcmp(m->a.p, m->b.p, m->a.n) == 0);
 }
 
 int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
@@ -165,18 +160,23 @@ int emb_txn_grows(emb_db *e, const emb_txn *t, int *grows)
     *grows = 0;
     if (written == 0)
         return 0;
-    /* What it frees: the stored rows its clears cover, counted only as far as needed. */
-    int64_t freed = 0;
+    /* What it frees: the stored rows its clears cover, counted only as far as needed; and how
+     * many stored keys it cleared one by one (moves). */
+    int64_t freed = 0, moves = 0;
     for (size_t i = 0; i < t->n_muts && freed <= written; i++) {
         const emb_mut *m = &t->muts[i];
         if (m->op != EMB_OP_CLEAR_RANGE)
             continue;
         int64_t part = 0;
-        int rc = range_bytes(e, &m->a, &m->b, written - freed, &part);
+        int rc = e->so->write_range_bytes(e->store, m->a.p, m->a.n, m->b.p, m->b.n,
+                                          written - freed, &part);
         if (rc != 0)
             return rc;
         freed += part;
+        moves += part > 0 && is_point(m);
+        if (moves > 0 && written - freed <= moves * DRAIN_MOVE_SLACK)
+            break; /* accepted as moves */
     }
-    *grows = freed <= written;
+    *grows = freed <= written && !(moves > 0 && written - freed <= moves * DRAIN_MOVE_SLACK);
     return 0;
 }

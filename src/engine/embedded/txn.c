@@ -1,49 +1,9 @@
-/* Embedded transactions: reads at one read version (a SQLite read transaction held from the
- * first read), read-your-writes through the overlay, and the buffered writes and conflict
- * ranges that commit.c applies. */
+/* Embedded transactions: reads at one read version (a storage snapshot held from the first
+ * read), read-your-writes through the overlay, and the buffered writes and conflict ranges
+ * that commit.c applies. */
 #include <string.h>
 
 #include "emb.h"
-
-#define ARENA_BLOCK 65536
-
-void *emb_arena_alloc(emb_txn *t, size_t n)
-{
-    n = (n + 7) & ~(size_t)7;
-    emb_arena_block *b = t->arena;
-    if (b == NULL || b->cap - b->used < n) {
-        size_t cap = n > ARENA_BLOCK / 2 ? n : ARENA_BLOCK;
-        emb_arena_block *nb = kvq__malloc(sizeof(*nb) + cap);
-        if (nb == NULL)
-            return NULL;
-        nb->cap = cap;
-        nb->used = 0;
-        if (b != NULL && n > ARENA_BLOCK / 2) {
-            /* A large block goes behind the current one, which keeps its free room. */
-            nb->next = b->next;
-            b->next = nb;
-            nb->used = n;
-            return nb->data;
-        }
-        nb->next = b;
-        t->arena = nb;
-        b = nb;
-    }
-    void *p = b->data + b->used;
-    b->used += n;
-    return p;
-}
-
-static void arena_free(emb_txn *t)
-{
-    emb_arena_block *b = t->arena;
-    while (b != NULL) {
-        emb_arena_block *n = b->next;
-        kvq__free(b);
-        b = n;
-    }
-    t->arena = NULL;
-}
 
 int emb_txn_create(void **out, void *ep, kvq_txn *owner)
 {
@@ -58,16 +18,10 @@ int emb_txn_create(void **out, void *ep, kvq_txn *owner)
 
 void emb_txn_end_read(emb_txn *t)
 {
-    if (t->conn == NULL)
+    if (t->snap == NULL)
         return;
-    sqlite3_reset(t->conn->get);
-    sqlite3_reset(t->conn->range_fwd);
-    sqlite3_reset(t->conn->range_rev);
-    sqlite3_reset(t->conn->version);
-    sqlite3_step(t->conn->rollback);
-    sqlite3_reset(t->conn->rollback);
-    emb_conn_release(t->e, t->conn);
-    t->conn = NULL;
+    t->e->so->snap_close(t->snap);
+    t->snap = NULL;
 }
 
 static void muts_free(emb_txn *t)
@@ -90,7 +44,7 @@ static void txn_clear(emb_txn *t)
     emb_ranges_free(&t->reads);
     emb_ranges_free(&t->writes);
     emb_ranges_free(&t->unreadable);
-    arena_free(t);
+    emb_arena_free(&t->arena);
     t->has_rv = 0;
     t->rv = 0;
     t->size = 0;
@@ -121,7 +75,7 @@ void emb_txn_reset(void *tp)
 /* Copies bytes into the arena, so that what a read returns outlives later writes. */
 static int arena_bytes(emb_txn *t, const uint8_t *p, size_t n, kvq_bytes *out)
 {
-    uint8_t *mem = emb_arena_alloc(t, n);
+    uint8_t *mem = emb_arena_alloc(&t->arena, n);
     if (mem == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a read");
     if (n > 0)
@@ -141,88 +95,56 @@ static int check_state(emb_txn *t)
     return 0;
 }
 
-/* Starts the SQLite read transaction whose snapshot is this transaction's read version. */
-/* How many times a read that SQLite refuses transiently is started again (about 0.4 s). */
-#define READ_START_RETRIES 50
-
+/* Takes the storage snapshot that is this transaction's read version. */
 static int ensure_rv(emb_txn *t)
 {
     if (t->has_rv) {
         if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
-            /* Its snapshot is of no more use: let the WAL be checkpointed past it. */
-            if (t->conn != NULL)
+            /* Its snapshot is of no more use: let the storage reclaim what it holds. */
+            if (t->snap != NULL)
                 emb_txn_end_read(t);
             return kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                               "the transaction's read version is more than 5 seconds old");
         }
         /* A commit that failed ended the read (emb_commit): there is no snapshot to read
          * from until a reset, as FoundationDB says of a transaction used after its commit. */
-        if (t->conn == NULL)
+        if (t->snap == NULL)
             return kvq__error(KVQ_EUSED_DURING_COMMIT,
                               "the transaction's commit was attempted; reset it before using it "
                               "again");
         return 0;
     }
-    int rc, src;
+    emb_db *e = t->e;
+    /* The read version handed out may be later than the snapshot's stored version, by the
+     * clock (read_version.c). */
     emb_rv_probe probe;
-    /* SQLite may refuse to start a WAL read for a moment under heavy contention
-     * (SQLITE_PROTOCOL, after its own retries) or while a connection recovers the WAL
-     * (SQLITE_BUSY): both are transient, so try again a few times before reporting them. */
-    for (int attempt = 0;; attempt++) {
-        rc = emb_conn_acquire(t->e, &t->conn);
-        if (rc != 0)
-            return rc;
-        /* The snapshot is fixed by the first read after BEGIN, the version's SELECT; the read
-         * version handed out may be later than the stored one, by the clock (rv.c). */
-        emb_rv_before_snapshot(t->e, &probe);
-        src = sqlite3_step(t->conn->begin);
-        sqlite3_reset(t->conn->begin);
-        if (src != SQLITE_DONE) {
-            rc = emb_sqlite_error(t->conn->db, src, "starting a read");
-            emb_conn_release(t->e, t->conn);
-            t->conn = NULL;
-            return rc;
-        }
-        /* The stored version is the newest version in the write log (max() of its key: one
-         * descent of the log's B-tree). An empty log has lost its version record. */
-        src = sqlite3_step(t->conn->version);
-        int prim = src & 0xff;
-        if ((prim == SQLITE_PROTOCOL || prim == SQLITE_BUSY) && attempt < READ_START_RETRIES) {
-            sqlite3_reset(t->conn->version);
-            emb_txn_end_read(t);
-            kvq__sleep_us(1000 * (attempt < 10 ? attempt + 1 : 10));
-            continue;
-        }
-        break;
-    }
-    if (src != SQLITE_ROW || sqlite3_column_type(t->conn->version, 0) == SQLITE_NULL) {
-        rc = src == SQLITE_ROW || src == SQLITE_DONE
-                 ? kvq__error(KVQ_EDAMAGED, "the database has no version record")
-                 : emb_sqlite_error(t->conn->db, src, "reading the version");
-        sqlite3_reset(t->conn->version);
-        emb_txn_end_read(t);
+    emb_snap_info info;
+    emb_rv_before_snapshot(e, &probe);
+    int rc = e->so->snap_open(e->store, t->wanted_rv, &t->snap, &info);
+    if (rc != 0) {
+        t->snap = NULL;
         return rc;
     }
-    int64_t stored = sqlite3_column_int64(t->conn->version, 0);
-    sqlite3_reset(t->conn->version);
+    int64_t stored = info.latest;
     /* Reads see only durable data: a snapshot that holds a commit not yet synced waits for the
      * shared sync (or runs it). */
-    rc = emb_sync_upto(t->e, stored);
+    rc = emb_sync_upto(e, stored);
     if (rc != 0) {
         emb_txn_end_read(t);
         return rc;
     }
-    t->rv = emb_rv_after_snapshot(t->e, &probe, stored);
+    t->rv = emb_rv_after_snapshot(e, &probe, stored);
     if (t->wanted_rv > 0) {
-        /* The snapshot is the database at every version from `stored` (its newest commit) to
-         * t->rv (no commit can take a version in between): a version asked for in that span
-         * reads exactly as FoundationDB would at it. Older ones are gone, newer ones are not
-         * yet. */
+        /* The snapshot is the database at every version from its newest commit to t->rv (no
+         * commit can take a version in between): a version asked for in that span reads
+         * exactly as FoundationDB would at it. Older ones are gone (unless the storage keeps
+         * versions, EMB_STORE_MVCC, and gave the snapshot at the version asked for), newer
+         * ones are not yet. */
         rc = 0;
-        if (t->wanted_rv < stored)
+        if (t->wanted_rv < info.version)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld: the database has changed since (version %lld)",
-                            (long long)t->wanted_rv, (long long)stored);
+                            (long long)t->wanted_rv, (long long)info.version);
         else if (t->rv - t->wanted_rv > KVQ_MAX_TXN_AGE_US)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld is more than 5 seconds old",
@@ -371,20 +293,12 @@ static int storage_get(emb_txn *t, const uint8_t *k, size_t kn, kvq_bytes *value
     int rc = ensure_rv(t);
     if (rc != 0)
         return rc;
-    sqlite3_stmt *st = t->conn->get;
-    sqlite3_bind_blob(st, 1, kn > 0 ? (const void *)k : "", (int)kn, SQLITE_STATIC);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW) {
-        *present = 1;
-        rc = emb_row_value(t, st, 0, 1, 2, NULL, value);
-    } else if (src == SQLITE_DONE) {
-        *present = 0;
-        value->data = NULL;
-        value->len = 0;
-    } else {
-        rc = emb_sqlite_error(t->conn->db, src, "reading a key");
-    }
-    sqlite3_reset(st);
+    kvq_bytes v;
+    rc = t->e->so->get(t->snap, k, kn, &v, present);
+    if (rc == 0 && *present)
+        return arena_bytes(t, v.data, v.len, value);
+    value->data = NULL;
+    value->len = 0;
     return rc;
 }
 
@@ -409,7 +323,7 @@ static int resolve_atomic(emb_txn *t, const ov_entry *x, kvq_bytes *value, int *
         value->len = 0;
         *present = 0;
     } else if (rc == 0) {
-        uint8_t *mem = emb_arena_alloc(t, cur.len);
+        uint8_t *mem = emb_arena_alloc(&t->arena, cur.len);
         if (mem == NULL) {
             rc = kvq__error(KVQ_ENOMEM, "out of memory for a read");
         } else {
@@ -483,10 +397,11 @@ int emb_get(void *tp,
     return rc;
 }
 
-/* A cursor over stored rows of a range that skips rows the transaction cleared. */
+/* A cursor over stored rows of a range that skips rows the transaction cleared; the rows it
+ * keeps are copied into the arena (one block for key and value). */
 typedef struct cursor {
     emb_txn *t;
-    sqlite3_stmt *st;
+    emb_cursor *sc;
     int reverse;
     int has;
     kvq_bytes key, value;
@@ -495,24 +410,25 @@ typedef struct cursor {
 static int cursor_next(cursor *c)
 {
     for (;;) {
-        int src = sqlite3_step(c->st);
-        if (src == SQLITE_DONE) {
-            c->has = 0;
-            return 0;
-        }
-        if (src != SQLITE_ROW) {
-            c->has = 0;
-            return emb_sqlite_error(c->t->conn->db, src, "reading a range");
-        }
-        const uint8_t *k = sqlite3_column_blob(c->st, 0);
-        size_t kn = (size_t)sqlite3_column_bytes(c->st, 0);
-        if (c->t->ov.cleared.n > 0 && emb_overlay_cleared(&c->t->ov, k, kn))
-            continue;
-        int rc = emb_row_value(c->t, c->st, 0, 1, 2, &c->key, &c->value);
-        if (rc != 0) {
-            c->has = 0;
+        kvq_bytes k, v;
+        int has = 0;
+        int rc = c->t->e->so->cursor_next(c->sc, &k, &v, &has);
+        c->has = 0;
+        if (rc != 0 || !has)
             return rc;
-        }
+        if (c->t->ov.cleared.n > 0 && emb_overlay_cleared(&c->t->ov, k.data, k.len))
+            continue;
+        uint8_t *mem = emb_arena_alloc(&c->t->arena, k.len + v.len);
+        if (mem == NULL)
+            return kvq__error(KVQ_ENOMEM, "out of memory for a read");
+        if (k.len > 0)
+            memcpy(mem, k.data, k.len);
+        if (v.len > 0)
+            memcpy(mem + k.len, v.data, v.len);
+        c->key.data = mem;
+        c->key.len = k.len;
+        c->value.data = mem + k.len;
+        c->value.len = v.len;
         c->has = 1;
         return 0;
     }
@@ -575,7 +491,7 @@ add_range_read_conflict(emb_txn *t, const uint8_t *b, size_t bn, const uint8_t *
         } else {
             sb = t->ov.v[oi]->key.p;
             sbn = t->ov.v[oi]->key.n;
-            uint8_t *endk = emb_arena_alloc(t, sbn + 1);
+            uint8_t *endk = emb_arena_alloc(&t->arena, sbn + 1);
             if (endk == NULL)
                 return kvq__error(KVQ_ENOMEM, "out of memory");
             if (sbn > 0)
@@ -631,11 +547,10 @@ int emb_get_range(void *tp,
     if (rc != 0)
         return rc;
     int reverse = (flags & KVQ_REVERSE) != 0;
-    cursor c = { .t = t,
-                 .st = reverse ? t->conn->range_rev : t->conn->range_fwd,
-                 .reverse = reverse };
-    sqlite3_bind_blob(c.st, 1, begin, (int)begin_len, SQLITE_STATIC);
-    sqlite3_bind_blob(c.st, 2, end, (int)end_len, SQLITE_STATIC);
+    cursor c = { .t = t, .reverse = reverse };
+    rc = t->e->so->cursor_open(t->snap, begin, begin_len, end, end_len, reverse, &c.sc);
+    if (rc != 0)
+        return rc;
 
     /* Overlay entries within the range, walked in the same direction as the rows. */
     size_t lo = emb_overlay_lower(&t->ov, begin, begin_len);
@@ -699,8 +614,7 @@ int emb_get_range(void *tp,
         if (rc == 0 && order == 0)
             rc = cursor_next(&c);
     }
-    sqlite3_reset(c.st);
-    sqlite3_clear_bindings(c.st);
+    t->e->so->cursor_close(c.sc);
     if (rc != 0) {
         kvq__free(out.v);
         return rc;
@@ -712,7 +626,7 @@ int emb_get_range(void *tp,
         if (stopped && out.n > 0) {
             const kvq_bytes *last = &out.v[out.n - 1].key;
             if (!reverse) {
-                uint8_t *after = emb_arena_alloc(t, last->len + 1);
+                uint8_t *after = emb_arena_alloc(&t->arena, last->len + 1);
                 if (after == NULL)
                     rc = kvq__error(KVQ_ENOMEM, "out of memory");
                 else {
@@ -732,7 +646,7 @@ int emb_get_range(void *tp,
         kvq__free(out.v);
         return rc;
     }
-    kvq_kv *res = emb_arena_alloc(t, out.n * sizeof(*res));
+    kvq_kv *res = emb_arena_alloc(&t->arena, out.n * sizeof(*res));
     if (res == NULL && out.n > 0) {
         kvq__free(out.v);
         return kvq__error(KVQ_ENOMEM, "out of memory for a range read");

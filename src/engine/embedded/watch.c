@@ -12,105 +12,17 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "emb.h"
 
-#define SHM_MAGIC   0x6b767131u /* "kvq1" */
 #define MAX_WATCHES 10000
 
 static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
     return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
-}
-
-int emb_shm_open(emb_db *e)
-{
-    size_t n = strlen(e->dir) + 16;
-    char *p = kvq__malloc(n);
-    if (p == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
-    snprintf(p, n, "%s/kvq.shm", e->dir);
-    int ro = (e->opts.flags & KVQ_DB_READ_ONLY) != 0;
-    int fd = open(p, (ro ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, e->opts.file_mode);
-    if (fd < 0) {
-        int rc = kvq__error(errno == EACCES ? KVQ_EPERM : KVQ_EIO, "cannot open %s: %s", p,
-                            strerror(errno));
-        kvq__free(p);
-        return rc;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int rc = kvq__error(KVQ_EIO, "cannot stat %s: %s", p, strerror(errno));
-        close(fd);
-        kvq__free(p);
-        return rc;
-    }
-    /* A read-only handle cannot mend the page; a short one would fault when read (SIGBUS). */
-    if (ro && st.st_size < 4096) {
-        int rc = kvq__error(KVQ_EDAMAGED,
-                            "%s is %lld bytes, not kvq's 4096: open the database read-write once "
-                            "to rebuild it",
-                            p, (long long)st.st_size);
-        close(fd);
-        kvq__free(p);
-        return rc;
-    }
-    if (!ro && st.st_size != 4096 && ftruncate(fd, 4096) != 0) {
-        int rc = kvq__error(KVQ_EIO, "cannot size %s: %s", p, strerror(errno));
-        close(fd);
-        kvq__free(p);
-        return rc;
-    }
-    void *m = mmap(NULL, 4096, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        int rc = kvq__error(KVQ_EIO, "cannot map %s: %s", p, strerror(errno));
-        close(fd);
-        kvq__free(p);
-        return rc;
-    }
-    emb_shm *shm = m;
-    uint32_t magic = __atomic_load_n(&shm->magic, __ATOMIC_SEQ_CST);
-    if (ro && magic != SHM_MAGIC && magic != 0) {
-        int rc = kvq__error(KVQ_EDAMAGED,
-                            "%s is not kvq's (magic 0x%08x): open the database read-write once to "
-                            "rebuild it",
-                            p, (unsigned)magic);
-        munmap(m, 4096);
-        close(fd);
-        kvq__free(p);
-        return rc;
-    }
-    if (!ro && magic != SHM_MAGIC) {
-        /* New, or not kvq's (junk, another program's file): every process of this kvq marks the
-         * page when it opens it, so nobody is using this one. Start it from zeros, every
-         * field's starting value, under the commit lock so that two first openers agree. */
-        if (e->lock_fd >= 0)
-            while (flock(e->lock_fd, LOCK_EX) != 0 && errno == EINTR) {
-            }
-        if (__atomic_load_n(&shm->magic, __ATOMIC_SEQ_CST) != SHM_MAGIC) {
-            memset(m, 0, 4096);
-            __atomic_store_n(&shm->magic, SHM_MAGIC, __ATOMIC_SEQ_CST);
-        }
-        if (e->lock_fd >= 0)
-            flock(e->lock_fd, LOCK_UN);
-    }
-    kvq__free(p);
-    e->shm = m;
-    e->shm_fd = fd;
-    return 0;
-}
-
-void emb_notify_commit(emb_db *e)
-{
-    if (e->shm == NULL)
-        return;
-    __atomic_add_fetch(&e->shm->seq, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&e->shm->waiters, __ATOMIC_SEQ_CST) > 0)
-        futex(&e->shm->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 /* ---- the watch filter --------------------------------------------------------------------- */
@@ -143,36 +55,14 @@ void emb_watch_publish(emb_db *e)
     }
 }
 
-void emb_watch_touch_all(emb_shm *m)
+static int watch_key_changed(emb_db *e, emb_snap *snap, emb_watch *ew, int *changed)
 {
-    __atomic_add_fetch(&m->any_gen, 1, __ATOMIC_SEQ_CST);
-}
-
-/* watch_key_changed's answer when SQLite refused the read transiently. */
-#define WATCH_READ_AGAIN 1
-
-static int watch_key_changed(emb_db *e, emb_watch *ew, int *changed)
-{
-    emb_conn *c = e->watch_conn;
-    sqlite3_stmt *st = c->get;
-    static const uint8_t z[1] = { 0 };
-    sqlite3_bind_blob(st, 1, ew->key.n ? ew->key.p : z, (int)ew->key.n, SQLITE_STATIC);
-    int src = sqlite3_step(st);
-    int rc = 0;
-    if (src == SQLITE_ROW) {
-        const uint8_t *v = sqlite3_column_blob(st, 1);
-        size_t vn = (size_t)sqlite3_column_bytes(st, 1);
-        *changed = !ew->present || kvq__bytes_cmp(v, vn, ew->value.p, ew->value.n) != 0;
-    } else if (src == SQLITE_DONE) {
-        *changed = ew->present;
-    } else if ((src & 0xff) == SQLITE_BUSY || (src & 0xff) == SQLITE_PROTOCOL) {
-        /* The scan's snapshot could not start for a moment (the first read of a WAL read
-         * transaction): transient, not the watch's error. */
-        rc = WATCH_READ_AGAIN;
-    } else {
-        rc = emb_sqlite_error(c->db, src, "reading a watched key");
-    }
-    sqlite3_reset(st);
+    kvq_bytes v;
+    int present = 0;
+    int rc = e->so->get(snap, ew->key.p, ew->key.n, &v, &present);
+    if (rc == 0)
+        *changed = present != ew->present ||
+                   (present && kvq__bytes_cmp(v.data, v.len, ew->value.p, ew->value.n) != 0);
     return rc;
 }
 
@@ -205,14 +95,15 @@ static void scan(emb_db *e)
     }
     if (!need)
         return;
-    if (e->watch_conn == NULL && emb_conn_acquire(e, &e->watch_conn) != 0)
-        return;
-    emb_conn *c = e->watch_conn;
-    if (sqlite3_step(c->begin) != SQLITE_DONE) {
-        sqlite3_reset(c->begin);
+    emb_snap *snap = NULL;
+    emb_snap_info info;
+    if (e->so->snap_open(e->store, 0, &snap, &info) != 0) {
+        /* The storage could not start a snapshot (it retries transient refusals itself): scan
+         * again in a moment; the watches stay armed. */
+        kvq__sleep_us(1000);
+        e->watch_rescan = 1;
         return;
     }
-    sqlite3_reset(c->begin);
     e->watch_scans++;
     kvq_watch *w = e->watches;
     while (w != NULL) {
@@ -226,16 +117,8 @@ static void scan(emb_db *e)
             continue;
         }
         int changed = 0;
-        int rc = done ? 0 : watch_key_changed(e, ew, &changed);
+        int rc = done ? 0 : watch_key_changed(e, snap, ew, &changed);
         e->watch_reads += !done;
-        if (rc == WATCH_READ_AGAIN) {
-            /* Scan again in a moment, from a new snapshot; the watches stay armed. */
-            sqlite3_step(c->rollback);
-            sqlite3_reset(c->rollback);
-            kvq__sleep_us(1000);
-            e->watch_rescan = 1;
-            return;
-        }
         if (rc == 0 && !changed && !done) {
             ew->seen_gen = ew->cur_gen;
             ew->seen_any = any;
@@ -257,8 +140,7 @@ static void scan(emb_db *e)
         }
         w = next;
     }
-    sqlite3_step(c->rollback);
-    sqlite3_reset(c->rollback);
+    e->so->snap_close(snap);
 }
 
 static void *watch_thread(void *arg)
@@ -421,16 +303,4 @@ void emb_watch_shutdown(emb_db *e)
     }
     e->watches = NULL;
     e->n_watches = 0;
-    if (e->watch_conn != NULL) {
-        emb_conn_release(e, e->watch_conn);
-        e->watch_conn = NULL;
-    }
-    if (e->shm != NULL) {
-        munmap(e->shm, 4096);
-        e->shm = NULL;
-    }
-    if (e->shm_fd >= 0) {
-        close(e->shm_fd);
-        e->shm_fd = -1;
-    }
 }

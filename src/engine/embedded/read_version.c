@@ -1,6 +1,6 @@
 /* Read versions that advance with time, even when nothing commits.
  *
- * A transaction's snapshot is a SQLite read transaction; the version stored in it (S) is the
+ * A transaction's snapshot is a storage snapshot (store.h); the version stored in it (S) is the
  * version of the last commit the snapshot sees. Handing out S as the read version is correct but
  * stands still on a quiet database, whereas FoundationDB's read versions advance about a million
  * a second, and kvq measures time (leases, staging timeouts) in read versions. A read version R
@@ -12,7 +12,7 @@
  * - rv_floor: readers publish their clock reading into it (an atomic max) before their snapshot;
  *   every commit picks a version >= rv_floor, read after it marked itself in flight.
  * - commit_seq: the commit lock holder makes it odd before choosing its version and even again
- *   after its SQLite COMMIT (or ROLLBACK) is done, before releasing the lock.
+ *   after its storage commit (or abort) is done, before releasing the lock.
  *
  * Reader: f = max(rv_floor, clock) (published); s1 = commit_seq; snapshot (S); s2 = commit_seq.
  * If s1 == s2 and even, no commit was in flight at any time between the two loads, so a commit
@@ -35,7 +35,8 @@
  * safe but stands still.
  *
  * The clock is not the wall clock but the version clock: vbase_version + (CLOCK_MONOTONIC -
- * vbase_mono), its base fixed in kvq.shm once per boot from the wall clock (and rv_floor), so
+ * vbase_mono), its base fixed in kvq.shm once per boot from the wall clock (raised above
+ * rv_floor and the stored version, should either be ahead of it), so
  * that every process counts from the same origin and a step of the wall clock, forward or back,
  * does not move versions (a step forward, later corrected, would otherwise hold versions still
  * for as long as the step, and with them every lease and delay). CLOCK_MONOTONIC is one clock
@@ -91,6 +92,18 @@ static int load_base(const emb_db *e, int64_t *version, int64_t *mono)
 /* Raises *p to at least v; returns the value *p then holds (>= v). */
 static int64_t atomic_max(int64_t *p, int64_t v);
 
+/* The stored version (that of the newest commit), from a snapshot of the storage; 0 when it
+ * cannot be read (the base then comes from the clock and rv_floor alone, as before). */
+static int64_t stored_version(emb_db *e)
+{
+    emb_snap *snap = NULL;
+    emb_snap_info info = { 0, 0 };
+    if (e->store == NULL || e->so->snap_open(e->store, 0, &snap, &info) != 0)
+        return 0;
+    e->so->snap_close(snap);
+    return info.version;
+}
+
 void emb_rv_clock_open(emb_db *e)
 {
     read_boot_id(e->boot_id);
@@ -108,6 +121,12 @@ void emb_rv_clock_open(emb_db *e)
         int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);
         if (base <= floor)
             base = floor + 1;
+        /* Above the stored version too: a kvq.shm that was lost or rebuilt (rv_floor 0) while
+         * the database's versions ran ahead of the wall clock would otherwise hold read
+         * versions at the stored one until the clock caught up. */
+        int64_t stored = stored_version(e);
+        if (base <= stored)
+            base = stored + 1;
         uint64_t g = __atomic_load_n(&m->vbase_gen, __ATOMIC_RELAXED);
         g = (g + 1) | 1;
         __atomic_store_n(&m->vbase_gen, g, __ATOMIC_RELAXED);
@@ -143,7 +162,7 @@ static int64_t atomic_max(int64_t *p, int64_t v)
 
 /* An odd commit_seq with the commit lock free means its committer died between marking itself
  * in flight and the end of its commit: a live one holds the lock throughout. Whatever it did,
- * its SQLite transaction is now committed or rolled back, and every later commit takes a
+ * its storage write is now committed or undone, and every later commit takes a
  * version at least its published one (rv_floor was raised to it first), so ending its in-flight
  * mark is safe; without it, read versions would stand still until some process commits. The
  * commit lock is also what this process's own leader holds while it commits, and flock does not
@@ -158,7 +177,7 @@ static uint64_t repair_dead_commit(emb_db *e)
             uint64_t s = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
             if (s & 1) {
                 /* Which keys it changed is unknown: every watcher looks again. */
-                emb_watch_touch_all(m);
+                emb_shm_touch_all(m);
                 __atomic_store_n(&m->commit_seq, s + 1, __ATOMIC_SEQ_CST);
                 emb_notify_commit(e);
             }
@@ -224,7 +243,7 @@ int64_t emb_rv_commit_begin(emb_db *e, int64_t prev)
      * commit), +2, which also repairs it. */
     uint64_t before = __atomic_load_n(&m->commit_seq, __ATOMIC_SEQ_CST);
     if (before & 1)
-        emb_watch_touch_all(m); /* the dead committer's keys are unknown */
+        emb_shm_touch_all(m); /* the dead committer's keys are unknown */
     uint64_t mine = (before + 1) | 1;
     __atomic_store_n(&m->commit_seq, mine, __ATOMIC_SEQ_CST);
     int64_t floor = __atomic_load_n(&m->rv_floor, __ATOMIC_SEQ_CST);

@@ -16,7 +16,7 @@
  * holder took it) -> DONE (outcomes written) -> FREE (its owner read them). Only the commit
  * lock holder moves a slot to TAKEN, and it moves every slot it took to DONE before it releases
  * the lock. So a lock holder that finds a slot TAKEN knows that the leader that took it died
- * (the kernel released its flock). Before that leader's SQLite COMMIT, it wrote the outcomes it
+ * (the kernel released its flock). Before that leader's storage commit, it wrote the outcomes it
  * would report and the batch's version, then set outcome_ready; the new holder compares that
  * version with the database's (read under the lock, before it commits anything): if the
  * database has it, the dead leader's COMMIT happened and the outcomes stand (DONE); if not,

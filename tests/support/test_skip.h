@@ -16,4 +16,9 @@ void kvq_test_skip_not_applicable_mark(void);
         skip();                              \
     } while (0)
 
+/* Whether strace is installed and may trace here (ptrace can be refused in a container). When
+ * not, prints "<who>: skipped=strace_missing" or "<who>: skipped=ptrace_refused" and returns 0:
+ * the caller skips (skip(), or exit KVQ_TEST_SKIPPED before any test ran). */
+int kvq_test_have_strace(const char *who);
+
 #endif

@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "test_skip.h"
 
@@ -64,4 +65,17 @@ int __wrap__cmocka_run_group_tests(const char *group_name,
         return KVQ_TEST_SKIPPED;
     }
     return failed;
+}
+
+int kvq_test_have_strace(const char *who)
+{
+    if (system("command -v strace > /dev/null 2>&1") != 0) {
+        printf("%s: skipped=strace_missing\n", who);
+        return 0;
+    }
+    if (system("strace -f -qq -o /dev/null true > /dev/null 2>&1") != 0) {
+        printf("%s: skipped=ptrace_refused\n", who);
+        return 0;
+    }
+    return 1;
 }

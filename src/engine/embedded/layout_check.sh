@@ -1,0 +1,40 @@
+#!/bin/sh
+# Checks the embedded engine's layout (docs/engine.md, "Layout") on a build's object files:
+# which of its files call functions defined in which others, that no two files call each other
+# both ways, and that only the SQLite storage's file calls SQLite.
+#   src/engine/embedded/layout_check.sh [build-dir]      (default: build)
+set -eu
+build=${1:-build}
+objdir="$build/CMakeFiles/kvq_obj.dir/src/engine/embedded"
+[ -d "$objdir" ] || { echo "layout_check: no objects in $objdir (build first)" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for o in "$objdir"/*.o; do
+    f=$(basename "$o" .o)
+    nm -g --defined-only "$o" | awk -v f="$f" '$2 ~ /^[TDRB]$/ { print $3, f }'
+done | sort >"$tmp/defs"
+for o in "$objdir"/*.o; do
+    f=$(basename "$o" .o)
+    nm -u "$o" | awk -v f="$f" '{ print $2, f }'
+done | sort >"$tmp/uses"
+# caller callee, once per pair
+join "$tmp/uses" "$tmp/defs" | awk '$2 != $3 { print $2, $3 }' | sort -u >"$tmp/edges"
+echo "calls between the embedded engine's files (caller -> callee):"
+awk '{ a[$1] = a[$1] " " $2 } END { for (k in a) print "  " k " ->" a[k] }' "$tmp/edges" | sort
+status=0
+both=$(awk '{ e[$1 " " $2] = 1 } END { for (k in e) { split(k, p, " "); if ((p[2] " " p[1]) in e && p[1] < p[2]) print "  " p[1] " <-> " p[2] } }' "$tmp/edges")
+if [ -n "$both" ]; then
+    echo "files that call each other both ways:"
+    echo "$both"
+    status=1
+else
+    echo "no two files call each other both ways"
+fi
+src=$(dirname "$0")
+sq=$(grep -l 'sqlite3_\|sqlite3\.h' "$src"/*.c "$src"/*.h | xargs -n1 basename | tr '\n' ' ')
+echo "files that use SQLite: $sq"
+[ "$sq" = "store_sqlite.c " ] || status=1
+sqo=$(for o in "$objdir"/*.o; do nm -u "$o" | grep -q ' sqlite3_' && basename "$o" .o; done | tr '\n' ' ')
+echo "objects that call SQLite: $sqo"
+[ "$sqo" = "store_sqlite.c " ] || status=1
+exit $status

@@ -1,0 +1,297 @@
+/* Owned strings and key ranges (ranges.h), and the packed form of write-conflict ranges. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ranges.h"
+
+int emb_str_set(emb_str *s, const uint8_t *p, size_t n)
+{
+    uint8_t *q = kvq__malloc(n);
+    if (q == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for %zu bytes", n);
+    if (n > 0)
+        memcpy(q, p, n);
+    s->p = q;
+    s->n = n;
+    return 0;
+}
+
+void emb_str_free(emb_str *s)
+{
+    kvq__free(s->p);
+    s->p = NULL;
+    s->n = 0;
+}
+
+static int cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    return kvq__bytes_cmp(a, an, b, bn);
+}
+
+int emb_ranges_add(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 8;
+        emb_range *v = kvq__realloc(r->v, cap * sizeof(*v));
+        if (v == NULL)
+            return kvq__error(KVQ_ENOMEM, "out of memory for conflict ranges");
+        r->v = v;
+        r->cap = cap;
+    }
+    emb_range *x = &r->v[r->n];
+    if (emb_str_set(&x->b, b, bn) != 0)
+        return KVQ_ENOMEM;
+    if (emb_str_set(&x->e, e, en) != 0) {
+        emb_str_free(&x->b);
+        return KVQ_ENOMEM;
+    }
+    r->n++;
+    return 0;
+}
+
+void emb_ranges_clear(emb_ranges *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        emb_str_free(&r->v[i].b);
+        emb_str_free(&r->v[i].e);
+    }
+    r->n = 0;
+}
+
+void emb_ranges_free(emb_ranges *r)
+{
+    emb_ranges_clear(r);
+    kvq__free(r->v);
+    r->v = NULL;
+    r->cap = 0;
+}
+
+static int range_cmp(const void *x, const void *y)
+{
+    const emb_range *a = x, *b = y;
+    return cmp(a->b.p, a->b.n, b->b.p, b->b.n);
+}
+
+void emb_ranges_normalize(emb_ranges *r)
+{
+    /* Empty ranges cover nothing: drop them first. */
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (cmp(r->v[i].b.p, r->v[i].b.n, r->v[i].e.p, r->v[i].e.n) >= 0) {
+            emb_str_free(&r->v[i].b);
+            emb_str_free(&r->v[i].e);
+        } else {
+            r->v[k++] = r->v[i];
+        }
+    }
+    r->n = k;
+    if (r->n < 2)
+        return;
+    qsort(r->v, r->n, sizeof(*r->v), range_cmp);
+    size_t w = 0;
+    for (size_t i = 1; i < r->n; i++) {
+        emb_range *last = &r->v[w];
+        emb_range *cur = &r->v[i];
+        if (cmp(cur->b.p, cur->b.n, last->e.p, last->e.n) <= 0) {
+            /* Overlapping or touching: extend the last range. */
+            if (cmp(cur->e.p, cur->e.n, last->e.p, last->e.n) > 0) {
+                emb_str_free(&last->e);
+                last->e = cur->e;
+                cur->e.p = NULL;
+            }
+            emb_str_free(&cur->b);
+            emb_str_free(&cur->e);
+        } else {
+            w++;
+            if (w != i) {
+                r->v[w] = *cur;
+                cur->b.p = cur->e.p = NULL;
+            }
+        }
+    }
+    r->n = w + 1;
+}
+
+/* Index of the last range whose begin is <= k, or -1. */
+static long last_begin_le(const emb_ranges *r, const uint8_t *k, size_t kn)
+{
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp(r->v[mid].b.p, r->v[mid].b.n, k, kn) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (long)lo - 1;
+}
+
+int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (cmp(b, bn, e, en) >= 0)
+        return 0; /* an empty range covers nothing */
+    /* The ranges that overlap or touch [b, e) are s..j: the last one beginning at or before b
+     * (if it reaches b), and every one beginning in (b, e]. */
+    long i = last_begin_le(r, b, bn);
+    size_t s = (i >= 0 && cmp(b, bn, r->v[i].e.p, r->v[i].e.n) <= 0) ? (size_t)i : (size_t)(i + 1);
+    long j = last_begin_le(r, e, en);
+    if (j < (long)s) {
+        /* Nothing to merge with: insert at s (at the end when clears come in key order). */
+        size_t n = r->n;
+        int rc = emb_ranges_add(r, b, bn, e, en);
+        if (rc != 0)
+            return rc;
+        if (s < n) {
+            emb_range x = r->v[n];
+            memmove(&r->v[s + 1], &r->v[s], (n - s) * sizeof(*r->v));
+            r->v[s] = x;
+        }
+        return 0;
+    }
+    emb_range *m = &r->v[s];
+    if (cmp(b, bn, m->b.p, m->b.n) < 0) {
+        emb_str nb;
+        if (emb_str_set(&nb, b, bn) != 0)
+            return KVQ_ENOMEM;
+        emb_str_free(&m->b);
+        m->b = nb;
+    }
+    const emb_str *last_e = &r->v[j].e;
+    int take_new = cmp(e, en, last_e->p, last_e->n) > 0;
+    emb_str ne = { NULL, 0 };
+    if (take_new && emb_str_set(&ne, e, en) != 0)
+        return KVQ_ENOMEM;
+    if ((size_t)j > s) {
+        if (!take_new) {
+            /* Keep the end of range j: move it into m before range j is freed. */
+            ne = r->v[j].e;
+            r->v[j].e.p = NULL;
+            r->v[j].e.n = 0;
+            take_new = 1;
+        }
+        for (size_t x = s + 1; x <= (size_t)j; x++) {
+            emb_str_free(&r->v[x].b);
+            emb_str_free(&r->v[x].e);
+        }
+        memmove(&r->v[s + 1], &r->v[j + 1], (r->n - (size_t)j - 1) * sizeof(*r->v));
+        r->n -= (size_t)j - s;
+    }
+    if (take_new) {
+        emb_str_free(&m->e);
+        m->e = ne;
+    }
+    return 0;
+}
+
+int emb_ranges_subtract(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (cmp(b, bn, e, en) >= 0)
+        return 0;
+    size_t n = r->n;
+    for (size_t i = 0; i < n; i++) {
+        emb_range *x = &r->v[i];
+        if (cmp(x->e.p, x->e.n, b, bn) <= 0 || cmp(e, en, x->b.p, x->b.n) <= 0)
+            continue; /* disjoint */
+        int keep_left = cmp(x->b.p, x->b.n, b, bn) < 0;
+        int keep_right = cmp(e, en, x->e.p, x->e.n) < 0;
+        if (keep_left && keep_right) {
+            /* [xb, b) stays here, [e, xe) is added at the end. */
+            int rc = emb_ranges_add(r, e, en, r->v[i].e.p, r->v[i].e.n);
+            if (rc != 0)
+                return rc;
+            x = &r->v[i];
+        }
+        if (keep_left) {
+            emb_str nb;
+            if (emb_str_set(&nb, b, bn) != 0)
+                return KVQ_ENOMEM;
+            emb_str_free(&x->e);
+            x->e = nb;
+        } else if (keep_right) {
+            emb_str ne;
+            if (emb_str_set(&ne, e, en) != 0)
+                return KVQ_ENOMEM;
+            emb_str_free(&x->b);
+            x->b = ne;
+        } else {
+            /* Wholly covered: leave an empty range, which normalizing drops. */
+            emb_str_free(&x->e);
+            if (emb_str_set(&x->e, x->b.p, x->b.n) != 0)
+                return KVQ_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+int emb_ranges_contains(const emb_ranges *r, const uint8_t *k, size_t kn)
+{
+    long i = last_begin_le(r, k, kn);
+    return i >= 0 && cmp(k, kn, r->v[i].e.p, r->v[i].e.n) < 0;
+}
+
+int emb_ranges_intersects(
+    const emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (r->n == 0 || cmp(b, bn, e, en) >= 0)
+        return 0;
+    /* The candidate is the last range starting at or before b, or the first starting after. */
+    long i = last_begin_le(r, b, bn);
+    if (i >= 0 && cmp(b, bn, r->v[i].e.p, r->v[i].e.n) < 0)
+        return 1;
+    size_t j = (size_t)(i + 1);
+    return j < r->n && cmp(r->v[j].b.p, r->v[j].b.n, e, en) < 0;
+}
+
+/* ---- packed ranges ------------------------------------------------------------------------ */
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void le32_put(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int emb_ranges_pack(kvq_buf *out, const emb_ranges *w)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < w->n; i++) {
+        const emb_str *s[2] = { &w->v[i].b, &w->v[i].e };
+        for (int j = 0; rc == 0 && j < 2; j++) {
+            uint8_t len[4];
+            le32_put(len, (uint32_t)s[j]->n);
+            rc = kvq_buf_append(out, len, 4);
+            if (rc == 0 && s[j]->n > 0)
+                rc = kvq_buf_append(out, s[j]->p, s[j]->n);
+        }
+    }
+    return rc == 0 ? 0 : kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+}
+
+int emb_ranges_packed_intersects(const emb_ranges *reads, const uint8_t *p, size_t n, int *hit)
+{
+    static const uint8_t z[1] = { 0 };
+    size_t off = 0;
+    *hit = 0;
+    while (off < n) {
+        const uint8_t *s[2];
+        size_t sn[2];
+        for (int j = 0; j < 2; j++) {
+            if (n - off < 4 || n - off - 4 < le32(p + off))
+                return kvq__error(KVQ_EDAMAGED,
+                                  "an entry of the conflict log is malformed: the database file "
+                                  "is damaged");
+            sn[j] = le32(p + off);
+            s[j] = sn[j] > 0 ? p + off + 4 : z;
+            off += 4 + sn[j];
+        }
+        if (emb_ranges_intersects(reads, s[0], sn[0], s[1], sn[1])) {
+            *hit = 1;
+            return 0;
+        }
+    }
+    return 0;
+}

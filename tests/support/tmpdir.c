@@ -1,0 +1,96 @@
+/* Temporary directories of the tests: made with mkdtemp, removed with nftw (no shell). */
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvq_test.h"
+
+int kt_mkdtemp_in(char *out, size_t cap, const char *parent, const char *tag)
+{
+    if (out == NULL || cap == 0 || tag == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (parent == NULL || parent[0] == '\0')
+        parent = getenv("TMPDIR");
+    if (parent == NULL || parent[0] == '\0')
+        parent = "/tmp";
+    int n = snprintf(out, cap, "%s/kvq-%s-XXXXXX", parent, tag);
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "kt_mkdtemp: %s/kvq-%s-XXXXXX does not fit in %zu bytes\n", parent, tag,
+                cap);
+        out[0] = '\0';
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (mkdtemp(out) == NULL) {
+        int e = errno;
+        fprintf(stderr, "mkdtemp %s: %s\n", out, strerror(e));
+        out[0] = '\0';
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+int kt_mkdtemp(char *out, size_t cap, const char *tag)
+{
+    return kt_mkdtemp_in(out, cap, NULL, tag);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    /* A directory that could not be read (FTW_DNR) is still removed once empty. */
+    int rc = flag == FTW_DP || flag == FTW_DNR ? rmdir(path) : unlink(path);
+    if (rc != 0 && errno != ENOENT) {
+        fprintf(stderr, "kt_rm_rf: cannot remove %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int kt_rm_rf(const char *path)
+{
+    if (path == NULL || path[0] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+int kt_tmp_make(kt_tmp *t, const char *tag)
+{
+    if (t == NULL)
+        return -1;
+    t->db[0] = '\0';
+    if (kt_mkdtemp(t->dir, sizeof(t->dir), tag) != 0)
+        return -1;
+    snprintf(t->db, sizeof(t->db), "%s/db", t->dir);
+    return 0;
+}
+
+int kt_tmp_remove(kt_tmp *t)
+{
+    if (t == NULL || t->dir[0] == '\0')
+        return 0;
+    int rc = kt_rm_rf(t->dir);
+    t->dir[0] = '\0';
+    t->db[0] = '\0';
+    return rc;
+}
+
+void kt_path(char *out, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        fail_msg("path too long: %s/%s", dir, name);
+}
