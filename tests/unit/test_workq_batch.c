@@ -199,6 +199,40 @@ static void test_nack_and_dead_letters(void **state)
     env_close(&e);
 }
 
+/* A batch reads the delivery counts of its run with one range read, among which a dead letter's
+ * count may sit (an item given back at its place behind one that died): each item still gets its
+ * own count. */
+static void test_counts_around_a_dead_letter(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 2, 0);
+    push_n(&e, 0, 5, 0);
+    kvq_buf outs[5] = { 0 };
+    kvq_workq_lease ls[5], l1;
+    size_t n = 0;
+    assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, 3, 0)); /* v0, v1, v2: delivery 1 */
+    assert_int_equal(n, 3);
+    assert_ok(kvq_workq_nack(e.w, &ls[1], 0));                  /* v1 back, count 1 */
+    assert_ok(kvq_workq_receive_many(outs, &l1, &n, e.w, 1, 0)); /* v1 again: delivery 2 */
+    assert_bytes(outs[0].data, outs[0].len, (const uint8_t *)"v0001", 5);
+    assert_int_equal(l1.deliveries, 2);
+    assert_ok(kvq_workq_nack(e.w, &l1, 0)); /* its max: a dead letter, its count kept */
+    assert_ok(kvq_workq_nack(e.w, &ls[0], 0));
+    assert_ok(kvq_workq_nack(e.w, &ls[2], 0));
+    assert_int_equal(metrics(&e).dead, 1);
+    /* Ready: v0 (count 1), v2 (count 1), v3, v4; v1's count sits between v0's and v2's. */
+    assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, 5, 0));
+    assert_int_equal(n, 4);
+    const char *want[] = { "v0000", "v0002", "v0003", "v0004" };
+    uint32_t deliv[] = { 2, 2, 1, 1 };
+    for (size_t i = 0; i < 4; i++) {
+        assert_bytes(outs[i].data, outs[i].len, (const uint8_t *)want[i], 5);
+        assert_int_equal(ls[i].deliveries, deliv[i]);
+    }
+    dispose_all(outs, 5);
+    env_close(&e);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -395,6 +429,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_partial_failure),       cmocka_unit_test(test_nack_and_dead_letters),
         cmocka_unit_test(test_bad_input),             cmocka_unit_test(test_unknown_results),
         cmocka_unit_test(test_tokens),                cmocka_unit_test(test_purge_and_due),
+        cmocka_unit_test(test_counts_around_a_dead_letter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
