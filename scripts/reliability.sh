@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the reliability stages (ctest label "reliability": crash campaigns, the serializability
-# oracle, fault injection, damaged files, sync order, disk full, fuzzing) and prints their
+# oracle, fault injection, damaged files, sync order, disk full, power cuts, fuzzing) and prints their
 # machine-readable summary lines together, then ctest's summary.
 #
 #   scripts/reliability.sh [BUILD_DIR]      build (if BUILD_DIR is not given: build-rel, gcc,
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The stages' line prefixes (TESTING.md, "What to report").
-pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|storagefaults|resources|pause|fuzz|valgrind|sanitizers): '
+pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|storagefaults|resources|pause|powercut|fuzz|valgrind|sanitizers): '
 
 summary() {
     local log="$1"

@@ -16,6 +16,28 @@ static const char *default_url(void)
     return (env != NULL && env[0] != '\0') ? env : "./kvq-data";
 }
 
+/* The test knob $KVQ_TEST_TXN_WINDOW_MS: the transaction window in milliseconds, 100 to 600,000,
+ * instead of FoundationDB's 5 s. Slow builds (valgrind, sanitizers) run the tests with a wider
+ * one, so that a transaction that takes a test a few seconds there does not fail with 1007;
+ * tests of the window itself set it back to 5,000 (or shrink it). Unset or empty: 5 s. */
+static int txn_window_us(int64_t *out, const char *fn)
+{
+    *out = KVQ_MAX_TXN_AGE_US;
+    const char *env = getenv("KVQ_TEST_TXN_WINDOW_MS");
+    if (env == NULL || env[0] == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    long long ms = strtoll(env, &end, 10);
+    if (env[0] < '0' || env[0] > '9' || errno != 0 || *end != '\0' || ms < 100 || ms > 600000)
+        return kvq__error(KVQ_EINVAL,
+                          "%s: $KVQ_TEST_TXN_WINDOW_MS=%s is not a number of milliseconds from "
+                          "100 to 600000",
+                          fn, env);
+    *out = (int64_t)ms * 1000;
+    return 0;
+}
+
 #define KVQ__TEST_FLAGS_KNOWN                                                                \
     (KVQ_TEST_SKIP_CONFLICT_CHECK | KVQ_TEST_DROP_IDEMPOTENCY_MARKER | KVQ_TEST_ACK_BEFORE_SYNC | \
      KVQ_TEST_IOERR_AS_DEFINITE | KVQ_TEST_LEADER_STOP_BEFORE_COMMIT |                           \
@@ -57,6 +79,10 @@ static int db_open(kvq_db **out, const char *url, const kvq_db_options *opts,
     if ((opts->file_mode & ~0777u) != 0)
         return kvq__error(KVQ_EINVAL, "%s: file_mode %o is not a permission mode", fn,
                           opts->file_mode);
+    int64_t window_us;
+    int wrc = txn_window_us(&window_us, fn);
+    if (wrc != 0)
+        return wrc;
     if (url == NULL)
         url = default_url();
     if (url[0] == '\0')
@@ -91,6 +117,7 @@ static int db_open(kvq_db **out, const char *url, const kvq_db_options *opts,
     db->opts.fault_kinds = testing->fault_kinds;
     db->opts.fault_seed = testing->fault_seed;
     db->opts.test_flags = testing->flags;
+    db->opts.txn_window_us = window_us;
     pthread_mutex_init(&db->fault_mu, NULL);
     db->fault_rng.s = testing->fault_seed;
     int rc = ops->open(&db->engine, db, path, &db->opts);

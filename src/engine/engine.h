@@ -28,6 +28,9 @@ typedef struct kvq__db_opts {
     unsigned int fault_kinds;
     uint64_t fault_seed;
     unsigned int test_flags;
+    /* The transaction window (1007 past it): KVQ_MAX_TXN_AGE_US, or for tests in slow builds
+     * (valgrind, sanitizers) $KVQ_TEST_TXN_WINDOW_MS, read at every open (engine.c). */
+    int64_t txn_window_us;
 } kvq__db_opts;
 
 #define KVQ__ENGINE_OPS_VERSION 1

@@ -855,13 +855,14 @@ static void test_timeouts(void **state)
     const char *p = "confl_timeout";
     kvq_db *db = cf_open(NULL);
     cf_key k = cf_k(p, "k");
-    /* A transaction that outlives its timeout fails its next read and its commit with 1031. */
+    /* A transaction that outlives its timeout fails its next read and its commit with 1031.
+     * (1 s, so that the first read is inside it even on a busy machine.) */
     kvq_txn *t = new_txn(db);
-    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 1000));
     kvq_bytes v;
     int present;
     assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
-    cf_sleep_ms(250);
+    cf_sleep_ms(1200);
     assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
     assert_err(kvq_txn_commit(t), KVQ_ETRANSACTION_TIMED_OUT);
     /* 1031 is final for on_error. */
@@ -1091,14 +1092,15 @@ static void test_options_across_on_error(void **state)
     kvq_txn_reset(t);
     assert_ok(kvq_txn_next_user_version(&uv, t));
     assert_int_equal(uv, 0);
-    /* The timeout also survives on_error. */
-    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 100));
+    /* The timeout also survives on_error. (1 s, so that the read and on_error are inside it
+     * even on a busy machine.) */
+    assert_ok(kvq_txn_set_option(t, KVQ_TXN_TIMEOUT_MS, 1000));
     kvq_bytes v;
     int present;
     cf_key k = cf_k("confl_opts", "k");
     assert_ok(kvq_txn_get(&v, &present, t, k.b, k.n, 0));
     assert_ok(kvq_txn_on_error(t, KVQ_ENOT_COMMITTED));
-    cf_sleep_ms(250);
+    cf_sleep_ms(1200);
     assert_err(kvq_txn_get(&v, &present, t, k.b, k.n, 0), KVQ_ETRANSACTION_TIMED_OUT);
     kvq_txn_destroy(t);
     kvq_db_close(db);

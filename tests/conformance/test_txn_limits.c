@@ -461,18 +461,21 @@ static void test_bad_options(void **state)
 
 /* ---- transaction_too_old ------------------------------------------------------------------- */
 
-/* SLOW: one real wait of 5.6 seconds. t_old reads at 0 s; t_old2 takes a read version at 0 s
+/* SLOW: one real wait of 5.6 seconds, against the real 5 s window (whatever a slow build's
+ * $KVQ_TEST_TXN_WINDOW_MS says). t_old reads at 0 s; t_old2 takes a read version at 0 s
  * and only writes; t_snap reads with a snapshot read at 0 s and writes; t_young and t_conf read
- * at 1 s, and another transaction writes what t_conf read at 1.2 s; t_blind only writes. At
+ * at 3 s, and another transaction writes what t_conf read at 3.2 s; t_blind only writes. At
  * 5.6 s t_old's reads fail with 1007; t_old2 and t_snap commit, since a transaction without
  * read-conflict ranges is never too old to commit (FoundationDB's resolver checks the age only
- * of transactions that have read ranges); t_young (4.6 s old) still reads and commits; t_conf,
- * as old, must still see its conflict (1020: the engine may not forget writes inside the
- * window); and t_blind, which never took a read version, commits. */
+ * of transactions that have read ranges); t_young (2.6 s old: sleeps only overrun, so on a busy
+ * machine it has 2.4 s to spare) still reads and commits; t_conf, as old, must still see its
+ * conflict (1020: the engine may not forget writes inside the window); and t_blind, which never
+ * took a read version, commits. */
 static void test_transaction_too_old_slow(void **state)
 {
     (void)state;
     const char *p = "lim_old";
+    setenv("KVQ_TEST_TXN_WINDOW_MS", "5000", 1);
     kvq_db *db = cf_open(NULL);
     cf_clear_prefix(db, p);
     cf_key k = cf_k(p, "k"), blind = cf_k(p, "blind"), k2 = cf_k(p, "k2");
@@ -488,12 +491,12 @@ static void test_transaction_too_old_slow(void **state)
     assert_ok(kvq_txn_set(t_old2, k.b, k.n, K("late")));
     assert_ok(kvq_txn_get(&v, &present, t_snap, k.b, k.n, KVQ_SNAPSHOT));
     assert_ok(kvq_txn_set(t_blind, blind.b, blind.n, K("blind")));
-    cf_sleep_ms(1000);
+    cf_sleep_ms(3000);
     assert_ok(kvq_txn_get(&v, &present, t_young, k.b, k.n, 0));
     assert_ok(kvq_txn_get(&v, &present, t_conf, k2.b, k2.n, 0));
     cf_sleep_ms(200);
     cf_write_key(db, k2.b, k2.n, "changed", 7);
-    cf_sleep_ms(4400);
+    cf_sleep_ms(2400);
     assert_err(kvq_txn_get(&v, &present, t_old, k.b, k.n, 0), KVQ_ETRANSACTION_TOO_OLD);
     assert_ok(kvq_txn_get(&v, &present, t_young, k.b, k.n, KVQ_SNAPSHOT));
     assert_ok(kvq_txn_set(t_young, y_out.b, y_out.n, K("y")));

@@ -362,11 +362,13 @@ static void test_extend(void **state)
     wq_env e = env_open(KVQ_QUEUE_DURABLE, NULL);
     push_str(e.w, "long", NULL, 1);
     kvq_workq_lease l;
-    expect_recv(e.w, "long", &l, 300);
+    /* A 2 s lease, so that the extension comes inside it even on a busy machine; the sleep
+     * then passes its first deadline. */
+    expect_recv(e.w, "long", &l, 2000);
     int64_t d0 = l.deadline;
     assert_ok(kvq_workq_extend(e.w, &l, 30000));
     assert_true(l.deadline > d0);
-    kvq__sleep_us(500000);
+    kvq__sleep_us(2500000);
     assert_ok(kvq_workq_recover(NULL, e.w));
     expect_empty(e.w);
     assert_ok(kvq_workq_ack(e.w, &l));

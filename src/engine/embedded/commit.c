@@ -16,9 +16,10 @@
 
 #include "emb.h"
 
-/* Write ranges older than this many versions (microseconds) are pruned from the log. Any
- * transaction whose read version is older than what is kept fails with 1007. */
-#define WLOG_KEEP_VERSIONS 6000000
+/* Write ranges older than this many versions (microseconds) are pruned from the log: the
+ * transaction window and a second more. Any transaction whose read version is older than what
+ * is kept fails with 1007. */
+#define WLOG_KEEP_VERSIONS(e) ((e)->opts.txn_window_us + 1000000)
 #define PRUNE_EVERY        512
 #define MAX_BATCH          512
 /* A batch's write ranges are one entry of the conflict log: its transactions' sizes (mutations
@@ -358,7 +359,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
     }
     if (rc == 0 && applied > 0 && ++e->commits_since_prune >= PRUNE_EVERY) {
         e->commits_since_prune = 0;
-        rc = e->so->log_prune(e->store, version - WLOG_KEEP_VERSIONS);
+        rc = e->so->log_prune(e->store, version - WLOG_KEEP_VERSIONS(e));
     }
     if (rc == 0) {
         /* What the other processes' requests will be told, written before the storage commit:
@@ -458,7 +459,7 @@ int emb_commit(void *tp)
     /* Only a transaction with read-conflict ranges can be too old to commit: one that wrote
      * blindly or read only with snapshot reads is checked against nothing (FoundationDB's
      * resolver, likewise, judges the age only of transactions that have read ranges). */
-    if (t->has_rv && t->reads.n > 0 && kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+    if (t->has_rv && t->reads.n > 0 && kvq__mono_us() - t->rv_mono_us > e->opts.txn_window_us) {
         emb_txn_end_read(t);
         int rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "the transaction's read version is more than 5 seconds old");

@@ -1016,6 +1016,11 @@ static int sq_open(emb_store **out, const emb_store_config *cfg)
             rc = exec(s->writer, SCHEMA, "creating the tables");
         if (rc == 0)
             rc = check_meta(s);
+        /* The tables must be durable before the caller's marker says that the database exists:
+         * SQLite does not sync commits (synchronous=NORMAL), but a checkpoint syncs the WAL and
+         * then the database file. (A power cut in between left a marker and no tables.) */
+        if (rc == 0)
+            rc = exec(s->writer, "PRAGMA wal_checkpoint(FULL);", "syncing the new tables");
     } else {
         rc = check_file(s->path);
         if (rc == 0)

@@ -99,7 +99,7 @@ static int check_state(emb_txn *t)
 static int ensure_rv(emb_txn *t)
 {
     if (t->has_rv) {
-        if (kvq__mono_us() - t->rv_mono_us > KVQ_MAX_TXN_AGE_US) {
+        if (kvq__mono_us() - t->rv_mono_us > t->e->opts.txn_window_us) {
             /* Its snapshot is of no more use: let the storage reclaim what it holds. */
             if (t->snap != NULL)
                 emb_txn_end_read(t);
@@ -145,7 +145,7 @@ static int ensure_rv(emb_txn *t)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld: the database has changed since (version %lld)",
                             (long long)t->wanted_rv, (long long)info.version);
-        else if (t->rv - t->wanted_rv > KVQ_MAX_TXN_AGE_US)
+        else if (t->rv - t->wanted_rv > t->e->opts.txn_window_us)
             rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
                             "read version %lld is more than 5 seconds old",
                             (long long)t->wanted_rv);
