@@ -42,7 +42,9 @@ int main(int argc, char **argv)
         return 1;
     }
     /* What `kvq create jobs --lease 5s --max-deliveries 2` does. */
-    kvq_queue_settings settings = { KVQ_QUEUE_DURABLE, 5000, 2 };
+    kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
+    settings.lease_ms = 5000;
+    settings.max_deliveries = 2;
     int rc = kvq_queue_create_named(db, "jobs", &settings);
     if (rc == KVQ_EEXISTS)
         rc = 0;

@@ -8,6 +8,10 @@
  * Batches: kvq_queue_push_many on the durable queue; for FIFO and priority, one transaction of
  * K kvq_queue_push_txn calls run by kvq_db_transact, the layer's own way to batch.
  *
+ * The work-queue row (kvq-workq) pushes as the durable queue's does and consumes as an
+ * at-least-once consumer: kvq_workq_receive_many then kvq_workq_ack_many, two transactions per
+ * batch (kvq_workq_receive and kvq_workq_ack for one message).
+ *
  * Threads of one process share one kvq_db handle (that is what group commit needs); the
  * processes row opens the database in each forked client. An empty durable queue is waited on
  * with the watch kvq_queue_consume_k returns; FIFO and priority queues have no push counter to
@@ -37,6 +41,8 @@ const qb_driver qb_kvq_driver = {
 
 #include "kvq/kvq.h"
 #include "kvq/queue.h"
+#include "kvq/workq.h"
+#include "kvq/workq_batch.h"
 
 typedef struct kq_state {
     char url[700];
@@ -47,12 +53,14 @@ typedef struct kq_state {
     qb_pipeline *pipeline; /* the phase's shared counters (may be NULL) */
     kvq_db *db;
     kvq_queue *q;
+    kvq_workq *w; /* the work-queue row: receive with a lease, then ack */
 } kq_state;
 
 typedef struct kq_conn {
     kq_state *s;
     kvq_buf *bufs; /* batch of popped values */
     kvq_bytes *views;
+    kvq_workq_lease *leases;
     size_t cap;
 } kq_conn;
 
@@ -101,6 +109,12 @@ static int kq_acquire(kq_state *s)
             kq_fail("queue open", rc);
             kvq_db_close(s->db);
             s->db = NULL;
+        } else if (s->sys == QB_SYS_KVQ_WORKQ && (rc = kvq_workq_open(&s->w, s->q, NULL)) != 0) {
+            kq_fail("work queue open", rc);
+            kvq_queue_close(s->q);
+            kvq_db_close(s->db);
+            s->q = NULL;
+            s->db = NULL;
         }
     }
     if (rc == 0)
@@ -132,8 +146,10 @@ static void kq_release(kq_state *s)
                     (unsigned long long)st.syncs,
                     st.syncs ? (double)st.commits / (double)st.syncs : 0.0,
                     (unsigned long long)st.conflicts, (unsigned long long)st.retries);
+        kvq_workq_close(s->w);
         kvq_queue_close(s->q);
         kvq_db_close(s->db);
+        s->w = NULL;
         s->q = NULL;
         s->db = NULL;
     }
@@ -161,17 +177,21 @@ static int kq_reserve(kq_conn *c, size_t n)
         return 0;
     kvq_buf *bufs = calloc(n, sizeof(*bufs));
     kvq_bytes *views = calloc(n, sizeof(*views));
-    if (bufs == NULL || views == NULL) {
+    kvq_workq_lease *leases = calloc(n, sizeof(*leases));
+    if (bufs == NULL || views == NULL || leases == NULL) {
         free(bufs);
         free(views);
+        free(leases);
         return -1;
     }
     for (size_t i = 0; i < c->cap; i++)
         kvq_buf_dispose(&c->bufs[i]);
     free(c->bufs);
     free(c->views);
+    free(c->leases);
     c->bufs = bufs;
     c->views = views;
+    c->leases = leases;
     c->cap = n;
     return 0;
 }
@@ -233,10 +253,46 @@ static int take(uint8_t *dst, const kvq_buf *b, size_t size)
     return 0;
 }
 
+/* The work-queue row: up to max items received in one transaction (a lease each), then acked
+ * in one transaction, as an at-least-once consumer of small jobs does; an empty queue is waited
+ * on with the long poll (one item, then acked). */
+static int wq_pop_batch(kq_conn *c, uint8_t *buf, size_t size, size_t max, size_t *got,
+                        int wait_ms)
+{
+    kvq_workq *w = c->s->w;
+    size_t n = 0;
+    int rc = max == 1 ? kvq_workq_receive(&c->bufs[0], &c->leases[0], w, 0)
+                      : kvq_workq_receive_many(c->bufs, c->leases, &n, w, max, 0);
+    if (max == 1 && rc == 0)
+        n = 1;
+    if (rc == KVQ_ENOTFOUND && wait_ms > 0) {
+        rc = kvq_workq_receive_wait(&c->bufs[0], &c->leases[0], w, 0, wait_ms);
+        n = rc == 0;
+    }
+    if (rc == KVQ_ENOTFOUND)
+        return QB_EMPTY;
+    if (rc != 0)
+        return kq_fail("receive", rc);
+    for (size_t i = 0; i < n; i++)
+        if (take(buf + i * size, &c->bufs[i], size) != 0)
+            return QB_FAIL;
+    rc = n == 1 ? kvq_workq_ack(w, &c->leases[0]) : kvq_workq_ack_many(NULL, w, c->leases, n);
+    if (rc != 0)
+        return kq_fail("ack", rc);
+    *got = n;
+    return 0;
+}
+
 static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size_t *got,
                         int wait_ms)
 {
     kq_conn *c = (kq_conn *)qc;
+    if (c->s->sys == QB_SYS_KVQ_WORKQ) {
+        *got = 0;
+        if (kq_reserve(c, max) != 0)
+            return QB_FAIL;
+        return wq_pop_batch(c, buf, size, max, got, wait_ms);
+    }
     kvq_queue *q = c->s->q;
     *got = 0;
     if (kq_reserve(c, max) != 0)
@@ -307,6 +363,7 @@ static void kq_disconnect(qb_conn *qc)
         kvq_buf_dispose(&c->bufs[i]);
     free(c->bufs);
     free(c->views);
+    free(c->leases);
     free(c);
 }
 
@@ -315,6 +372,7 @@ static void kq_teardown(void *state)
     kq_state *s = state;
     pthread_mutex_lock(&s->mu);
     if (s->refs > 0) {
+        kvq_workq_close(s->w);
         kvq_queue_close(s->q);
         kvq_db_close(s->db);
     }

@@ -668,6 +668,7 @@ static const qb_driver *driver_of(int sys)
     case QB_SYS_KVQ_PROC2X:
     case QB_SYS_KVQ_FIFO:
     case QB_SYS_KVQ_PRIORITY:
+    case QB_SYS_KVQ_WORKQ:
         return &qb_kvq_driver;
     default:
         return NULL;

@@ -12,7 +12,8 @@
 
 const char *const qb_system_names[QB_NSYS] = {
     "beanstalkd", "redis",       "redis-everysec", "postgres",     "sqlite", "kvq",
-    "kvq-proc",   "kvq-proc-2x", "kvq-fifo",       "kvq-priority", "disk",
+    "kvq-proc",   "kvq-proc-2x", "kvq-fifo",       "kvq-priority", "kvq-workq",
+    "disk",
 };
 
 const char *const qb_metric_names[QB_NMETRICS] = {
@@ -31,6 +32,7 @@ static const char *const sys_label[QB_NSYS] = {
     "**kvq%s durable queue** (processes, twice P and C)",
     "kvq%s FIFO recipe (threads)",
     "kvq%s priority queue (threads)",
+    "kvq%s work queue: receive + ack (threads)",
     "disk%s",
 };
 
@@ -40,6 +42,7 @@ static const char *const sys_durability[QB_NSYS] = {
     "**NOT durable**: up to 1 s of writes lost",
     "yes: synchronous_commit on (group commit)",
     "yes: synchronous=FULL",
+    "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
@@ -76,7 +79,7 @@ int qb_system_is_kvq(int sys)
 {
     return sys == QB_SYS_KVQ || sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_PROC2X ||
            sys == QB_SYS_KVQ_FIFO ||
-           sys == QB_SYS_KVQ_PRIORITY;
+           sys == QB_SYS_KVQ_PRIORITY || sys == QB_SYS_KVQ_WORKQ;
 }
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -163,7 +166,8 @@ void qb_usage(FILE *f)
           "  --batch K                messages per operation in (c) (100)\n"
           "  --producers P, --consumers C   clients of (b) and (c) concurrent (4, 4)\n"
           "  --systems LIST           comma-separated: beanstalkd,redis,redis-everysec,postgres,\n"
-          "                           sqlite,kvq,kvq-proc,kvq-proc-2x,kvq-fifo,kvq-priority,disk\n"
+          "                           sqlite,kvq,kvq-proc,kvq-proc-2x,kvq-fifo,kvq-priority,\n"
+          "                           kvq-workq,disk\n"
           "                           (all given)\n"
           "  --workloads LIST         letters of a,b,c,d (abcd)\n"
           "  --budget S               time limit of the whole comparison in seconds (780)\n"

@@ -22,6 +22,7 @@ enum qb_system {
     QB_SYS_KVQ_PROC2X, /* the same with twice the producers and consumers (8P+8C by default) */
     QB_SYS_KVQ_FIFO,
     QB_SYS_KVQ_PRIORITY,
+    QB_SYS_KVQ_WORKQ, /* kvq's durable queue as a work queue: receive with a lease, then ack */
     QB_SYS_DISK, /* not a queue: the disk's fdatasync rate, the ceiling */
     QB_NSYS
 };

@@ -33,5 +33,6 @@
 #include "tuple.h"
 #include "queue.h"
 #include "workq.h"
+#include "workq_batch.h"
 
 #endif /* KVQ_KVQ_H */

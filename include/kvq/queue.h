@@ -134,15 +134,39 @@ KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
 /* Named queues: the database's registry, shared with the kvq command                        */
 /* ---------------------------------------------------------------------------------------- */
 
+/** Deliveries after which an item that keeps failing goes to the dead letters, by default: the
+ * one default of kvq_queue_settings, kvq_workq_options and `kvq create`. */
+#define KVQ_DEFAULT_MAX_DELIVERIES 5
+
+#define KVQ_QUEUE_SETTINGS_VERSION 1
+
 /** A named queue's type and work-queue settings, as `kvq create` (or kvq_queue_create_named)
- * stores them in the database. */
+ * stores them in the database. Initialise with KVQ_QUEUE_SETTINGS_INIT, then change fields. */
 typedef struct kvq_queue_settings {
-    kvq_queue_type type;
+    unsigned int version; /**< KVQ_QUEUE_SETTINGS_VERSION */
+    kvq_queue_type type;  /**< default KVQ_QUEUE_DURABLE */
     /** Lease of work-queue receives in milliseconds; 0 leaves the library's default (30 s). */
     int64_t lease_ms;
-    /** Deliveries after which an item goes to the dead letters; 0 never. */
+    /** Deliveries after which an item goes to the dead letters (default
+     * KVQ_DEFAULT_MAX_DELIVERIES); 0 never. A FIFO queue has neither: set both to 0. */
     uint32_t max_deliveries;
+    /** KVQ_QUEUE_ADOPT, for kvq_queue_create_named only (not stored; 0 when read). */
+    unsigned int flags;
 } kvq_queue_settings;
+
+/** Flags of kvq_queue_settings.flags. */
+enum {
+    /** kvq_queue_create_named may name a subspace that already holds keys: a queue of this type
+     * that another program wrote there (the recipes' own layout), which becomes the named
+     * queue. Without it, a subspace holding any key is refused, as it may be the
+     * application's own data. */
+    KVQ_QUEUE_ADOPT = 1u << 0,
+};
+
+#define KVQ_QUEUE_SETTINGS_INIT                                                         \
+    {                                                                                   \
+        KVQ_QUEUE_SETTINGS_VERSION, KVQ_QUEUE_DURABLE, 0, KVQ_DEFAULT_MAX_DELIVERIES, 0 \
+    }
 
 /** The name of a queue type ("FIFO", "priority", "durable"; "unknown" otherwise). */
 KVQ_API const char *kvq_queue_type_name(kvq_queue_type type);
@@ -153,9 +177,12 @@ KVQ_API int kvq_queue_check_name(const char *name);
 /**
  * Records a named queue in the database (nothing else is written): it then lives in the
  * subspace `(name,)`, a string element for FIFO and priority queues and a bytes element for
- * durable ones, as the command line's queues do.
+ * durable ones, as the command line's queues do. That subspace may be the application's own
+ * (`("app", "orders", 17)` lies in the subspace of a FIFO queue named "app"): a subspace that
+ * already holds any key is refused unless settings->flags has KVQ_QUEUE_ADOPT.
  * @return 0; KVQ_EEXISTS (it exists with this type; its settings stay); KVQ_EWRONGTYPE (it
- *         exists with another type); KVQ_EINVAL (name, type, lease up to 1 day, FIFO settings).
+ *         exists with another type, or its subspace holds keys and KVQ_QUEUE_ADOPT was not
+ *         given); KVQ_EINVAL (name, type, version, lease up to 1 day, FIFO settings).
  */
 KVQ_API KVQ_NODISCARD int
 kvq_queue_create_named(kvq_db *db, const char *name, const kvq_queue_settings *settings);
@@ -177,6 +204,15 @@ KVQ_API KVQ_NODISCARD int kvq_queue_alter_named(kvq_queue_settings *out,
 
 /** Removes a name from the registry (not the queue's data: see kvq_queue_delete). */
 KVQ_API KVQ_NODISCARD int kvq_queue_forget_named(kvq_db *db, const char *name);
+
+/**
+ * Deletes a named queue: its data and its name, in one transaction. Only the keys a queue of its
+ * type writes are cleared (FIFO and priority: items, whose first element is an integer;
+ * durable: (b"val", ...), (b"npush",), (b"npop",); every type: kvq's bookkeeping), so keys of
+ * the application that share the subspace `(name,)` stay.
+ * @return 0; KVQ_ENOTFOUND (no such name); KVQ_EINVAL; a transaction error.
+ */
+KVQ_API KVQ_NODISCARD int kvq_queue_delete_named(kvq_db *db, const char *name);
 
 /** Called for each named queue, in name order; a non-zero return stops the listing and is
  * returned. */

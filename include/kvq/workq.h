@@ -61,15 +61,16 @@ typedef struct kvq_workq_options {
     /** Default lease in milliseconds of database time (default 30,000; 1 ms to 1 day). */
     int64_t lease_ms;
     /** Deliveries after which an item that is nacked or whose lease expires goes to the dead
-     * letters instead of back to the queue; 0 (the default) never dead-letters. */
+     * letters instead of back to the queue (default KVQ_DEFAULT_MAX_DELIVERIES, 5, as
+     * `kvq create`); 0 never dead-letters. */
     uint32_t max_deliveries;
     /** Milliseconds a deduplication key is remembered (default 300,000; 1 ms to 7 days). */
     int64_t dedup_window_ms;
 } kvq_workq_options;
 
-#define KVQ_WORKQ_OPTIONS_INIT                             \
-    {                                                      \
-        KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000        \
+#define KVQ_WORKQ_OPTIONS_INIT                                               \
+    {                                                                        \
+        KVQ_WORKQ_OPTIONS_VERSION, 30000, KVQ_DEFAULT_MAX_DELIVERIES, 300000 \
     }
 
 /**
@@ -290,6 +291,10 @@ typedef struct kvq_workq_metrics {
                                 nack (at once, or when its delay fell due), an ended lease, or a
                                 redrive of dead letters */
     int64_t dead_lettered; /**< items moved to the dead letters */
+    /** Items removed by kvq_workq_purge (`kvq clear`), whatever their state; cleared_ready:
+     * those of them that were ready (on a durable queue they also moved npop, which counts
+     * them as popped in erlfdb's length, npush - npop). */
+    int64_t cleared, cleared_ready;
 } kvq_workq_metrics;
 
 /** Reads the metrics in one read-only transaction of snapshot reads.

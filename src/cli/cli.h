@@ -2,6 +2,7 @@
 #ifndef KVQ_CLI_H
 #define KVQ_CLI_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "kvq/kvq.h"
@@ -24,6 +25,8 @@ enum {
 typedef struct cli {
     const char *db_url; /* NULL: $KVQ_DB or ./kvq-data */
     int json;
+    int read_only; /* --read-only: the database is opened read-only (writes fail) */
+    int nul;       /* -0: values end with NUL (input and output) instead of a newline */
     int create_db; /* cli_open may create the database (create, demo, bench); else never */
     kvq_db *db;
     /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
@@ -31,7 +34,7 @@ typedef struct cli {
     int parse_only;
 } cli;
 
-/* The kvq command (main() is in entry.c). argv may be reordered. Returns the exit code. */
+/* The kvq command (main() is in main.c). argv may be reordered. Returns the exit code. */
 int cli_main(cli *c, int argc, char **argv);
 
 typedef struct cli_cmd {
@@ -44,10 +47,18 @@ typedef struct cli_cmd {
 
 /* Opens the database on first use; prints the error and returns an exit code on failure. */
 int cli_open(cli *c);
-/* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code. */
+/* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code (with
+ * --json, also the error as one JSON value on standard output). */
 int cli_fail(int rc, const char *what);
+/* cli_fail without the JSON value: msg receives "<what>: <message>" for the caller's own. */
+int cli_fail_msg(int rc, const char *what, char *msg, size_t cap);
+/* The exit code of a kvq error. */
+int cli_exit_code(int rc);
 /* Prints a usage error naming the problem and returns EXIT_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An argument as messages show it: control bytes as \xNN, at most 64 bytes and then its
+ * length; valid until the fourth call after (not thread-safe: for the main thread). */
+const char *cli_arg(const char *s);
 /* Prints a command's help. */
 void cli_help(FILE *f, const cli_cmd *cmd);
 const cli_cmd *cli_find(const char *name);
@@ -60,43 +71,95 @@ int cli_parse_ms(const char *s, long long min, long long max, long long *out);
 
 /* With --json, prints {"error":{"code":..,"name":..,"message":..}} on standard output. */
 void cli_json_error(int code, const char *name, const char *message);
+/* Prints {"code":..,"name":..,"message":..} (no newline) on standard output. */
+void cli_json_error_obj(int code, const char *name, const char *message);
 /* Turns the JSON form of errors on or off (a command that reports failures inside its own JSON
  * value); returns the previous setting. */
 int cli_json_errors(int on);
-/* Writes bytes as a JSON string (with quotes): UTF-8 as it is, a byte that is not UTF-8 as
- * U+DC00 + its value, \udc80 to \udcff (Python's surrogateescape). */
+/* Writes bytes (a value, a name) as JSON: a string when they are UTF-8, else
+ * {"base64":"..."}, so that every parser reads them and gets the exact bytes back. */
 void cli_json_str(FILE *f, const uint8_t *p, size_t n);
+/* Writes text (a message) as a JSON string; a byte that is not UTF-8 becomes U+FFFD. */
+void cli_json_text(FILE *f, const char *s);
 /* Length of the valid UTF-8 sequence at p (1 to 4), or 0 when the byte at p starts none. */
 size_t cli_utf8_len(const uint8_t *p, size_t n);
-/* Writes bytes as text: as they are if printable UTF-8 without newlines, else escaped. */
+/* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
+ * `kvq pop q -n 5000 | head -1`). */
+int cli_stdout_reader_gone(void);
+/* Values end with this (a newline, or NUL with -0). */
+void cli_set_value_end(char end);
+/* Writes a message with its control bytes escaped (a terminal never gets them raw). */
+void cli_put_text(FILE *f, const char *s);
+/* Writes a value as it is, then a newline (a NUL with -0). */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);
 
-/* The queue registry: every queue the command creates is recorded with its type. */
-typedef enum cli_qtype { QT_NONE = 0, QT_FIFO = 1, QT_PRIORITY = 2, QT_DURABLE = 3 } cli_qtype;
-const char *cli_qtype_name(cli_qtype t);
-int cli_qtype_parse(const char *s, cli_qtype *out);
-/* A queue's entry: its type and its work-queue settings (0: the library's defaults). */
-typedef struct cli_qinfo {
-    cli_qtype type;
-    int64_t lease_ms;
-    uint32_t max_deliveries;
-} cli_qinfo;
-/* Looks a queue up; KVQ_ENOTFOUND when it does not exist. */
-int cli_registry_get(kvq_db *db, const char *name, cli_qtype *out);
-int cli_registry_info(kvq_db *db, const char *name, cli_qinfo *out);
-int cli_registry_create(kvq_db *db, const char *name, cli_qtype type);
-int cli_registry_create_info(kvq_db *db, const char *name, const cli_qinfo *info);
-int cli_registry_delete(kvq_db *db, const char *name);
-/* Changes a durable or priority queue's lease and max deliveries (-1: keep); *out gets the
- * settings now stored. KVQ_ENOTFOUND, or KVQ_EWRONGTYPE for a fifo queue. */
-int cli_registry_alter(kvq_db *db, const char *name, int64_t lease_ms, int64_t max_deliveries,
-                       cli_qinfo *out);
-/* Calls fn for each queue in name order. */
-int cli_registry_list(kvq_db *db, int (*fn)(const char *name, cli_qtype t, void *arg), void *arg);
-/* Checks a queue name: 1 to 200 bytes, no NUL, printable. 0 or KVQ_EINVAL with a detail. */
-int cli_check_name(const char *name);
+/* A queue type's name as the command writes and reads it (fifo, priority, durable; "none" for
+ * another value); cli_type_parse: 0, or KVQ_EINVAL. Named queues themselves are the library's
+ * (kvq_queue_create_named and the rest, kvq/queue.h). */
+const char *cli_type_name(kvq_queue_type t);
+int cli_type_parse(const char *s, kvq_queue_type *out);
 
-/* The commands (main.c's table). */
+/* SIGINT and SIGTERM for a command that must finish what it holds (push): blocked, except while
+ * it waits for input (cli_reader_next) or polls (cli_stop_signals_poll); the handler only notes
+ * the signal. */
+typedef struct cli_stop_signals {
+    sigset_t old_mask, wait_mask;
+    struct sigaction old_int, old_term;
+} cli_stop_signals;
+void cli_stop_signals_catch(cli_stop_signals *s);
+/* The signal caught (0: none yet). */
+int cli_stop_signals_caught(void);
+/* Lets a pending SIGINT or SIGTERM in, and returns the signal caught (0: none). */
+int cli_stop_signals_poll(cli_stop_signals *s);
+void cli_stop_signals_restore(cli_stop_signals *s);
+
+/* Records of an input: lines, or NUL-terminated records (-0). */
+typedef struct cli_reader {
+    int fd;
+    char delim;
+    cli_stop_signals *sigs; /* NULL: signals are not watched */
+    uint8_t *buf;
+    size_t len, cap, start;
+    int eof;
+    long records; /* records returned so far (the one just returned included) */
+    size_t partial; /* CLI_READ_SIGNAL: bytes of an unterminated record left unread */
+} cli_reader;
+enum {
+    CLI_READ_RECORD = 0, /* *out: the record without its terminator, valid until the next call */
+    CLI_READ_EOF,
+    CLI_READ_IDLE,     /* nothing arrived within wait_ms */
+    CLI_READ_SIGNAL,   /* SIGINT or SIGTERM arrived (cli_stop_signals_caught) */
+    CLI_READ_TOO_LONG, /* a record over KVQ_MAX_VALUE_SIZE bytes (*out: its start) */
+    CLI_READ_ERROR,    /* read(2) failed (errno) */
+};
+void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
+/* The next record, waiting up to wait_ms (-1: no limit) for input. */
+int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);
+void cli_reader_dispose(cli_reader *r);
+
+/* A lease's token (kvq_workq_lease_format, which cannot fail with this buffer). */
+void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1]);
+
+/* One run of consume --exec's command (exec.c). */
+typedef struct cli_exec_item {
+    kvq_bytes value;
+    char end;            /* written after the value: '\n', or '\0' with -0 */
+    int raw;             /* --raw: the value's bytes alone */
+    int forward_signals; /* SIGINT/SIGTERM/SIGHUP/SIGQUIT of kvq's group reach the command */
+    const char *queue;   /* $KVQ_QUEUE */
+    const char *token;   /* $KVQ_LEASE (NULL: unset) */
+    const char *db_url;  /* $KVQ_DB (NULL: left as it is) */
+    uint32_t deliveries; /* $KVQ_DELIVERIES */
+    int worker;          /* $KVQ_WORKER */
+} cli_exec_item;
+/* Runs /bin/sh -c cmd with the item on its standard input, in a process group of its own that
+ * is killed if kvq dies. 0 when it read the whole item and exited 0; else -1, with *status its
+ * wait status (-1: not started) and *took_all whether it read the whole item. */
+int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *took_all);
+/* "exited with status 3", "was killed by signal 9 (Killed)"... */
+void cli_exec_describe(int status, int took_all, char *buf, size_t cap);
+
+/* The commands (cli.c's table). */
 int cmd_create(cli *c, int argc, char **argv);
 int cmd_delete(cli *c, int argc, char **argv);
 int cmd_alter(cli *c, int argc, char **argv);
@@ -115,6 +178,10 @@ int cmd_ack(cli *c, int argc, char **argv);
 int cmd_nack(cli *c, int argc, char **argv);
 int cmd_extend(cli *c, int argc, char **argv);
 int cmd_dlq(cli *c, int argc, char **argv);
+int cmd_export(cli *c, int argc, char **argv);
+int cmd_check(cli *c, int argc, char **argv);
+int cmd_backup(cli *c, int argc, char **argv);
+int cmd_import(cli *c, int argc, char **argv);
 /* kvq list NAME --in-flight / --delayed (cmd_workq.c). */
 int cli_list_workq(cli *c, const char *name, int delayed);
 int cmd_bench(cli *c, int argc, char **argv);

@@ -9,7 +9,7 @@
 #include "util/util.h"
 
 typedef struct bench_run {
-    cq *q;
+    cli_queue *q;
     long per_thread;
     int pop;
     long done;
@@ -33,11 +33,12 @@ static void *bench_thread(void *arg)
         int rc;
         if (r->pop) {
             long got = 0;
-            rc = cq_pop(r->q, 1, 0, count_item, &got);
+            size_t popped;
+            rc = cli_queue_pop(r->q, 1, 0, count_item, &got, &popped);
             if (rc == KVQ_ENOTFOUND)
                 break;
         } else {
-            rc = cq_push(r->q, value, sizeof(value), (int64_t)(i % 10));
+            rc = cli_queue_push(r->q, value, sizeof(value), (int64_t)(i % 10));
         }
         if (rc != 0) {
             r->err = rc;
@@ -48,7 +49,7 @@ static void *bench_thread(void *arg)
     return NULL;
 }
 
-static double run_phase(cq *q, int threads, long items, int pop, int *err)
+static double run_phase(cli_queue *q, int threads, long items, int pop, int *err)
 {
     bench_run *runs = kvq__calloc((size_t)threads, sizeof(*runs));
     pthread_t *th = kvq__calloc((size_t)threads, sizeof(*th));
@@ -85,7 +86,7 @@ int cmd_bench(cli *c, int argc, char **argv)
                 return cli_usage("bench", "--threads needs a count from 1 to 256");
             i++;
         } else {
-            return cli_usage("bench", "unexpected argument '%s'", argv[i]);
+            return cli_usage("bench", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     c->create_db = 1;
@@ -93,41 +94,46 @@ int cmd_bench(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     int tty = isatty(2);
-    cli_qtype types[] = { QT_DURABLE, QT_FIFO, QT_PRIORITY };
+    kvq_queue_type types[] = { KVQ_QUEUE_DURABLE, KVQ_QUEUE_FIFO, KVQ_QUEUE_PRIORITY };
     if (c->json)
         printf("[");
     else
         printf("| queue | threads | pushes/s | pops/s |\n|---|---:|---:|---:|\n");
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         char name[64];
-        snprintf(name, sizeof(name), "bench-%s-%ld", cli_qtype_name(types[t]), (long)getpid());
-        int err = cli_registry_create(c->db, name, types[t]);
-        cq *q = NULL;
+        snprintf(name, sizeof(name), "bench-%s-%ld", cli_type_name(types[t]), (long)getpid());
+        kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
+        settings.type = types[t];
+        settings.max_deliveries = 0;
+        int err = kvq_queue_create_named(c->db, name, &settings);
+        cli_queue *q = NULL;
         if (err == 0)
-            err = cq_open(&q, c->db, name, types[t]);
+            err = cli_queue_open(&q, c->db, name, types[t]);
         if (err != 0)
             return cli_fail(err, "cannot create a scratch queue");
         if (tty)
             fprintf(stderr, "\r%s: pushing %lld items with %lld threads...   ",
-                    cli_qtype_name(types[t]), items, threads);
+                    cli_type_name(types[t]), items, threads);
         double push = run_phase(q, (int)threads, (long)items, 0, &err);
         if (tty)
             fprintf(stderr, "\r%s: popping %lld items with %lld threads...    ",
-                    cli_qtype_name(types[t]), items, threads);
+                    cli_type_name(types[t]), items, threads);
         double pop = err == 0 ? run_phase(q, (int)threads, (long)items, 1, &err) : 0.0;
         if (tty)
             fprintf(stderr, "\r%60s\r", "");
-        (void)cq_delete(q);
-        cq_close(q);
-        (void)cli_registry_delete(c->db, name);
+        (void)cli_queue_delete(q);
+        cli_queue_close(q);
+        if (kvq_queue_forget_named(c->db, name) != 0)
+            fprintf(stderr, "kvq: the scratch queue %s could not be removed: %s\n", name,
+                    kvq_last_error());
         if (err != 0)
             return cli_fail(err, "bench failed");
         if (c->json)
             printf("%s{\"queue\":\"%s\",\"threads\":%lld,\"pushes_per_s\":%.0f,"
                    "\"pops_per_s\":%.0f}",
-                   t ? "," : "", cli_qtype_name(types[t]), threads, push, pop);
+                   t ? "," : "", cli_type_name(types[t]), threads, push, pop);
         else
-            printf("| %s | %lld | %.0f | %.0f |\n", cli_qtype_name(types[t]), threads, push, pop);
+            printf("| %s | %lld | %.0f | %.0f |\n", cli_type_name(types[t]), threads, push, pop);
         fflush(stdout);
     }
     if (c->json)

@@ -23,91 +23,13 @@ extern char **environ;
 typedef struct consume_ctx {
     cli *c;
     const char *exec;
+    const char *name;
+    int raw;
     pthread_mutex_t out_mu;
     int out_gone;       /* atomic: standard output failed; the consumer stops */
     uint64_t failed;    /* atomic: items whose command failed */
     kvq_consumer *cons; /* atomic: set once started, so that a worker can stop the others */
 } consume_ctx;
-
-/* Runs the command with the item on its standard input; 0 if it exited with status 0. The pipe
- * is close-on-exec and the child is started with posix_spawn, so that commands run by other
- * workers at the same time never inherit this pipe (which would keep its reader from seeing the
- * end of the item). */
-static pid_t spawn_exec(const char *cmd, kvq_bytes v, int *ok)
-{
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
-    /* The command starts with the signals this process blocks or ignores back to normal. */
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t none, dflt;
-    sigemptyset(&none);
-    sigemptyset(&dflt);
-    sigaddset(&dflt, SIGPIPE);
-    sigaddset(&dflt, SIGINT);
-    sigaddset(&dflt, SIGTERM);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &dflt);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
-    pid_t pid;
-    int src = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    close(fds[0]);
-    if (src != 0) {
-        close(fds[1]);
-        return -1;
-    }
-    size_t off = 0;
-    *ok = 1;
-    while (off < v.len) {
-        ssize_t n = write(fds[1], v.data + off, v.len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            *ok = 0; /* the command did not read it all */
-            break;
-        }
-        off += (size_t)n;
-    }
-    close(fds[1]);
-    return pid;
-}
-
-static int exit_ok(int status)
-{
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-/* 0 when the command took the item and exited with status 0, else -1; *sig is the signal that
- * ended the command (0 if none). */
-static int run_exec(const char *cmd, kvq_bytes v, int *sig)
-{
-    int ok = 0, status;
-    *sig = 0;
-    pid_t pid = spawn_exec(cmd, v, &ok);
-    if (pid < 0)
-        return -1;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFSIGNALED(status))
-        *sig = WTERMSIG(status);
-    return ok && exit_ok(status) ? 0 : -1;
-}
-
-/* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
- * `kvq consume q --exec CMD | head -1`): then a command that writes there fails for every item,
- * and consume stops instead of counting each item as failed. */
-static int stdout_reader_gone(void)
-{
-    struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
-    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
-}
 
 /* Prints one item on standard output (a JSON string with --json), whole, under mu so that
  * workers' lines never interleave. 0, or -1 when standard output failed. */
@@ -154,15 +76,21 @@ static int on_item(kvq_bytes v, int worker, void *payload)
     if (__atomic_load_n(&ctx->out_gone, __ATOMIC_ACQUIRE))
         return -1;
     if (ctx->exec != NULL) {
-        int sig;
-        if (run_exec(ctx->exec, v, &sig) == 0)
+        /* At most once the item is already popped: a Ctrl-C of the process group does not
+         * interrupt its command (forward_signals 0), so that it is still handed over. */
+        cli_exec_item it = { v, ctx->c->nul ? '\0' : '\n', ctx->raw, 0, ctx->name, NULL,
+                             ctx->c->db_url, 1, worker };
+        int status, took_all;
+        if (cli_exec_run(ctx->exec, &it, &status, &took_all) == 0)
             return 0;
-        if (stdout_reader_gone())
+        if (cli_stdout_reader_gone())
             return output_gone(ctx);
         __atomic_add_fetch(&ctx->failed, 1, __ATOMIC_ACQ_REL);
-        fprintf(stderr, "kvq consume: worker %d: the command failed for an item (lost: at most "
+        char how[160];
+        cli_exec_describe(status, took_all, how, sizeof(how));
+        fprintf(stderr, "kvq consume: worker %d: the command %s; its item is lost (at most "
                         "once)\n",
-                worker);
+                worker, how);
         return 0;
     }
     if (print_locked(ctx->c, &ctx->out_mu, v) != 0)
@@ -175,6 +103,8 @@ static int on_item(kvq_bytes v, int worker, void *payload)
 typedef struct leased_ctx {
     cli *c;
     const char *exec;
+    const char *name;
+    int raw;
     int stop;     /* atomic: set on SIGINT/SIGTERM (cuts a wait for the pipe's reader short) */
     int out_gone; /* atomic: standard output was closed */
     int pipe;     /* standard output is a pipe */
@@ -200,8 +130,13 @@ static int pipe_drained(leased_ctx *x)
         if (unread == 0)
             return 0;
         struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
-        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)))
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+            /* The reader is gone; it may have read the item just before it went (head -1
+             * reads what is there, then exits): then the pipe holds nothing unread. */
+            if (ioctl(STDOUT_FILENO, FIONREAD, &unread) == 0 && unread == 0)
+                return 0;
             return -1;
+        }
         if (__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE))
             return -1;
         kvq__sleep_us(1000);
@@ -241,22 +176,29 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
 {
     leased_ctx *x = payload;
     if (x->exec != NULL) {
-        int sig;
-        if (run_exec(x->exec, v, &sig) == 0)
+        char tok[KVQ_WORKQ_TOKEN_LEN + 1];
+        cli_token_format(lease, tok);
+        cli_exec_item it = { v, x->c->nul ? '\0' : '\n', x->raw, 1, x->name, tok,
+                             x->c->db_url, lease->deliveries, worker };
+        int status, took_all;
+        if (cli_exec_run(x->exec, &it, &status, &took_all) == 0)
             return KVQ_WORKQ_ACK;
+        int sig = status != -1 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         /* A command that failed because kvq's standard output lost its reader, or that was
          * interrupted with kvq (Ctrl-C of the process group), did not fail on its item: the
          * item goes back at once, without a nack delay, and everything stops. */
-        if (stdout_reader_gone()) {
+        if (cli_stdout_reader_gone()) {
             if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
                 fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
             return KVQ_WORKQ_RELEASE;
         }
         if ((sig == SIGINT || sig == SIGTERM) && stop_coming(x))
             return KVQ_WORKQ_RELEASE;
-        fprintf(stderr, "kvq consume: worker %d: the command failed for an item; it goes back "
-                        "(%u deliveries so far)\n",
-                worker, lease->deliveries);
+        char how[160];
+        cli_exec_describe(status, took_all, how, sizeof(how));
+        fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
+                        "deliveries so far)\n",
+                worker, how, lease->deliveries);
         return KVQ_WORKQ_NACK;
     }
     if (print_leased(x, v) == 0)
@@ -268,12 +210,14 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
     return KVQ_WORKQ_RELEASE;
 }
 
-static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, const char *exec,
-                          int drain, int64_t nack_delay_ms, const sigset_t *sigs)
+static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, int workers, const char *exec,
+                          int drain, int64_t nack_delay_ms, const sigset_t *sigs,
+                          const char *name, int raw)
 {
-    leased_ctx x = { .c = c, .exec = exec };
+    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw };
+    int stopped_by = 0;
     kvq_workq *w;
-    int err = cq_workq(q, info, &w);
+    int err = cli_queue_workq(q, info, &w);
     if (err == KVQ_EWRONGTYPE)
         return cli_usage("consume", "--ack needs a durable or priority queue");
     if (err != 0)
@@ -295,6 +239,7 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
         struct timespec ts = { 0, 100 * 1000000L };
         int sig = sigtimedwait(sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
+            stopped_by = sig;
             __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_workq_consumer_stop(cons);
@@ -315,7 +260,10 @@ static int consume_leased(cli *c, cq *q, const cli_qinfo *info, int workers, con
         return cli_fail(err, "consume stopped");
     if (s.nacked > 0)
         return EXIT_FAILED;
-    return x.out_gone ? EXIT_OUTPUT_GONE : 0;
+    if (x.out_gone)
+        return EXIT_OUTPUT_GONE;
+    /* SIGTERM is consume's ordinary stop (exit 0); Ctrl-C exits 130, as watch and push do. */
+    return stopped_by == SIGINT ? 128 + SIGINT : 0;
 }
 
 /* SIGINT and SIGTERM are blocked in every thread (the workers inherit the mask) and taken by
@@ -337,7 +285,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     const char *name = argv[1];
     kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
     const char *exec = NULL;
-    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0;
+    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0, raw = 0;
     long long nack_delay = 1000;
     for (int i = 2; i < argc; i++) {
         long long v;
@@ -356,6 +304,8 @@ int cmd_consume(cli *c, int argc, char **argv)
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
                 return cli_usage("consume", "--exec needs a command");
             exec = argv[++i];
+        } else if (strcmp(argv[i], "--raw") == 0) {
+            raw = 1;
         } else if (strcmp(argv[i], "--drain") == 0) {
             o.drain = 1;
         } else if (strcmp(argv[i], "--ack") == 0) {
@@ -368,11 +318,13 @@ int cmd_consume(cli *c, int argc, char **argv)
             nack_given = 1;
             i++;
         } else {
-            return cli_usage("consume", "unexpected argument '%s'", argv[i]);
+            return cli_usage("consume", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    if (cli_check_name(name) != 0)
-        return cli_usage("consume", "invalid queue name '%s'", name);
+    if (kvq_queue_check_name(name) != 0)
+        return cli_usage("consume", "invalid queue name '%s'", cli_arg(name));
+    if (raw && exec == NULL)
+        return cli_usage("consume", "--raw applies with --exec");
     if (ack_given && !ack)
         return cli_usage("consume", "--ack and --at-most-once exclude each other");
     if (ack && batch_given)
@@ -380,32 +332,32 @@ int cmd_consume(cli *c, int argc, char **argv)
                                     "default, takes one lease per item)");
     if (!ack && nack_given)
         return cli_usage("consume", "--nack-delay does not apply with --at-most-once");
-    cq *q;
-    cli_qinfo info;
-    int rc = cli_open_queue(c, name, &q, &info);
+    cli_queue *q;
+    kvq_queue_settings info;
+    int rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    cli_qtype type = info.type;
-    if (ack ? type == QT_FIFO : type != QT_DURABLE) {
-        cq_close(q);
+    kvq_queue_type type = info.type;
+    if (ack ? type == KVQ_QUEUE_FIFO : type != KVQ_QUEUE_DURABLE) {
+        cli_queue_close(q);
         return cli_usage("consume", "%s; '%s' is a %s queue",
                          ack ? "consume (at least once) needs a durable or priority queue; a "
                                "fifo queue takes --at-most-once"
                              : "--at-most-once works on durable queues",
-                         name, cli_qtype_name(type));
+                         name, cli_type_name(type));
     }
     if (ack) {
         sigset_t sigs, old;
         block_stop_signals(&sigs, &old);
-        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs);
+        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs, name, raw);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        cq_close(q);
+        cli_queue_close(q);
         return rc;
     }
     kvq_consumer_source src;
-    int err = cq_source(q, &src);
+    int err = cli_queue_source(q, &src);
     if (err != 0) {
-        cq_close(q);
+        cli_queue_close(q);
         return cli_fail(err, "cannot consume the queue");
     }
 
@@ -414,18 +366,31 @@ int cmd_consume(cli *c, int argc, char **argv)
     sigset_t sigs, old;
     block_stop_signals(&sigs, &old);
 
-    consume_ctx ctx = { .c = c, .exec = exec };
+    consume_ctx ctx = { .c = c, .exec = exec, .name = name, .raw = raw };
+    int stopped_by = 0;
     pthread_mutex_init(&ctx.out_mu, NULL);
     kvq_consumer *cons;
     err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &o);
     if (err != 0) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        cq_close(q);
+        cli_queue_close(q);
         return cli_fail(err, "cannot start the consumers");
     }
     __atomic_store_n(&ctx.cons, cons, __ATOMIC_RELEASE);
-    /* Wait for a signal, or for the workers to end by themselves (drain, failure). */
+    /* Wait for a signal, or for the workers to end by themselves (drain, failure). Meanwhile,
+     * delayed items and ended leases of the work queue are made ready once due (they then wake
+     * the workers as a push does), every 200 ms: a read-only look when nothing is due. */
+    kvq_workq *due_w = NULL;
+    if (!c->read_only && cli_queue_workq(q, &info, &due_w) != 0)
+        due_w = NULL;
+    int64_t next_due = 0;
     while (!kvq_consumer_finished(cons)) {
+        if (due_w != NULL && kvq__mono_us() >= next_due) {
+            if (kvq_workq_ready_due(NULL, due_w) != 0)
+                fprintf(stderr, "kvq consume: cannot make due items ready: %s\n",
+                        kvq_last_error());
+            next_due = kvq__mono_us() + 200000;
+        }
         if (__atomic_load_n(&ctx.out_gone, __ATOMIC_ACQUIRE)) {
             fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
             kvq_consumer_stop(cons);
@@ -434,6 +399,7 @@ int cmd_consume(cli *c, int argc, char **argv)
         struct timespec ts = { 0, 10 * 1000000L };
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM) {
+            stopped_by = sig;
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_consumer_stop(cons);
             break;
@@ -443,7 +409,7 @@ int cmd_consume(cli *c, int argc, char **argv)
     kvq_consumer_stats s;
     (void)kvq_consumer_get_stats(&s, cons);
     kvq_consumer_destroy(cons);
-    cq_close(q);
+    cli_queue_close(q);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&ctx.out_mu);
     uint64_t failed = __atomic_load_n(&ctx.failed, __ATOMIC_ACQUIRE);
@@ -458,5 +424,5 @@ int cmd_consume(cli *c, int argc, char **argv)
         return EXIT_OUTPUT_GONE;
     if (s.undelivered > 0 || failed > 0)
         return EXIT_FAILED;
-    return 0;
+    return stopped_by == SIGINT ? 128 + SIGINT : 0;
 }

@@ -13,7 +13,7 @@
 #include "util/util.h"
 
 typedef struct demo {
-    cq *q;
+    cli_queue *q;
     int producers, consumers;
     long items, per_producer;
     int push_batch;
@@ -196,11 +196,11 @@ int cmd_demo(cli *c, int argc, char **argv)
             continue;
         } else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
             name = argv[++i];
-            if (cli_check_name(name) != 0)
-                return cli_usage("demo", "invalid queue name '%s'", name);
+            if (kvq_queue_check_name(name) != 0)
+                return cli_usage("demo", "invalid queue name '%s'", cli_arg(name));
             continue;
         } else
-            return cli_usage("demo", "unexpected argument '%s'", argv[i]);
+            return cli_usage("demo", "unexpected argument '%s'", cli_arg(argv[i]));
         if (i + 1 >= argc || cli_parse_int(argv[i + 1], lo, hi, dst) != 0)
             return cli_usage("demo", "%s needs a number from %lld to %lld", argv[i], lo, hi);
         i++;
@@ -211,7 +211,9 @@ int cmd_demo(cli *c, int argc, char **argv)
     int rc = cli_open(c);
     if (rc != 0)
         return rc;
-    int err = cli_registry_create(c->db, name, QT_DURABLE);
+    kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
+    settings.max_deliveries = 0;
+    int err = kvq_queue_create_named(c->db, name, &settings);
     if (err == KVQ_EEXISTS || err == KVQ_EWRONGTYPE) {
         return cli_usage("demo", "queue '%s' already exists; name another with --queue", name);
     }
@@ -228,10 +230,10 @@ int cmd_demo(cli *c, int argc, char **argv)
     }
     for (long long i = 0; i < consumers * producers; i++)
         d.last_seq[i] = -1;
-    err = cq_open(&d.q, c->db, name, QT_DURABLE);
+    err = cli_queue_open(&d.q, c->db, name, KVQ_QUEUE_DURABLE);
     kvq_consumer_source src;
     if (err == 0)
-        err = cq_source(d.q, &src);
+        err = cli_queue_source(d.q, &src);
     if (err != 0)
         return cli_fail(err, "cannot open the demo queue");
 
@@ -259,7 +261,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d.producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */
-    d.push_error = kvq_queue_produce(NULL, cq_queue(d.q), make_item, &d, &po);
+    d.push_error = kvq_queue_produce(NULL, cli_queue_queue(d.q), make_item, &d, &po);
     int64_t t_push = kvq__mono_us();
     /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
     int64_t deadline = t_push + 120 * 1000000LL;
@@ -283,7 +285,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     kvq_db_stats after;
     (void)kvq_db_get_stats(&after, c->db);
     uint64_t left = 0;
-    (void)cq_len(d.q, &left);
+    (void)cli_queue_len(d.q, &left);
 
     long missing = 0, dup = 0;
     for (long i = 0; i < d.items; i++) {
@@ -303,9 +305,10 @@ int cmd_demo(cli *c, int argc, char **argv)
     else if (cerr != 0)
         cli_fail(cerr, "a consumer failed");
     /* The demo cleans up after itself. */
-    if (cq_delete(d.q) == 0)
-        (void)cli_registry_delete(c->db, name);
-    cq_close(d.q);
+    if (cli_queue_delete(d.q) != 0 || kvq_queue_forget_named(c->db, name) != 0)
+        fprintf(stderr, "kvq: the scratch queue %s could not be removed: %s\n", name,
+                kvq_last_error());
+    cli_queue_close(d.q);
     kvq__free(d.seen);
     kvq__free(d.last_seq);
     kvq__free(d.made);

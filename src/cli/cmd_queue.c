@@ -1,53 +1,17 @@
 /* The commands that work on one queue: create, delete, queues, push, pop, peek, len, list,
  * clear, watch, stats. */
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qops.h"
 #include "util/util.h"
 
-/* Splits argv into the queue name (the first non-option argument) and the rest. Options are
- * parsed by the callers from the remaining arguments. */
-int cli_need_name(const char *cmd, int argc, char **argv, const char **name)
+static int open_queue(cli *c, const char *name, cli_queue **q, kvq_queue_type *type)
 {
-    if (argc < 2 || argv[1][0] == '-')
-        return cli_usage(cmd, "missing the queue NAME");
-    if (cli_check_name(argv[1]) != 0)
-        return cli_usage(cmd, "invalid queue name '%s' (1-200 printable bytes)", argv[1]);
-    *name = argv[1];
-    return 0;
-}
-
-/* Opens the database and the named queue, checking that it exists. */
-int cli_open_queue(cli *c, const char *name, cq **q, cli_qinfo *info)
-{
-    int rc = cli_open(c);
-    if (rc != 0)
-        return rc;
-    cli_qinfo qi;
-    int err = cli_registry_info(c->db, name, &qi);
-    if (err == KVQ_ENOTFOUND) {
-        char msg[1200];
-        snprintf(msg, sizeof(msg), "no queue named '%s' (create it with 'kvq create %s')", name,
-                 name);
-        fprintf(stderr, "kvq: %s\n", msg);
-        cli_json_error(KVQ_ENOTFOUND, "no_such_queue", msg);
-        return EXIT_NOQUEUE;
-    }
-    if (err != 0)
-        return cli_fail(err, "cannot read the queue registry");
-    err = cq_open(q, c->db, name, qi.type);
-    if (err != 0)
-        return cli_fail(err, "cannot open the queue");
-    if (info != NULL)
-        *info = qi;
-    return 0;
-}
-
-static int open_queue(cli *c, const char *name, cq **q, cli_qtype *type)
-{
-    cli_qinfo qi;
-    int rc = cli_open_queue(c, name, q, &qi);
+    kvq_queue_settings qi;
+    int rc = cli_open_named(c, name, q, &qi);
     if (rc == 0 && type != NULL)
         *type = qi.type;
     return rc;
@@ -61,15 +25,16 @@ int cmd_create(cli *c, int argc, char **argv)
         return rc;
     /* Safe defaults: a lease of 30 s, and an item that fails 5 deliveries goes to the dead
      * letters rather than coming back forever. */
-    cli_qinfo info = { QT_DURABLE, 30000, 5 };
+    kvq_queue_settings info = KVQ_QUEUE_SETTINGS_INIT;
+    info.lease_ms = 30000;
     int settings_given = 0, if_not_exists = 0;
-    cli_qtype type = QT_DURABLE;
+    kvq_queue_type type = KVQ_QUEUE_DURABLE;
     for (int i = 2; i < argc; i++) {
         long long v;
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
-            if (cli_qtype_parse(argv[++i], &type) != 0)
+            if (cli_type_parse(argv[++i], &type) != 0)
                 return cli_usage("create", "unknown type '%s' (fifo, priority or durable)",
-                                 argv[i]);
+                                 cli_arg(argv[i]));
         } else if (strcmp(argv[i], "--lease") == 0) {
             if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 1, 86400000, &v) != 0)
                 return cli_usage("create", "--lease needs a duration from 1ms to 24h (500ms, 30s, 5m)");
@@ -82,30 +47,32 @@ int cmd_create(cli *c, int argc, char **argv)
             info.max_deliveries = (uint32_t)v;
             settings_given = 1;
             i++;
-        } else if (strcmp(argv[i], "--if-not-exists") == 0) {
+        } else if (strcmp(argv[i], "--adopt") == 0) {
+            info.flags |= KVQ_QUEUE_ADOPT;
+        } else if (strcmp(argv[i], "--if-not-exists") == 0 || strcmp(argv[i], "--exist-ok") == 0) {
             if_not_exists = 1;
         } else {
-            return cli_usage("create", "unexpected argument '%s'", argv[i]);
+            return cli_usage("create", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    if (type == QT_FIFO && settings_given)
+    if (type == KVQ_QUEUE_FIFO && settings_given)
         return cli_usage("create", "--lease and --max-deliveries need a durable or priority queue");
-    if (type == QT_FIFO)
+    if (type == KVQ_QUEUE_FIFO)
         info.lease_ms = info.max_deliveries = 0;
     info.type = type;
     c->create_db = 1;
     rc = cli_open(c);
     if (rc != 0)
         return rc;
-    int err = cli_registry_create_info(c->db, name, &info);
+    int err = kvq_queue_create_named(c->db, name, &info);
     if (err == KVQ_EEXISTS && if_not_exists) {
         /* Idempotent: the queue is there, with the type asked for; its settings stay. */
         if (c->json) {
             printf("{\"exists\":");
             cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-            printf(",\"type\":\"%s\"}\n", cli_qtype_name(type));
+            printf(",\"type\":\"%s\"}\n", cli_type_name(type));
         } else {
-            printf("%s queue '%s' exists already\n", cli_qtype_name(type), name);
+            printf("%s queue '%s' exists already\n", cli_type_name(type), name);
         }
         return 0;
     }
@@ -115,11 +82,12 @@ int cmd_create(cli *c, int argc, char **argv)
         return EXIT_USAGE;
     }
     if (err == KVQ_EWRONGTYPE) {
-        cli_qtype have = QT_NONE;
-        if (cli_registry_get(c->db, name, &have) != 0)
-            have = QT_NONE;
+        kvq_queue_settings have = KVQ_QUEUE_SETTINGS_INIT;
+        if (kvq_queue_get_named(&have, c->db, name) != 0)
+            return cli_fail(err, "cannot create the queue (--adopt names an existing queue of "
+                                 "this type that another program wrote there)");
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
-                cli_qtype_name(have));
+                cli_type_name(have.type));
         cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
         return EXIT_USAGE;
     }
@@ -128,13 +96,13 @@ int cmd_create(cli *c, int argc, char **argv)
     if (c->json) {
         printf("{\"created\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf(",\"type\":\"%s\"", cli_qtype_name(type));
-        if (type != QT_FIFO)
+        printf(",\"type\":\"%s\"", cli_type_name(type));
+        if (type != KVQ_QUEUE_FIFO)
             printf(",\"lease_ms\":%lld,\"max_deliveries\":%u", (long long)info.lease_ms,
                    info.max_deliveries);
         printf("}\n");
-    } else if (type != QT_FIFO) {
-        printf("created %s queue '%s': lease %lld ms, ", cli_qtype_name(type), name,
+    } else if (type != KVQ_QUEUE_FIFO) {
+        printf("created %s queue '%s': lease %lld ms, ", cli_type_name(type), name,
                (long long)info.lease_ms);
         if (info.max_deliveries > 0)
             printf("dead letter after %u deliveries\n", info.max_deliveries);
@@ -163,7 +131,7 @@ int cmd_alter(cli *c, int argc, char **argv)
                 return cli_usage("alter", "--max-deliveries needs a count (0: never)");
             i++;
         } else {
-            return cli_usage("alter", "unexpected argument '%s'", argv[i]);
+            return cli_usage("alter", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (lease < 0 && maxd < 0)
@@ -171,8 +139,8 @@ int cmd_alter(cli *c, int argc, char **argv)
     rc = cli_open(c);
     if (rc != 0)
         return rc;
-    cli_qinfo info;
-    int err = cli_registry_alter(c->db, name, lease, maxd, &info);
+    kvq_queue_settings info;
+    int err = kvq_queue_alter_named(&info, c->db, name, lease, maxd);
     if (err == KVQ_ENOTFOUND) {
         char msg[1200];
         snprintf(msg, sizeof(msg), "no queue named '%s'", name);
@@ -190,7 +158,7 @@ int cmd_alter(cli *c, int argc, char **argv)
         printf(",\"lease_ms\":%lld,\"max_deliveries\":%u}\n", (long long)info.lease_ms,
                info.max_deliveries);
     } else {
-        printf("%s queue '%s': lease %lld ms, max deliveries %u%s\n", cli_qtype_name(info.type),
+        printf("%s queue '%s': lease %lld ms, max deliveries %u%s\n", cli_type_name(info.type),
                name, (long long)info.lease_ms, info.max_deliveries,
                info.max_deliveries == 0 ? " (never dead-lettered)" : "");
     }
@@ -204,15 +172,15 @@ int cmd_delete(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("delete", "unexpected argument '%s'", argv[2]);
-    cq *q;
+        return cli_usage("delete", "unexpected argument '%s'", cli_arg(argv[2]));
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cq_delete(q);
-    cq_close(q);
-    if (err == 0)
-        err = cli_registry_delete(c->db, name);
+    cli_queue_close(q);
+    /* The queue's own keys and its name, in one transaction; keys of the application that share
+     * its subspace stay. */
+    int err = kvq_queue_delete_named(c->db, name);
     if (err != 0)
         return cli_fail(err, "cannot delete the queue");
     if (c->json) {
@@ -223,178 +191,15 @@ int cmd_delete(cli *c, int argc, char **argv)
     return 0;
 }
 
-/* Lines of standard input are pushed in batches of up to PUSH_BATCH values or PUSH_BATCH_BYTES
- * bytes: one transaction per batch on a durable queue (all or none of a batch). */
-#define PUSH_BATCH       100
-#define PUSH_BATCH_BYTES (1u << 20)
-
-static int push_lines(cq *q, long long prio, long *pushed)
-{
-    kvq_buf lines[PUSH_BATCH];
-    kvq_bytes views[PUSH_BATCH];
-    memset(lines, 0, sizeof(lines));
-    char *line = NULL;
-    size_t cap = 0, n = 0, bytes = 0;
-    ssize_t len;
-    int err = 0, eof = 0;
-    while (err == 0 && !eof) {
-        len = getline(&line, &cap, stdin);
-        if (len < 0) {
-            eof = 1;
-        } else {
-            if (len > 0 && line[len - 1] == '\n')
-                len--;
-            if ((size_t)len > KVQ_MAX_VALUE_SIZE)
-                err = kvq__error(KVQ_EVALUE_TOO_LARGE,
-                                 "line %ld holds %zd bytes, over the limit of %d per value",
-                                 *pushed + (long)n + 1, len, KVQ_MAX_VALUE_SIZE);
-            if (err == 0) {
-                lines[n].len = 0;
-                err = kvq_buf_append(&lines[n], line, (size_t)len);
-            }
-            if (err == 0) {
-                views[n].data = lines[n].data;
-                views[n].len = (size_t)len;
-                bytes += (size_t)len;
-                n++;
-            }
-        }
-        if (err == 0 && n > 0 && (eof || n == PUSH_BATCH || bytes >= PUSH_BATCH_BYTES)) {
-            size_t done = 0;
-            err = cq_push_many(q, views, n, prio, &done);
-            *pushed += (long)done;
-            n = 0;
-            bytes = 0;
-        }
-    }
-    free(line);
-    for (size_t i = 0; i < PUSH_BATCH; i++)
-        kvq_buf_dispose(&lines[i]);
-    return err;
-}
-
-int cmd_push(cli *c, int argc, char **argv)
-{
-    const char *name = NULL;
-    int rc = cli_need_name("push", argc, argv, &name);
-    if (rc != 0)
-        return rc;
-    long long prio = 0, delay = 0;
-    const char *dedup = NULL;
-    int first_value = -1, n_values = 0, have_prio = 0;
-    for (int i = 2; i < argc; i++) {
-        if (first_value >= 0) {
-            /* After the first value every argument is a value, whatever it looks like. */
-            n_values++;
-        } else if (strcmp(argv[i], "--priority") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
-                return cli_usage("push", "--priority needs an integer");
-            have_prio = 1;
-            i++;
-        } else if (strcmp(argv[i], "--delay") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
-                return cli_usage("push", "--delay needs a duration from 0 to 7 days (500ms, 30s, 5m)");
-            i++;
-        } else if (strcmp(argv[i], "--dedup") == 0) {
-            if (i + 1 >= argc || argv[i + 1][0] == '\0' || strlen(argv[i + 1]) > 1000)
-                return cli_usage("push", "--dedup needs a key of 1 to 1000 bytes");
-            dedup = argv[++i];
-        } else if (strcmp(argv[i], "--") == 0) {
-            if (first_value < 0 && i + 1 < argc)
-                first_value = i + 1;
-            n_values += argc - i - 1;
-            break;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return cli_usage("push",
-                             "unknown option '%s' (to push values that start with '-', put "
-                             "them after '--')",
-                             argv[i]);
-        } else {
-            first_value = i;
-            n_values++;
-        }
-    }
-    if (dedup != NULL && n_values != 1)
-        return cli_usage("push", "--dedup takes exactly one value, as an argument");
-    cq *q;
-    cli_qinfo info;
-    rc = cli_open_queue(c, name, &q, &info);
-    if (rc != 0)
-        return rc;
-    cli_qtype type = info.type;
-    if (have_prio && type != QT_PRIORITY) {
-        cq_close(q);
-        return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
-    }
-    if ((delay > 0 || dedup != NULL) && type == QT_FIFO) {
-        cq_close(q);
-        return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
-                                 "fifo queue", name);
-    }
-    long pushed = 0, duplicates = 0;
-    int err = 0;
-    /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
-     * what goes through them) go through the work-queue layer. */
-    if (delay > 0 || dedup != NULL || type == QT_PRIORITY) {
-        kvq_workq *w = NULL;
-        err = cq_workq(q, &info, &w);
-        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
-        po.priority = prio;
-        po.delay_ms = delay;
-        if (dedup != NULL) {
-            po.dedup_key = (const uint8_t *)dedup;
-            po.dedup_len = strlen(dedup);
-        }
-        char *line = NULL;
-        size_t cap = 0;
-        for (int i = 0; err == 0; i++) {
-            const char *v;
-            size_t len;
-            if (n_values > 0) {
-                if (i >= n_values)
-                    break;
-                v = argv[first_value + i];
-                len = strlen(v);
-            } else {
-                ssize_t got = getline(&line, &cap, stdin);
-                if (got < 0)
-                    break;
-                if (got > 0 && line[got - 1] == '\n')
-                    got--;
-                v = line;
-                len = (size_t)got;
-            }
-            int enqueued = 0;
-            err = kvq_workq_push(&enqueued, w, (const uint8_t *)v, len, &po);
-            pushed += err == 0 && enqueued;
-            duplicates += err == 0 && !enqueued;
-        }
-        free(line);
-    } else if (n_values > 0) {
-        for (int i = 0; i < n_values && err == 0; i++) {
-            const char *v = argv[first_value + i];
-            err = cq_push(q, (const uint8_t *)v, strlen(v), prio);
-            pushed += err == 0;
-        }
-    } else {
-        err = push_lines(q, prio, &pushed);
-    }
-    cq_close(q);
-    if (c->json)
-        printf("{\"pushed\":%ld,\"duplicates\":%ld}\n", pushed, duplicates);
-    else if (duplicates > 0)
-        fprintf(stderr, "kvq: dedup key '%s' was pushed within the window: nothing enqueued\n",
-                dedup);
-    if (err != 0)
-        return cli_fail(err, "push failed");
-    return 0;
-}
-
 typedef struct out_ctx {
     cli *c;
-    long n;
+    long n;        /* items written */
+    int flush;     /* flush each item, so that a closed output is seen at the item it loses */
+    int out_errno; /* the write failed: its errno */
 } out_ctx;
+
+/* print_item's return when standard output failed (not a kvq error number). */
+#define OUT_FAILED (-2)
 
 static int print_item(const uint8_t *v, size_t n, void *arg)
 {
@@ -405,6 +210,11 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
         cli_json_str(stdout, v, n);
     } else {
         cli_print_value(stdout, v, n);
+    }
+    if (o->flush && fflush(stdout) != 0) {
+        o->out_errno = errno;
+        clearerr(stdout);
+        return OUT_FAILED;
     }
     o->n++;
     return 0;
@@ -426,31 +236,61 @@ int cmd_pop(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--max") == 0) {
             max = 1;
         } else {
-            return cli_usage("pop", "unexpected argument '%s'", argv[i]);
+            return cli_usage("pop", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
-    cli_qtype type;
+    cli_queue *q;
+    kvq_queue_type type;
     rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
-    if (max && type != QT_PRIORITY) {
-        cq_close(q);
+    if (max && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
         return cli_usage("pop", "--max applies to priority queues; '%s' is a %s queue", name,
-                         cli_qtype_name(type));
+                         cli_type_name(type));
     }
-    out_ctx o = { c, 0 };
+    /* A closed output is an error to report (with what it cost), not a silent SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    out_ctx o = { c, 0, 1, 0 };
     if (c->json)
         printf("[");
-    int err = cq_pop(q, (size_t)k, max, print_item, &o);
+    size_t popped = 0;
+    int err = 0;
+    /* In transactions of up to 1,000 items; before each, whether the output's reader is still
+     * there, so that no transaction pops for a reader that is gone. */
+    while (err == 0 && popped < (size_t)k) {
+        if (popped > 0 && cli_stdout_reader_gone()) {
+            err = OUT_FAILED;
+            o.out_errno = EPIPE;
+            break;
+        }
+        size_t want = (size_t)k - popped < 1000 ? (size_t)k - popped : 1000, got = 0;
+        err = cli_queue_pop(q, want, max, print_item, &o, &got);
+        popped += got;
+        if (err == 0 && got < want)
+            break;
+    }
+    if (err == KVQ_ENOTFOUND && popped > 0)
+        err = 0;
+    cli_queue_close(q);
+    if (err == OUT_FAILED) {
+        /* Popped items are gone from the queue: say how many never reached the output. */
+        unsigned long long lost = (unsigned long long)popped - (unsigned long long)o.n;
+        fprintf(stderr,
+                "kvq pop: cannot write to standard output (%s): %llu popped item%s not written "
+                "and lost (%ld written before)\n",
+                strerror(o.out_errno), lost, lost == 1 ? " was" : "s were", o.n);
+        return o.out_errno == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
+    }
     if (c->json)
         printf("]\n");
-    cq_close(q);
     if (err == KVQ_ENOTFOUND) {
         if (!c->json)
             fprintf(stderr, "kvq: queue '%s' is empty\n", name);
         return EXIT_EMPTY;
     }
+    if (err != 0 && popped > 0)
+        cli_json_errors(0); /* the items popped were printed: no second JSON value */
     if (err != 0)
         return cli_fail(err, "pop failed");
     return 0;
@@ -467,15 +307,21 @@ int cmd_peek(cli *c, int argc, char **argv)
         if (strcmp(argv[i], "--max") == 0)
             max = 1;
         else
-            return cli_usage("peek", "unexpected argument '%s'", argv[i]);
+            return cli_usage("peek", "unexpected argument '%s'", cli_arg(argv[i]));
     }
-    cq *q;
-    rc = open_queue(c, name, &q, NULL);
+    cli_queue *q;
+    kvq_queue_type type;
+    rc = open_queue(c, name, &q, &type);
     if (rc != 0)
         return rc;
+    if (max && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
+        return cli_usage("peek", "--max applies to priority queues; '%s' is a %s queue", name,
+                         cli_type_name(type));
+    }
     kvq_buf v = KVQ_BUF_INIT;
-    int err = cq_peek(q, max, &v);
-    cq_close(q);
+    int err = cli_queue_peek(q, max, &v);
+    cli_queue_close(q);
     if (err == KVQ_ENOTFOUND) {
         if (c->json)
             printf("null\n");
@@ -505,14 +351,14 @@ int cmd_len(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("len", "unexpected argument '%s'", argv[2]);
-    cq *q;
+        return cli_usage("len", "unexpected argument '%s'", cli_arg(argv[2]));
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
     uint64_t n = 0;
-    int err = cq_len(q, &n);
-    cq_close(q);
+    int err = cli_queue_len(q, &n);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "len failed");
     if (c->json)
@@ -540,24 +386,24 @@ int cmd_list(cli *c, int argc, char **argv)
         } else if (strcmp(argv[i], "--delayed") == 0) {
             delayed = 1;
         } else {
-            return cli_usage("list", "unexpected argument '%s'", argv[i]);
+            return cli_usage("list", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (inflight + delayed > 1 || ((inflight || delayed) && limit > 0))
         return cli_usage("list", "--in-flight, --delayed and --limit exclude each other");
     if (inflight || delayed)
         return cli_list_workq(c, name, delayed);
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    out_ctx o = { c, 0 };
+    out_ctx o = { c, 0, 0, 0 };
     if (c->json)
         printf("[");
-    int err = cq_list(q, (size_t)limit, print_item, &o);
+    int err = cli_queue_list(q, (size_t)limit, print_item, &o);
     if (c->json)
         printf("]\n");
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "list failed");
     return 0;
@@ -570,19 +416,30 @@ int cmd_clear(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 2)
-        return cli_usage("clear", "unexpected argument '%s'", argv[2]);
-    cq *q;
-    rc = open_queue(c, name, &q, NULL);
+        return cli_usage("clear", "unexpected argument '%s'", cli_arg(argv[2]));
+    cli_queue *q;
+    kvq_queue_settings info;
+    rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
-    int err = cq_clear(q);
-    cq_close(q);
+    /* A purge: ready, in flight, delayed and dead items alike, counted as cleared (durable and
+     * priority queues); a fifo queue has only ready items. */
+    uint64_t n = 0;
+    kvq_workq *w = NULL;
+    int err = info.type == KVQ_QUEUE_FIFO ? 0 : cli_queue_workq(q, &info, &w);
+    if (err == 0 && w != NULL)
+        err = kvq_workq_purge(&n, w);
+    else if (err == 0 && (err = cli_queue_len(q, &n)) == 0)
+        err = cli_queue_clear(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "clear failed");
     if (c->json) {
         printf("{\"cleared\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
-        printf("}\n");
+        printf(",\"items\":%llu}\n", (unsigned long long)n);
+    } else {
+        printf("%llu\n", (unsigned long long)n);
     }
     return 0;
 }
@@ -600,18 +457,18 @@ int cmd_watch(cli *c, int argc, char **argv)
                 return cli_usage("watch", "--timeout needs a duration (500ms, 30s, 5m)");
             i++;
         } else {
-            return cli_usage("watch", "unexpected argument '%s'", argv[i]);
+            return cli_usage("watch", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    int err = cq_watch(q, timeout);
+    int err = cli_queue_watch(q, timeout);
     uint64_t n = 0;
     if (err == 0)
-        err = cq_len(q, &n);
-    cq_close(q);
+        err = cli_queue_len(q, &n);
+    cli_queue_close(q);
     if (err == KVQ_ETIMED_OUT) {
         if (c->json)
             printf("{\"changed\":false}\n");

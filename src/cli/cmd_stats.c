@@ -10,8 +10,8 @@
 #include "util/util.h"
 
 /* The counted figures of a queue, each meaning one thing. */
-enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_IN_FLIGHT, F_DELAYED,
-       F_DEAD, NFIELDS };
+enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_CLEARED, F_IN_FLIGHT,
+       F_DELAYED, F_DEAD, NFIELDS };
 
 typedef struct field {
     const char *key;  /* the text and JSON key */
@@ -27,6 +27,7 @@ static const field FIELDS[NFIELDS] = {
     { "requeued", "counter",
       "Items given back to the queue after a delivery: nack, ended lease or redrive." },
     { "dead_lettered", "counter", "Items moved to the dead letters." },
+    { "cleared", "counter", "Items removed by kvq clear, whatever their state." },
     { "in_flight", "gauge", "Items leased to a consumer and not yet settled." },
     { "delayed", "gauge", "Items waiting for their delay." },
     { "dead", "gauge", "Dead letters." },
@@ -35,7 +36,7 @@ static const field FIELDS[NFIELDS] = {
 /* What is known of one queue; a figure that does not apply is absent (JSON null). */
 typedef struct qview {
     char name[256];
-    cli_qtype type;
+    kvq_queue_type type;
     uint64_t length;
     int has[NFIELDS];
     uint64_t f[NFIELDS];
@@ -53,18 +54,18 @@ static int gather(cli *c, const char *name, qview *v)
 {
     memset(v, 0, sizeof(*v));
     snprintf(v->name, sizeof(v->name), "%s", name);
-    cq *q;
-    cli_qinfo info;
-    int rc = cli_open_queue(c, name, &q, &info);
+    cli_queue *q;
+    kvq_queue_settings info;
+    int rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
     v->type = info.type;
-    cq_stats s = { 0 };
-    int err = cq_stats_get(q, &s);
+    cli_queue_stats s = { 0 };
+    int err = cli_queue_stats_get(q, &s);
     v->length = s.length;
-    if (err == 0 && info.type != QT_FIFO) {
+    if (err == 0 && info.type != KVQ_QUEUE_FIFO) {
         kvq_workq *w = NULL;
-        err = cq_workq(q, &info, &w);
+        err = cli_queue_workq(q, &info, &w);
         if (err == 0)
             err = kvq_workq_get_metrics(&v->m, w);
         if (err == 0) {
@@ -75,11 +76,11 @@ static int gather(cli *c, const char *name, qview *v)
             if (s.has_counters) {
                 v->has[F_SENT] = v->has[F_POPPED] = 1;
                 v->f[F_SENT] = minus(s.pushes, m->requeued);
-                v->f[F_POPPED] = minus(s.pops, m->taken);
+                v->f[F_POPPED] = minus(minus(s.pops, m->taken), m->cleared_ready);
             }
-            int64_t wq[] = { m->received, m->acked, m->requeued, m->dead_lettered,
+            int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered, m->cleared,
                              m->inflight, m->delayed, m->dead };
-            for (int i = 0; i < 7; i++) {
+            for (int i = 0; i < 8; i++) {
                 v->has[F_RECEIVED + i] = 1;
                 v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];
             }
@@ -87,7 +88,7 @@ static int gather(cli *c, const char *name, qview *v)
             v->age_s = (double)m->oldest_ready_age_ms / 1000.0;
         }
     }
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "reading the queue's figures failed");
     return 0;
@@ -116,7 +117,7 @@ static void print_json(const qview *v, const qview *prev, double secs)
 {
     printf("{\"name\":");
     cli_json_str(stdout, (const uint8_t *)v->name, strlen(v->name));
-    printf(",\"type\":\"%s\"", cli_qtype_name(v->type));
+    printf(",\"type\":\"%s\"", cli_type_name(v->type));
     json_u64("length", 1, v->length);
     for (int i = 0; i < NFIELDS; i++)
         json_u64(FIELDS[i].key, v->has[i], v->f[i]);
@@ -138,7 +139,7 @@ static void print_json(const qview *v, const qview *prev, double secs)
 
 static void print_text(const qview *v, const qview *prev, double secs)
 {
-    printf("type\t%s\nlength\t%llu\n", cli_qtype_name(v->type), (unsigned long long)v->length);
+    printf("type\t%s\nlength\t%llu\n", cli_type_name(v->type), (unsigned long long)v->length);
     for (int i = 0; i < NFIELDS; i++)
         if (v->has[i])
             printf("%s\t%llu\n", FIELDS[i].key, (unsigned long long)v->f[i]);
@@ -208,7 +209,7 @@ static void prom_family(int i, const qview *vs, size_t n)
             continue;
         printf("%s{queue=\"", name);
         prom_label(v->name);
-        printf("\",type=\"%s\"} %.17g\n", cli_qtype_name(v->type), x);
+        printf("\",type=\"%s\"} %.17g\n", cli_type_name(v->type), x);
     }
 }
 
@@ -226,9 +227,9 @@ typedef struct qset {
     size_t n, cap;
 } qset;
 
-static int add_name(const char *name, cli_qtype t, void *arg)
+static int add_name(const char *name, const kvq_queue_settings *settings, void *arg)
 {
-    (void)t;
+    (void)settings;
     qset *set = arg;
     if (set->n == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 8;
@@ -245,7 +246,7 @@ static int add_name(const char *name, cli_qtype t, void *arg)
 static int gather_all(cli *c, const char *only, qset *set)
 {
     set->n = 0;
-    int err = only != NULL ? add_name(only, QT_NONE, set) : cli_registry_list(c->db, add_name, set);
+    int err = only != NULL ? add_name(only, NULL, set) : kvq_queue_list_named(c->db, add_name, set);
     if (err != 0)
         return cli_fail(err, "cannot list the queues");
     for (size_t i = 0; i < set->n; i++) {
@@ -276,12 +277,12 @@ int cmd_stats(cli *c, int argc, char **argv)
         else if (strcmp(argv[i], "--watch") == 0)
             watch = 1;
         else if (argv[i][0] == '-' || name != NULL)
-            return cli_usage("stats", "unexpected argument '%s'", argv[i]);
+            return cli_usage("stats", "unexpected argument '%s'", cli_arg(argv[i]));
         else
             name = argv[i];
     }
-    if (name != NULL && cli_check_name(name) != 0)
-        return cli_usage("stats", "invalid queue name '%s'", name);
+    if (name != NULL && kvq_queue_check_name(name) != 0)
+        return cli_usage("stats", "invalid queue name '%s'", cli_arg(name));
     if (prom && c->json)
         return cli_usage("stats", "--prometheus and --json exclude each other");
     int rc = cli_open(c);
@@ -349,7 +350,7 @@ int cmd_stats(cli *c, int argc, char **argv)
 int cmd_queues(cli *c, int argc, char **argv)
 {
     if (argc > 1)
-        return cli_usage("queues", "unexpected argument '%s'", argv[1]);
+        return cli_usage("queues", "unexpected argument '%s'", cli_arg(argv[1]));
     int rc = cli_open(c);
     if (rc != 0)
         return rc;
@@ -375,7 +376,7 @@ int cmd_queues(cli *c, int argc, char **argv)
             }
             if (v->has_age)
                 snprintf(age, sizeof(age), "%.3f", v->age_s);
-            printf("%-24s %-8s %10llu %10s %10s %10s %12s\n", v->name, cli_qtype_name(v->type),
+            printf("%-24s %-8s %10llu %10s %10s %10s %12s\n", v->name, cli_type_name(v->type),
                    (unsigned long long)v->length, inf, del, dead, age);
         }
     }

@@ -4,78 +4,12 @@
 #include <string.h>
 
 #include "qops.h"
-#include "util/bytes.h"
 #include "util/util.h"
 
-/* id (16) + received (8) + deadline (8) + deliveries (4) + priority (8), big-endian. */
-#define TOKEN_BYTES 44
-
-static void cli_token_format(const kvq_workq_lease *l, char out[2 * TOKEN_BYTES + 1])
-{
-    uint8_t b[TOKEN_BYTES];
-    memcpy(b, l->id, 16);
-    kvq__be_put(b + 16, (uint64_t)l->received, 8);
-    kvq__be_put(b + 24, (uint64_t)l->deadline, 8);
-    kvq__be_put(b + 32, l->deliveries, 4);
-    kvq__be_put(b + 36, (uint64_t)l->priority, 8);
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < TOKEN_BYTES; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
-    }
-    out[2 * TOKEN_BYTES] = '\0';
-}
-
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* 0, or -1 when s is not a token that `kvq receive` prints. */
-static int token_parse(const char *s, kvq_workq_lease *l)
-{
-    if (strlen(s) != 2 * TOKEN_BYTES)
-        return -1;
-    uint8_t b[TOKEN_BYTES];
-    for (int i = 0; i < TOKEN_BYTES; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        b[i] = (uint8_t)(hi << 4 | lo);
-    }
-    memcpy(l->id, b, 16);
-    l->received = (int64_t)kvq__be_get(b + 16, 8);
-    l->deadline = (int64_t)kvq__be_get(b + 24, 8);
-    l->deliveries = (uint32_t)kvq__be_get(b + 32, 4);
-    l->priority = (int64_t)kvq__be_get(b + 36, 8);
-    return 0;
-}
-
-/* Opens the queue and its work-queue handle; an exit code on failure (printed). */
-static int open_workq(cli *c, const char *cmd, const char *name, cq **q, kvq_workq **w)
-{
-    cli_qinfo info;
-    int rc = cli_open_queue(c, name, q, &info);
-    if (rc != 0)
-        return rc;
-    int err = cq_workq(*q, &info, w);
-    if (err == KVQ_EWRONGTYPE) {
-        cq_close(*q);
-        return cli_usage(cmd, "'%s' is a fifo queue; leases need a durable or priority queue",
-                         name);
-    }
-    if (err != 0) {
-        cq_close(*q);
-        return cli_fail(err, "cannot open the work queue");
-    }
-    return 0;
-}
+/* Items a receive transaction takes (the issue's batch size: 100 per commit), and tokens an
+ * ack transaction settles. */
+#define RECEIVE_BATCH 100
+#define ACK_BATCH     1000
 
 /* Exit code of a failed ack, nack or extend: a lease that is gone is "not found" (1). */
 static int lease_fail(int err, const char *what)
@@ -90,7 +24,7 @@ static int lease_fail(int err, const char *what)
 
 static void print_received(cli *c, const kvq_buf *v, const kvq_workq_lease *l, int first)
 {
-    char tok[2 * TOKEN_BYTES + 1];
+    char tok[KVQ_WORKQ_TOKEN_LEN + 1];
     cli_token_format(l, tok);
     if (c->json) {
         printf("%s{\"lease\":\"%s\",\"deliveries\":%u,\"priority\":%lld,\"value\":",
@@ -126,35 +60,52 @@ int cmd_receive(cli *c, int argc, char **argv)
             many = 1;
             i++;
         } else {
-            return cli_usage("receive", "unexpected argument '%s'", argv[i]);
+            return cli_usage("receive", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, "receive", name, &q, &w);
+    rc = cli_open_workq(c, "receive", name, &q, &w);
     if (rc != 0)
         return rc;
-    kvq_buf v = KVQ_BUF_INIT;
-    kvq_workq_lease l;
+    /* In batches, one transaction each (the values are copied into the in-flight records, so
+     * a batch of large values is halved until it fits a transaction). */
+    size_t chunk = k < RECEIVE_BATCH ? (size_t)k : RECEIVE_BATCH;
+    kvq_buf *vs = calloc(chunk, sizeof(*vs));
+    kvq_workq_lease *ls = calloc(chunk, sizeof(*ls));
     long long got = 0;
-    int err = 0;
+    int err = vs == NULL || ls == NULL ? kvq__error(KVQ_ENOMEM, "out of memory") : 0;
     if (c->json && many)
         printf("[");
-    while (got < k) {
-        /* Long poll only until the first item; then take what is ready. */
-        err = got == 0 ? kvq_workq_receive_wait(&v, &l, w, lease, wait_ms)
-                       : kvq_workq_receive(&v, &l, w, lease);
-        if (err != 0)
-            break;
-        print_received(c, &v, &l, got == 0);
-        got++;
+    while (err == 0 && got < k) {
+        size_t want = (size_t)(k - got) < chunk ? (size_t)(k - got) : chunk, n = 0;
+        err = kvq_workq_receive_many(vs, ls, &n, w, want, lease);
+        if (err == KVQ_ETRANSACTION_TOO_LARGE && chunk > 1) {
+            chunk /= 2;
+            err = 0;
+            continue;
+        }
+        if (err == KVQ_ENOTFOUND && got == 0 && wait_ms > 0) {
+            /* Nothing ready: a long poll for the first item, then what is ready. */
+            err = kvq_workq_receive_wait(&vs[0], &ls[0], w, lease, wait_ms);
+            n = err == 0;
+        }
+        for (size_t i = 0; i < n; i++, got++)
+            print_received(c, &vs[i], &ls[i], got == 0);
+        if (err == 0 && n < want && got > 0 && !(wait_ms > 0 && got == 1 && n == 1))
+            break; /* the queue ran out */
     }
+    if (err == KVQ_ENOTFOUND && got > 0)
+        err = 0;
+    for (size_t i = 0; vs != NULL && i < chunk; i++)
+        kvq_buf_dispose(&vs[i]);
+    free(vs);
+    free(ls);
     if (c->json && many)
         printf("]\n");
     else if (c->json && got > 0)
         printf("\n");
-    cq_close(q);
-    kvq_buf_dispose(&v);
+    cli_queue_close(q);
     if (err != 0 && err != KVQ_ENOTFOUND) {
         if (got > 0)
             cli_json_errors(0); /* the items received were printed: no second JSON value */
@@ -170,50 +121,78 @@ int cmd_receive(cli *c, int argc, char **argv)
     return 0;
 }
 
-/* ack NAME TOKEN...: each token acknowledged on its own; every failure is reported, and the exit
- * status is that of the first. */
+/* ack NAME TOKEN...: in batches of ACK_BATCH tokens, one transaction each; a token that fails
+ * does not stop the others. Every failure is reported, and the exit status is that of the
+ * first. */
 static int ack_many(cli *c, const char *name, int argc, char **argv)
 {
-    kvq_workq_lease *ls = calloc((size_t)argc, sizeof(*ls));
-    if (ls == NULL)
+    size_t n = (size_t)argc - 2;
+    kvq_workq_lease *ls = calloc(n, sizeof(*ls));
+    int *res = calloc(n, sizeof(*res));
+    if (ls == NULL || res == NULL) {
+        free(ls);
+        free(res);
         return cli_fail(KVQ_ENOMEM, "out of memory");
-    for (int i = 2; i < argc; i++)
-        if (token_parse(argv[i], &ls[i]) != 0) {
+    }
+    for (size_t i = 0; i < n; i++)
+        if (kvq_workq_lease_parse(&ls[i], argv[2 + i]) != 0) {
             free(ls);
-            return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)", argv[i],
-                             2 * TOKEN_BYTES);
+            free(res);
+            return cli_usage("ack", "'%s' is not a lease token (%d hexadecimal digits)",
+                             cli_arg(argv[2 + i]), KVQ_WORKQ_TOKEN_LEN);
         }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    int rc = open_workq(c, "ack", name, &q, &w);
+    int rc = cli_open_workq(c, "ack", name, &q, &w);
     if (rc != 0) {
         free(ls);
+        free(res);
         return rc;
+    }
+    int err = 0;
+    size_t done = 0;
+    for (; done < n && err == 0; done += ACK_BATCH) {
+        size_t m = n - done < ACK_BATCH ? n - done : ACK_BATCH;
+        err = kvq_workq_ack_many(res + done, w, ls + done, m);
+        if (err == KVQ_ELEASE_EXPIRED || err == KVQ_ELEASE_SETTLED)
+            err = 0; /* per token, in res */
+    }
+    cli_queue_close(q);
+    if (err != 0) {
+        /* A transaction error: the batches before this one were acked. */
+        free(ls);
+        free(res);
+        char what[120];
+        snprintf(what, sizeof(what), "ack failed (the first %zu tokens were handled)",
+                 done - ACK_BATCH);
+        return cli_fail(err, what);
     }
     int first = 0, acked = 0;
     if (c->json)
         printf("{\"acked\":[");
-    for (int i = 2; i < argc; i++) {
-        int err = kvq_workq_ack(w, &ls[i]);
-        if (err == 0) {
+    for (size_t i = 0; i < n; i++) {
+        if (res[i] == 0) {
             if (c->json)
-                printf("%s\"%s\"", acked ? "," : "", argv[i]);
+                printf("%s\"%s\"", acked ? "," : "", argv[2 + i]);
             acked++;
             continue;
         }
         /* One JSON value: failures are counted in it, their messages go to standard error. */
         int was = cli_json_errors(0);
         char what[64];
-        snprintf(what, sizeof(what), "ack of %.16s... failed", argv[i]);
-        int code = lease_fail(err, what);
+        snprintf(what, sizeof(what), "ack of %.16s... failed", argv[2 + i]);
+        kvq__error(res[i], "%s", res[i] == KVQ_ELEASE_EXPIRED
+                                     ? "the lease expired and its item went back to the queue"
+                                     : "the lease was already acked or nacked");
+        int code = lease_fail(res[i], what);
         cli_json_errors(was);
         if (first == 0)
             first = code;
     }
     if (c->json)
-        printf("],\"failed\":%d}\n", argc - 2 - acked);
-    cq_close(q);
+        printf("],\"failed\":%d}\n", (int)n - acked);
     free(ls);
+    free(res);
     return first;
 }
 
@@ -227,9 +206,9 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
     if (argc < 3 || argv[2][0] == '-')
         return cli_usage(cmd, "missing the lease TOKEN (printed by 'kvq receive')");
     kvq_workq_lease l;
-    if (token_parse(argv[2], &l) != 0)
+    if (kvq_workq_lease_parse(&l, argv[2]) != 0)
         return cli_usage(cmd, "'%s' is not a lease token (%d hexadecimal digits)", argv[2],
-                         2 * TOKEN_BYTES);
+                         KVQ_WORKQ_TOKEN_LEN);
     long long ms = 0;
     const char *opt = strcmp(cmd, "nack") == 0     ? "--delay"
                       : strcmp(cmd, "extend") == 0 ? "--lease"
@@ -240,12 +219,12 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
                 return cli_usage(cmd, "%s needs a duration from 0 to 24h (500ms, 30s, 5m)", opt);
             i++;
         } else {
-            return cli_usage(cmd, "unexpected argument '%s'", argv[i]);
+            return cli_usage(cmd, "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, cmd, name, &q, &w);
+    rc = cli_open_workq(c, cmd, name, &q, &w);
     if (rc != 0)
         return rc;
     int err;
@@ -255,15 +234,21 @@ static int settle(cli *c, const char *cmd, int argc, char **argv)
         err = kvq_workq_nack(w, &l, ms);
     else
         err = kvq_workq_extend(w, &l, ms);
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         char what[32];
         snprintf(what, sizeof(what), "%s failed", cmd);
         return lease_fail(err, what);
     }
-    if (strcmp(cmd, "extend") == 0) {
+    if (strcmp(cmd, "ack") == 0 || strcmp(cmd, "nack") == 0) {
+        /* Text: silent, as the other commands that change a queue; --json: one value. */
+        if (c->json && strcmp(cmd, "ack") == 0)
+            printf("{\"acked\":[\"%s\"],\"failed\":0}\n", argv[2]);
+        else if (c->json)
+            printf("{\"nacked\":\"%s\",\"delay_ms\":%lld}\n", argv[2], ms);
+    } else {
         /* The lease's new end changes the token: print the new one. */
-        char tok[2 * TOKEN_BYTES + 1];
+        char tok[KVQ_WORKQ_TOKEN_LEN + 1];
         cli_token_format(&l, tok);
         if (c->json)
             printf("{\"lease\":\"%s\"}\n", tok);
@@ -322,7 +307,7 @@ static int print_wq_item(const kvq_workq_item *it, void *payload)
 {
     item_ctx *x = payload;
     double due = (double)it->due_ms / 1000.0;
-    char tok[2 * TOKEN_BYTES + 1];
+    char tok[KVQ_WORKQ_TOKEN_LEN + 1];
     if (!x->delayed)
         cli_token_format(&it->lease, tok);
     if (x->c->json) {
@@ -347,9 +332,9 @@ static int print_wq_item(const kvq_workq_item *it, void *payload)
 
 int cli_list_workq(cli *c, const char *name, int delayed)
 {
-    cq *q;
+    cli_queue *q;
     kvq_workq *w;
-    int rc = open_workq(c, "list", name, &q, &w);
+    int rc = cli_open_workq(c, "list", name, &q, &w);
     if (rc != 0)
         return rc;
     item_ctx x = { c, delayed, 0 };
@@ -359,7 +344,7 @@ int cli_list_workq(cli *c, const char *name, int delayed)
                       : kvq_workq_list_inflight(w, print_wq_item, &x);
     if (c->json)
         printf("]\n");
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0) {
         cli_json_errors(0); /* the array is printed: no second JSON value */
         return cli_fail(err, "list failed");
@@ -378,10 +363,10 @@ int cmd_dlq(cli *c, int argc, char **argv)
     if (rc != 0)
         return rc;
     if (argc > 3)
-        return cli_usage("dlq", "unexpected argument '%s'", argv[3]);
-    cq *q;
+        return cli_usage("dlq", "unexpected argument '%s'", cli_arg(argv[3]));
+    cli_queue *q;
     kvq_workq *w;
-    rc = open_workq(c, "dlq", name, &q, &w);
+    rc = cli_open_workq(c, "dlq", name, &q, &w);
     if (rc != 0)
         return rc;
     int err;
@@ -404,7 +389,7 @@ int cmd_dlq(cli *c, int argc, char **argv)
                 printf("%llu\n", (unsigned long long)moved);
         }
     }
-    cq_close(q);
+    cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "dlq failed");
     return 0;

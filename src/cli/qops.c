@@ -8,23 +8,50 @@
 #include "util/bytes.h"
 #include "util/util.h"
 
-struct cq {
+const char *cli_type_name(kvq_queue_type t)
+{
+    switch (t) {
+    case KVQ_QUEUE_FIFO:
+        return "fifo";
+    case KVQ_QUEUE_PRIORITY:
+        return "priority";
+    case KVQ_QUEUE_DURABLE:
+        return "durable";
+    default:
+        return "none";
+    }
+}
+
+int cli_type_parse(const char *s, kvq_queue_type *out)
+{
+    if (strcmp(s, "fifo") == 0)
+        *out = KVQ_QUEUE_FIFO;
+    else if (strcmp(s, "priority") == 0)
+        *out = KVQ_QUEUE_PRIORITY;
+    else if (strcmp(s, "durable") == 0)
+        *out = KVQ_QUEUE_DURABLE;
+    else
+        return KVQ_EINVAL;
+    return 0;
+}
+
+struct cli_queue {
     kvq_db *db;
-    cli_qtype type;
+    kvq_queue_type type;
     kvq_queue *q;
-    kvq_workq *w; /* opened by cq_workq */
+    kvq_workq *w; /* opened by cli_queue_workq */
 };
 
-int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
+int cli_queue_open(cli_queue **out, kvq_db *db, const char *name, kvq_queue_type type)
 {
     *out = NULL;
-    kvq_queue_type qt = type == QT_FIFO       ? KVQ_QUEUE_FIFO
-                        : type == QT_PRIORITY ? KVQ_QUEUE_PRIORITY
-                        : type == QT_DURABLE  ? KVQ_QUEUE_DURABLE
+    kvq_queue_type qt = type == KVQ_QUEUE_FIFO       ? KVQ_QUEUE_FIFO
+                        : type == KVQ_QUEUE_PRIORITY ? KVQ_QUEUE_PRIORITY
+                        : type == KVQ_QUEUE_DURABLE  ? KVQ_QUEUE_DURABLE
                                               : (kvq_queue_type)0;
     if (qt == 0)
         return kvq__error(KVQ_EINVAL, "queue '%s' has an unknown type", name);
-    cq *q = kvq__calloc(1, sizeof(*q));
+    cli_queue *q = kvq__calloc(1, sizeof(*q));
     if (q == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory");
     q->db = db;
@@ -36,14 +63,14 @@ int cq_open(cq **out, kvq_db *db, const char *name, cli_qtype type)
         rc = kvq__error(KVQ_EWRONGTYPE, "queue '%s' is now a %s queue", name,
                         kvq_queue_type_name(s.type));
     if (rc != 0) {
-        cq_close(q);
+        cli_queue_close(q);
         return rc;
     }
     *out = q;
     return 0;
 }
 
-void cq_close(cq *q)
+void cli_queue_close(cli_queue *q)
 {
     if (q == NULL)
         return;
@@ -52,15 +79,15 @@ void cq_close(cq *q)
     kvq__free(q);
 }
 
-kvq_queue *cq_queue(cq *q)
+kvq_queue *cli_queue_queue(cli_queue *q)
 {
     return q->q;
 }
 
-int cq_workq(cq *q, const cli_qinfo *info, kvq_workq **out)
+int cli_queue_workq(cli_queue *q, const kvq_queue_settings *info, kvq_workq **out)
 {
     *out = NULL;
-    if (q->type == QT_FIFO)
+    if (q->type == KVQ_QUEUE_FIFO)
         return kvq__error(KVQ_EWRONGTYPE,
                           "leases, delays and dedup need a durable or priority queue; this one "
                           "is a fifo queue");
@@ -78,17 +105,17 @@ int cq_workq(cq *q, const cli_qinfo *info, kvq_workq **out)
     return 0;
 }
 
-int cq_push(cq *q, const uint8_t *v, size_t n, int64_t priority)
+int cli_queue_push(cli_queue *q, const uint8_t *v, size_t n, int64_t priority)
 {
-    if (q->type == QT_PRIORITY)
+    if (q->type == KVQ_QUEUE_PRIORITY)
         return kvq_queue_push_prio(q->q, v, n, priority);
     return kvq_queue_push(q->q, v, n);
 }
 
-int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, size_t *done)
+int cli_queue_push_many(cli_queue *q, const kvq_bytes *values, size_t n, int64_t priority, size_t *done)
 {
     *done = 0;
-    if (q->type == QT_DURABLE) {
+    if (q->type == KVQ_QUEUE_DURABLE) {
         int rc = kvq_queue_push_many(q->q, values, n);
         if (rc == 0)
             *done = n;
@@ -96,7 +123,7 @@ int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, siz
     }
     /* The recipes have no batch push: one idempotent push each. */
     for (size_t i = 0; i < n; i++) {
-        int rc = cq_push(q, values[i].data, values[i].len, priority);
+        int rc = cli_queue_push(q, values[i].data, values[i].len, priority);
         if (rc != 0)
             return rc;
         (*done)++;
@@ -105,11 +132,13 @@ int cq_push_many(cq *q, const kvq_bytes *values, size_t n, int64_t priority, siz
 }
 
 /* The most items one pop transaction takes; larger counts pop in several transactions. */
-#define CQ_POP_CHUNK 1000
+#define CLI_QUEUE_POP_CHUNK 1000
 
-int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg)
+int cli_queue_pop(cli_queue *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg,
+           size_t *popped)
 {
     size_t done = 0;
+    *popped = 0;
     int rc = 0;
     if (max) {
         /* Highest first, one item per transaction. */
@@ -123,7 +152,7 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
         }
         kvq_buf_dispose(&v);
     } else {
-        size_t chunk = k < CQ_POP_CHUNK ? k : CQ_POP_CHUNK;
+        size_t chunk = k < CLI_QUEUE_POP_CHUNK ? k : CLI_QUEUE_POP_CHUNK;
         kvq_buf *outs = kvq__calloc(chunk, sizeof(*outs));
         if (outs == NULL)
             return kvq__error(KVQ_ENOMEM, "out of memory");
@@ -140,20 +169,21 @@ int cq_pop(cq *q, size_t k, int max, int (*fn)(const uint8_t *v, size_t n, void 
             kvq_buf_dispose(&outs[i]);
         kvq__free(outs);
     }
+    *popped = done;
     /* Empty is an error only when nothing at all was popped. */
     if (rc == KVQ_ENOTFOUND && done > 0)
         rc = 0;
     return rc;
 }
 
-int cq_peek(cq *q, int max, kvq_buf *out)
+int cli_queue_peek(cli_queue *q, int max, kvq_buf *out)
 {
     if (max)
         return kvq_queue_peek_prio(out, NULL, q->q, KVQ_QUEUE_MAX);
     return kvq_queue_peek(out, q->q);
 }
 
-int cq_len(cq *q, uint64_t *out)
+int cli_queue_len(cli_queue *q, uint64_t *out)
 {
     return kvq_queue_len(out, q->q);
 }
@@ -165,7 +195,7 @@ typedef struct list_ctx {
 } list_ctx;
 
 /* Stops the iteration with this once the limit is reached (never a kvq error number). */
-#define CQ_LIST_DONE (-1)
+#define CLI_QUEUE_LIST_DONE (-1)
 
 static int list_one(kvq_bytes value, int64_t priority, void *payload)
 {
@@ -173,33 +203,33 @@ static int list_one(kvq_bytes value, int64_t priority, void *payload)
     list_ctx *lc = payload;
     int rc = lc->fn(value.data, value.len, lc->arg);
     if (rc == 0 && lc->limit > 0 && ++lc->done >= lc->limit)
-        rc = CQ_LIST_DONE;
+        rc = CLI_QUEUE_LIST_DONE;
     return rc;
 }
 
-int cq_list(cq *q, size_t limit, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg)
+int cli_queue_list(cli_queue *q, size_t limit, int (*fn)(const uint8_t *v, size_t n, void *arg), void *arg)
 {
     list_ctx lc = { limit, 0, fn, arg };
     int rc = kvq_queue_iterate(q->q, list_one, &lc);
-    return rc == CQ_LIST_DONE ? 0 : rc;
+    return rc == CLI_QUEUE_LIST_DONE ? 0 : rc;
 }
 
-int cq_clear(cq *q)
+int cli_queue_clear(cli_queue *q)
 {
     return kvq_queue_clear(q->q);
 }
 
-int cq_delete(cq *q)
+int cli_queue_delete(cli_queue *q)
 {
     return kvq_queue_delete(q->q);
 }
 
-int cq_watch(cq *q, int64_t timeout_ms)
+int cli_queue_watch(cli_queue *q, int64_t timeout_ms)
 {
-    if (q->type != QT_DURABLE)
+    if (q->type != KVQ_QUEUE_DURABLE)
         return kvq__error(KVQ_EWRONGTYPE,
                           "watch needs a durable queue (a %s queue has no push counter to watch)",
-                          cli_qtype_name(q->type));
+                          cli_type_name(q->type));
     kvq_watch *w = NULL;
     int rc = kvq_queue_watch(&w, q->q);
     if (rc == 0)
@@ -209,7 +239,7 @@ int cq_watch(cq *q, int64_t timeout_ms)
 }
 
 /* Durable queues: the push and pop counters (snapshot reads). */
-static int durable_stats(cq *q, kvq_txn *txn, cq_stats *out)
+static int durable_stats(cli_queue *q, kvq_txn *txn, cli_queue_stats *out)
 {
     kvq_bytes prefix = kvq_queue_prefix(q->q);
     uint64_t c[2] = { 0, 0 };
@@ -238,9 +268,9 @@ static int durable_stats(cq *q, kvq_txn *txn, cq_stats *out)
     return 0;
 }
 
-int cq_stats_get(cq *q, cq_stats *out)
+int cli_queue_stats_get(cli_queue *q, cli_queue_stats *out)
 {
-    if (q->type != QT_DURABLE) {
+    if (q->type != KVQ_QUEUE_DURABLE) {
         /* The recipes keep no counters and their keys carry no time: the length only. */
         return kvq_queue_len(&out->length, q->q);
     }
@@ -252,7 +282,7 @@ int cq_stats_get(cq *q, cq_stats *out)
     return rc;
 }
 
-int cq_source(cq *q, kvq_consumer_source *out)
+int cli_queue_source(cli_queue *q, kvq_consumer_source *out)
 {
     return kvq_queue_consumer_source(out, q->q);
 }

@@ -46,6 +46,7 @@ static size_t make_key(uint8_t *buf, const char *name)
 static void decode(kvq_bytes v, int present, kvq_queue_settings *s)
 {
     memset(s, 0, sizeof(*s));
+    s->version = KVQ_QUEUE_SETTINGS_VERSION;
     if (!present || v.len < 1 || v.data[0] < KVQ_QUEUE_FIFO || v.data[0] > KVQ_QUEUE_DURABLE)
         return;
     s->type = (kvq_queue_type)v.data[0];
@@ -82,6 +83,12 @@ static int check_settings(const kvq_queue_settings *s, const char *what)
 {
     if (s == NULL)
         return kvq__error(KVQ_EINVAL, "%s: settings are NULL", what);
+    if (s->flags & ~(unsigned int)KVQ_QUEUE_ADOPT)
+        return kvq__error(KVQ_EINVAL, "%s: unknown flags 0x%x", what, s->flags);
+    if (s->version != KVQ_QUEUE_SETTINGS_VERSION)
+        return kvq__error(KVQ_EINVAL, "%s: settings of version %u (this kvq knows %d: initialise "
+                          "them with KVQ_QUEUE_SETTINGS_INIT)", what, s->version,
+                          KVQ_QUEUE_SETTINGS_VERSION);
     if (s->type < KVQ_QUEUE_FIFO || s->type > KVQ_QUEUE_DURABLE)
         return kvq__error(KVQ_EINVAL, "%s: unknown queue type %d", what, (int)s->type);
     if (s->lease_ms < 0 || s->lease_ms > 86400000)
@@ -99,6 +106,35 @@ typedef struct named_op {
     int outcome;                      /* create: 1 created, 0 exists alike, -1 other type */
 } named_op;
 
+/* The subspace of a named queue: (name,) as a string (FIFO, priority) or bytes (durable). */
+static int queue_prefix(kvq_buf *out, const char *name, kvq_queue_type type)
+{
+    kvq_tuple_elem e = type == KVQ_QUEUE_DURABLE ? kvq_tuple_bytes(name, strlen(name))
+                                                 : kvq_tuple_str(name);
+    out->len = 0;
+    return kvq_tuple_pack_buf(out, &e, 1);
+}
+
+/* Whether anything lives in the queue's subspace: [prefix, prefix with its final 0x00 -> 0x01). */
+static int prefix_used(kvq_txn *txn, const char *name, kvq_queue_type type, int *used)
+{
+    kvq_buf p = KVQ_BUF_INIT, end = KVQ_BUF_INIT;
+    int rc = queue_prefix(&p, name, type);
+    if (rc == 0)
+        rc = kvq_buf_append(&end, p.data, p.len);
+    const kvq_kv *kvs;
+    size_t n = 0;
+    int more;
+    if (rc == 0) {
+        end.data[end.len - 1]++;
+        rc = kvq_txn_get_range(&kvs, &n, &more, txn, p.data, p.len, end.data, end.len, 1, 0);
+    }
+    *used = rc == 0 && n > 0;
+    kvq_buf_dispose(&p);
+    kvq_buf_dispose(&end);
+    return rc;
+}
+
 static int create_fn(kvq_txn *txn, void *arg)
 {
     named_op *op = arg;
@@ -109,7 +145,18 @@ static int create_fn(kvq_txn *txn, void *arg)
         op->outcome = op->have.type == op->want.type ? 0 : -1;
         return 0;
     }
+    if (!(op->want.flags & KVQ_QUEUE_ADOPT)) {
+        int used = 0;
+        rc = prefix_used(txn, op->name, op->want.type, &used);
+        if (rc != 0)
+            return rc;
+        if (used) {
+            op->outcome = -2;
+            return 0;
+        }
+    }
     op->outcome = 1;
+    op->want.flags = 0;
     op->have = op->want;
     return write_entry(txn, op->name, &op->want);
 }
@@ -127,6 +174,13 @@ int kvq_queue_create_named(kvq_db *db, const char *name, const kvq_queue_setting
     rc = kvq_db_transact(db, create_fn, &op);
     if (rc != 0)
         return rc;
+    if (op.outcome == -2)
+        return kvq__error(KVQ_EWRONGTYPE,
+                          "the subspace (%s\"%s\",) of a %s queue named '%s' already holds keys, "
+                          "which kvq did not write under this name (the application's own data?); "
+                          "to name a queue another program wrote there, adopt it",
+                          op.want.type == KVQ_QUEUE_DURABLE ? "b" : "", name,
+                          kvq_queue_type_name(op.want.type), name);
     if (op.outcome < 0)
         return kvq__error(KVQ_EWRONGTYPE, "queue '%s' exists as a %s queue", name,
                           kvq_queue_type_name(op.have.type));
@@ -214,6 +268,87 @@ int kvq_queue_forget_named(kvq_db *db, const char *name)
         return rc;
     named_op op = { .name = name };
     return kvq_db_transact(db, forget_fn, &op);
+}
+
+/* Clears [prefix + lo, prefix + hi). */
+static int clear_part(kvq_txn *txn, const kvq_buf *prefix, const uint8_t *lo, size_t lon,
+                      const uint8_t *hi, size_t hin)
+{
+    kvq_buf a = KVQ_BUF_INIT, b = KVQ_BUF_INIT;
+    int rc = kvq_buf_append(&a, prefix->data, prefix->len);
+    if (rc == 0)
+        rc = kvq_buf_append(&a, lo, lon);
+    if (rc == 0)
+        rc = kvq_buf_append(&b, prefix->data, prefix->len);
+    if (rc == 0)
+        rc = kvq_buf_append(&b, hi, hin);
+    if (rc == 0)
+        rc = kvq_txn_clear_range(txn, a.data, a.len, b.data, b.len);
+    kvq_buf_dispose(&a);
+    kvq_buf_dispose(&b);
+    return rc;
+}
+
+static int delete_fn(kvq_txn *txn, void *arg)
+{
+    named_op *op = arg;
+    int rc = read_entry(txn, op->name, &op->have);
+    if (rc != 0 || op->have.type == 0)
+        return rc;
+    kvq_buf p = KVQ_BUF_INIT;
+    rc = queue_prefix(&p, op->name, op->have.type);
+    if (rc == 0 && op->have.type != KVQ_QUEUE_DURABLE) {
+        /* Items: (index, random) and (priority, count, random), an integer first (the tuple
+         * codes of integers are 0x0b to 0x1d). */
+        static const uint8_t lo = 0x0b, hi = 0x1e;
+        rc = clear_part(txn, &p, &lo, 1, &hi, 1);
+    } else if (rc == 0) {
+        /* (b"val", versionstamp) items and the two counters. */
+        static const uint8_t val[] = { 0x01, 'v', 'a', 'l', 0x00 }, val_end[] = { 0x01, 'v', 'a',
+                                                                                 'l', 0x01 };
+        static const uint8_t npush[] = { 0x01, 'n', 'p', 'u', 's', 'h', 0x00, 0x00 };
+        static const uint8_t npop[] = { 0x01, 'n', 'p', 'o', 'p', 0x00, 0x00 };
+        rc = clear_part(txn, &p, val, sizeof(val), val_end, sizeof(val_end));
+        /* Each counter key alone: [key, key + 0x00). */
+        if (rc == 0)
+            rc = clear_part(txn, &p, npush, sizeof(npush) - 1, npush, sizeof(npush));
+        if (rc == 0)
+            rc = clear_part(txn, &p, npop, sizeof(npop) - 1, npop, sizeof(npop));
+    }
+    /* kvq's bookkeeping: prefix + 0xFF + ..., up to the end of the subspace. */
+    if (rc == 0) {
+        static const uint8_t ff = 0xff;
+        kvq_buf end = KVQ_BUF_INIT;
+        rc = kvq_buf_append(&end, p.data, p.len);
+        if (rc == 0) {
+            end.data[end.len - 1]++;
+            kvq_buf b = KVQ_BUF_INIT;
+            rc = kvq_buf_append(&b, p.data, p.len);
+            if (rc == 0)
+                rc = kvq_buf_append(&b, &ff, 1);
+            if (rc == 0)
+                rc = kvq_txn_clear_range(txn, b.data, b.len, end.data, end.len);
+            kvq_buf_dispose(&b);
+        }
+        kvq_buf_dispose(&end);
+    }
+    kvq_buf_dispose(&p);
+    if (rc == 0)
+        rc = forget_fn(txn, op);
+    return rc;
+}
+
+int kvq_queue_delete_named(kvq_db *db, const char *name)
+{
+    int rc = db == NULL ? kvq__error(KVQ_EINVAL, "kvq_queue_delete_named: db is NULL")
+                        : kvq_queue_check_name(name);
+    if (rc != 0)
+        return rc;
+    named_op op = { .name = name };
+    rc = kvq_db_transact(db, delete_fn, &op);
+    if (rc == 0 && op.have.type == 0)
+        rc = kvq__error(KVQ_ENOTFOUND, "no queue named '%s'", name);
+    return rc;
 }
 
 int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *payload)

@@ -51,7 +51,7 @@ void kvq_workq_close(kvq_workq *w)
                         &w->base_ddx,      &w->n_inflight, &w->n_delayed, &w->n_dead,
                         &w->n_ready,       &w->tick,       &w->base_a,    &w->base_t,
                         &w->n_received,    &w->n_taken,    &w->n_acked,   &w->n_requeued,
-                        &w->n_deadlettered };
+                        &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -132,6 +132,10 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         rc = make_base(w, &w->n_requeued, "n", "requeued");
     if (rc == 0)
         rc = make_base(w, &w->n_deadlettered, "n", "deadlettered");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared, "n", "cleared");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared_ready, "n", "clearedr");
     if (rc != 0) {
         kvq_workq_close(w);
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue's keys");
@@ -140,7 +144,7 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
     return 0;
 }
 
-static int lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
+int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out)
 {
     if (lease_ms == 0)
         lease_ms = w->opts.lease_ms;
@@ -282,7 +286,6 @@ typedef struct push_ctx {
     int enqueued;
 } push_ctx;
 
-static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done);
 
 static int push_conv_body(kvq_txn *txn, void *arg)
 {
@@ -316,7 +319,7 @@ int kvq_workq_push(
     c.w = w;
     c.value = value;
     c.len = len;
-    rc = run_idempotent(w->q->db, push_conv_body, &c, 0);
+    rc = kvq__wq_run_idempotent(w->q->db, push_conv_body, &c, 0, NULL);
     if (out != NULL)
         *out = rc == 0 ? c.enqueued : 0;
     return rc;
@@ -342,6 +345,113 @@ static int lease_meta(kvq_buf *out,
     return rc;
 }
 
+int kvq__wq_receive_item(kvq_workq *w,
+                         kvq_txn *txn,
+                         kvq_bytes key,
+                         kvq_bytes value,
+                         int64_t rv,
+                         int64_t lv,
+                         const uint8_t *lease_id,
+                         kvq__wq_tally *tally,
+                         kvq_workq_lease *lease,
+                         int *dead)
+{
+    kvq_queue *q = w->q;
+    kvq_buf k = KVQ_BUF_INIT, m = KVQ_BUF_INIT;
+    const uint8_t *suffix = key.data + q->prefix.len;
+    size_t slen = key.len - q->prefix.len;
+    kvq_bytes cv;
+    int present = 0;
+    *dead = 0;
+    int rc = kvq__wq_key_raw(&k, &w->base_c, suffix, slen);
+    if (rc == 0)
+        rc = kvq_txn_get(&cv, &present, txn, k.data, k.len, 0);
+    if (rc != 0)
+        goto out;
+    uint32_t deliv = present ? (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4) : 0;
+    int64_t since = present && cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY
+                        ? (int64_t)kvq__le_get(cv.data + 4, 8)
+                        : -1;
+    if (present)
+        rc = kvq_txn_clear(txn, k.data, k.len);
+    if (rc == 0 && since >= 0)
+        rc = kvq__wq_age_key(&k, w, since, suffix, slen);
+    if (rc == 0 && since >= 0)
+        rc = kvq_txn_clear(txn, k.data, k.len);
+    if (rc == 0 && (tally == NULL || !tally->skip_item_clear))
+        rc = kvq_txn_clear(txn, key.data, key.len);
+    if (rc == 0 && tally != NULL) {
+        tally->ready--;
+        tally->taken++;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_ready_add(w, txn, -1);
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
+    }
+    if (rc != 0)
+        goto out;
+    if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
+        *dead = 1;
+        rc = kvq__wq_to_dead(w, txn, suffix, slen, value, deliv, &k);
+        goto out;
+    }
+    deliv++;
+    uint8_t id[16];
+    if (lease_id != NULL)
+        memcpy(id, lease_id, sizeof(id));
+    else
+        rc = kvq__random_bytes(id, sizeof(id));
+    int64_t deadline = rv + lv;
+    if (rc == 0)
+        rc = lease_meta(&m, deadline, deliv, rv, suffix, slen);
+    if (rc == 0)
+        rc = kvq__wq_id_key(&k, &w->base_l, id);
+    if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_L, &k);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
+    if (rc == 0)
+        rc = kvq__wq_id_key(&k, &w->base_v, id);
+    if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_V, &k);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, value.data, value.len);
+    if (rc == 0)
+        rc = x_key(&k, w, deadline, id);
+    if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_X, &k);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
+    if (rc == 0 && tally != NULL) {
+        tally->inflight++;
+        tally->received++;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_received, 1);
+    }
+    if (rc == 0 && since >= 0) {
+        uint8_t sv[8];
+        kvq__le64_put(sv, (uint64_t)since);
+        rc = kvq__wq_id_key(&k, &w->base_t, id);
+        if (rc == 0)
+            rc = kvq_txn_set(txn, k.data, k.len, sv, sizeof(sv));
+    }
+    if (rc == 0) {
+        memcpy(lease->id, id, 16);
+        lease->received = rv;
+        lease->deadline = deadline;
+        lease->deliveries = deliv;
+        lease->priority = kvq__q_key_priority(q, key.data, key.len);
+    }
+out:
+    kvq_buf_dispose(&k);
+    kvq_buf_dispose(&m);
+    return rc;
+}
+
 int kvq_workq_receive_txn(
     kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
 {
@@ -350,19 +460,17 @@ int kvq_workq_receive_txn(
         rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive_txn: NULL out or lease");
     int64_t lv = 0, rv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
     if (rc != 0)
         return rc;
-    kvq_queue *q = w->q;
-    kvq_buf k = KVQ_BUF_INIT, m = KVQ_BUF_INIT;
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
      * at most per receive. */
     for (int tries = 0; tries < 16; tries++) {
         const kvq_kv *kvs;
         size_t got;
-        rc = kvq__q_head(q, txn, KVQ__END_MIN, 1, 0, &kvs, &got);
+        rc = kvq__q_head(w->q, txn, KVQ__END_MIN, 1, 0, &kvs, &got);
         if (rc != 0)
             break;
         if (got == 0) {
@@ -370,81 +478,15 @@ int kvq_workq_receive_txn(
             kvq__error(rc, "the work queue has no ready item");
             break;
         }
-        kvq_bytes key = kvs[0].key, value = kvs[0].value;
-        const uint8_t *suffix = key.data + q->prefix.len;
-        size_t slen = key.len - q->prefix.len;
-        kvq_bytes cv;
-        int present = 0;
-        rc = kvq__wq_key_raw(&k, &w->base_c, suffix, slen);
-        if (rc == 0)
-            rc = kvq_txn_get(&cv, &present, txn, k.data, k.len, 0);
-        if (rc != 0)
-            break;
-        uint32_t deliv = present ? (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4) : 0;
-        int64_t since = present && cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY
-                            ? (int64_t)kvq__le_get(cv.data + 4, 8)
-                            : -1;
-        if (present)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0 && since >= 0)
-            rc = kvq__wq_age_key(&k, w, since, suffix, slen);
-        if (rc == 0 && since >= 0)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0)
-            rc = kvq_txn_clear(txn, key.data, key.len);
-        if (rc == 0)
-            rc = kvq__wq_ready_add(w, txn, -1);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_taken, 1);
-        if (rc != 0)
-            break;
-        if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries) {
-            rc = kvq__wq_to_dead(w, txn, suffix, slen, value, deliv, &k);
-            if (rc != 0)
-                break;
-            continue;
-        }
-        deliv++;
-        uint8_t id[16];
-        rc = kvq__random_bytes(id, sizeof(id));
-        int64_t deadline = rv + lv;
-        if (rc == 0)
-            rc = lease_meta(&m, deadline, deliv, rv, suffix, slen);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_l, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_v, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, value.data, value.len);
-        if (rc == 0)
-            rc = x_key(&k, w, deadline, id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_inflight, 1);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_received, 1);
-        if (rc == 0 && since >= 0) {
-            uint8_t sv[8];
-            kvq__le64_put(sv, (uint64_t)since);
-            rc = kvq__wq_id_key(&k, &w->base_t, id);
+        int dead = 0;
+        rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, NULL, NULL, lease,
+                                  &dead);
+        if (rc != 0 || !dead) {
             if (rc == 0)
-                rc = kvq_txn_set(txn, k.data, k.len, sv, sizeof(sv));
+                *out = kvs[0].value;
+            break;
         }
-        if (rc == 0) {
-            memcpy(lease->id, id, 16);
-            lease->received = rv;
-            lease->deadline = deadline;
-            lease->deliveries = deliv;
-            lease->priority = kvq__q_key_priority(q, key.data, key.len);
-            *out = value;
-        }
-        break;
     }
-    kvq_buf_dispose(&k);
-    kvq_buf_dispose(&m);
     return rc;
 }
 
@@ -472,7 +514,7 @@ int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_
         rc = kvq__error(KVQ_EINVAL, "kvq_workq_receive: NULL out or lease");
     int64_t lv;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc != 0)
         return rc;
     /* Lazy upkeep: one pass when something is due (a read-only check otherwise). */
@@ -500,9 +542,61 @@ int64_t kvq__wq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
-enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
+int kvq__wq_span_note(kvq__wq_tally *t, kvq_txn *txn, int kind, const kvq_buf *k)
+{
+    if (t == NULL || !t->spans)
+        return 0;
+    kvq_buf *lo = &t->span_lo[kind], *hi = &t->span_hi[kind];
+    int rc = 0;
+    if (lo->len == 0 || kvq__bytes_cmp(k->data, k->len, lo->data, lo->len) < 0)
+        rc = kvq__buf_set(lo, k->data, k->len);
+    if (rc == 0 && (hi->len == 0 || kvq__bytes_cmp(k->data, k->len, hi->data, hi->len) > 0))
+        rc = kvq__buf_set(hi, k->data, k->len);
+    if (rc != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    return kvq_txn_set_option(txn, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0);
+}
 
-static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg)
+void kvq__wq_tally_dispose(kvq__wq_tally *t)
+{
+    for (int i = 0; i < 4; i++) {
+        kvq_buf_dispose(&t->span_lo[i]);
+        kvq_buf_dispose(&t->span_hi[i]);
+    }
+}
+
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t)
+{
+    int rc = 0;
+    for (int i = 0; i < 4; i++) {
+        kvq_buf *lo = &t->span_lo[i], *hi = &t->span_hi[i];
+        if (rc == 0 && lo->len > 0) {
+            static const uint8_t zero = 0;
+            rc = kvq_buf_append(hi, &zero, 1); /* [lo, hi + 0x00): hi included */
+            if (rc == 0)
+                rc = kvq_txn_add_conflict_range(txn, lo->data, lo->len, hi->data, hi->len,
+                                                KVQ_CONFLICT_WRITE);
+        }
+    }
+    if (rc == 0 && t->ready != 0)
+        rc = kvq__wq_ready_add(w, txn, t->ready);
+    if (rc == 0 && t->taken != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_taken, t->taken);
+    if (rc == 0 && t->inflight != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_inflight, t->inflight);
+    if (rc == 0 && t->received != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_received, t->received);
+    if (rc == 0 && t->acked != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_acked, t->acked);
+    return rc;
+}
+
+int kvq__wq_settle_txn(kvq_workq *w,
+                       kvq_txn *txn,
+                       kvq_workq_lease *lease,
+                       int kind,
+                       int64_t arg,
+                       kvq__wq_tally *tally)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
@@ -584,13 +678,19 @@ static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int ki
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_l, lease->id);
     if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_L, &k);
+    if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_v, lease->id);
     if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_V, &k);
+    if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     if (rc == 0)
         rc = x_key(&k, w, deadline, lease->id);
+    if (rc == 0)
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_X, &k);
     if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     int64_t since = -1;
@@ -600,11 +700,18 @@ static int settle_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int ki
     if (rc == 0)
         rc = s_key(&k, w, received, lease->id);
     if (rc == 0)
-        rc = kvq_txn_set(txn, k.data, k.len, &outcome, 1);
+        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_S, &k);
     if (rc == 0)
-        rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
-    if (rc == 0 && kind == SETTLE_ACK)
-        rc = kvq__wq_counter_add(txn, &w->n_acked, 1);
+        rc = kvq_txn_set(txn, k.data, k.len, &outcome, 1);
+    if (rc == 0 && tally != NULL) {
+        tally->inflight--;
+        tally->acked += kind == SETTLE_ACK;
+    } else {
+        if (rc == 0)
+            rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
+        if (rc == 0 && kind == SETTLE_ACK)
+            rc = kvq__wq_counter_add(txn, &w->n_acked, 1);
+    }
     if (rc == 0 && kind == SETTLE_NACK) {
         kvq_bytes v = { val.data, val.len };
         if (w->opts.max_deliveries > 0 && deliv >= w->opts.max_deliveries)
@@ -636,7 +743,7 @@ check_settle(kvq_workq *w, kvq_txn *txn, int need_txn, kvq_workq_lease *lease, c
 int kvq_workq_ack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease)
 {
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_ack_txn");
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_ACK, 0);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_ACK, 0, NULL);
 }
 
 int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t delay_ms)
@@ -644,7 +751,9 @@ int kvq_workq_nack_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_nack_txn");
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
         rc = kvq__error(KVQ_EINVAL, "nack delay of %lld ms is out of range", (long long)delay_ms);
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * KVQ__VERSIONS_PER_MS);
+    return rc != 0 ? rc
+                   : kvq__wq_settle_txn(w, txn, lease, SETTLE_NACK, delay_ms * KVQ__VERSIONS_PER_MS,
+                                        NULL);
 }
 
 int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int64_t lease_ms)
@@ -652,8 +761,8 @@ int kvq_workq_extend_txn(kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int
     int rc = check_settle(w, txn, 1, lease, "kvq_workq_extend_txn");
     int64_t lv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
-    return rc != 0 ? rc : settle_txn(w, txn, lease, SETTLE_EXTEND, lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    return rc != 0 ? rc : kvq__wq_settle_txn(w, txn, lease, SETTLE_EXTEND, lv, NULL);
 }
 
 typedef struct settle_ctx {
@@ -666,7 +775,7 @@ typedef struct settle_ctx {
 static int settle_body(kvq_txn *txn, void *arg)
 {
     settle_ctx *c = arg;
-    return settle_txn(c->w, txn, &c->lease, c->kind, c->arg);
+    return kvq__wq_settle_txn(c->w, txn, &c->lease, c->kind, c->arg, NULL);
 }
 
 /* The retry loop of the idempotent convenience forms: kvq_txn_run's, where after an attempt
@@ -674,7 +783,8 @@ static int settle_body(kvq_txn *txn, void *arg)
  * the lease settled: KVQ_ELEASE_SETTLED, which then means done when settled_done is set). When
  * time runs out with the outcome unknown, one more attempt with a fresh budget settles it: it
  * reads and writes keys each earlier attempt read, so none still in flight can commit after it. */
-static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done)
+int kvq__wq_run_idempotent(
+    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out)
 {
     kvq_txn *txn;
     int rc = kvq_txn_create(&txn, db);
@@ -709,13 +819,15 @@ static int run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_do
         }
     }
     kvq_txn_destroy(txn);
+    if (maybe_out != NULL)
+        *maybe_out = maybe;
     return rc;
 }
 
 static int settle_conv(kvq_workq *w, kvq_workq_lease *lease, int kind, int64_t arg)
 {
     settle_ctx c = { w, *lease, kind, arg };
-    int rc = run_idempotent(w->q->db, settle_body, &c, kind != SETTLE_EXTEND);
+    int rc = kvq__wq_run_idempotent(w->q->db, settle_body, &c, kind != SETTLE_EXTEND, NULL);
     if (rc == 0)
         lease->deadline = c.lease.deadline;
     return rc;
@@ -740,6 +852,6 @@ int kvq_workq_extend(kvq_workq *w, kvq_workq_lease *lease, int64_t lease_ms)
     int rc = check_settle(w, NULL, 0, lease, "kvq_workq_extend");
     int64_t lv = 0;
     if (rc == 0)
-        rc = lease_versions(w, lease_ms, &lv);
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     return rc != 0 ? rc : settle_conv(w, lease, SETTLE_EXTEND, lv);
 }

@@ -363,6 +363,10 @@ static int metrics_body(kvq_txn *txn, void *arg)
         rc = read_counter(txn, &w->n_requeued, &c->m.requeued);
     if (rc == 0)
         rc = read_counter(txn, &w->n_deadlettered, &c->m.dead_lettered);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_cleared, &c->m.cleared);
+    if (rc == 0)
+        rc = read_counter(txn, &w->n_cleared_ready, &c->m.cleared_ready);
     c->m.oldest_ready_age_ms = -1;
     if (rc != 0)
         return rc;

@@ -6,6 +6,9 @@
  *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
  *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
+ *   workq_batch.c   receive, ack and nack of many items in one transaction
+ *   workq_purge.c   removing every item, whatever its state
+ *   workq_token.c   leases as text
  *
  * Written only against the transaction interface and the queue's key layout, so it runs the
  * same on every engine. Keys (bk = the queue's prefix + 0xFF; "suffix" is a ready item's key
@@ -23,7 +26,8 @@
  *   bk ("wq","ddx", version, key)           dedup index for pruning (empty value)
  *   bk ("wq","n", name)                     8-byte LE counters: inflight, delayed, dead, ready;
  *                                           and, only ever growing: received, taken, acked,
- *                                           requeued, deadlettered; and tick, bumped by
+ *                                           requeued, deadlettered, cleared, clearedr
+ *                                           (purged: all, and the ready ones); and tick, bumped by
  *                                           recover and by an extend that shortens a lease
  *
  * The ready count of a durable queue is npush - npop: a receive adds 1 to npop, a return to the
@@ -50,6 +54,8 @@ struct kvq_workq {
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
+    /* Items removed by kvq_workq_purge, all and those that were ready (workq_purge.c). */
+    kvq_buf n_cleared, n_cleared_ready;
     /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts): looks
      * (receives) and sleeps. */
     uint64_t wait_looks, wait_sleeps;
@@ -128,6 +134,60 @@ int kvq__wq_put_delayed(kvq_workq *w,
  * priority in a priority queue), with a delivery count. Never reads anything that conflicts. */
 int kvq__wq_push_ready(
     kvq_workq *w, kvq_txn *txn, int64_t prio, uint32_t deliveries, kvq_bytes value, kvq_buf *tmp);
+
+/* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
+
+/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item;
+ * skip_item_clear: the caller clears the items' keys itself (one clear_range for a run). */
+typedef struct kvq__wq_tally {
+    int64_t ready, taken, inflight, received, acked;
+    int skip_item_clear;
+    /* Spans: the lease, value, expiry and settled-marker keys the batch writes are written
+     * without a write-conflict range each; [span_lo, span_hi] of each kind gets one at the
+     * batch's end (a superset: safe, and a batch's keys are adjacent). */
+    int spans;
+    kvq_buf span_lo[4], span_hi[4];
+} kvq__wq_tally;
+enum { KVQ__WQ_SPAN_L, KVQ__WQ_SPAN_V, KVQ__WQ_SPAN_X, KVQ__WQ_SPAN_S };
+/* Adds the batch's counters, and its spans' write-conflict ranges. */
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t);
+/* Frees the spans (after apply, or instead of it on failure). */
+void kvq__wq_tally_dispose(kvq__wq_tally *t);
+/* Before a write of key k of kind `kind`: with spans, notes k and asks the transaction not to
+ * add the write's own conflict range. 0 or an error. */
+int kvq__wq_span_note(kvq__wq_tally *t, kvq_txn *txn, int kind, const kvq_buf *k);
+
+/* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
+int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
+/* Takes the ready item at key (value: its value) off the queue in txn, read at version rv, and
+ * leases it for lv versions (*lease filled); or, when it has had its deliveries, moves it to the
+ * dead letters (*dead = 1, *lease untouched). key and value must stay valid across the writes
+ * (copies, not views borrowed from txn). lease_id: the lease's 16-byte id, or NULL for a random
+ * one; tally: NULL, or a batch's counters (the counters' adds are left to the batch). */
+int kvq__wq_receive_item(kvq_workq *w,
+                         kvq_txn *txn,
+                         kvq_bytes key,
+                         kvq_bytes value,
+                         int64_t rv,
+                         int64_t lv,
+                         const uint8_t *lease_id,
+                         kvq__wq_tally *tally,
+                         kvq_workq_lease *lease,
+                         int *dead);
+enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
+/* Acks, nacks (arg: the delay in versions) or extends (arg: the new lease in versions) a lease
+ * in txn. A lease that is expired or settled fails with KVQ_ELEASE_EXPIRED or
+ * KVQ_ELEASE_SETTLED having written nothing. tally as kvq__wq_receive_item's. */
+int kvq__wq_settle_txn(kvq_workq *w,
+                       kvq_txn *txn,
+                       kvq_workq_lease *lease,
+                       int kind,
+                       int64_t arg,
+                       kvq__wq_tally *tally);
+/* The retry loop of the idempotent convenience forms (workq.c); *maybe_out (may be NULL): an
+ * attempt may have committed before the one that did. */
+int kvq__wq_run_idempotent(
+    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out);
 
 /* ---- upkeep (workq_upkeep.c) -------------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
  * none is left. */
 #include <string.h>
 
+#include "kvq/workq_batch.h"
 #include "layers/workq_internal.h"
 
 #define SETTLED_WINDOW_BUCKETS 60
@@ -238,6 +239,23 @@ int kvq__wq_upkeep_if_due(kvq_workq *w)
 {
     pass_ctx p = { w, 0, 0, 1 };
     return kvq_db_transact(w->q->db, pass_body, &p);
+}
+
+int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
+{
+    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_ready_due");
+    if (rc != 0)
+        return rc;
+    if (out != NULL)
+        *out = 0;
+    /* As a receive does first: a read-only look, and passes only while something is due. */
+    pass_ctx p = { w, 0, 1, 1 };
+    while (rc == 0 && p.more) {
+        rc = kvq_db_transact(w->q->db, pass_body, &p);
+        if (rc == 0 && out != NULL)
+            *out += p.moved;
+    }
+    return rc;
 }
 
 static int tick_body(kvq_txn *txn, void *arg)

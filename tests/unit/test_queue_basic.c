@@ -612,13 +612,13 @@ static int count_named(const char *name, const kvq_queue_settings *st, void *arg
 static void test_named(void **state)
 {
     (void)state;
-    kvq_queue_settings st = { KVQ_QUEUE_DURABLE, 1500, 2 }, got;
+    kvq_queue_settings st = { KVQ_QUEUE_SETTINGS_VERSION, KVQ_QUEUE_DURABLE, 1500, 2, 0 }, got;
     assert_ok(kvq_queue_create_named(db, "named-jobs", &st));
     assert_int_equal(kvq_queue_create_named(db, "named-jobs", &st), KVQ_EEXISTS);
-    kvq_queue_settings fifo = { KVQ_QUEUE_FIFO, 0, 0 };
+    kvq_queue_settings fifo = { KVQ_QUEUE_SETTINGS_VERSION, KVQ_QUEUE_FIFO, 0, 0, 0 };
     assert_int_equal(kvq_queue_create_named(db, "named-jobs", &fifo), KVQ_EWRONGTYPE);
     assert_ok(kvq_queue_create_named(db, "named-f", &fifo));
-    kvq_queue_settings bad = { KVQ_QUEUE_FIFO, 10, 0 };
+    kvq_queue_settings bad = { KVQ_QUEUE_SETTINGS_VERSION, KVQ_QUEUE_FIFO, 10, 0, 0 };
     assert_int_equal(kvq_queue_create_named(db, "named-x", &bad), KVQ_EINVAL);
     assert_int_equal(kvq_queue_create_named(db, "", &st), KVQ_EINVAL);
     assert_int_equal(kvq_queue_create_named(db, "bad\nname", &st), KVQ_EINVAL);

@@ -21,6 +21,10 @@
 
 #include "test_queue_common.h"
 
+/* Items come back however often they are given back or their leases are lost (the tests count
+ * redeliveries; max deliveries is kvq_workq_options' default of 5 otherwise). */
+static const kvq_workq_options never_dead = { KVQ_WORKQ_OPTIONS_VERSION, 30000, 0, 300000 };
+
 extern char **environ;
 
 #define NITEMS   120
@@ -154,7 +158,7 @@ static void threads_case(kvq_queue_type type)
     kvq_queue *q;
     kvq_workq *w;
     assert_ok(kvq_queue_open(&q, db, type, NULL, NULL));
-    assert_ok(kvq_workq_open(&w, q, NULL));
+    assert_ok(kvq_workq_open(&w, q, &never_dead));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     push_items(w, type);
     shared *sh = calloc(1, sizeof(*sh));
@@ -270,7 +274,7 @@ static void exactly_once_case(kvq_queue_type type)
     kvq_queue *q;
     kvq_workq *w;
     assert_ok(kvq_queue_open(&q, db, type, NULL, NULL));
-    assert_ok(kvq_workq_open(&w, q, NULL));
+    assert_ok(kvq_workq_open(&w, q, &never_dead));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     push_items(w, type);
     kvq_workq_metrics m;
@@ -360,7 +364,7 @@ static int child_main(const char *dir, const char *flag)
     kvq_workq *w = NULL;
     if (kvq_db_open(&db, dir, NULL) != 0 ||
         kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL) != 0 ||
-        kvq_workq_open(&w, q, NULL) != 0)
+        kvq_workq_open(&w, q, &never_dead) != 0)
         return 3;
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
@@ -383,7 +387,7 @@ static void test_sigkill_redelivers(void **state)
     kvq_queue *q;
     kvq_workq *w;
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
-    assert_ok(kvq_workq_open(&w, q, NULL));
+    assert_ok(kvq_workq_open(&w, q, &never_dead));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     int enq;
     assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)"work", 4, NULL));

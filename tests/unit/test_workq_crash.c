@@ -75,6 +75,7 @@ static int open_wq(kvq_db *db, kvq_queue_type type, unsigned wflags, kvq_queue *
 {
     kvq_workq_options wo = KVQ_WORKQ_OPTIONS_INIT;
     wo.lease_ms = LEASE_MS;
+    wo.max_deliveries = 0; /* items come back however often their leases are lost */
     int rc = kvq_queue_open(q, db, type, NULL, NULL);
     if (rc == 0)
         rc = kvq_workq_open(w, *q, &wo);

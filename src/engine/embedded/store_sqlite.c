@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -150,6 +151,63 @@ static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st)
     return 0;
 }
 
+/* Read-only media (a read-only handle on a directory it cannot write, with no WAL left by a
+ * writer): SQLite cannot create the WAL index there, so the file is opened as immutable, which
+ * it is. A URI with the path percent-encoded; NULL when not applicable or out of memory. */
+static char *immutable_uri(const struct emb_store *s)
+{
+    if (!s->read_only)
+        return NULL;
+    size_t n = strlen(s->path);
+    char *tmp = malloc(n + 5);
+    if (tmp == NULL)
+        return NULL;
+    memcpy(tmp, s->path, n);
+    memcpy(tmp + n, "-wal", 5);
+    int wal = access(tmp, F_OK) == 0;
+    const char *slash = strrchr(s->path, '/');
+    if (slash == NULL)
+        strcpy(tmp, ".");
+    else if (slash == s->path)
+        strcpy(tmp, "/");
+    else {
+        memcpy(tmp, s->path, (size_t)(slash - s->path));
+        tmp[slash - s->path] = '\0';
+    }
+    int dir_writable = access(tmp, W_OK) == 0;
+    free(tmp);
+    if (wal || dir_writable)
+        return NULL;
+    char *uri = malloc(3 * n + 32);
+    if (uri == NULL)
+        return NULL;
+    size_t o = (size_t)sprintf(uri, "file:");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s->path[i];
+        if (ch == '?' || ch == '#' || ch == '%' || ch < 0x21 || ch > 0x7e)
+            o += (size_t)sprintf(uri + o, "%%%02X", ch);
+        else
+            uri[o++] = (char)ch;
+    }
+    strcpy(uri + o, "?immutable=1");
+    return uri;
+}
+
+/* A read-only handle opened as immutable reports the journal mode "delete": the file's header
+ * (bytes 18 and 19 are 2 in WAL mode) says what it is. */
+static int wal_header(const struct emb_store *s)
+{
+    if (!s->read_only)
+        return 0;
+    uint8_t h[2];
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = pread(fd, h, 2, 18) == 2 && h[0] == 2 && h[1] == 2;
+    close(fd);
+    return ok;
+}
+
 static int open_sqlite(struct emb_store *s, sqlite3 **out, int create)
 {
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -158,7 +216,10 @@ static int open_sqlite(struct emb_store *s, sqlite3 **out, int create)
     if (s->read_only)
         flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(s->path, &db, flags, NULL);
+    char *uri = immutable_uri(s);
+    int rc = sqlite3_open_v2(uri != NULL ? uri : s->path, &db,
+                             uri != NULL ? flags | SQLITE_OPEN_URI : flags, NULL);
+    free(uri);
     if (rc != SQLITE_OK) {
         int code = sqlite_error(db, rc, "opening the database file");
         sqlite3_close_v2(db);
@@ -887,7 +948,7 @@ static int check_wal_mode(struct emb_store *s)
     if (sqlite3_prepare_v2(s->writer, "PRAGMA journal_mode", -1, &jm, NULL) == SQLITE_OK &&
         sqlite3_step(jm) == SQLITE_ROW) {
         const char *mode = (const char *)sqlite3_column_text(jm, 0);
-        if (mode == NULL || strcmp(mode, "wal") != 0)
+        if ((mode == NULL || strcmp(mode, "wal") != 0) && !wal_header(s))
             rc = kvq__error(KVQ_EDAMAGED, "%s is not in WAL mode: not a kvq database file",
                             s->path);
     }

@@ -1,0 +1,152 @@
+/* kvq check: reads every key and value of the database, so that the engine verifies each
+ * value's checksum (a flipped bit on disk is reported as damage, never returned as data), checks
+ * the queue registry, and checks each durable queue's counters against its items. Exit 0 when
+ * all is well, 3 on damage, with what to do about it. */
+#include <string.h>
+
+#include "qops.h"
+#include "util/util.h"
+
+#define PAGE 1000
+
+typedef struct check_ctx {
+    cli *c;
+    unsigned long long keys, bytes, queues, problems;
+} check_ctx;
+
+static void problem(check_ctx *x, const char *fmt, const char *a, const char *b)
+{
+    x->problems++;
+    fprintf(stderr, "kvq check: ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+}
+
+/* Every key in [0x00, 0xff): pages of read-only transactions, each continuing after the last
+ * key of the one before (the database may change meanwhile; each page is one snapshot). */
+static int scan_all(check_ctx *x)
+{
+    kvq_txn *txn;
+    int rc = kvq_txn_create(&txn, x->c->db);
+    if (rc != 0)
+        return rc;
+    kvq_buf begin = KVQ_BUF_INIT;
+    static const uint8_t lo = 0x00, hi = 0xff;
+    rc = kvq_buf_append(&begin, &lo, 1);
+    while (rc == 0) {
+        const kvq_kv *kvs;
+        size_t n = 0;
+        int more = 0;
+        rc = kvq_txn_get_range(&kvs, &n, &more, txn, begin.data, begin.len, &hi, 1, PAGE,
+                               KVQ_SNAPSHOT);
+        if (rc != 0)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            x->keys++;
+            x->bytes += kvs[i].key.len + kvs[i].value.len;
+        }
+        if (!more || n == 0)
+            break;
+        /* The next page starts just after the last key, in a fresh transaction. */
+        kvq_bytes last = kvs[n - 1].key;
+        begin.len = 0;
+        rc = kvq_buf_append(&begin, last.data, last.len);
+        if (rc == 0)
+            rc = kvq_buf_append(&begin, &lo, 1);
+        kvq_txn_reset(txn);
+    }
+    kvq_buf_dispose(&begin);
+    kvq_txn_destroy(txn);
+    return rc;
+}
+
+typedef struct count_ctx {
+    uint64_t n;
+} count_ctx;
+
+static int count_item(kvq_bytes value, int64_t priority, void *payload)
+{
+    (void)value;
+    (void)priority;
+    ((count_ctx *)payload)->n++;
+    return 0;
+}
+
+static int check_queue(const char *name, const kvq_queue_settings *s, void *arg)
+{
+    check_ctx *x = arg;
+    x->queues++;
+    kvq_queue *q = NULL;
+    int rc = kvq_queue_open_named(&q, NULL, x->c->db, name);
+    if (rc != 0) {
+        problem(x, "queue '%s' cannot be opened: %s", name, kvq_last_error());
+        return rc == KVQ_EDAMAGED ? 0 : rc;
+    }
+    /* Items read one by one (their values verified), counted, and for a durable queue set
+     * against its counters, all in one transaction so that they agree (a queue of more than
+     * what one transaction reads in 5 seconds is only scanned). */
+    kvq_txn *txn;
+    rc = kvq_txn_create(&txn, x->c->db);
+    count_ctx cc = { 0 };
+    if (rc == 0)
+        rc = kvq_queue_iterate_txn(q, txn, count_item, &cc);
+    uint64_t len = 0;
+    if (rc == 0 && s->type == KVQ_QUEUE_DURABLE)
+        rc = kvq_queue_len_txn(&len, q, txn, KVQ_SNAPSHOT);
+    if (rc == 0 && s->type == KVQ_QUEUE_DURABLE && len != cc.n) {
+        char a[64], b[128];
+        snprintf(a, sizeof(a), "%s", name);
+        snprintf(b, sizeof(b), "say %llu items (npush - npop) where %llu are stored",
+                 (unsigned long long)len, (unsigned long long)cc.n);
+        problem(x, "the counters of durable queue '%s' %s", a, b);
+    }
+    if (rc == KVQ_ETRANSACTION_TOO_OLD)
+        rc = 0;
+    if (rc == KVQ_EDAMAGED) {
+        problem(x, "queue '%s': %s", name, kvq_last_error());
+        rc = 0;
+    }
+    kvq_txn_destroy(txn);
+    kvq_queue_close(q);
+    return rc;
+}
+
+int cmd_check(cli *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage("check", "unexpected argument '%s'", cli_arg(argv[1]));
+    int rc = cli_open(c);
+    if (rc != 0)
+        return rc;
+    check_ctx x = { c, 0, 0, 0, 0 };
+    int err = scan_all(&x);
+    if (err == KVQ_EDAMAGED) {
+        problem(&x, "%s%s", kvq_last_error(), "");
+        err = 0;
+    }
+    if (err == 0)
+        err = kvq_queue_list_named(c->db, check_queue, &x);
+    if (err == KVQ_EDAMAGED) {
+        problem(&x, "the queue registry: %s%s", kvq_last_error(), "");
+        err = 0;
+    }
+    if (err != 0)
+        return cli_fail(err, "check failed");
+    if (c->json)
+        printf("{\"ok\":%s,\"keys\":%llu,\"bytes\":%llu,\"queues\":%llu,\"problems\":%llu}\n",
+               x.problems == 0 ? "true" : "false", x.keys, x.bytes, x.queues, x.problems);
+    else if (x.problems == 0)
+        printf("ok: %llu keys (%llu bytes) read and verified, %llu queues\n", x.keys, x.bytes,
+               x.queues);
+    if (x.problems > 0) {
+        fprintf(stderr,
+                "kvq check: %llu problems. A damaged row cannot be read; the queues without "
+                "one can be copied out with 'kvq export NAME > NAME.jsonl' and into a new "
+                "database with 'kvq --db NEW create NAME; kvq --db NEW import NAME < "
+                "NAME.jsonl' (export stops at a damaged item), or restore a backup. See "
+                "docs/errors.md, 'A damaged database'.\n",
+                x.problems);
+        return EXIT_DB;
+    }
+    return 0;
+}
