@@ -33,6 +33,16 @@ static inline uint64_t kvq__le_get(const uint8_t *p, size_t n)
     return v;
 }
 
+static inline uint64_t kvq__le64_get(const uint8_t *p)
+{
+    return kvq__le_get(p, 8);
+}
+
+static inline uint32_t kvq__le32_get(const uint8_t *p)
+{
+    return (uint32_t)kvq__le_get(p, 4);
+}
+
 /* Writes the low n (at most 8) bytes of v big-endian at p. */
 static inline void kvq__be_put(uint8_t *p, uint64_t v, size_t n)
 {

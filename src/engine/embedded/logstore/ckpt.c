@@ -10,6 +10,7 @@
 
 #include "engine/embedded/logstore/ckpt.h"
 #include "util/util.h"
+#include "util/bytes.h"
 
 void (*kvq__ckpt_test_hook)(const char *step);
 
@@ -20,26 +21,6 @@ void (*kvq__ckpt_test_hook)(const char *step);
 static const char hdr_magic[8] = { 'K', 'V', 'Q', 'C', 'K', 'P', 'T', 0 };
 static const char trl_magic[8] = { 'K', 'V', 'Q', 'C', 'K', 'E', 'N', 'D' };
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static int sys_err(const char *what)
 {
@@ -161,10 +142,10 @@ int kvq__ckpt_write(int dir_fd, kvq__vmap *m, int64_t version, uint64_t lsn, uns
     uint8_t h[HDR];
     memset(h, 0, sizeof h);
     memcpy(h, hdr_magic, 8);
-    put32(h + 8, KVQ__CKPT_FORMAT);
-    put64(h + 16, (uint64_t)version);
-    put64(h + 24, lsn);
-    put32(h + 12, kvq__crc32c(0, h + 16, HDR - 16));
+    kvq__le32_put(h + 8, KVQ__CKPT_FORMAT);
+    kvq__le64_put(h + 16, (uint64_t)version);
+    kvq__le64_put(h + 24, lsn);
+    kvq__le32_put(h + 12, kvq__crc32c(0, h + 16, HDR - 16));
     wput(&w, h, sizeof h);
     uint64_t items = 0, bytes = 0;
     uint32_t crc = 0;
@@ -177,8 +158,8 @@ int kvq__ckpt_write(int dir_fd, kvq__vmap *m, int64_t version, uint64_t lsn, uns
         int has = kvq__vmap_cursor_next(&c, &k, &v);
         if (has) {
             uint8_t lens[8];
-            put32(lens, (uint32_t)k.len);
-            put32(lens + 4, (uint32_t)v.len);
+            kvq__le32_put(lens, (uint32_t)k.len);
+            kvq__le32_put(lens + 4, (uint32_t)v.len);
             crc = kvq__crc32c(crc, lens, 8);
             crc = kvq__crc32c(crc, k.data, k.len);
             crc = kvq__crc32c(crc, v.data, v.len);
@@ -194,10 +175,10 @@ int kvq__ckpt_write(int dir_fd, kvq__vmap *m, int64_t version, uint64_t lsn, uns
     }
     uint8_t t[TRL];
     memcpy(t, trl_magic, 8);
-    put64(t + 8, items);
-    put64(t + 16, bytes);
-    put32(t + 24, crc);
-    put32(t + 28, kvq__crc32c(0, t, 28));
+    kvq__le64_put(t + 8, items);
+    kvq__le64_put(t + 16, bytes);
+    kvq__le32_put(t + 24, crc);
+    kvq__le32_put(t + 28, kvq__crc32c(0, t, 28));
     wput(&w, t, sizeof t);
     wflush(&w);
     kvq__free(w.b);
@@ -231,13 +212,13 @@ static int read_header(int fd, const char *name, kvq__ckpt_info *info)
     uint8_t h[HDR];
     if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h)
         return kvq__error(KVQ_EDAMAGED, "checkpoint %s is truncated", name);
-    if (memcmp(h, hdr_magic, 8) != 0 || get32(h + 12) != kvq__crc32c(0, h + 16, HDR - 16))
+    if (memcmp(h, hdr_magic, 8) != 0 || kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, HDR - 16))
         return kvq__error(KVQ_EDAMAGED, "checkpoint %s has a bad header", name);
-    if (get32(h + 8) != KVQ__CKPT_FORMAT)
+    if (kvq__le32_get(h + 8) != KVQ__CKPT_FORMAT)
         return kvq__error(KVQ_EUNSUPPORTED, "checkpoint %s has format %u; this kvq reads %u",
-                          name, get32(h + 8), KVQ__CKPT_FORMAT);
-    info->version = (int64_t)get64(h + 16);
-    info->lsn = get64(h + 24);
+                          name, kvq__le32_get(h + 8), KVQ__CKPT_FORMAT);
+    info->version = (int64_t)kvq__le64_get(h + 16);
+    info->lsn = kvq__le64_get(h + 24);
     return 0;
 }
 
@@ -289,8 +270,8 @@ int kvq__ckpt_load(int dir_fd, kvq__vmap *m, kvq__ckpt_info *info, int *found)
     }
     uint8_t t[TRL];
     if (pread(fd, t, sizeof t, (off_t)(size - TRL)) != (ssize_t)sizeof t ||
-        memcmp(t, trl_magic, 8) != 0 || get32(t + 28) != kvq__crc32c(0, t, 28) ||
-        get64(t + 16) != size - HDR - TRL) {
+        memcmp(t, trl_magic, 8) != 0 || kvq__le32_get(t + 28) != kvq__crc32c(0, t, 28) ||
+        kvq__le64_get(t + 16) != size - HDR - TRL) {
         rc = kvq__error(KVQ_EDAMAGED, "checkpoint %s has a bad trailer", name);
         goto out;
     }
@@ -310,7 +291,7 @@ int kvq__ckpt_load(int dir_fd, kvq__vmap *m, kvq__ckpt_info *info, int *found)
                             (unsigned long long)off);
             break;
         }
-        uint64_t kl = get32(map + off), vl = get32(map + off + 4);
+        uint64_t kl = kvq__le32_get(map + off), vl = kvq__le32_get(map + off + 4);
         if (kl > 10000 || vl > 100000 || end - off - 8 < kl + vl) {
             rc = kvq__error(KVQ_EDAMAGED, "checkpoint %s: item at %llu has bad lengths", name,
                             (unsigned long long)off);
@@ -325,7 +306,7 @@ int kvq__ckpt_load(int dir_fd, kvq__vmap *m, kvq__ckpt_info *info, int *found)
     kvq__vmap_set_version(m, info->version);
     kvq__vmap_wrunlock(m);
     munmap((void *)(uintptr_t)map, (size_t)size);
-    if (rc == 0 && (crc != get32(t + 24) || items != get64(t + 8)))
+    if (rc == 0 && (crc != kvq__le32_get(t + 24) || items != kvq__le64_get(t + 8)))
         rc = kvq__error(KVQ_EDAMAGED, "checkpoint %s fails its checksum", name);
     info->items = items;
     info->bytes = end - HDR;

@@ -18,6 +18,7 @@
 
 #include "engine/embedded/logstore/log.h"
 #include "util/util.h"
+#include "util/bytes.h"
 
 void (*kvq__log_test_hook)(const char *step);
 
@@ -84,26 +85,6 @@ static uint64_t align8(uint64_t n)
     return (n + 7u) & ~(uint64_t)7u;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 /* Record header, KVQ__LOG_REC_HEADER bytes:
  *   0 magic  4 crc (of bytes 8..40 and the payload)  8 prev (the previous record's crc)
@@ -120,13 +101,13 @@ static void rec_header(uint8_t *h, uint32_t prev, uint32_t type, uint64_t lsn, u
                        const void *data, size_t len)
 {
     memset(h, 0, KVQ__LOG_REC_HEADER);
-    put32(h, REC_MAGIC);
-    put32(h + 8, prev);
-    put32(h + 12, type);
-    put64(h + 16, lsn);
-    put64(h + 24, synced);
-    put32(h + 32, (uint32_t)len);
-    put32(h + 4, rec_crc(h, data, len));
+    kvq__le32_put(h, REC_MAGIC);
+    kvq__le32_put(h + 8, prev);
+    kvq__le32_put(h + 12, type);
+    kvq__le64_put(h + 16, lsn);
+    kvq__le64_put(h + 24, synced);
+    kvq__le32_put(h + 32, (uint32_t)len);
+    kvq__le32_put(h + 4, rec_crc(h, data, len));
 }
 
 static uint64_t seg_of(const kvq__log *log, uint64_t lsn)
@@ -235,9 +216,9 @@ static seg_file *seg_get(kvq__log *log, uint64_t seq, int *rc_out)
         return NULL;
     }
     const uint8_t *h = m;
-    if (memcmp(h, seg_magic, 8) != 0 || get32(h + 8) != KVQ__LOG_FORMAT ||
-        get64(h + 16) != seq || get64(h + 24) != log->sb ||
-        get32(h + 12) != kvq__crc32c(0, h + 16, 16)) {
+    if (memcmp(h, seg_magic, 8) != 0 || kvq__le32_get(h + 8) != KVQ__LOG_FORMAT ||
+        kvq__le64_get(h + 16) != seq || kvq__le64_get(h + 24) != log->sb ||
+        kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, 16)) {
         munmap(m, log->sb);
         close(fd);
         *rc_out = kvq__error(KVQ_EDAMAGED, "log: segment %s has a bad header", name);
@@ -274,10 +255,10 @@ static int seg_write_header(kvq__log *log, int fd, uint64_t seq)
     uint8_t h[KVQ__LOG_SEG_HEADER];
     memset(h, 0, sizeof h);
     memcpy(h, seg_magic, 8);
-    put32(h + 8, KVQ__LOG_FORMAT);
-    put64(h + 16, seq);
-    put64(h + 24, log->sb);
-    put32(h + 12, kvq__crc32c(0, h + 16, 16));
+    kvq__le32_put(h + 8, KVQ__LOG_FORMAT);
+    kvq__le64_put(h + 16, seq);
+    kvq__le64_put(h + 24, log->sb);
+    kvq__le32_put(h + 12, kvq__crc32c(0, h + 16, 16));
     if (write_full(fd, h, sizeof h, 0) != 0 || fdatasync(fd) != 0)
         return sys_err(KVQ_EIO, "write header of", "segment");
     return 0;
@@ -414,21 +395,21 @@ static int rec_check(const kvq__log *log, const uint8_t *map, uint64_t lsn, int 
     if (off < KVQ__LOG_SEG_HEADER || off + KVQ__LOG_REC_HEADER > log->sb)
         return -1;
     const uint8_t *h = map + off;
-    if (get32(h) != REC_MAGIC || get64(h + 16) != lsn)
+    if (kvq__le32_get(h) != REC_MAGIC || kvq__le64_get(h + 16) != lsn)
         return -1;
-    uint64_t n = get32(h + 32);
+    uint64_t n = kvq__le32_get(h + 32);
     if (off + KVQ__LOG_REC_HEADER + align8(n) > log->sb)
         return -1;
-    uint32_t c = get32(h + 4);
+    uint32_t c = kvq__le32_get(h + 4);
     if (rec_crc(h, h + KVQ__LOG_REC_HEADER, (size_t)n) != c)
         return -1;
-    if (prev_known && get32(h + 8) != prev)
+    if (prev_known && kvq__le32_get(h + 8) != prev)
         return -1;
-    *type = get32(h + 12);
+    *type = kvq__le32_get(h + 12);
     *len = (size_t)n;
     *crc = c;
     if (synced)
-        *synced = get64(h + 24);
+        *synced = kvq__le64_get(h + 24);
     return 0;
 }
 
@@ -500,7 +481,7 @@ static int check_past_cut(kvq__log *log, uint64_t cut)
         }
         uint64_t from = s_i == seq ? cut + 8 : s_i * log->sb + KVQ__LOG_SEG_HEADER;
         for (uint64_t p = from; p + KVQ__LOG_REC_HEADER <= (s_i + 1) * log->sb; p += 8) {
-            if (get32(s->map + p % log->sb) != REC_MAGIC)
+            if (kvq__le32_get(s->map + p % log->sb) != REC_MAGIC)
                 continue;
             uint32_t type, c;
             size_t len;
@@ -556,11 +537,11 @@ static int read_seg_bytes(kvq__log *log, uint64_t seq, uint64_t *sb)
     close(fd);
     if (n != (ssize_t)sizeof h || memcmp(h, seg_magic, 8) != 0)
         return kvq__error(KVQ_EDAMAGED, "log: segment %s has a bad header", name);
-    if (get32(h + 8) != KVQ__LOG_FORMAT)
+    if (kvq__le32_get(h + 8) != KVQ__LOG_FORMAT)
         return kvq__error(KVQ_EDAMAGED, "log: segment %s has format %u, this kvq reads %u",
-                          name, get32(h + 8), KVQ__LOG_FORMAT);
-    *sb = get64(h + 24);
-    if (*sb < KVQ__LOG_SEG_MIN || *sb % 4096 != 0 || get32(h + 12) != kvq__crc32c(0, h + 16, 16))
+                          name, kvq__le32_get(h + 8), KVQ__LOG_FORMAT);
+    *sb = kvq__le64_get(h + 24);
+    if (*sb < KVQ__LOG_SEG_MIN || *sb % 4096 != 0 || kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, 16))
         return kvq__error(KVQ_EDAMAGED, "log: segment %s has a bad header", name);
     return 0;
 }
@@ -874,7 +855,7 @@ static int put_record(kvq__log *log, seg_file *s, uint32_t type, const void *dat
     }
     log->st.pwrites++;
     HOOK("append.after_pwrite");
-    sh->tail_crc = get32(h + 4);
+    sh->tail_crc = kvq__le32_get(h + 4);
     __atomic_store_n(&sh->tail, lsn + total, __ATOMIC_RELEASE);
     __atomic_add_fetch(&sh->tail_gen, 1, __ATOMIC_RELEASE);
     if (__atomic_load_n(&sh->tail_waiters, __ATOMIC_ACQUIRE))
@@ -1093,7 +1074,7 @@ static void lead(kvq__log *log, kvq__log_build_fn build, void *arg)
             for (size_t i = 0; i < n; i++) {
                 if (reqs[i]->rc != 0)
                     continue;
-                put32(log->buf + p, (uint32_t)reqs[i]->len);
+                kvq__le32_put(log->buf + p, (uint32_t)reqs[i]->len);
                 if (reqs[i]->len)
                     memcpy(log->buf + p + 4, reqs[i]->data, reqs[i]->len);
                 size_t step = (size_t)align8(4 + reqs[i]->len);
@@ -1159,7 +1140,7 @@ int kvq__log_batch_next(const uint8_t *payload, size_t len, size_t *pos, const u
         return 0;
     if (len - *pos < 4)
         return -1;
-    uint32_t n = get32(payload + *pos);
+    uint32_t n = kvq__le32_get(payload + *pos);
     if ((uint64_t)n > len - *pos - 4)
         return -1;
     *entry = payload + *pos + 4;

@@ -34,6 +34,7 @@
 #include "engine/embedded/logstore/vmap.h"
 #include "engine/embedded/store.h"
 #include "kvq/db.h"
+#include "util/bytes.h"
 
 #define LS_REC_COMMIT (KVQ__LOG_REC_USER)
 #define LS_REC_FORMAT 1
@@ -120,26 +121,6 @@ struct emb_cursor {
     uint8_t *b, *e;
 };
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -272,8 +253,8 @@ static int apply_record(emb_store *s, const kvq__log_rec *r)
     const uint8_t *p = r->data;
     if (r->len < LS_REC_HDR || p[0] != LS_REC_FORMAT || p[1] != 1)
         return bad_record(r->lsn);
-    uint64_t ops_len = get32(p + 4), packed_len = get32(p + 16);
-    int64_t version = (int64_t)get64(p + 8);
+    uint64_t ops_len = kvq__le32_get(p + 4), packed_len = kvq__le32_get(p + 16);
+    int64_t version = (int64_t)kvq__le64_get(p + 8);
     if (LS_REC_HDR + ops_len + packed_len != r->len)
         return bad_record(r->lsn);
     if (version <= s->applied_version) {
@@ -290,14 +271,14 @@ static int apply_record(emb_store *s, const kvq__log_rec *r)
             rc = bad_record(r->lsn);
             break;
         }
-        uint64_t al = get32(o + 1), bl = 0;
+        uint64_t al = kvq__le32_get(o + 1), bl = 0;
         o += 5;
         if (op == OP_SET || op == OP_CLEAR_RANGE) {
             if (end - o < 4) {
                 rc = bad_record(r->lsn);
                 break;
             }
-            bl = get32(o);
+            bl = kvq__le32_get(o);
             o += 4;
         }
         if ((uint64_t)(end - o) < al + bl) {
@@ -912,10 +893,10 @@ static int rec_op(emb_store *s, uint8_t op, const uint8_t *a, size_t al, const u
         return kvq__error(KVQ_ENOMEM, "out of memory");
     uint8_t *p = s->rec.data + s->rec.len;
     p[0] = op;
-    put32(p + 1, (uint32_t)al);
+    kvq__le32_put(p + 1, (uint32_t)al);
     p += 5;
     if (two) {
-        put32(p, (uint32_t)bl);
+        kvq__le32_put(p, (uint32_t)bl);
         p += 4;
     }
     if (al)
@@ -1019,7 +1000,7 @@ static int collect_key(void *arg, const uint8_t *k, size_t kl, size_t vl)
         l->err = KVQ_ENOMEM;
         return 1;
     }
-    put32(l->b.data + l->b.len, (uint32_t)kl);
+    kvq__le32_put(l->b.data + l->b.len, (uint32_t)kl);
     memcpy(l->b.data + l->b.len + 4, k, kl);
     l->b.len += 4 + kl;
     return 0;
@@ -1037,7 +1018,7 @@ static int ls_write_clear_range(emb_store *s, const uint8_t *begin, size_t begin
     each_in_view(s, begin, begin_len, end, end_len, collect_key, &l);
     int rc = l.err ? kvq__error(KVQ_ENOMEM, "out of memory") : 0;
     for (size_t p = 0; rc == 0 && p < l.b.len;) {
-        size_t kl = get32(l.b.data + p);
+        size_t kl = kvq__le32_get(l.b.data + p);
         const uint8_t *k = l.b.data + p + 4;
         rc = kvq__vmap_tombstone(s->ov, 1, k, kl);
         if (rc == 0 && deleted)
@@ -1135,9 +1116,9 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
     memset(h, 0, LS_REC_HDR);
     h[0] = LS_REC_FORMAT;
     h[1] = 1;
-    put32(h + 4, ops_len);
-    put64(h + 8, (uint64_t)version);
-    put32(h + 16, (uint32_t)n);
+    kvq__le32_put(h + 4, ops_len);
+    kvq__le64_put(h + 8, (uint64_t)version);
+    kvq__le32_put(h + 16, (uint32_t)n);
     if (n)
         memcpy(s->rec.data + s->rec.len, packed, n);
     s->rec.len += n;
