@@ -65,15 +65,6 @@ static inline int cf_is_fdb(void)
     return cf_fdb;
 }
 
-/* ---- messages and assertions --------------------------------------------------------------- */
-
-/* Earlier spellings of the support library's assertions (assert_ok, assert_err, K), kept only
- * so that work written against them still builds; the tests use the support library's names. */
-#define CF_OK(expr)        assert_ok(expr)
-#define CF_ERR(expr, want) assert_err(expr, want)
-#define CF_S(s)            K(s)
-#define OK(expr)           assert_ok(expr)
-
 /* ---- random numbers (splitmix64: tiny, and the same sequence everywhere) -------------------- */
 
 typedef struct cf_rng {

@@ -594,10 +594,10 @@ static void test_read_after_failed_commit(void **state)
     kvq_txn *a = new_txn(db), *b = new_txn(db);
     kvq_bytes v;
     int present;
-    CF_OK(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
-    CF_OK(kvq_txn_set(b, k.b, k.n, CF_S("b")));
-    CF_OK(kvq_txn_commit(b));
-    CF_OK(kvq_txn_set(a, o.b, o.n, CF_S("a")));
+    assert_ok(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
+    assert_ok(kvq_txn_set(b, k.b, k.n, K("b")));
+    assert_ok(kvq_txn_commit(b));
+    assert_ok(kvq_txn_set(a, o.b, o.n, K("a")));
     assert_int_equal(kvq_txn_commit(a), KVQ_ENOT_COMMITTED);
     assert_int_equal(kvq_txn_get(&v, &present, a, k.b, k.n, 0), KVQ_EUSED_DURING_COMMIT);
     cf_key e = cf_after_prefix(&k);
@@ -606,7 +606,7 @@ static void test_read_after_failed_commit(void **state)
     assert_int_equal(kvq_txn_get_range(&kvs, &n, NULL, a, k.b, k.n, e.b, e.n, 0, 0),
                      KVQ_EUSED_DURING_COMMIT);
     kvq_txn_reset(a);
-    CF_OK(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
+    assert_ok(kvq_txn_get(&v, &present, a, k.b, k.n, 0));
     assert_true(present);
     kvq_txn_destroy(a);
     kvq_txn_destroy(b);
