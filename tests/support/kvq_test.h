@@ -45,6 +45,16 @@ int kt_mkdtemp(char *out, size_t cap, const char *tag);
  * or -1 with a message on stderr. */
 int kt_rm_rf(const char *path);
 
+/* Mounts a tmpfs of `size` (mount's "size=" value, e.g. "24m") on a fresh kt_mkdtemp(tag)
+ * directory, whose path goes to out. Returns 0 when mounted; 1 when mounting is refused (out is
+ * then "", the directory removed and the reason on stderr: the caller skips); -1 when no
+ * directory could be made. */
+int kt_tmpfs_mount(char *out, size_t cap, const char *tag, const char *size);
+
+/* Unmounts (detached, so even a database a failed test left open does not hold it) and removes
+ * a kt_tmpfs_mount directory, then sets mnt to ""; nothing when mnt is "". */
+void kt_tmpfs_unmount(char *mnt);
+
 /* A fresh directory and the path of a database in it ("<dir>/db"), the most common fixture. */
 typedef struct kt_tmp {
     char dir[240];

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,4 +94,29 @@ void kt_path(char *out, size_t cap, const char *dir, const char *name)
     int n = snprintf(out, cap, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= cap)
         fail_msg("path too long: %s/%s", dir, name);
+}
+
+int kt_tmpfs_mount(char *out, size_t cap, const char *tag, const char *size)
+{
+    if (kt_mkdtemp(out, cap, tag) != 0)
+        return -1;
+    char opts[64];
+    snprintf(opts, sizeof(opts), "size=%s", size);
+    if (mount("tmpfs", out, "tmpfs", 0, opts) != 0) {
+        fprintf(stderr, "cannot mount a tmpfs (%s): the disk-full tests are skipped\n",
+                strerror(errno));
+        rmdir(out);
+        out[0] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+void kt_tmpfs_unmount(char *mnt)
+{
+    if (mnt[0] == '\0')
+        return;
+    umount2(mnt, MNT_DETACH);
+    rmdir(mnt);
+    mnt[0] = '\0';
 }

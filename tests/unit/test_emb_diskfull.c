@@ -17,24 +17,13 @@ static char mnt[256];
 static int setup(void **state)
 {
     (void)state;
-    if (kt_mkdtemp(mnt, sizeof(mnt), "diskfull") != 0)
-        return -1;
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=24m") != 0) {
-        fprintf(stderr, "cannot mount a tmpfs (%s): the disk-full tests are skipped\n",
-                strerror(errno));
-        rmdir(mnt);
-        mnt[0] = '\0';
-    }
-    return 0;
+    return kt_tmpfs_mount(mnt, sizeof(mnt), "diskfull", "24m") < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (mnt[0] != '\0') {
-        umount(mnt);
-        rmdir(mnt);
-    }
+    kt_tmpfs_unmount(mnt);
     return 0;
 }
 

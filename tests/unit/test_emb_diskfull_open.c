@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include "kvq_test.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,26 +34,13 @@ static char mnt[256];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(mnt, sizeof(mnt), "/tmp/kvq-diskfull-open-XXXXXX");
-    if (mkdtemp(mnt) == NULL)
-        return -1;
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=24m") != 0) {
-        fprintf(stderr, "cannot mount a tmpfs (%s): the disk-full tests are skipped\n",
-                strerror(errno));
-        rmdir(mnt);
-        mnt[0] = '\0';
-    }
-    return 0;
+    return kt_tmpfs_mount(mnt, sizeof(mnt), "diskfull-open", "24m") < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (mnt[0] != '\0') {
-        /* Detached even when a failed test left a database open on it. */
-        umount2(mnt, MNT_DETACH);
-        rmdir(mnt);
-    }
+    kt_tmpfs_unmount(mnt);
     return 0;
 }
 
