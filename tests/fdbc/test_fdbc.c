@@ -1138,6 +1138,15 @@ static void test_option_lists(void **state)
     assert_int_equal(fdb_database_set_option(db, 500, off, 8), 0);
 }
 
+/* Waits until *n reaches want, a callback on the network thread having counted there; bounded
+ * only so that a lost callback fails the test instead of hanging it (a busy machine may take
+ * seconds). */
+static void wait_count(int *n, int want)
+{
+    for (int i = 0; i < 60000 && __atomic_load_n(n, __ATOMIC_SEQ_CST) < want; i++)
+        usleep(1000);
+}
+
 struct cb_seen {
     int runs;
     pthread_t thread;
@@ -1177,8 +1186,7 @@ static void test_callbacks_cancel_unsupported(void **state)
     set_s(other, "cb/k", "changed");
     assert_int_equal(commit(other), 0);
     assert_int_equal(wait_f(w), 0);
-    for (int i = 0; i < 500 && __atomic_load_n(&cw.runs, __ATOMIC_SEQ_CST) == 0; i++)
-        usleep(2000);
+    wait_count(&cw.runs, 1);
     assert_int_equal(__atomic_load_n(&cw.runs, __ATOMIC_SEQ_CST), 1);
     assert_false(pthread_equal(cw.thread, pthread_self()));
     fdb_future_destroy(w);
@@ -1372,25 +1380,30 @@ static void test_network_options_after_setup(void **state)
  * set (its ThreadMultiCallback) and runs each once, in order. */
 static struct cb_order {
     int seen[4];
-    int n;
+    int n;    /* slots taken */
+    int done; /* slots written: seen[0..done) may be read once done is loaded */
 } cb_order;
+
+static void cb_order_note(int who)
+{
+    int i = __atomic_fetch_add(&cb_order.n, 1, __ATOMIC_SEQ_CST);
+    if (i < 4)
+        __atomic_store_n(&cb_order.seen[i], who, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&cb_order.done, 1, __ATOMIC_SEQ_CST);
+}
 
 static void on_ready_a(FDBFuture *f, void *arg)
 {
     (void)f;
     (void)arg;
-    int i = __atomic_fetch_add(&cb_order.n, 1, __ATOMIC_SEQ_CST);
-    if (i < 4)
-        cb_order.seen[i] = 'a';
+    cb_order_note('a');
 }
 
 static void on_ready_b(FDBFuture *f, void *arg)
 {
     (void)f;
     (void)arg;
-    int i = __atomic_fetch_add(&cb_order.n, 1, __ATOMIC_SEQ_CST);
-    if (i < 4)
-        cb_order.seen[i] = 'b';
+    cb_order_note('b');
 }
 
 static void test_callback_set_twice(void **state)
@@ -1407,12 +1420,10 @@ static void test_callback_set_twice(void **state)
     set_s(other, "cb2/k", "changed");
     assert_int_equal(commit(other), 0);
     assert_int_equal(wait_f(w), 0);
-    for (int i = 0; i < 500 && __atomic_load_n(&cb_order.n, __ATOMIC_SEQ_CST) < 2; i++)
-        usleep(2000);
-    usleep(10000);
+    wait_count(&cb_order.done, 2);
     assert_int_equal(__atomic_load_n(&cb_order.n, __ATOMIC_SEQ_CST), 2);
-    assert_int_equal(cb_order.seen[0], 'a');
-    assert_int_equal(cb_order.seen[1], 'b');
+    assert_int_equal(__atomic_load_n(&cb_order.seen[0], __ATOMIC_SEQ_CST), 'a');
+    assert_int_equal(__atomic_load_n(&cb_order.seen[1], __ATOMIC_SEQ_CST), 'b');
     fdb_future_destroy(w);
     /* Ready: each runs at once. */
     fdb_transaction_reset(tr);
