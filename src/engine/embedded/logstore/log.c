@@ -76,6 +76,7 @@ struct kvq__log {
     size_t buf_cap;
     kvq__log_stats st;
     int spare_wanted; /* a spare was used: make another, off the commit path */
+    int wrote;        /* the last append reached its pwrite (append lock held) */
     uint8_t *wbuf;    /* the record being written (append lock held) */
     size_t wcap;
 };
@@ -843,6 +844,7 @@ static int put_record(kvq__log *log, seg_file *s, uint32_t type, const void *dat
         memcpy(log->wbuf + sizeof h, data, len);
     memcpy(log->wbuf + sizeof h + len, pad, (size_t)(align8(len) - len));
     HOOK("append.before");
+    log->wrote = 1;
     off_t off = (off_t)(lsn % log->sb);
     ssize_t w;
     do {
@@ -877,6 +879,7 @@ int kvq__log_append_locked(kvq__log *log, uint32_t type, const void *data, size_
     if (need + KVQ__LOG_SEG_HEADER + KVQ__LOG_REC_HEADER > log->sb)
         return kvq__error(KVQ_EINVAL, "log: a record of %zu bytes does not fit in a segment",
                           len);
+    log->wrote = 0;
     if (__atomic_load_n(&log->shm->sync_failed, __ATOMIC_ACQUIRE))
         return kvq__error(KVQ_EIO, "log: an earlier sync failed; reopen the database");
     log_shm *sh = log->shm;
@@ -959,8 +962,21 @@ again:;
         if (s == NULL)
             break;
         if ((fds[nfd] = dup(s->fd)) < 0) {
-            rc = sys_err(KVQ_EIO, "dup", "log segment");
-            break;
+            if (errno != EMFILE && errno != ENFILE) {
+                rc = sys_err(KVQ_EIO, "dup", "log segment");
+                break;
+            }
+            /* Out of descriptors: sync the cached file itself, holding seg_mu (readers of the
+             * log wait for the disk this once) rather than leave the commit unknown. */
+            if (issued)
+                *issued = 1;
+            if (fdatasync(s->fd) != 0) {
+                rc = sys_err(KVQ_EIO, "sync", "log segment");
+                __atomic_store_n(&sh->sync_failed, 1, __ATOMIC_RELEASE);
+                break;
+            }
+            __atomic_add_fetch(&log->st.syncs, 1, __ATOMIC_RELAXED);
+            fds[nfd] = -1;
         }
         nfd++;
     }
@@ -968,14 +984,18 @@ again:;
     if (rc == 0 && seg_of(log, from) + (uint64_t)nfd <= seg_of(log, to - 1))
         to = (seg_of(log, from) + (uint64_t)nfd) * log->sb; /* the rest at the next sync */
     for (int i = 0; i < nfd; i++) {
+        if (fds[i] < 0)
+            continue; /* synced above */
         if (rc == 0) {
+            /* issued says that fdatasync ran, failed or not: the engine learns from a failed
+             * one that a repair is due before the log can be trusted again (store.h). */
+            if (issued)
+                *issued = 1;
             if (fdatasync(fds[i]) != 0) {
                 rc = sys_err(KVQ_EIO, "sync", "log segment");
                 __atomic_store_n(&sh->sync_failed, 1, __ATOMIC_RELEASE);
             } else {
                 __atomic_add_fetch(&log->st.syncs, 1, __ATOMIC_RELAXED);
-                if (issued)
-                    *issued = 1;
             }
         }
         close(fds[i]);
@@ -994,6 +1014,16 @@ out:
     if (locked)
         pthread_mutex_unlock(&sh->sync_mu);
     return rc;
+}
+
+int kvq__log_append_wrote(kvq__log *log)
+{
+    return log != NULL && log->wrote;
+}
+
+int kvq__log_sync_failed(kvq__log *log)
+{
+    return log != NULL && __atomic_load_n(&log->shm->sync_failed, __ATOMIC_ACQUIRE) != 0;
 }
 
 int kvq__log_repaired(kvq__log *log, uint64_t covered)
@@ -1277,6 +1307,12 @@ int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *s
     *tail = sh.tail;
     *seg_bytes = sh.seg_bytes;
     return 0;
+}
+
+int kvq__log_spare_ready(kvq__log *log)
+{
+    char name[256];
+    return log != NULL && spare_find(log, name, sizeof name, NULL);
 }
 
 int kvq__log_spare_wanted(kvq__log *log)

@@ -92,6 +92,13 @@ int kvq__log_sync(kvq__log *log, uint64_t lsn, int *issued);
  * everything written is taken as synced and appends resume. KVQ_EIO when it does not. */
 int kvq__log_repaired(kvq__log *log, uint64_t covered);
 
+/* 1 when the last kvq__log_append_locked of this handle reached its pwrite: after a failure,
+ * the record may be on disk whole (its outcome is unknown); 0: nothing was written. */
+int kvq__log_append_wrote(kvq__log *log);
+
+/* 1 while a failed sync (of any process) has not been repaired. */
+int kvq__log_sync_failed(kvq__log *log);
+
 /* Group commit. Each thread's request is one entry; the leader puts the pending entries of
  * this process into one KVQ__LOG_REC_BATCH record (entries are u32 length + bytes, 8-aligned),
  * writes it with one pwrite and syncs it. build, when not NULL, is called by the leader under
@@ -140,6 +147,9 @@ int kvq__log_release(kvq__log *log, uint64_t keep_lsn);
 /* Makes sure a spare segment is ready, off the commit path (the appender otherwise creates one
  * when it needs it). */
 int kvq__log_prepare_spare(kvq__log *log);
+
+/* 1 when a spare segment is ready (a look at the directory). */
+int kvq__log_spare_ready(kvq__log *log);
 
 /* 1 (once) when this handle used up a spare since the last call: time to prepare another. */
 int kvq__log_spare_wanted(kvq__log *log);

@@ -24,6 +24,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,11 @@
 /* A checkpoint is written once the log since the last one is larger than this and than the
  * live data (so the log stays within about twice the data, and recovery reads as much). */
 #define LS_CKPT_MIN_BYTES (64ull << 20)
+/* Room on a full disk (see space_short): how often the free space is looked at, and the slack
+ * a transaction that moves stored keys may write beyond what it frees (the engine's
+ * DRAIN_MOVE_SLACK, reserve.c: the store must accept whatever drain mode accepts). */
+#define LS_SPACE_RECHECK_US 50000
+#define LS_DRAIN_MOVE_SLACK 512
 
 enum { OP_SET = 1, OP_CLEAR = 2, OP_CLEAR_RANGE = 3 };
 
@@ -96,6 +102,16 @@ struct emb_store {
     kvq__vmap *ov;
     kvq_buf rec;
     uint64_t add_cost;
+    /* Its growth on disk, counted while the disk is short of room (space_short): bytes its
+     * sets add (net of the values they replace), bytes its deletes free, stored keys it
+     * deleted one by one (moves). */
+    int w_counting;
+    int64_t w_grow, w_freed, w_moves;
+
+    /* Free space (space_short), under the commit lock. */
+    int64_t space_at;
+    uint64_t space_need, space_avail, space_live_ok;
+    int space_short;
 
     /* readers.shm */
     reader_slot *slots;
@@ -493,9 +509,16 @@ static void *ckpt_main(void *arg)
         s->spare_wanted = 0;
         pthread_mutex_unlock(&s->ckpt_mu);
         /* Errors are reported when space runs out; the next trigger tries again. */
-        if (spare && kvq__log_prepare_spare(s->log) != 0)
-            kvq__error_clear();
+        int src = spare ? kvq__log_prepare_spare(s->log) : 0;
+        /* No room for a spare: a checkpoint may free whole segments of the log (it is
+         * written only if newer than the last), after which the spare is tried again. */
+        if (src == KVQ_ENOSPC)
+            ckpt = 1;
         if (ckpt && do_checkpoint(s, 0, NULL) != 0)
+            kvq__error_clear();
+        if (src == KVQ_ENOSPC && kvq__log_prepare_spare(s->log) != 0)
+            src = 1;
+        if (src != 0)
             kvq__error_clear();
         pthread_mutex_lock(&s->ckpt_mu);
     }
@@ -608,15 +631,19 @@ int kvq__logstore_present(const char *dir)
     return yes;
 }
 
+/* 1 when the directory holds a segment or a checkpoint, 0 when not, -1 (errno set) when it
+ * cannot be read: out of descriptors is not a damaged database. */
 static int has_segment_or_ckpt(int dir_fd)
 {
     int dfd = dup(dir_fd);
     if (dfd < 0)
-        return 0;
+        return -1;
     DIR *d = fdopendir(dfd);
     if (d == NULL) {
+        int e = errno;
         close(dfd);
-        return 0;
+        errno = e;
+        return -1;
     }
     /* the descriptor is a dup: its position is shared, start from the top */
     rewinddir(d);
@@ -669,10 +696,17 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
                              : emb_errno_error(errno, "cannot open", s->dir);
         goto fail;
     }
-    if (!cfg->create && !has_segment_or_ckpt(s->dir_fd)) {
-        rc = kvq__error(KVQ_EDAMAGED, "the log store in %s has neither log nor checkpoint",
-                        s->dir);
-        goto fail;
+    if (!cfg->create) {
+        int has = has_segment_or_ckpt(s->dir_fd);
+        if (has < 0) {
+            rc = emb_errno_error(errno, "cannot read", s->dir);
+            goto fail;
+        }
+        if (has == 0) {
+            rc = kvq__error(KVQ_EDAMAGED, "the log store in %s has neither log nor checkpoint",
+                            s->dir);
+            goto fail;
+        }
     }
     s->ckpt_fd = openat(s->dir_fd, "ckpt.lock",
                         (s->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, s->mode);
@@ -862,6 +896,44 @@ static void write_end(emb_store *s)
     s->writing = 0;
 }
 
+/* Is the disk short of the room the log store needs to go on: room for a checkpoint of its
+ * live data (written whole before the log it replaces is released: the only way the log's disk
+ * is ever given back) and for a spare segment when none is ready? Segments are preallocated, so
+ * a full disk is never met inside one; without this room, a full disk would be met only when
+ * the next segment or checkpoint must be made, with nothing left to drain the queue with. So
+ * while the room is short, a batch that would grow the data is refused with KVQ_ENOSPC (the
+ * engine then gives up its reserve and enters drain mode, reserve.c); pops, and anything that
+ * frees what it writes, go on, and the checkpoint they need always fits. Looked at every
+ * LS_SPACE_RECHECK_US, or sooner when the data grew by half the headroom last seen. Commit lock
+ * held. */
+static int space_short(emb_store *s)
+{
+    kvq__vmap_stats st;
+    kvq__vmap_rdlock(s->map);
+    kvq__vmap_get_stats(s->map, &st);
+    kvq__vmap_rdunlock(s->map);
+    /* a checkpoint's bytes: 8 per item, header and trailer */
+    uint64_t ckpt = st.live_bytes + 8 * st.live_keys + 4096;
+    int64_t now = kvq__mono_us();
+    if (s->space_at != 0 && now - s->space_at < LS_SPACE_RECHECK_US && ckpt <= s->space_live_ok)
+        return s->space_short;
+    struct statvfs v;
+    if (statvfs(s->dir, &v) != 0) {
+        s->space_short = 0; /* unknown: refuse nothing */
+        s->space_at = now;
+        s->space_live_ok = ckpt;
+        return 0;
+    }
+    uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    uint64_t need = ckpt + (kvq__log_spare_ready(s->log) ? 0 : kvq__log_segment_bytes(s->log));
+    s->space_at = now;
+    s->space_avail = avail;
+    s->space_need = need;
+    s->space_short = avail < need;
+    s->space_live_ok = ckpt + (avail > need ? (avail - need) / 2 : 0);
+    return s->space_short;
+}
+
 static int ls_write_begin(emb_store *s, emb_store_head *head)
 {
     if (s->read_only)
@@ -878,6 +950,8 @@ static int ls_write_begin(emb_store *s, emb_store_head *head)
     }
     s->rec.len = LS_REC_HDR;
     s->writing = 1;
+    s->w_grow = s->w_freed = s->w_moves = 0;
+    s->w_counting = space_short(s);
     pthread_mutex_lock(&s->apply_mu);
     head->version = s->applied_version;
     head->log_floor = s->cl_floor;
@@ -937,6 +1011,13 @@ static int ls_write_put(emb_store *s, const uint8_t *key, size_t key_len, const 
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
+    if (s->w_counting) {
+        kvq_bytes old;
+        if (write_view(s, key, key_len, &old))
+            s->w_grow += (int64_t)value_len - (int64_t)old.len;
+        else
+            s->w_grow += (int64_t)(key_len + value_len);
+    }
     int rc = kvq__vmap_set(s->ov, 1, key, key_len, value, value_len);
     if (rc == 0)
         rc = rec_op(s, OP_SET, key, key_len, value, value_len);
@@ -949,6 +1030,13 @@ static int ls_write_clear(emb_store *s, const uint8_t *key, size_t key_len)
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
+    if (s->w_counting) {
+        kvq_bytes old;
+        if (write_view(s, key, key_len, &old)) {
+            s->w_freed += (int64_t)(key_len + old.len);
+            s->w_moves++;
+        }
+    }
     int rc = kvq__vmap_tombstone(s->ov, 1, key, key_len);
     if (rc == 0)
         rc = rec_op(s, OP_CLEAR, key, key_len, NULL, 0);
@@ -990,12 +1078,14 @@ static int each_in_view(emb_store *s, const uint8_t *b, size_t bl, const uint8_t
 typedef struct keylist {
     kvq_buf b;
     int err;
+    int64_t bytes, keys; /* keys and values collected */
 } keylist;
 
 static int collect_key(void *arg, const uint8_t *k, size_t kl, size_t vl)
 {
-    (void)vl;
     keylist *l = arg;
+    l->bytes += (int64_t)(kl + vl);
+    l->keys++;
     if (kvq_buf_grow(&l->b, 4 + kl) != 0) {
         l->err = KVQ_ENOMEM;
         return 1;
@@ -1014,9 +1104,16 @@ static int ls_write_clear_range(emb_store *s, const uint8_t *begin, size_t begin
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
     if (kvq__bytes_cmp(begin, begin_len, end, end_len) >= 0)
         return 0;
-    keylist l = { KVQ_BUF_INIT, 0 };
+    keylist l = { KVQ_BUF_INIT, 0, 0, 0 };
     each_in_view(s, begin, begin_len, end, end_len, collect_key, &l);
     int rc = l.err ? kvq__error(KVQ_ENOMEM, "out of memory") : 0;
+    if (s->w_counting) {
+        s->w_freed += l.bytes;
+        /* one key cleared as a range [k, k + 0x00): a move, as the engine counts it */
+        if (l.keys > 0 && end_len == begin_len + 1 && end[begin_len] == 0 &&
+            (begin_len == 0 || memcmp(begin, end, begin_len) == 0))
+            s->w_moves++;
+    }
     for (size_t p = 0; rc == 0 && p < l.b.len;) {
         size_t kl = kvq__le32_get(l.b.data + p);
         const uint8_t *k = l.b.data + p + 4;
@@ -1080,6 +1177,30 @@ static int ls_log_prune(emb_store *s, int64_t before)
     return 0;
 }
 
+/* KVQ_ECOMMIT_UNKNOWN_RESULT with the message of the failure that caused it (copied first:
+ * the message buffer is the one kvq__error writes). */
+static int unknown_result(void)
+{
+    char why[256];
+    snprintf(why, sizeof why, "%s", kvq_last_error());
+    return kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT, "log store: %s", why);
+}
+
+/* After a failed sync (of any process), the log takes no record until a repair: a checkpoint
+ * of everything applied, written and synced whole, covering the log's tail. */
+static int repair_log(emb_store *s)
+{
+    uint64_t covered = 0;
+    int rc = do_checkpoint(s, 1, &covered);
+    /* The checkpoint may be one an earlier attempt renamed without syncing the directory
+     * (that sync failed): the name must be durable before the log is taken as repaired. */
+    if (rc == 0 && fsync(s->dir_fd) != 0)
+        rc = emb_errno_error(errno, "cannot sync", s->dir);
+    if (rc == 0)
+        rc = kvq__log_repaired(s->log, covered);
+    return rc;
+}
+
 static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, size_t n)
 {
     if (!s->writing)
@@ -1089,6 +1210,15 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
         return 0;
     }
     int rc = 0;
+    if (s->w_counting && s->w_grow > s->w_freed + s->w_moves * LS_DRAIN_MOVE_SLACK) {
+        rc = kvq__error(KVQ_ENOSPC,
+                        "the disk is full: the log store keeps room for a checkpoint of its "
+                        "data and a spare segment (%llu bytes; %llu free), so only "
+                        "transactions that free more than they write are accepted until "
+                        "space is freed",
+                        (unsigned long long)s->space_need, (unsigned long long)s->space_avail);
+        goto out;
+    }
     if (version <= s->applied_version) {
         rc = kvq__error(KVQ_EINVAL, "log store: version %lld is not after %lld",
                         (long long)version, (long long)s->applied_version);
@@ -1122,6 +1252,17 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
     if (n)
         memcpy(s->rec.data + s->rec.len, packed, n);
     s->rec.len += n;
+    if (kvq__log_sync_failed(s->log) && (rc = repair_log(s)) != 0) {
+        /* Nothing of this batch was written, but it is reported as the sync failure it
+         * follows is, and as the SQLite storage reports a failed repair: of unknown outcome
+         * (always true; the caller's retry decides). */
+        char why[256];
+        snprintf(why, sizeof why, "%s", kvq_last_error());
+        rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                        "log store: a sync of the log failed, and so did its repair (a "
+                        "checkpoint): %s", why);
+        goto out;
+    }
     pthread_mutex_lock(&s->apply_mu);
     rc = catch_up_locked(s);
     uint64_t lsn = 0, end = 0;
@@ -1130,16 +1271,38 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
     if (rc == 0) {
         rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len, &lsn, &end);
         kvq__log_unlock(s->log);
-        if (rc == KVQ_EIO)
+        if (rc == KVQ_ENOSPC && !kvq__log_append_wrote(s->log)) {
+            /* No room for the next segment: a checkpoint of the data (for which space_short
+             * keeps room) releases the log before it, whose segments become the spare; then
+             * the batch is written. Nothing was written yet, and no other write can start:
+             * the engine's commit lock is held. */
+            pthread_mutex_unlock(&s->apply_mu);
+            uint64_t covered = 0;
+            int crc = do_checkpoint(s, 1, &covered);
+            pthread_mutex_lock(&s->apply_mu);
+            if (crc == 0 && covered > 0 && (rc = catch_up_locked(s)) == 0 &&
+                (rc = kvq__log_lock(s->log)) == 0) {
+                rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len,
+                                            &lsn, &end);
+                kvq__log_unlock(s->log);
+            } else if (crc != 0 || covered == 0) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", crc != 0 ? kvq_last_error() : "none written");
+                rc = kvq__error(KVQ_ENOSPC,
+                                "the disk is full: the log store has no room for its next "
+                                "segment, and a checkpoint to free the log failed (%s)", why);
+            }
+        }
+        if (rc == KVQ_EIO && kvq__log_append_wrote(s->log))
             /* the bytes may be on disk whole: a recovery could find the batch */
-            rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT, "log store: %s", kvq_last_error());
+            rc = unknown_result();
     }
     if (rc == 0) {
         kvq__log_rec r = { lsn, end, LS_REC_COMMIT, s->rec.data, s->rec.len };
         rc = apply_record(s, &r);
         if (rc != 0)
             /* written, not applied here: another handle (or the next open) applies it */
-            rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT, "log store: %s", kvq_last_error());
+            rc = unknown_result();
     }
     pthread_mutex_unlock(&s->apply_mu);
     /* The checkpoint thread is told when the log has grown enough (the engine does not call
@@ -1162,15 +1325,14 @@ static int ls_sync(emb_store *s, int repair, int *issued)
     *issued = 0;
     if (s->read_only)
         return 0;
-    if (repair) {
+    /* The engine asks for a repair after a sync it saw fail; a failure another handle saw
+     * (whose process may have died before it could tell the engine) is repaired the same way. */
+    if (repair || kvq__log_sync_failed(s->log)) {
         /* A sync failed: the kernel may have dropped pages of the log, which a later sync
          * cannot vouch for. Everything is in memory: a checkpoint of it, written and synced
          * whole, makes the log before it unneeded (the SQLite storage's checkpoint of its WAL
          * plays the same part). */
-        uint64_t covered = 0;
-        int rc = do_checkpoint(s, 1, &covered);
-        if (rc == 0)
-            rc = kvq__log_repaired(s->log, covered);
+        int rc = repair_log(s);
         if (rc != 0)
             return rc;
     }
