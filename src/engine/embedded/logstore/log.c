@@ -957,6 +957,21 @@ again:;
      * outside it, so that readers of the log are not held up by the disk. */
     int fds[4], nfd = 0;
     pthread_mutex_lock(&log->seg_mu);
+    /* The log before `first` was released: a checkpoint, synced, holds it (records written
+     * but not yet synced included), and its segments may be gone. Read under seg_mu, which
+     * the release holds while it renames them. */
+    uint64_t first = __atomic_load_n(&sh->first, __ATOMIC_ACQUIRE);
+    if (from < first) {
+        uint64_t cur = from;
+        while (cur < first && !__atomic_compare_exchange_n(&sh->synced, &cur, first, 0,
+                                                           __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        }
+        from = first;
+        if (from >= lsn || from >= to) {
+            pthread_mutex_unlock(&log->seg_mu);
+            goto out;
+        }
+    }
     for (uint64_t seq = seg_of(log, from); seq <= seg_of(log, to - 1) && nfd < 4; seq++) {
         seg_file *s = seg_get(log, seq, &rc);
         if (s == NULL)

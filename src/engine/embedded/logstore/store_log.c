@@ -69,6 +69,7 @@ typedef struct reader_slot {
 struct emb_store {
     char *dir; /* <database>/logstore */
     int dir_fd, ckpt_fd, readers_fd;
+    int reserve_fd; /* ckpt.reserve: room kept for the next checkpoint (-1: read-only) */
     int read_only, durable;
     unsigned int mode;
     uint64_t limit;
@@ -119,10 +120,11 @@ struct emb_store {
 
     /* The checkpoint thread. */
     pthread_t ckpt_thread;
-    int ckpt_started, ckpt_stop, ckpt_wanted, spare_wanted;
+    int ckpt_started, ckpt_stop, ckpt_wanted, spare_wanted, reserve_wanted;
     uint64_t spare_seg; /* the segment during which a spare was last asked for */
     pthread_mutex_t ckpt_mu;
     pthread_cond_t ckpt_cv;
+    pthread_mutex_t ckpt_write_mu; /* one checkpoint written at a time by this handle */
     uint64_t n_ckpts;
 };
 
@@ -418,12 +420,95 @@ static uint64_t slots_min(emb_store *s, uint64_t dflt)
 
 /* ---- checkpoints ---- */
 
+/* ---- the checkpoint reserve (ckpt.reserve) ---- */
+
+/* The bytes a checkpoint of the live data takes: 8 per item, header and trailer. */
+static uint64_t ckpt_estimate(emb_store *s)
+{
+    kvq__vmap_stats st;
+    kvq__vmap_rdlock(s->map);
+    kvq__vmap_get_stats(s->map, &st);
+    kvq__vmap_rdunlock(s->map);
+    return st.live_bytes + 8 * st.live_keys + 4096;
+}
+
+static uint64_t reserve_size(emb_store *s)
+{
+    struct stat st;
+    if (s->reserve_fd < 0 || fstat(s->reserve_fd, &st) != 0 || st.st_size < 0)
+        return 0;
+    return (uint64_t)st.st_size;
+}
+
+/* What the reserve should hold: room for a checkpoint of the live data and for one segment. */
+static uint64_t reserve_target(emb_store *s)
+{
+    return ckpt_estimate(s) + kvq__log_segment_bytes(s->log);
+}
+
+/* Grows the reserve to its target (a full disk stops it short: space_short then refuses what
+ * would grow the data), or shrinks it when the data shrank. Off the commit path. */
+static void reserve_adjust(emb_store *s)
+{
+    if (s->reserve_fd < 0)
+        return;
+    uint64_t have = reserve_size(s), want = reserve_target(s);
+    uint64_t seg = kvq__log_segment_bytes(s->log);
+    if (have < want) {
+        /* a little beyond, so that it is not grown at every item */
+        uint64_t to = want + want / 8;
+        if (posix_fallocate(s->reserve_fd, 0, (off_t)to) != 0)
+            posix_fallocate(s->reserve_fd, 0, (off_t)want);
+    } else if (have > want + want / 4 + seg) {
+        if (ftruncate(s->reserve_fd, (off_t)(want + want / 8)) != 0) {
+            /* kept as it is: the next adjustment tries again */
+        }
+    }
+}
+
+/* Gives the reserve's room back to the file system, for a checkpoint or a segment that needs
+ * it now. */
+static void reserve_release(emb_store *s, uint64_t keep)
+{
+    if (s->reserve_fd >= 0 && reserve_size(s) > keep && ftruncate(s->reserve_fd, (off_t)keep) == 0)
+        fdatasync(s->reserve_fd);
+}
+
+/* Gives a segment's worth of the reserve back when the reserve holds more than the next
+ * checkpoint needs (its target holds one segment beyond it: a spare, or the next segment, on
+ * a full disk). Returns 1 when it did. */
+static int reserve_give_segment(emb_store *s)
+{
+    uint64_t have = reserve_size(s), seg = kvq__log_segment_bytes(s->log);
+    if (have < ckpt_estimate(s) + seg)
+        return 0;
+    reserve_release(s, have - seg);
+    return 1;
+}
+
 /* Writes a checkpoint of everything applied; wait: wait for another checkpointer rather than
  * leave it to it. *covered (may be NULL) gets the log position the newest checkpoint covers. */
+static int do_checkpoint_locked(emb_store *s, uint64_t *covered);
+
 static int do_checkpoint(emb_store *s, int wait, uint64_t *covered)
 {
-    if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0)
-        return 0; /* another handle is writing one */
+    /* One checkpointer per handle (the flock below does not exclude the threads of one
+     * process: they share its open file), then one per database. */
+    if (wait)
+        pthread_mutex_lock(&s->ckpt_write_mu);
+    else if (pthread_mutex_trylock(&s->ckpt_write_mu) != 0)
+        return 0; /* this handle is writing one */
+    int rc = 0;
+    if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) == 0)
+        rc = do_checkpoint_locked(s, covered);
+    /* else another handle is writing one */
+    pthread_mutex_unlock(&s->ckpt_write_mu);
+    return rc;
+}
+
+/* do_checkpoint's work, ckpt.lock held (released here). */
+static int do_checkpoint_locked(emb_store *s, uint64_t *covered)
+{
     pthread_mutex_lock(&s->apply_mu);
     int rc = catch_up_locked(s);
     int64_t v = s->applied_version;
@@ -461,6 +546,12 @@ static int do_checkpoint(emb_store *s, int wait, uint64_t *covered)
     pthread_mutex_unlock(&s->pin_mu);
     kvq__ckpt_info info;
     rc = kvq__ckpt_write(s->dir_fd, s->map, v, lsn, s->mode, &info);
+    if (rc == KVQ_ENOSPC && reserve_size(s) > 0) {
+        /* the room kept for it */
+        kvq__error_clear();
+        reserve_release(s, 0);
+        rc = kvq__ckpt_write(s->dir_fd, s->map, v, lsn, s->mode, &info);
+    }
     pthread_mutex_lock(&s->pin_mu);
     for (size_t i = 0; i < s->n_pins; i++)
         if (s->pins[i] == v) {
@@ -488,7 +579,7 @@ static void *ckpt_main(void *arg)
     emb_store *s = arg;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
-        if (!s->ckpt_wanted) {
+        if (!s->ckpt_wanted && !s->reserve_wanted) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
             dl.tv_sec += 1;
@@ -504,22 +595,35 @@ static void *ckpt_main(void *arg)
             }
             continue;
         }
-        int spare = s->spare_wanted, ckpt = s->ckpt_wanted > 1 || !spare;
+        int spare = s->spare_wanted, reserve = s->reserve_wanted;
+        int ckpt = s->ckpt_wanted > 1 || (!spare && !reserve);
         s->ckpt_wanted = 0;
         s->spare_wanted = 0;
+        s->reserve_wanted = 0;
         pthread_mutex_unlock(&s->ckpt_mu);
+        if (reserve)
+            reserve_adjust(s);
         /* Errors are reported when space runs out; the next trigger tries again. */
         int src = spare ? kvq__log_prepare_spare(s->log) : 0;
         /* No room for a spare: a checkpoint may free whole segments of the log (it is
-         * written only if newer than the last), after which the spare is tried again. */
+         * written only if newer than the last), after which the spare is tried again; then
+         * the segment the reserve holds beyond the next checkpoint. */
         if (src == KVQ_ENOSPC)
             ckpt = 1;
         if (ckpt && do_checkpoint(s, 0, NULL) != 0)
             kvq__error_clear();
-        if (src == KVQ_ENOSPC && kvq__log_prepare_spare(s->log) != 0)
-            src = 1;
+        if (src == KVQ_ENOSPC) {
+            kvq__error_clear();
+            src = kvq__log_prepare_spare(s->log);
+            if (src == KVQ_ENOSPC && reserve_give_segment(s)) {
+                kvq__error_clear();
+                src = kvq__log_prepare_spare(s->log);
+            }
+        }
         if (src != 0)
             kvq__error_clear();
+        if (ckpt || src == KVQ_ENOSPC)
+            reserve_adjust(s); /* the data may have shrunk, or a checkpoint used it */
         pthread_mutex_lock(&s->ckpt_mu);
     }
     pthread_mutex_unlock(&s->ckpt_mu);
@@ -548,6 +652,17 @@ static void wake_thread(emb_store *s, int ckpt, int spare)
         s->ckpt_wanted = 1;
     if (spare)
         s->spare_wanted = 1;
+    pthread_cond_signal(&s->ckpt_cv);
+    pthread_mutex_unlock(&s->ckpt_mu);
+}
+
+/* Tells the checkpoint thread to adjust the reserve. */
+static void wake_reserve(emb_store *s)
+{
+    if (!s->ckpt_started)
+        return;
+    pthread_mutex_lock(&s->ckpt_mu);
+    s->reserve_wanted = 1;
     pthread_cond_signal(&s->ckpt_cv);
     pthread_mutex_unlock(&s->ckpt_mu);
 }
@@ -609,11 +724,14 @@ static void ls_close(emb_store *s)
         close(s->readers_fd);
     if (s->ckpt_fd >= 0)
         close(s->ckpt_fd);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
     if (s->dir_fd >= 0)
         close(s->dir_fd);
     pthread_mutex_destroy(&s->apply_mu);
     pthread_mutex_destroy(&s->pin_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_mutex_destroy(&s->ckpt_write_mu);
     pthread_cond_destroy(&s->ckpt_cv);
     kvq__free(s->dir);
     kvq__free(s);
@@ -661,11 +779,12 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     emb_store *s = kvq__calloc(1, sizeof *s);
     if (s == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory");
-    s->dir_fd = s->ckpt_fd = s->readers_fd = -1;
+    s->dir_fd = s->ckpt_fd = s->readers_fd = s->reserve_fd = -1;
     s->slot = -1;
     pthread_mutex_init(&s->apply_mu, NULL);
     pthread_mutex_init(&s->pin_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_mutex_init(&s->ckpt_write_mu, NULL);
     pthread_cond_init(&s->ckpt_cv, NULL);
     s->read_only = (cfg->opts->flags & KVQ_DB_READ_ONLY) != 0;
     s->durable = cfg->durable;
@@ -764,6 +883,15 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         goto fail;
     }
     if (!s->read_only) {
+        /* A file that cannot be made (a full disk, no descriptor) leaves the store without a
+         * reserve: space_short then counts on free space alone. */
+        s->reserve_fd = openat(s->dir_fd, "ckpt.reserve", O_RDWR | O_CREAT | O_CLOEXEC, s->mode);
+        /* Room the data no longer needs goes back now, before the engine looks at the free
+         * space (its own reserve, drain mode); growing it is the thread's. */
+        uint64_t want = reserve_target(s);
+        if (reserve_size(s) > want + want / 4 + kvq__log_segment_bytes(s->log))
+            reserve_release(s, want + want / 8);
+        s->reserve_wanted = 1;
         if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0) {
             s->ckpt_started = 1;
         }
@@ -899,34 +1027,34 @@ static void write_end(emb_store *s)
 /* Is the disk short of the room the log store needs to go on: room for a checkpoint of its
  * live data (written whole before the log it replaces is released: the only way the log's disk
  * is ever given back) and for a spare segment when none is ready? Segments are preallocated, so
- * a full disk is never met inside one; without this room, a full disk would be met only when
- * the next segment or checkpoint must be made, with nothing left to drain the queue with. So
- * while the room is short, a batch that would grow the data is refused with KVQ_ENOSPC (the
+ * a full disk is never met inside one; without this room, it would be met only when the next
+ * segment or checkpoint must be made, with nothing left to drain the queue with. The room is
+ * kept in ckpt.reserve (grown off the commit path, so that another file cannot take it), or is
+ * free. While it is short, a batch that would grow the data is refused with KVQ_ENOSPC (the
  * engine then gives up its reserve and enters drain mode, reserve.c); pops, and anything that
- * frees what it writes, go on, and the checkpoint they need always fits. Looked at every
- * LS_SPACE_RECHECK_US, or sooner when the data grew by half the headroom last seen. Commit lock
- * held. */
+ * frees what it writes, go on, and the checkpoint they need fits in the reserve. Looked at
+ * every LS_SPACE_RECHECK_US, or sooner when the data grew by half the headroom last seen.
+ * Commit lock held. */
 static int space_short(emb_store *s)
 {
-    kvq__vmap_stats st;
-    kvq__vmap_rdlock(s->map);
-    kvq__vmap_get_stats(s->map, &st);
-    kvq__vmap_rdunlock(s->map);
-    /* a checkpoint's bytes: 8 per item, header and trailer */
-    uint64_t ckpt = st.live_bytes + 8 * st.live_keys + 4096;
+    uint64_t ckpt = ckpt_estimate(s);
     int64_t now = kvq__mono_us();
     if (s->space_at != 0 && now - s->space_at < LS_SPACE_RECHECK_US && ckpt <= s->space_live_ok)
         return s->space_short;
+    uint64_t seg = kvq__log_segment_bytes(s->log);
+    uint64_t reserve = reserve_size(s);
+    s->space_at = now;
+    /* the reserve off its target: the checkpoint thread adjusts it */
+    if (s->reserve_fd >= 0 && (reserve < ckpt + seg || reserve > 2 * (ckpt + seg) + seg))
+        wake_reserve(s);
     struct statvfs v;
     if (statvfs(s->dir, &v) != 0) {
         s->space_short = 0; /* unknown: refuse nothing */
-        s->space_at = now;
         s->space_live_ok = ckpt;
         return 0;
     }
-    uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
-    uint64_t need = ckpt + (kvq__log_spare_ready(s->log) ? 0 : kvq__log_segment_bytes(s->log));
-    s->space_at = now;
+    uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize + reserve;
+    uint64_t need = ckpt + (kvq__log_spare_ready(s->log) ? 0 : seg);
     s->space_avail = avail;
     s->space_need = need;
     s->space_short = avail < need;
@@ -1213,7 +1341,7 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
     if (s->w_counting && s->w_grow > s->w_freed + s->w_moves * LS_DRAIN_MOVE_SLACK) {
         rc = kvq__error(KVQ_ENOSPC,
                         "the disk is full: the log store keeps room for a checkpoint of its "
-                        "data and a spare segment (%llu bytes; %llu free), so only "
+                        "data and a spare segment (%llu bytes; %llu free or kept), so only "
                         "transactions that free more than they write are accepted until "
                         "space is freed",
                         (unsigned long long)s->space_need, (unsigned long long)s->space_avail);
@@ -1271,26 +1399,39 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
     if (rc == 0) {
         rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len, &lsn, &end);
         kvq__log_unlock(s->log);
-        if (rc == KVQ_ENOSPC && !kvq__log_append_wrote(s->log)) {
-            /* No room for the next segment: a checkpoint of the data (for which space_short
-             * keeps room) releases the log before it, whose segments become the spare; then
-             * the batch is written. Nothing was written yet, and no other write can start:
-             * the engine's commit lock is held. */
-            pthread_mutex_unlock(&s->apply_mu);
-            uint64_t covered = 0;
-            int crc = do_checkpoint(s, 1, &covered);
-            pthread_mutex_lock(&s->apply_mu);
-            if (crc == 0 && covered > 0 && (rc = catch_up_locked(s)) == 0 &&
-                (rc = kvq__log_lock(s->log)) == 0) {
+        /* No room for the next segment. Nothing was written yet, and no other write can
+         * start (the engine's commit lock is held): make room and write the batch. First the
+         * segment the reserve keeps beyond the next checkpoint; then a checkpoint of the data
+         * (which the reserve has room for), releasing the log before it, whose segments become
+         * the spare; last, whatever the reserve still holds. */
+        for (int step = 0; step < 3 && rc == KVQ_ENOSPC && !kvq__log_append_wrote(s->log);
+             step++) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", kvq_last_error());
+            int made = 0;
+            if (step == 0) {
+                made = reserve_give_segment(s);
+            } else if (step == 1) {
+                pthread_mutex_unlock(&s->apply_mu);
+                uint64_t covered = 0;
+                made = do_checkpoint(s, 1, &covered) == 0;
+                pthread_mutex_lock(&s->apply_mu);
+                if (!made)
+                    snprintf(why, sizeof why, "%s", kvq_last_error());
+            } else if (reserve_size(s) > 0) {
+                reserve_release(s, 0);
+                made = 1;
+            }
+            if (!made) {
+                rc = kvq__error(KVQ_ENOSPC, "the disk is full: no room for the log store's "
+                                            "next segment (%s)", why);
+                continue;
+            }
+            kvq__error_clear();
+            if ((rc = catch_up_locked(s)) == 0 && (rc = kvq__log_lock(s->log)) == 0) {
                 rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len,
                                             &lsn, &end);
                 kvq__log_unlock(s->log);
-            } else if (crc != 0 || covered == 0) {
-                char why[256];
-                snprintf(why, sizeof why, "%s", crc != 0 ? kvq_last_error() : "none written");
-                rc = kvq__error(KVQ_ENOSPC,
-                                "the disk is full: the log store has no room for its next "
-                                "segment, and a checkpoint to free the log failed (%s)", why);
             }
         }
         if (rc == KVQ_EIO && kvq__log_append_wrote(s->log))

@@ -37,10 +37,13 @@ struct vm_node {
     uint32_t klen;
     uint32_t gc_refs; /* records of the forget queue that name this node */
     uint8_t level, unlinked, list;
+    uint32_t trim_gen; /* the forget pass that last trimmed it (in the padding: no cost) */
     int64_t stamp;    /* unlinked: the newest version when it was */
     vm_node *limbo;   /* unlinked: the next node of the limbo */
     vm_node *next[];
 };
+
+_Static_assert(sizeof(void *) != 8 || sizeof(vm_node) == 56, "trim_gen fits in the padding");
 
 typedef struct gc_rec {
     int64_t version;
@@ -50,6 +53,7 @@ typedef struct gc_rec {
 struct kvq__vmap {
     pthread_rwlock_t lock;
     vm_node *head[2]; /* sentinels, MAX_LEVEL links */
+    uint32_t forget_gen; /* bumped by each kvq__vmap_forget */
     int level[2];
     uint64_t rng;
     uint64_t mem, limit, live_bytes, live_keys, nodes, entries;
@@ -638,8 +642,13 @@ int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
  * tombstone leaves the map. */
 static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
 {
-    if (n->unlinked)
+    /* A key written by every batch (a queue's counters) has a record in the forget queue for
+     * each of its versions: trimmed once per pass, not once per record, or each pass would
+     * walk its chain as many times as it has versions (quadratic: a drain on a fast disk
+     * stalled for minutes). */
+    if (n->unlinked || n->trim_gen == m->forget_gen)
         return;
+    n->trim_gen = m->forget_gen;
     vm_ver *v = n->vers;
     while (v && v->version > floor)
         v = v->older;
@@ -666,6 +675,7 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
     if (m == NULL || floor <= m->floor)
         return;
     m->floor = floor;
+    m->forget_gen++;
     while (m->q_len > 0) {
         gc_rec *r = &m->q[m->q_head];
         if (r->version > floor)
