@@ -354,6 +354,384 @@ static void test_drain_mode_left_with_room(void **state)
     printf("logfaults: drain_mode refused_with_2MiB_free=ENOSPC resumed_with_room=yes\n");
 }
 
+
+/* ---- read-only opens ---------------------------------------------------------------------- */
+
+static void put_keys(kvq_db *db, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        kvq_txn *t;
+        assert_int_equal(kvq_txn_create(&t, db), 0);
+        char k[64], v[64];
+        int kn = snprintf(k, sizeof k, "%s/%06d", prefix, i);
+        int vn = snprintf(v, sizeof v, "value-%d", i);
+        assert_int_equal(kvq_txn_set(t, (const uint8_t *)k, (size_t)kn, (const uint8_t *)v,
+                                     (size_t)vn),
+                         0);
+        int rc = kvq_txn_commit(t);
+        if (rc != 0)
+            fail_msg("commit %s: %s (%s)", k, kvq_errname(rc), kvq_last_error());
+        kvq_txn_destroy(t);
+    }
+}
+
+/* The keys under prefix, each checked against its value; -1 on a read error (code in *err). */
+static long count_keys(kvq_db *db, const char *prefix, int *err)
+{
+    uint8_t b[80], e[80];
+    size_t pl = strlen(prefix);
+    size_t bl = (size_t)snprintf((char *)b, sizeof b, "%s/", prefix);
+    snprintf((char *)e, sizeof e, "%s0", prefix);
+    long n = 0;
+    for (;;) {
+        kvq_txn *t;
+        if ((*err = kvq_txn_create(&t, db)) != 0)
+            return -1;
+        const kvq_kv *kvs;
+        size_t got = 0;
+        int more = 0;
+        *err = kvq_txn_get_range(&kvs, &got, &more, t, b, bl, e, pl + 1, 1000, 0);
+        if (*err != 0) {
+            kvq_txn_destroy(t);
+            return -1;
+        }
+        for (size_t i = 0; i < got; i++) {
+            char v[64];
+            int idx = atoi((const char *)kvs[i].key.data + pl + 1);
+            int vn = snprintf(v, sizeof v, "value-%d", idx);
+            assert_int_equal(kvs[i].value.len, (size_t)vn);
+            assert_memory_equal(kvs[i].value.data, v, (size_t)vn);
+        }
+        n += (long)got;
+        if (got > 0) {
+            /* the next range starts just after the last key: key + 0x00 */
+            bl = kvs[got - 1].key.len;
+            assert_true(bl + 1 <= sizeof b);
+            memcpy(b, kvs[got - 1].key.data, bl);
+            b[bl++] = 0;
+        }
+        kvq_txn_destroy(t);
+        if (!more || got == 0)
+            return n;
+    }
+}
+
+/* A CRC-like digest of a log store's data files (segments, spares, checkpoints): what an open
+ * that reports damage, or a read-only open, must leave as it was. */
+static uint64_t data_digest(const char *dbdir)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/logstore", dbdir);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    uint64_t h = 1469598103934665603ull;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "log-", 4) != 0 && strncmp(de->d_name, "spare-", 6) != 0 &&
+            strncmp(de->d_name, "ckpt-", 5) != 0)
+            continue;
+        char f[900];
+        snprintf(f, sizeof f, "%s/%s", p, de->d_name);
+        uint64_t fh = 1469598103934665603ull;
+        for (const char *c = de->d_name; *c; c++)
+            fh = (fh ^ (uint8_t)*c) * 1099511628211ull;
+        FILE *fp = fopen(f, "rb");
+        assert_non_null(fp);
+        static uint8_t buf[65536];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, fp)) > 0)
+            for (size_t i = 0; i < got; i++)
+                fh = (fh ^ buf[i]) * 1099511628211ull;
+        fclose(fp);
+        h += fh; /* order-free */
+    }
+    closedir(d);
+    return h;
+}
+
+static void test_read_only_open(void **state)
+{
+    (void)state;
+    char dir[400], url[420];
+    snprintf(dir, sizeof dir, "%s/ro", base);
+    snprintf(url, sizeof url, "log:%s", dir);
+    /* a checkpoint and the log after it */
+    setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+    kvq_db *w = open_url(url, 0);
+    put_keys(w, "a", 0, 3000);
+    kvq_db_close(w);
+    unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+    int segs, spares, ckpts;
+    count_files(dir, &segs, &spares, &ckpts);
+    assert_true(ckpts == 1);
+    uint64_t before = data_digest(dir);
+
+    /* read-only, no writer alive: it reads everything and changes nothing */
+    kvq_db *r = open_url(url, KVQ_DB_READ_ONLY);
+    int err;
+    assert_int_equal(count_keys(r, "a", &err), 3000);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, r), 0);
+    assert_int_equal(kvq_txn_set(t, K("x"), K("y")), 0);
+    assert_int_equal(kvq_txn_commit(t), KVQ_EPERM);
+    kvq_txn_destroy(t);
+    kvq_db_close(r);
+    assert_true(data_digest(dir) == before);
+
+    /* beside a writer: it sees the writer's later commits */
+    w = open_url(url, 0);
+    r = open_url(url, KVQ_DB_READ_ONLY);
+    put_keys(w, "b", 0, 500);
+    assert_int_equal(count_keys(r, "b", &err), 500);
+    assert_int_equal(count_keys(r, "a", &err), 3000);
+
+    /* The writer recycles the log (checkpoints every 64 KiB of it) while the reader idles:
+     * the reader must either read on or say clearly that it must be reopened. */
+    kvq_db_close(w);
+    setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+    w = open_url(url, 0);
+    put_keys(w, "c", 0, 4000);
+    unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+    long c = count_keys(r, "c", &err);
+    const char *behind = "read on";
+    if (c < 0) {
+        behind = "reported";
+        assert_int_equal(err, KVQ_EIO);
+        assert_non_null(strstr(kvq_last_error(), "reopen"));
+    } else {
+        assert_int_equal(c, 4000);
+    }
+    kvq_db_close(r);
+    r = open_url(url, KVQ_DB_READ_ONLY);
+    assert_int_equal(count_keys(r, "c", &err), 4000);
+    kvq_db_close(r);
+    kvq_db_close(w);
+    printf("logfaults: read_only keys=3000 unchanged=yes commit=EPERM beside_writer=yes "
+           "behind_recycled_log=%s\n", behind);
+}
+
+/* A read-only file system: the database reads; a read-write open is refused clearly. */
+static void test_read_only_file_system(void **state)
+{
+    (void)state;
+    need_tmpfs("read_only_file_system");
+    char dir[400], url[420];
+    snprintf(dir, sizeof dir, "%s/rofs", mnt);
+    snprintf(url, sizeof url, "log:%s", dir);
+    kvq_db *w = open_url(url, 0);
+    put_keys(w, "a", 0, 1000);
+    kvq_db_close(w);
+    uint64_t before = data_digest(dir);
+    if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) != 0) {
+        printf("logfaults: read_only_file_system skipped=cannot_remount (%s)\n",
+               strerror(errno));
+        skip();
+    }
+    kvq_db *r = NULL;
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.flags |= KVQ_DB_READ_ONLY;
+    int rc = kvq_db_open(&r, url, &o);
+    int err = 0;
+    long n = rc == 0 ? count_keys(r, "a", &err) : -1;
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s", kvq_last_error());
+    kvq_db_close(r);
+    kvq_db *rw = NULL;
+    int rwrc = kvq_db_open(&rw, url, NULL);
+    char rwmsg[300];
+    snprintf(rwmsg, sizeof rwmsg, "%s", kvq_last_error());
+    kvq_db_close(rw);
+    assert_int_equal(mount(NULL, mnt, NULL, MS_REMOUNT, NULL), 0);
+    if (rc != 0)
+        fail_msg("read-only open on a read-only file system: %s (%s)", kvq_errname(rc), msg);
+    assert_int_equal(n, 1000);
+    if (rwrc != KVQ_EPERM)
+        fail_msg("read-write open on a read-only file system: %s (%s)", kvq_errname(rwrc),
+                 rwmsg);
+    assert_true(data_digest(dir) == before);
+    printf("logfaults: read_only_fs keys=1000 read_write_open=%s (%s)\n", kvq_errname(rwrc),
+           rwmsg);
+}
+
+/* ---- damaged files ------------------------------------------------------------------------ */
+
+/* Opens url in a child process (a damaged file must not take the test down), read-only or
+ * not; returns the child's kvq code (0: opened and read every key under "a"). */
+static int open_in_child(const char *url, unsigned int flags, long want_keys)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(60);
+        kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+        o.flags |= flags | KVQ_DB_NO_CREATE;
+        kvq_db *db = NULL;
+        int rc = kvq_db_open(&db, url, &o);
+        if (rc == 0) {
+            int err = 0;
+            long n = count_keys(db, "a", &err);
+            rc = n < 0 ? err : (n == want_keys ? 0 : -2);
+            kvq_db_close(db);
+        }
+        char line[400];
+        int len = snprintf(line, sizeof line, "%d %s", rc, kvq_last_error());
+        if (write(fds[1], line, (size_t)len) < 0)
+            _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    char line[400] = "";
+    ssize_t got = read(fds[0], line, sizeof line - 1);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || got <= 0)
+        fail_msg("the child opening %s died (status %#x)", url, st);
+    line[got] = 0;
+    int rc = atoi(line);
+    if (rc != 0 && rc != -2)
+        printf("#   %s\n", line);
+    return rc;
+}
+
+typedef void (*damage_fn)(const char *lsdir);
+
+static void flip_byte(const char *path, off_t at)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+/* The name of the first file of lsdir starting with prefix (the lowest, for segments). */
+static void first_file(const char *lsdir, const char *prefix, char *out, size_t cap)
+{
+    DIR *d = opendir(lsdir);
+    assert_non_null(d);
+    char best[300] = "";
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+            (best[0] == 0 || strcmp(de->d_name, best) < 0))
+            snprintf(best, sizeof best, "%s", de->d_name);
+    closedir(d);
+    assert_true(best[0] != 0);
+    snprintf(out, cap, "%s/%s", lsdir, best);
+}
+
+static void dmg_ckpt_flip(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "ckpt-", p, sizeof p);
+    flip_byte(p, 64 + 100);
+}
+
+static void dmg_ckpt_half(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "ckpt-", p, sizeof p);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(truncate(p, st.st_size / 2), 0);
+}
+
+static void dmg_ckpt_gone(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "ckpt-", p, sizeof p);
+    assert_int_equal(unlink(p), 0);
+}
+
+static void dmg_seg_header(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "log-", p, sizeof p);
+    flip_byte(p, 20);
+}
+
+static void dmg_seg_gone(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "log-", p, sizeof p);
+    assert_int_equal(unlink(p), 0);
+}
+
+static void dmg_seg_empty(const char *lsdir)
+{
+    char p[700];
+    first_file(lsdir, "log-", p, sizeof p);
+    assert_int_equal(truncate(p, 0), 0);
+}
+
+static void dmg_all_segs_gone(const char *lsdir)
+{
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -f %s/log-*.seg", lsdir);
+    assert_int_equal(system(cmd), 0);
+}
+
+#define NKEYS 6000
+
+static void test_damage_reported(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        damage_fn fn;
+    } cases[] = {
+        { "checkpoint_bit_flip", dmg_ckpt_flip },     { "checkpoint_half", dmg_ckpt_half },
+        { "checkpoint_gone", dmg_ckpt_gone },         { "segment_header_flip", dmg_seg_header },
+        { "first_segment_gone", dmg_seg_gone },       { "first_segment_empty", dmg_seg_empty },
+        { "every_segment_gone", dmg_all_segs_gone },
+    };
+    int reported = 0, total = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int ro = 0; ro < 2; ro++) {
+            char dir[400], url[420], lsdir[420];
+            snprintf(dir, sizeof dir, "%s/dmg-%s-%d", base, cases[i].name, ro);
+            snprintf(url, sizeof url, "log:%s", dir);
+            snprintf(lsdir, sizeof lsdir, "%s/logstore", dir);
+            /* a checkpoint, then more log after it over two segments and more */
+            setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+            kvq_db *w = open_url(url, 0);
+            put_keys(w, "a", 0, NKEYS);
+            kvq_db_close(w);
+            unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+            int segs, spares, ckpts;
+            count_files(dir, &segs, &spares, &ckpts);
+            assert_int_equal(ckpts, 1);
+            /* the log's start was released: the checkpoint alone holds it */
+            char seg1[500];
+            snprintf(seg1, sizeof seg1, "%s/log-%016x.seg", lsdir, 1);
+            assert_int_equal(access(seg1, F_OK), -1);
+            /* intact, it opens and reads */
+            assert_int_equal(open_in_child(url, ro ? KVQ_DB_READ_ONLY : 0, NKEYS), 0);
+            cases[i].fn(lsdir);
+            uint64_t before = data_digest(dir);
+            int rc = open_in_child(url, ro ? KVQ_DB_READ_ONLY : 0, NKEYS);
+            total++;
+            if (rc != KVQ_EDAMAGED)
+                fail_msg("%s (%s): opened with %d (%s), not as damaged", cases[i].name,
+                         ro ? "read-only" : "read-write", rc,
+                         rc == -2 ? "keys missing" : kvq_errname(rc));
+            reported++;
+            /* twice: the failed open changed nothing, re-created nothing */
+            assert_int_equal(open_in_child(url, ro ? KVQ_DB_READ_ONLY : 0, NKEYS), KVQ_EDAMAGED);
+            assert_true(data_digest(dir) == before);
+            assert_int_equal(kt_rm_rf(dir), 0);
+        }
+    }
+    printf("logfaults: damage cases=%d reported=%d (read-write and read-only) files_changed=0\n",
+           total, reported);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_init(argc, argv);
@@ -361,6 +739,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_full_disk_from_own_pushes),
         cmocka_unit_test(test_full_disk_small_checkpoints),
         cmocka_unit_test(test_drain_mode_left_with_room),
+        cmocka_unit_test(test_read_only_open),
+        cmocka_unit_test(test_read_only_file_system),
+        cmocka_unit_test(test_damage_reported),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

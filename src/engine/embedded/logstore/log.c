@@ -565,6 +565,12 @@ static int recover(kvq__log *log, uint64_t start, kvq__log_rec_fn fn, void *arg)
         low = 1;
     } else if ((rc = read_seg_bytes(log, low, &log->sb)) != 0) {
         return rc;
+    } else if (start == 0 && low > 1) {
+        /* The log's first segments are released only once a checkpoint holds them: a log
+         * that starts later with no checkpoint lost it. */
+        return kvq__error(KVQ_EDAMAGED, "log: the log starts at segment %llu, but no "
+                                        "checkpoint holds what came before it",
+                          (unsigned long long)low);
     }
     if (start == 0)
         start = low * log->sb + KVQ__LOG_SEG_HEADER;
