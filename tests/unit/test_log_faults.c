@@ -486,21 +486,19 @@ static void test_read_only_open(void **state)
     assert_int_equal(count_keys(r, "a", &err), 3000);
 
     /* The writer recycles the log (checkpoints every 64 KiB of it) while the reader idles:
-     * the reader must either read on or say clearly that it must be reopened. */
+     * the reader has a slot in readers.shm (the directory is writable), so the log it has not
+     * applied is kept for it, and it reads on. */
     kvq_db_close(w);
     setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
     w = open_url(url, 0);
     put_keys(w, "c", 0, 4000);
     unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
     long c = count_keys(r, "c", &err);
+    if (c < 0)
+        fail_msg("the read-only handle behind a recycled log: %s (%s)", kvq_errname(err),
+                 kvq_last_error());
+    assert_int_equal(c, 4000);
     const char *behind = "read on";
-    if (c < 0) {
-        behind = "reported";
-        assert_int_equal(err, KVQ_EIO);
-        assert_non_null(strstr(kvq_last_error(), "reopen"));
-    } else {
-        assert_int_equal(c, 4000);
-    }
     kvq_db_close(r);
     r = open_url(url, KVQ_DB_READ_ONLY);
     assert_int_equal(count_keys(r, "c", &err), 4000);

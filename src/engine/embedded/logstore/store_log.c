@@ -366,20 +366,39 @@ static uint64_t mem_used(emb_store *s)
 
 /* ---- readers.shm ---- */
 
-static int slots_open(emb_store *s)
+/* Takes a slot in readers.shm. A read-only handle (create = 0) takes one when the file exists
+ * and may be written (a read-only handle on a writable directory), so that the log it has not
+ * yet applied is not recycled under it; otherwise it goes without (on a read-only file system
+ * nothing is recycled anyway). */
+static int slots_open(emb_store *s, int create)
 {
     s->slot = -1;
-    s->readers_fd = openat(s->dir_fd, "readers.shm", O_RDWR | O_CREAT | O_CLOEXEC, s->mode);
+    s->readers_fd = openat(s->dir_fd, "readers.shm", O_RDWR | (create ? O_CREAT : 0) | O_CLOEXEC,
+                           s->mode);
+    if (s->readers_fd < 0 && !create)
+        return 0;
     if (s->readers_fd < 0)
         return emb_errno_error(errno, "cannot open", "logstore/readers.shm");
     size_t bytes = LS_SLOTS * sizeof(reader_slot);
     struct stat st;
     if (fstat(s->readers_fd, &st) != 0 ||
-        ((size_t)st.st_size < bytes && ftruncate(s->readers_fd, (off_t)bytes) != 0))
+        ((size_t)st.st_size < bytes && (!create || ftruncate(s->readers_fd, (off_t)bytes) != 0))) {
+        if (!create) {
+            close(s->readers_fd);
+            s->readers_fd = -1;
+            return 0;
+        }
         return emb_errno_error(errno, "cannot size", "logstore/readers.shm");
+    }
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->readers_fd, 0);
-    if (m == MAP_FAILED)
+    if (m == MAP_FAILED) {
+        if (!create) {
+            close(s->readers_fd);
+            s->readers_fd = -1;
+            return 0;
+        }
         return emb_errno_error(errno, "cannot map", "logstore/readers.shm");
+    }
     s->slots = m;
     static uint64_t counter;
     uint64_t me = ((uint64_t)getpid() << 16) | (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) &
@@ -863,8 +882,8 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     }
     /* Registered before a checkpointer may run, so that it keeps what this handle still needs
      * of the log. */
-    if (rc == 0 && !s->read_only)
-        rc = slots_open(s);
+    if (rc == 0)
+        rc = slots_open(s, !s->read_only);
     flock(s->ckpt_fd, LOCK_UN);
     if (rc != 0)
         goto fail;
@@ -895,6 +914,12 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0) {
             s->ckpt_started = 1;
         }
+    } else if (s->slot >= 0) {
+        /* A read-only handle with a slot holds the log back from recycling until it applies
+         * it: its thread applies the log of an idle handle now and then (and does nothing
+         * else: ls_checkpoint and the wake-ups are for writable handles). */
+        if (pthread_create(&s->ckpt_thread, NULL, ckpt_main, s) == 0)
+            s->ckpt_started = 1;
     }
     *out = s;
     return 0;
