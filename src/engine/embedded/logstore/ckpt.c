@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/embedded/logstore/ckpt.h"
+#include "engine/embedded/logstore/log.h"
 #include "util/util.h"
 #include "util/bytes.h"
 
@@ -73,28 +74,28 @@ static void ckpt_name(char *buf, size_t cap, int64_t version)
     snprintf(buf, cap, "ckpt-%016llx.kvq", (unsigned long long)version);
 }
 
+typedef struct ckpt_scan {
+    void (*fn)(void *, const char *, int64_t);
+    void *arg;
+} ckpt_scan;
+
+static int ckpt_one(void *arg, const char *name)
+{
+    ckpt_scan *sc = arg;
+    unsigned long long v;
+    char ext[8];
+    if (sscanf(name, "ckpt-%16llx.%3s", &v, ext) == 2 && strcmp(ext, "kvq") == 0 &&
+        strlen(name) == 25)
+        sc->fn(sc->arg, name, (int64_t)v);
+    return 0;
+}
+
 /* Calls fn for each checkpoint file name with its version. */
 static int each_ckpt(int dir_fd, void (*fn)(void *, const char *, int64_t), void *arg)
 {
-    int dfd = dup(dir_fd);
-    if (dfd < 0)
+    ckpt_scan sc = { fn, arg };
+    if (kvq__dir_each(dir_fd, ckpt_one, &sc) != 0)
         return sys_err("read directory");
-    DIR *d = fdopendir(dfd);
-    if (d == NULL) {
-        close(dfd);
-        return sys_err("read directory");
-    }
-    /* the descriptor is a dup: its position is shared, start from the top */
-    rewinddir(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        unsigned long long v;
-        char ext[8];
-        if (sscanf(de->d_name, "ckpt-%16llx.%3s", &v, ext) == 2 && strcmp(ext, "kvq") == 0 &&
-            strlen(de->d_name) == 25)
-            fn(arg, de->d_name, (int64_t)v);
-    }
-    closedir(d);
     return 0;
 }
 

@@ -309,35 +309,68 @@ fail:
     return rc;
 }
 
+int kvq__dir_each(int dir_fd, int (*fn)(void *arg, const char *name), void *arg)
+{
+    int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    /* struct linux_dirent64, as the kernel writes it */
+    _Alignas(8) uint8_t buf[8192];
+    int rc = 0, stop = 0;
+    while (!stop) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+        if (n == 0)
+            break;
+        for (long off = 0; off < n && !stop;) {
+            unsigned short reclen;
+            memcpy(&reclen, buf + off + 16, sizeof reclen);
+            const char *name = (const char *)buf + off + 19;
+            if (reclen == 0)
+                break;
+            if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0)
+                stop = fn(arg, name);
+            off += reclen;
+        }
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+typedef struct spare_scan {
+    char *name;
+    size_t cap;
+    int found;
+    unsigned int n;
+} spare_scan;
+
+static int spare_one(void *arg, const char *name)
+{
+    spare_scan *sc = arg;
+    if (strncmp(name, "spare-", 6) == 0 && strstr(name, ".seg") != NULL) {
+        sc->n++;
+        if (!sc->found && strlen(name) < sc->cap) {
+            strcpy(sc->name, name);
+            sc->found = 1;
+        }
+    }
+    return 0;
+}
+
 /* Finds a spare file; returns 1 with its name, 0 when there is none. */
 static int spare_find(kvq__log *log, char *name, size_t cap, unsigned int *count)
 {
-    int dfd = dup(log->dir_fd);
-    if (dfd < 0)
+    spare_scan sc = { name, cap, 0, 0 };
+    if (kvq__dir_each(log->dir_fd, spare_one, &sc) != 0)
         return 0;
-    DIR *d = fdopendir(dfd);
-    if (d == NULL) {
-        close(dfd);
-        return 0;
-    }
-    /* the descriptor is a dup: its position is shared, start from the top */
-    rewinddir(d);
-    int found = 0;
-    unsigned int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, "spare-", 6) == 0 && strstr(de->d_name, ".seg") != NULL) {
-            n++;
-            if (!found && strlen(de->d_name) < cap) {
-                strcpy(name, de->d_name);
-                found = 1;
-            }
-        }
-    }
-    closedir(d);
     if (count)
-        *count = n;
-    return found;
+        *count = sc.n;
+    return sc.found;
 }
 
 /* Makes segment seq from a spare (or a new file), its header written and synced and its name
@@ -499,28 +532,22 @@ static int check_past_cut(kvq__log *log, uint64_t cut)
 
 /* ---- open, recovery ---- */
 
+static int lowest_one(void *arg, const char *name)
+{
+    uint64_t *best = arg;
+    unsigned long long v;
+    char tail[8];
+    if (sscanf(name, "log-%16llx.%3s", &v, tail) == 2 && strcmp(tail, "seg") == 0 && v > 0 &&
+        (*best == 0 || v < *best))
+        *best = v;
+    return 0;
+}
+
 static int lowest_segment(kvq__log *log, uint64_t *seq_out)
 {
-    int dfd = dup(log->dir_fd);
-    if (dfd < 0)
-        return sys_err(KVQ_EIO, "read", "log directory");
-    DIR *d = fdopendir(dfd);
-    if (d == NULL) {
-        close(dfd);
-        return sys_err(KVQ_EIO, "read", "log directory");
-    }
-    /* the descriptor is a dup: its position is shared, start from the top */
-    rewinddir(d);
     uint64_t best = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        unsigned long long v;
-        char tail[8];
-        if (sscanf(de->d_name, "log-%16llx.%3s", &v, tail) == 2 && strcmp(tail, "seg") == 0 &&
-            v > 0 && (best == 0 || v < best))
-            best = v;
-    }
-    closedir(d);
+    if (kvq__dir_each(log->dir_fd, lowest_one, &best) != 0)
+        return sys_err(KVQ_EIO, "read", "log directory");
     *seq_out = best;
     return 0;
 }

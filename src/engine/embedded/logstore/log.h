@@ -161,6 +161,13 @@ typedef struct kvq__log_stats {
 } kvq__log_stats;
 void kvq__log_get_stats(kvq__log *log, kvq__log_stats *out);
 
+/* Calls fn(arg, name) for each entry of directory dir_fd but "." and "..", until fn returns
+ * nonzero. It reads the directory with getdents64 on a descriptor of its own, closed with
+ * close(): no DIR stream, whose closedir closes its descriptor out of sight of a layer that
+ * interposes close (the power-cut test's keeps a table of descriptors). Returns 0, or -1 with
+ * errno set. */
+int kvq__dir_each(int dir_fd, int (*fn)(void *arg, const char *name), void *arg);
+
 /* Tests only: the shared positions of the log in dir, read from log.shm without opening the
  * log (so without recovery), for a test that simulates a power cut. */
 int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *seg_bytes);

@@ -770,26 +770,19 @@ int kvq__logstore_present(const char *dir)
 
 /* 1 when the directory holds a segment or a checkpoint, 0 when not, -1 (errno set) when it
  * cannot be read: out of descriptors is not a damaged database. */
+static int seg_or_ckpt_one(void *arg, const char *name)
+{
+    int *yes = arg;
+    if (strncmp(name, "log-", 4) == 0 || strncmp(name, "ckpt-", 5) == 0)
+        *yes = 1;
+    return *yes;
+}
+
 static int has_segment_or_ckpt(int dir_fd)
 {
-    int dfd = dup(dir_fd);
-    if (dfd < 0)
-        return -1;
-    DIR *d = fdopendir(dfd);
-    if (d == NULL) {
-        int e = errno;
-        close(dfd);
-        errno = e;
-        return -1;
-    }
-    /* the descriptor is a dup: its position is shared, start from the top */
-    rewinddir(d);
     int yes = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (strncmp(de->d_name, "log-", 4) == 0 || strncmp(de->d_name, "ckpt-", 5) == 0)
-            yes = 1;
-    closedir(d);
+    if (kvq__dir_each(dir_fd, seg_or_ckpt_one, &yes) != 0)
+        return -1;
     return yes;
 }
 
