@@ -52,7 +52,7 @@ void kvq_workq_close(kvq_workq *w)
                         &w->n_ready,       &w->tick,       &w->base_a,    &w->base_t,
                         &w->n_received,    &w->n_taken,    &w->n_acked,   &w->n_requeued,
                         &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready,
-                        &w->base_b,        &w->base_bs };
+                        &w->base_b };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -115,8 +115,6 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         rc = make_base(w, &w->base_t, "t", NULL);
     if (rc == 0)
         rc = make_base(w, &w->base_b, "b", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_bs, "bs", NULL);
     if (rc == 0)
         rc = make_base(w, &w->n_inflight, "n", "inflight");
     if (rc == 0)

@@ -42,6 +42,7 @@
 #define META_CHUNK 90000
 #define VAL_CHUNK 100000
 
+enum { STREAM_META = 0, STREAM_VAL = 1, STREAM_STATE = 2 };
 enum { ST_LIVE = 0, ST_ACK = 'a', ST_NACK = 'n', ST_EXPIRED = 'e', ST_MOVED = 'm' };
 enum { B_NONE, B_LIVE, B_MARKED };
 
@@ -94,8 +95,18 @@ static int chunk_key(kvq_buf *out, kvq_workq *w, const uint8_t *bid, int stream,
 
 static int state_key(kvq_buf *out, kvq_workq *w, const uint8_t *bid, uint32_t idx)
 {
-    kvq_tuple_elem e[2] = { kvq_tuple_bytes(bid, BID), kvq_tuple_int(idx) };
-    return kvq__wq_key_of(out, &w->base_bs, e, 2);
+    return chunk_key(out, w, bid, STREAM_STATE, idx);
+}
+
+/* [lo, hi): the settled states of a batch. */
+static int state_range(kvq_buf *lo, kvq_buf *hi, kvq_workq *w, const uint8_t *bid)
+{
+    kvq_tuple_elem e[2] = { kvq_tuple_bytes(bid, BID), kvq_tuple_int(STREAM_STATE) };
+    int rc = kvq__wq_key_of(lo, &w->base_b, e, 2);
+    e[1] = kvq_tuple_int(STREAM_STATE + 1);
+    if (rc == 0)
+        rc = kvq__wq_key_of(hi, &w->base_b, e, 2);
+    return rc;
 }
 
 static int bx_key(kvq_buf *out, kvq_workq *w, int64_t deadline, const uint8_t *bid)
@@ -189,7 +200,7 @@ static int batch_load(batch *b,
         }
         const kvq_kv *kvs;
         size_t got = 0;
-        rc = bid_range(&k, &hi, &w->base_bs, bid);
+        rc = state_range(&k, &hi, w, bid);
         if (rc == 0)
             rc = kvq_txn_get_range(&kvs, &got, NULL, txn, k.data, k.len, hi.data, hi.len, 0,
                                    sflags);
@@ -252,7 +263,9 @@ static int batch_load_full(batch *b, kvq_workq *w, kvq_txn *txn, unsigned int fl
         int64_t si[2];
         if (tail_ints(kvs[i].key.data, kvs[i].key.len, lo.len, si, 2) != 0) {
             rc = damaged("chunk key");
-        } else if (si[0] == 0) {
+        } else if (si[0] == STREAM_STATE) {
+            continue;
+        } else if (si[0] == STREAM_META) {
             rc = kvq_buf_append(&b->meta, kvs[i].value.data, kvs[i].value.len);
         } else {
             vstart[nv] = b->vals.len;
@@ -260,7 +273,9 @@ static int batch_load_full(batch *b, kvq_workq *w, kvq_txn *txn, unsigned int fl
             rc = kvq_buf_append(&b->vals, kvs[i].value.data, kvs[i].value.len);
         }
     }
-    /* The item records in order; each value where the packing rule put it. */
+    /* The item records in order; each value where the packing rule put it, or (no value keys)
+     * all of them after the records, in the header. */
+    int inline_vals = rc == 0 && kvq__le_get(kvs[0].value.data + 25, 4) == 0;
     size_t mo = 0, c = 0, o = 0;
     for (uint32_t i = 0; rc == 0 && i < b->n; i++) {
         bitem *it = &b->items[i];
@@ -279,6 +294,11 @@ static int batch_load_full(batch *b, kvq_workq *w, kvq_txn *txn, unsigned int fl
             rc = damaged("item record");
             break;
         }
+        if (inline_vals) {
+            it->voff = o; /* from the end of the records, fixed below */
+            o += it->vlen;
+            continue;
+        }
         if (c < nv && o + it->vlen > vlen[c]) {
             c++;
             o = 0;
@@ -289,6 +309,12 @@ static int batch_load_full(batch *b, kvq_workq *w, kvq_txn *txn, unsigned int fl
         }
         it->voff = vstart[c] + o;
         o += it->vlen;
+    }
+    if (rc == 0 && inline_vals) {
+        if (b->meta.len - mo != o)
+            rc = damaged("values");
+        else
+            rc = kvq__buf_set(&b->vals, b->meta.data + mo, o);
     }
     if (rc == 0)
         b->full = 1;
@@ -330,10 +356,6 @@ static int batch_flush(batch *b, kvq_workq *w, kvq_txn *txn)
         all = b->state[i] != ST_LIVE;
     if (rc == 0 && all) {
         rc = bid_range(&k, &k2, &w->base_b, b->id);
-        if (rc == 0)
-            rc = kvq_txn_clear_range(txn, k.data, k.len, k2.data, k2.len);
-        if (rc == 0)
-            rc = bid_range(&k, &k2, &w->base_bs, b->id);
         if (rc == 0)
             rc = kvq_txn_clear_range(txn, k.data, k.len, k2.data, k2.len);
         if (rc == 0)
@@ -624,6 +646,14 @@ static int write_batch(kvq_workq *w,
         }
         cur += c->items[i].vlen;
     }
+    /* Small batches (all of a receive of 100 small values) keep their values in the header
+     * key, after the item records: one key to write, one to clear. */
+    size_t total = c->val.len;
+    for (uint32_t i = 0; nm == 1 && i < c->n; i++)
+        total += ENTRY + c->items[i].slen;
+    int inl = nm == 1 && HDR + total <= VAL_CHUNK;
+    if (inl)
+        nv = 0;
     uint8_t h[HDR];
     h[0] = FORMAT;
     kvq__le32_put(h + 1, c->n);
@@ -636,8 +666,12 @@ static int write_batch(kvq_workq *w,
     int64_t chunk = 0;
     for (uint32_t i = 0; rc == 0 && i <= c->n; i++) {
         size_t e = i < c->n ? ENTRY + c->items[i].slen : 0;
+        if (i == c->n && inl)
+            rc = kvq_buf_append(&buf, c->val.data, c->val.len);
         if (i == c->n || buf.len + e > META_CHUNK) {
-            rc = chunk == 0 ? bid_key(&k, &w->base_b, bid) : chunk_key(&k, w, bid, 0, chunk);
+            if (rc == 0)
+                rc = chunk == 0 ? bid_key(&k, &w->base_b, bid)
+                                : chunk_key(&k, w, bid, STREAM_META, chunk);
             if (rc == 0)
                 rc = kvq_txn_set(txn, k.data, k.len, buf.data, buf.len);
             chunk++;
@@ -659,10 +693,10 @@ static int write_batch(kvq_workq *w,
     /* The values: runs of whole values, each run one key, written straight from c. */
     chunk = 0;
     size_t from = 0, len = 0;
-    for (uint32_t i = 0; rc == 0 && i <= c->n; i++) {
+    for (uint32_t i = 0; rc == 0 && !inl && i <= c->n; i++) {
         size_t vl = i < c->n ? c->items[i].vlen : 0;
         if (i == c->n || len + vl > VAL_CHUNK) {
-            rc = chunk_key(&k, w, bid, 1, chunk++);
+            rc = chunk_key(&k, w, bid, STREAM_VAL, chunk++);
             if (rc == 0)
                 rc = kvq_txn_set(txn, k.data, k.len, c->val.data + from, len);
             from += len;
@@ -823,18 +857,32 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
         rc = kvq__wq_tally_apply(w, txn, &t);
     }
     kvq__wq_tally_dispose(&t);
-    /* The leases, and the values as this transaction wrote them (borrowed from txn). */
+    /* The leases, and the values as this transaction wrote them (borrowed from txn): in the
+     * header after the item records, or in the value keys. */
     kvq_buf key = KVQ_BUF_INIT;
     kvq_bytes chunk = { NULL, 0 };
     size_t ci = 0, co = 0;
     int have = 0;
+    if (rc == 0 && c.n > 0) {
+        int present = 0;
+        rc = bid_key(&key, &w->base_b, bid);
+        if (rc == 0)
+            rc = kvq_txn_get(&chunk, &present, txn, key.data, key.len, KVQ_SNAPSHOT);
+        if (rc == 0 && (!present || chunk.len < HDR))
+            rc = kvq__error(KVQ_EINTERNAL_ERROR, "a batch written in this transaction is gone");
+        if (rc == 0 && kvq__le_get(chunk.data + 25, 4) == 0) {
+            /* Inline: the values start after the records. */
+            have = 1;
+            co = chunk.len - c.val.len;
+        }
+    }
     for (uint32_t i = 0; rc == 0 && i < c.n; i++) {
         const bitem *it = &c.items[i];
         if (!have || co + it->vlen > chunk.len) {
             int present = 0;
             if (have)
                 ci++;
-            rc = chunk_key(&key, w, bid, 1, (int64_t)ci);
+            rc = chunk_key(&key, w, bid, STREAM_VAL, (int64_t)ci);
             if (rc == 0)
                 rc = kvq_txn_get(&chunk, &present, txn, key.data, key.len, KVQ_SNAPSHOT);
             if (rc == 0 && (!present || it->vlen > chunk.len))
@@ -875,14 +923,21 @@ typedef struct recv_many_ctx {
     size_t k, n;
     int64_t lease_ms;
     kvq_bytes *views;
+    int look, due; /* look first whether upkeep is due; it was (nothing received) */
 } recv_many_ctx;
 
 static int recv_many_body(kvq_txn *txn, void *arg)
 {
     recv_many_ctx *c = arg;
     c->n = 0;
+    c->due = 0;
+    /* The lazy upkeep's look, in this transaction rather than one of its own: when something
+     * is due, nothing is received here (a read-only attempt), the pass runs, then the receive. */
+    int rc = c->look ? kvq__wq_upkeep_due(c->w, txn, &c->due) : 0;
+    if (rc != 0 || c->due)
+        return rc;
     size_t n = 0;
-    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
+    rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (kvq__buf_set(&c->outs[i], c->views[i].data, c->views[i].len) != 0)
             rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
@@ -908,15 +963,20 @@ int kvq_workq_receive_many(kvq_buf *outs,
     int64_t lv;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
-    if (rc == 0)
-        rc = kvq__wq_upkeep_if_due(w);
     if (rc != 0)
         return rc;
-    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL };
+    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL, 1, 0 };
     c.views = kvq__malloc(k * sizeof(*c.views));
     if (c.views == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
     rc = kvq_db_transact(w->q->db, recv_many_body, &c);
+    if (rc == 0 && c.due) {
+        /* One upkeep pass (as kvq_workq_receive runs first), then the receive. */
+        rc = kvq__wq_upkeep_if_due(w);
+        c.look = 0;
+        if (rc == 0)
+            rc = kvq_db_transact(w->q->db, recv_many_body, &c);
+    }
     kvq__free(c.views);
     if (rc == 0)
         *n = c.n;

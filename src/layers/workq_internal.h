@@ -23,7 +23,7 @@
  *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (workq_batch.c)
  *   bk ("wq","b", bid14)                    batch lease: header and the items' records
  *   bk ("wq","b", bid14, 0|1, n)            more item records (0) and the values (1)
- *   bk ("wq","bs", bid14, item)             an item of a live batch settled (1 byte: 'a' ack,
+ *   bk ("wq","b", bid14, 2, item)           an item of a live batch settled (1 byte: 'a' ack,
  *                                           'n' nack, 'e' expired and given back, 'm' moved
  *                                           to a lease of its own by an extend)
  *   bk ("wq","s", bucket, bid14)            a batch settled: one such byte per item
@@ -58,7 +58,7 @@ struct kvq_workq {
     unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
-    kvq_buf base_b, base_bs; /* batch leases and their settled items (workq_batch.c) */
+    kvq_buf base_b; /* batch leases (workq_batch.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
@@ -228,5 +228,8 @@ int kvq__wq_batch_items(
 /* One upkeep pass in its own transaction when an ended lease or a due delayed item waits (only
  * a read-only check otherwise). */
 int kvq__wq_upkeep_if_due(kvq_workq *w);
+/* Whether an ended lease or a due delayed item waits, by snapshot reads in txn (a receiver
+ * that looks in its own transaction instead of one of its own). */
+int kvq__wq_upkeep_due(kvq_workq *w, kvq_txn *txn, int *due);
 
 #endif /* KVQ_WORKQ_INTERNAL_H */

@@ -6,6 +6,7 @@
  *   - items not settled come back when the batch's lease ends, once each, with one more
  *     delivery, or go to the dead letters at the queue's max; acks of them then say "expired";
  *   - a batch of large values comes back over several upkeep passes, each item once;
+ *   - a batch of 3,000 items (its records span several keys) is nacked and received again;
  *   - kill -9 of a process holding a batch lease: every item comes back once, not before the
  *     lease's end (compared in database versions), and the dead consumer's tokens are expired;
  *   - consumer threads receiving and settling batches concurrently: every item is acked exactly
@@ -342,6 +343,63 @@ static void test_expiry_in_passes(void **state)
     env_close(&e);
 }
 
+/* A batch of 3,000 items: its item records take more than one key; nacked, the items are back
+ * in order with their counts, and a second batch gets each on its second delivery. */
+typedef struct push_run {
+    kvq_workq *w;
+    int from, to;
+} push_run;
+
+static int push_run_body(kvq_txn *txn, void *arg)
+{
+    push_run *p = arg;
+    for (int i = p->from; i < p->to; i++) {
+        char v[16];
+        int n = snprintf(v, sizeof(v), "v%05d", i);
+        int rc = kvq_workq_push_txn(NULL, p->w, txn, (const uint8_t *)v, (size_t)n, NULL);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void test_large_batch(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 0);
+    enum { N = 3000 };
+    for (int i = 0; i < N; i += 500) {
+        push_run p = { e.w, i, i + 500 };
+        assert_ok(kvq_db_transact(e.db, push_run_body, &p));
+    }
+    kvq_buf *outs = calloc(N, sizeof(*outs));
+    kvq_workq_lease *ls = calloc(N, sizeof(*ls));
+    assert_non_null(outs);
+    assert_non_null(ls);
+    size_t n = 0;
+    for (int round = 1; round <= 2; round++) {
+        assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, N, 0));
+        assert_int_equal(n, N);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(item_no(view(&outs[i])), (int)i);
+            assert_int_equal(ls[i].deliveries, round);
+        }
+        assert_int_equal(metrics(&e).inflight, N);
+        if (round == 1)
+            assert_ok(kvq_workq_nack_many(NULL, e.w, ls, n, 0));
+        else
+            assert_ok(kvq_workq_ack_many(NULL, e.w, ls, n));
+    }
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.acked, N);
+    assert_int_equal(m.inflight, 0);
+    assert_int_equal(m.ready, 0);
+    dispose_all(outs, N);
+    free(outs);
+    free(ls);
+    env_close(&e);
+}
+
 /* ---- kill -9 of a batch holder ---------------------------------------------------------------- */
 
 #define CRASH_N 100
@@ -656,6 +714,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_expiry_durable),
         cmocka_unit_test(test_expiry_priority),
         cmocka_unit_test(test_expiry_in_passes),
+        cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_kill_batch_holder),
         cmocka_unit_test(test_concurrent_exactly_once),
         cmocka_unit_test(test_racing_settlers),
