@@ -572,6 +572,12 @@ int kvq__wq_batch_expire(
     }
     if (rc == 0 && back > 0)
         rc = kvq__wq_counter_add(txn, &w->n_inflight, -back);
+    /* Every item settled already (two settlers of its last items, each seeing the other's
+     * item in flight, both left the record): it goes now all the same. */
+    if (rc == 0 && b.kind == B_LIVE && *done && !b.any) {
+        b.any = 1;
+        b.lo = b.hi = 0;
+    }
     if (rc == 0)
         rc = batch_flush(&b, w, txn);
     kvq_buf_dispose(&k);

@@ -7,6 +7,8 @@
  *     delivery, or go to the dead letters at the queue's max; acks of them then say "expired";
  *   - a batch of large values comes back over several upkeep passes, each item once;
  *   - a batch of 3,000 items (its records span several keys) is nacked and received again;
+ *   - no key of a batch stays behind once all its items are settled (also when two settlers
+ *     of its last items each saw the other's in flight: upkeep removes it at the lease's end);
  *   - kill -9 of a process holding a batch lease: every item comes back once, not before the
  *     lease's end (compared in database versions), and the dead consumer's tokens are expired;
  *   - consumer threads receiving and settling batches concurrently: every item is acked exactly
@@ -400,6 +402,90 @@ static void test_large_batch(void **state)
     env_close(&e);
 }
 
+/* Keys of the batch leases kind (bk ("wq","b") ...) in the database. */
+typedef struct count_ctx {
+    kvq_queue *q;
+    size_t n;
+} count_ctx;
+
+static int count_body(kvq_txn *txn, void *arg)
+{
+    count_ctx *c = arg;
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
+    kvq_tuple_elem e[2] = { kvq_tuple_str("wq"), kvq_tuple_str("b") };
+    int rc = kvq_buf_append(&lo, c->q->bk.data, c->q->bk.len);
+    if (rc == 0)
+        rc = kvq_tuple_pack_buf(&lo, e, 2);
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, lo.data, lo.len);
+    static const uint8_t ff = 0xff;
+    if (rc == 0)
+        rc = kvq_buf_append(&hi, &ff, 1);
+    const kvq_kv *kvs;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &c->n, NULL, txn, lo.data, lo.len, hi.data, hi.len, 0,
+                               KVQ_SNAPSHOT);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    return rc;
+}
+
+static size_t batch_keys(env *e)
+{
+    count_ctx c = { e->q, 0 };
+    assert_ok(kvq_db_transact(e->db, count_body, &c));
+    return c.n;
+}
+
+typedef struct ack_in {
+    kvq_workq *w;
+    kvq_workq_lease *l;
+} ack_in;
+
+static int ack_in_body(kvq_txn *txn, void *arg)
+{
+    ack_in *a = arg;
+    return kvq_workq_ack_txn(a->w, txn, a->l);
+}
+
+/* Two settlers of a batch's last two items, each seeing the other's in flight, both commit (no
+ * conflict: different items) and leave the record with every item settled; upkeep removes it
+ * when the lease ends, and the tokens still say "settled". An ack of the whole batch leaves no
+ * key of it behind. */
+static void test_record_cleanup(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 0);
+    push_n(&e, 0, 4, 0);
+    kvq_buf outs[2] = { 0 };
+    kvq_workq_lease ls[2];
+    size_t n = 0;
+    assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, 2, 0));
+    assert_int_equal(batch_keys(&e), 1); /* small: one key */
+    kvq_txn *t1;
+    assert_ok(kvq_txn_create(&t1, e.db));
+    assert_ok(kvq_workq_ack_txn(e.w, t1, &ls[0])); /* sees item 1 in flight */
+    ack_in a = { e.w, &ls[1] };
+    assert_ok(kvq_db_transact(e.db, ack_in_body, &a)); /* sees item 0 in flight */
+    assert_ok(kvq_txn_commit(t1));
+    kvq_txn_destroy(t1);
+    assert_true(batch_keys(&e) > 1); /* the record and two settled items */
+    assert_int_equal(metrics(&e).acked, 2);
+    assert_int_equal(force_expiry(&e), 0);
+    assert_int_equal(batch_keys(&e), 0);
+    assert_int_equal(kvq_workq_ack(e.w, &ls[0]), KVQ_ELEASE_SETTLED);
+    assert_int_equal(kvq_workq_ack(e.w, &ls[1]), KVQ_ELEASE_SETTLED);
+    /* A whole batch acked: nothing of it stays but its marker (another kind). */
+    assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, 2, 0));
+    assert_ok(kvq_workq_ack_many(NULL, e.w, ls, n));
+    assert_int_equal(batch_keys(&e), 0);
+    kvq_workq_metrics m = metrics(&e);
+    assert_int_equal(m.acked, 4);
+    assert_int_equal(m.inflight, 0);
+    dispose_all(outs, 2);
+    env_close(&e);
+}
+
 /* ---- kill -9 of a batch holder ---------------------------------------------------------------- */
 
 #define CRASH_N 100
@@ -715,6 +801,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_expiry_priority),
         cmocka_unit_test(test_expiry_in_passes),
         cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_record_cleanup),
         cmocka_unit_test(test_kill_batch_holder),
         cmocka_unit_test(test_concurrent_exactly_once),
         cmocka_unit_test(test_racing_settlers),
