@@ -929,21 +929,14 @@ typedef struct recv_many_ctx {
     size_t k, n;
     int64_t lease_ms;
     kvq_bytes *views;
-    int look, due; /* look first whether upkeep is due; it was (nothing received) */
 } recv_many_ctx;
 
 static int recv_many_body(kvq_txn *txn, void *arg)
 {
     recv_many_ctx *c = arg;
     c->n = 0;
-    c->due = 0;
-    /* The lazy upkeep's look, in this transaction rather than one of its own: when something
-     * is due, nothing is received here (a read-only attempt), the pass runs, then the receive. */
-    int rc = c->look ? kvq__wq_upkeep_due(c->w, txn, &c->due) : 0;
-    if (rc != 0 || c->due)
-        return rc;
     size_t n = 0;
-    rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
+    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (kvq__buf_set(&c->outs[i], c->views[i].data, c->views[i].len) != 0)
             rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
@@ -969,20 +962,15 @@ int kvq_workq_receive_many(kvq_buf *outs,
     int64_t lv;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    if (rc == 0)
+        rc = kvq__wq_upkeep_if_due(w);
     if (rc != 0)
         return rc;
-    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL, 1, 0 };
+    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL };
     c.views = kvq__malloc(k * sizeof(*c.views));
     if (c.views == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
     rc = kvq_db_transact(w->q->db, recv_many_body, &c);
-    if (rc == 0 && c.due) {
-        /* One upkeep pass (as kvq_workq_receive runs first), then the receive. */
-        rc = kvq__wq_upkeep_if_due(w);
-        c.look = 0;
-        if (rc == 0)
-            rc = kvq_db_transact(w->q->db, recv_many_body, &c);
-    }
     kvq__free(c.views);
     if (rc == 0)
         *n = c.n;

@@ -228,8 +228,5 @@ int kvq__wq_batch_items(
 /* One upkeep pass in its own transaction when an ended lease or a due delayed item waits (only
  * a read-only check otherwise). */
 int kvq__wq_upkeep_if_due(kvq_workq *w);
-/* Whether an ended lease or a due delayed item waits, by snapshot reads in txn (a receiver
- * that looks in its own transaction instead of one of its own). */
-int kvq__wq_upkeep_due(kvq_workq *w, kvq_txn *txn, int *due);
 
 #endif /* KVQ_WORKQ_INTERNAL_H */

@@ -256,11 +256,6 @@ static int pass_body(kvq_txn *txn, void *arg)
     return recover_pass(c->w, txn, &c->moved, &c->more);
 }
 
-int kvq__wq_upkeep_due(kvq_workq *w, kvq_txn *txn, int *due)
-{
-    return upkeep_due(w, txn, due);
-}
-
 int kvq__wq_upkeep_if_due(kvq_workq *w)
 {
     pass_ctx p = { w, 0, 0, 1 };
