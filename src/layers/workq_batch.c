@@ -1,7 +1,8 @@
-/* Batches of the work queue (kvq/workq.h): receive, ack and nack many items in one transaction,
- * so that a consumer of small jobs pays one commit per batch instead of one per item. Each item
- * goes through the same steps as a single receive or settle (workq.c), so batches and single
- * operations mix freely. */
+/* Batches of the work queue (kvq/workq_batch.h): receive, ack and nack many items in one
+ * transaction, so that a consumer of small jobs pays one commit per batch instead of one per
+ * item; a batch received together is leased as one record (below). Leases of single receives
+ * (workq.c) and of batch items mix freely in every call: an item's lease is settled by the batch
+ * that holds it, any other by workq.c's single-lease path. */
 #include <string.h>
 
 #include "kvq/workq_batch.h"

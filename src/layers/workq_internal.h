@@ -6,7 +6,7 @@
  *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
  *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
- *   workq_batch.c   receive, ack and nack of many items in one transaction
+ *   workq_batch.c   receive, ack and nack of many items in one transaction; batch leases
  *   workq_purge.c   removing every item, whatever its state
  *   workq_token.c   leases as text
  *
