@@ -1071,12 +1071,18 @@ static int space_short(emb_store *s)
         s->space_live_ok = ckpt;
         return 0;
     }
-    uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize + reserve;
+    uint64_t fs = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize, avail = fs + reserve;
     uint64_t need = ckpt + (kvq__log_spare_ready(s->log) ? 0 : seg);
     s->space_avail = avail;
     s->space_need = need;
-    s->space_short = avail < need;
-    s->space_live_ok = ckpt + (avail > need ? (avail - need) / 2 : 0);
+    /* Less than a segment free on the file system is a full disk too, whatever the reserve
+     * holds: the reserve is for draining, as the engine's is (pushes are refused at once on a
+     * disk another file filled, as on the SQLite storage). */
+    s->space_short = avail < need || fs < seg;
+    uint64_t room = avail > need ? avail - need : 0;
+    if (fs - (fs < seg ? fs : seg) < room)
+        room = fs - (fs < seg ? fs : seg);
+    s->space_live_ok = ckpt + room / 2;
     return s->space_short;
 }
 
