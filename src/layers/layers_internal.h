@@ -70,6 +70,13 @@ struct kvq_queue {
     int is_named;                 /* opened by kvq_queue_open_named: its stored settings */
     kvq_queue_settings named;
     kvq_queue_stats stats;        /* atomic counters */
+    /* Durable and priority queues: where a work queue keeps its leases' expiry index and its
+     * delayed items (bk + pack(("wq", "x")) and ("wq", "y"); workq_internal.h), which every
+     * reader looks at first (kvq__q_due_gate). */
+    kvq_buf wq_x, wq_y;
+    /* atomic: max deliveries of the work queue last opened over this handle (-1: none), with
+     * which a plain reader makes ended leases ready (workq_upkeep.c). */
+    int64_t wq_max_deliveries;
 };
 
 /* A borrowed view of a buffer's bytes. */
@@ -248,6 +255,17 @@ int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
 int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+
+/* ---- due items of work queues, for every reader (workq_upkeep.c) --------------------------- */
+
+/* Called by every reader of a durable or priority queue in its transaction, before it reads
+ * (FIFO queues: a no-op). Two snapshot reads at txn's read version look for a delayed item that
+ * is due or a lease that has ended (no conflict range, nothing written). When one is found, it
+ * and every other that is due are made ready in transactions of their own (w's options, or those
+ * of kvq__q_reader_options when w is NULL), and KVQ_ENOT_COMMITTED is returned: the caller's
+ * retry loop then reads again at a newer version, which sees them ready. A read-only database,
+ * where nothing can be moved, is read as it is stored (0). */
+int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn);
 
 /* ---- the long poll, for the consumer runtime (workq_wait.c, workq.c) -------------------- */
 

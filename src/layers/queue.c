@@ -36,6 +36,19 @@ static int build_keys(kvq_queue *q)
         if (rc == 0)
             rc = kvq__buf_put_byte(&q->items_hi, 0x1e);
     }
+    if (q->type != KVQ_QUEUE_FIFO) {
+        /* A work queue's lease expiry index and delayed items (workq.c builds the same). */
+        kvq_tuple_elem x[2] = { kvq_tuple_str("wq"), kvq_tuple_str("x") };
+        kvq_tuple_elem y[2] = { kvq_tuple_str("wq"), kvq_tuple_str("y") };
+        for (int i = 0; rc == 0 && i < 2; i++) {
+            kvq_buf *b = i == 0 ? &q->wq_x : &q->wq_y;
+            rc = kvq_buf_append(b, p.data, p.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(b, 0xff);
+            if (rc == 0)
+                rc = kvq_tuple_pack_buf(b, i == 0 ? x : y, 2);
+        }
+    }
     if (rc == 0)
         rc = kvq_buf_append(&q->bk, p.data, p.len);
     if (rc == 0)
@@ -134,6 +147,7 @@ int kvq_queue_open(kvq_queue **out,
     q->type = type;
     q->opts = o;
     q->bucket_versions = KVQ__BUCKET_VERSIONS;
+    q->wq_max_deliveries = -1;
     int rc = kvq_buf_append(&q->prefix, pfx, pfx_len);
     if (rc == 0)
         rc = build_keys(q);
@@ -151,7 +165,8 @@ void kvq_queue_close(kvq_queue *q)
         return;
     kvq_buf *bufs[] = { &q->prefix,    &q->items_lo, &q->items_hi, &q->val_prefix,
                         &q->npush,     &q->npop,     &q->bk,       &q->hc_pop_lo,
-                        &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi };
+                        &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi, &q->wq_x,
+                        &q->wq_y };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(q);
@@ -186,6 +201,8 @@ int kvq_queue_pop_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn)
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_pop_txn");
     if (rc == 0 && out == NULL)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_pop_txn: out is NULL");
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     size_t n;
@@ -199,6 +216,8 @@ int kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, 
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_pop_k_txn: NULL outs or n");
     if (rc == 0 && (k < 1 || k > KVQ__MAX_K))
         rc = kvq__error(KVQ_EINVAL, "pop of %zu items (1 to %d allowed)", k, KVQ__MAX_K);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     return kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
@@ -214,6 +233,9 @@ pop_end_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, int e
         return rc;
     if (q->type != KVQ_QUEUE_PRIORITY)
         return kvq__q_wrong_type(q, fn);
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc != 0)
+        return rc;
     size_t n;
     return kvq__q_pop_k_end(q, txn, end, 1, out, priority, &n);
 }
@@ -281,6 +303,10 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
         }
         return rc;
     }
+    /* Due delayed items and ended leases first (a retry then sees them ready). */
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc != 0)
+        return rc;
     size_t n = 0;
     int64_t prio = 0;
     if (q->type == KVQ_QUEUE_DURABLE && __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED) > 0) {
@@ -309,6 +335,12 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
     return rc;
 }
 
+/* Only makes what is due ready (kvq__q_due_gate; its 1020 makes the retry loop look again). */
+static int gate_body(kvq_txn *txn, void *arg)
+{
+    return kvq__q_due_gate(arg, NULL, txn);
+}
+
 /* Runs a convenience pop of up to k items from one end into outs; *n receives the count. */
 static int pop_conv(kvq_queue *q,
                     int end,
@@ -328,7 +360,10 @@ static int pop_conv(kvq_queue *q,
     }
     int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1 && watch == NULL;
     if (hc) {
-        rc = kvq__hc_pop(q, &o, end);
+        /* Its steps do not look for due items: a transaction of its own does first. */
+        rc = q->type == KVQ_QUEUE_PRIORITY ? kvq_db_transact(q->db, gate_body, q) : 0;
+        if (rc == 0)
+            rc = kvq__hc_pop(q, &o, end);
     } else {
         a.views = kvq__calloc(k, sizeof(kvq_bytes));
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
@@ -430,6 +465,8 @@ static int peek_end_txn(kvq_queue *q,
         rc = kvq__error(KVQ_EINVAL, "%s: out is NULL", fn);
     if (rc == 0 && (flags & ~(unsigned int)KVQ_SNAPSHOT) != 0)
         rc = kvq__error(KVQ_EINVAL, "%s: flags 0x%x (only KVQ_SNAPSHOT allowed)", fn, flags);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     const kvq_kv *kvs;
@@ -572,6 +609,8 @@ int kvq_queue_len_txn(uint64_t *out, kvq_queue *q, kvq_txn *txn, unsigned int fl
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_len_txn: out is NULL");
     if (rc == 0 && (flags & ~(unsigned int)KVQ_SNAPSHOT) != 0)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_len_txn: flags 0x%x", flags);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     if (q->type == KVQ_QUEUE_DURABLE)
@@ -596,6 +635,10 @@ typedef struct len_arg {
 static int len_page_body(kvq_txn *txn, void *arg)
 {
     len_arg *a = arg;
+    /* Due items first, at the first page (a count over pages is approximate anyway). */
+    int rc = a->cursor.len == 0 ? kvq__q_due_gate(a->q, NULL, txn) : 0;
+    if (rc != 0)
+        return rc;
     if (a->q->type == KVQ_QUEUE_DURABLE) {
         a->done = 1;
         return durable_len_txn(a->q, txn, &a->count, 0);
@@ -603,7 +646,7 @@ static int len_page_body(kvq_txn *txn, void *arg)
     /* A retry starts the page again from the cursor of the last committed page. */
     a->count = 0;
     kvq_buf cur = KVQ_BUF_INIT;
-    int rc = kvq__buf_set(&cur, a->cursor.data, a->cursor.len);
+    rc = kvq__buf_set(&cur, a->cursor.data, a->cursor.len);
     if (rc == 0)
         rc = count_pages(a->q, txn, &cur, 1, KVQ_SNAPSHOT, &a->count, &a->done);
     if (rc == 0) {
@@ -705,6 +748,8 @@ int kvq_queue_iterate_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_iter_fn fn, void
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_iterate_txn");
     if (rc == 0 && fn == NULL)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_iterate_txn: fn is NULL");
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     kvq_buf cursor = KVQ_BUF_INIT;
@@ -743,10 +788,12 @@ static int iter_page_body(kvq_txn *txn, void *arg)
     kvq_queue *q = a->q;
     const uint8_t *b = a->cursor.len ? a->cursor.data : q->items_lo.data;
     size_t bl = a->cursor.len ? a->cursor.len : q->items_lo.len;
-    const kvq_kv *kvs;
-    size_t got;
+    const kvq_kv *kvs = NULL;
+    size_t got = 0;
     a->n = 0;
-    int rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b, bl, q->items_hi.data, q->items_hi.len,
+    int rc = a->cursor.len == 0 ? kvq__q_due_gate(q, NULL, txn) : 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b, bl, q->items_hi.data, q->items_hi.len,
                                q->opts.page_size, KVQ_SNAPSHOT);
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq__buf_set(&a->vals[i], kvs[i].value.data, kvs[i].value.len);
@@ -859,7 +906,9 @@ int kvq_queue_consume_k_txn(
     *n = 0;
     if (q->type != KVQ_QUEUE_DURABLE)
         return kvq__q_wrong_type(q, "kvq_queue_consume_k_txn");
-    rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc == 0)
+        rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
     if (rc == KVQ_ENOTFOUND)
         rc = 0;
     if (rc == 0 && *n < k)

@@ -59,6 +59,16 @@ void kvq_workq_close(kvq_workq *w)
 
 int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
 {
+    int rc = kvq__wq_open(out, q, opts);
+    /* Plain readers of this handle make ended leases ready with these settings. */
+    if (rc == 0)
+        __atomic_store_n(&q->wq_max_deliveries, (int64_t)(*out)->opts.max_deliveries,
+                         __ATOMIC_RELAXED);
+    return rc;
+}
+
+int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
+{
     if (out == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_open: out is NULL");
     *out = NULL;
@@ -463,6 +473,9 @@ int kvq_workq_receive_txn(
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
+    /* Due delayed items and ended leases first (a retry then sees them ready). */
+    if (rc == 0)
+        rc = kvq__q_due_gate(w->q, w, txn);
     if (rc != 0)
         return rc;
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
@@ -515,10 +528,6 @@ int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_
     int64_t lv;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
-    if (rc != 0)
-        return rc;
-    /* Lazy upkeep: one pass when something is due (a read-only check otherwise). */
-    rc = kvq__wq_upkeep_if_due(w);
     if (rc != 0)
         return rc;
     recv_ctx c = { w, out, lease, lease_ms };

@@ -15,7 +15,7 @@
  * items ready, old markers pruned. *more = 1 when a batch was full. Expired leases are handled
  * first: the durable promotions write versionstamped keys, after which the item range is
  * unreadable. */
-static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
+static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, int *more)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
@@ -130,12 +130,13 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         if (rc == 0)
             (*moved)++;
     }
-    /* Prune age index entries left by plain pops, settled markers and dedup keys. */
-    if (rc == 0 && w->q->type == KVQ_QUEUE_PRIORITY) {
+    /* Prune age index entries left by plain pops, settled markers and dedup keys (not in the
+     * passes of plain readers, which do not know the queue's dedup window). */
+    if (rc == 0 && prune && w->q->type == KVQ_QUEUE_PRIORITY) {
         int64_t since;
         rc = kvq__wq_age_head(w, txn, 1, &since);
     }
-    if (rc == 0) {
+    if (rc == 0 && prune) {
         int64_t cut = rv / KVQ__BUCKET_VERSIONS - SETTLED_WINDOW_BUCKETS;
         kvq_tuple_elem ce = kvq_tuple_int(cut);
         if (cut > 0) {
@@ -146,7 +147,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
                 rc = kvq_txn_clear_range(txn, lo.data, lo.len, hi.data, hi.len);
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && prune) {
         kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS);
         rc = kvq__wq_range_of(&lo, &hi, &w->base_ddx);
         if (rc == 0)
@@ -188,29 +189,46 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     return rc;
 }
 
+/* Whether a lease that ended before xbound or a delayed item due at rv waits in q: at most two
+ * snapshot reads of one key each at txn's version (no conflict range). The queue's own key
+ * bases (q->wq_x, q->wq_y) are a work queue's base_x and base_y. */
+static int look_due(kvq_queue *q, kvq_txn *txn, int64_t xbound, int64_t rv, int *due)
+{
+    /* One buffer holds both bounds: base + 0x00, then base + pack((bound,)). */
+    kvq_buf b = KVQ_BUF_INIT;
+    const kvq_buf *bases[2] = { &q->wq_x, &q->wq_y };
+    int rc = 0;
+    *due = 0;
+    for (int i = 0; rc == 0 && i < 2 && !*due; i++) {
+        kvq_tuple_elem e = kvq_tuple_int(i == 0 ? xbound : rv);
+        b.len = 0;
+        rc = kvq_buf_append(&b, bases[i]->data, bases[i]->len);
+        if (rc == 0)
+            rc = kvq__buf_put_byte(&b, 0x00);
+        size_t lo_len = b.len;
+        if (rc == 0)
+            rc = kvq_buf_append(&b, bases[i]->data, bases[i]->len);
+        if (rc == 0)
+            rc = kvq_tuple_pack_buf(&b, &e, 1);
+        const kvq_kv *kvs;
+        size_t got = 0;
+        if (rc == 0)
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data, lo_len, b.data + lo_len,
+                                   b.len - lo_len, 1, KVQ_SNAPSHOT);
+        if (rc == 0 && got > 0)
+            *due = 1;
+    }
+    kvq_buf_dispose(&b);
+    return rc;
+}
+
 /* Whether an expired lease or a due delayed item waits (snapshot reads at txn's version). */
 static int upkeep_due(kvq_workq *w, kvq_txn *txn, int *due)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
-    const kvq_buf *bases[2] = { &w->base_x, &w->base_y };
-    *due = 0;
-    for (int i = 0; rc == 0 && i < 2 && !*due; i++) {
-        kvq_tuple_elem e = kvq_tuple_int(i == 0 ? kvq__wq_expiry_bound(w, rv) : rv);
-        rc = kvq__wq_range_of(&lo, &hi, bases[i]);
-        if (rc == 0)
-            rc = kvq__wq_key_of(&hi, bases[i], &e, 1);
-        const kvq_kv *kvs;
-        size_t got = 0;
-        if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
-                                   KVQ_SNAPSHOT);
-        if (rc == 0 && got > 0)
-            *due = 1;
-    }
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
+    if (rc == 0)
+        rc = look_due(w->q, txn, kvq__wq_expiry_bound(w, rv), rv, due);
     return rc;
 }
 
@@ -219,6 +237,7 @@ typedef struct pass_ctx {
     uint64_t moved;
     int more;
     int check_first;
+    int prune;
 } pass_ctx;
 
 static int pass_body(kvq_txn *txn, void *arg)
@@ -232,13 +251,27 @@ static int pass_body(kvq_txn *txn, void *arg)
         if (rc != 0 || !due)
             return rc;
     }
-    return recover_pass(c->w, txn, &c->moved, &c->more);
+    return recover_pass(c->w, txn, c->prune, &c->moved, &c->more);
 }
 
 int kvq__wq_upkeep_if_due(kvq_workq *w)
 {
-    pass_ctx p = { w, 0, 0, 1 };
+    pass_ctx p = { w, 0, 0, 1, 1 };
     return kvq_db_transact(w->q->db, pass_body, &p);
+}
+
+/* Passes, each a transaction that first looks again, while something is due; *out (may be NULL)
+ * adds what they moved. */
+static int passes_while_due(kvq_workq *w, int prune, uint64_t *out)
+{
+    pass_ctx p = { w, 0, 1, 1, prune };
+    int rc = 0;
+    while (rc == 0 && p.more) {
+        rc = kvq_db_transact(w->q->db, pass_body, &p);
+        if (rc == 0 && out != NULL)
+            *out += p.moved;
+    }
+    return rc;
 }
 
 int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
@@ -248,14 +281,50 @@ int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
         return rc;
     if (out != NULL)
         *out = 0;
-    /* As a receive does first: a read-only look, and passes only while something is due. */
-    pass_ctx p = { w, 0, 1, 1 };
-    while (rc == 0 && p.more) {
-        rc = kvq_db_transact(w->q->db, pass_body, &p);
-        if (rc == 0 && out != NULL)
-            *out += p.moved;
-    }
+    /* What every reader does when it finds something due: a read-only look, and passes only
+     * while something is due. */
+    return passes_while_due(w, 1, out);
+}
+
+/* ---- every reader makes what is due ready first ------------------------------------------------ */
+
+/* The passes of a reader that has no work-queue handle: a transient one over q, with the max
+ * deliveries of the work queue last opened over q, else of the named queue's settings, else 0
+ * (an ended lease always goes back to the queue; a receiver that takes an item which has had its
+ * deliveries moves it to the dead letters then, with its own settings). No pruning: the dedup
+ * window is the work queue's, unknown here. */
+static int reader_passes(kvq_queue *q)
+{
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    int64_t md = __atomic_load_n(&q->wq_max_deliveries, __ATOMIC_RELAXED);
+    o.max_deliveries = md >= 0 ? (uint32_t)md : q->is_named ? q->named.max_deliveries : 0;
+    kvq_workq *w = NULL;
+    int rc = kvq__wq_open(&w, q, &o);
+    if (rc == 0)
+        rc = passes_while_due(w, 0, NULL);
+    kvq_workq_close(w);
     return rc;
+}
+
+int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn)
+{
+    if (q->type == KVQ_QUEUE_FIFO)
+        return 0;
+    int64_t rv;
+    int due = 0;
+    int rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc == 0)
+        rc = look_due(q, txn, w != NULL ? kvq__wq_expiry_bound(w, rv) : rv, rv, &due);
+    if (rc != 0 || !due)
+        return rc;
+    rc = w != NULL ? passes_while_due(w, 1, NULL) : reader_passes(q);
+    if (rc == KVQ_EPERM)
+        return 0; /* a read-only database: read as it is stored */
+    if (rc != 0)
+        return rc;
+    return kvq__error(KVQ_ENOT_COMMITTED,
+                      "due items were made ready after this transaction's read version; read "
+                      "again (a retry loop does)");
 }
 
 static int tick_body(kvq_txn *txn, void *arg)
@@ -273,7 +342,7 @@ int kvq_workq_recover(uint64_t *out, kvq_workq *w)
         *out = 0;
     /* A tiny commit, so that the read versions below are the present on every engine. */
     rc = kvq_db_transact(w->q->db, tick_body, w);
-    pass_ctx p = { w, 0, 1, 0 };
+    pass_ctx p = { w, 0, 1, 0, 1 };
     while (rc == 0 && p.more) {
         rc = kvq_db_transact(w->q->db, pass_body, &p);
         if (rc == 0 && out != NULL)
