@@ -153,6 +153,22 @@ k push due again
 k receive due --lease 200ms >/dev/null
 sleep 0.5
 check "an ended lease: the item is back for stats and pop" bash -c "'$KVQ' --db '$DB' --json stats due | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==1 and v[\"in_flight\"]==0, v' && [ \"\$('$KVQ' --db '$DB' pop due)\" = again ]"
+# The scenario, each reader the first to look once the item is due (versions follow the
+# monotonic clock, so 0.7 s after the push returned a 500 ms delay has passed; nothing else in
+# the command line makes due items ready: the library's readers do).
+for r in pop peek len stats prom list queues; do
+    k create "d-$r" >/dev/null
+    k push "d-$r" --delay 500 x
+done
+sleep 0.7
+check "push --delay 500 x; wait; pop: x" bash -c "[ \"\$('$KVQ' --db '$DB' pop d-pop)\" = x ]"
+check "push --delay 500 x; wait; peek: x" bash -c "[ \"\$('$KVQ' --db '$DB' peek d-peek)\" = x ]"
+check "push --delay 500 x; wait; len: 1" bash -c "[ \"\$('$KVQ' --db '$DB' len d-len)\" = 1 ]"
+check "push --delay 500 x; wait; stats: ready, not delayed" bash -c "'$KVQ' --db '$DB' --json stats d-stats | python3 -c 'import json,sys; v=json.load(sys.stdin); assert v[\"length\"]==1 and v[\"delayed\"]==0, v'"
+"$KVQ" --db "$DB" stats d-prom --prometheus >"$T/prom.out"
+check "push --delay 500 x; wait; stats --prometheus: length 1, delayed 0" bash -c "grep -qx 'kvq_queue_length{queue=\"d-prom\",type=\"durable\"} 1' '$T/prom.out' && grep -qx 'kvq_queue_delayed{queue=\"d-prom\",type=\"durable\"} 0' '$T/prom.out'"
+check "push --delay 500 x; wait; list: x" bash -c "[ \"\$('$KVQ' --db '$DB' list d-list)\" = x ]"
+check "push --delay 500 x; wait; queues: length 1" bash -c "'$KVQ' --db '$DB' --json queues | python3 -c 'import json,sys; v=[q for q in json.load(sys.stdin) if q[\"name\"]==\"d-queues\"]; assert v[0][\"length\"]==1 and v[0][\"delayed\"]==0, v'"
 k create pdue --type priority >/dev/null
 k push pdue --delay 300ms --priority 3 p3
 sleep 0.5
