@@ -462,8 +462,14 @@ out:
     return rc;
 }
 
-int kvq_workq_receive_txn(
-    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
+/* kvq_workq_receive_txn; *dead (may be NULL) counts the items it moved to the dead letters on
+ * the way, which a KVQ_ENOTFOUND still leaves written in txn. */
+static int receive_in(kvq_bytes *out,
+                      kvq_workq_lease *lease,
+                      kvq_workq *w,
+                      kvq_txn *txn,
+                      int64_t lease_ms,
+                      int *ndead)
 {
     int rc = kvq__wq_check(w, txn, 1, "kvq_workq_receive_txn");
     if (rc == 0 && (out == NULL || lease == NULL))
@@ -494,13 +500,25 @@ int kvq_workq_receive_txn(
         int dead = 0;
         rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, NULL, NULL, lease,
                                   &dead);
+        if (rc == 0 && dead && ndead != NULL)
+            (*ndead)++;
         if (rc != 0 || !dead) {
             if (rc == 0)
                 *out = kvs[0].value;
-            break;
+            return rc;
         }
     }
+    /* Every try found an item over its deliveries: nothing received this time. */
+    if (rc == 0)
+        rc = kvq__error(KVQ_ENOTFOUND, "no ready item received (items over their deliveries "
+                                       "were moved to the dead letters)");
     return rc;
+}
+
+int kvq_workq_receive_txn(
+    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
+{
+    return receive_in(out, lease, w, txn, lease_ms, NULL);
 }
 
 typedef struct recv_ctx {
@@ -508,13 +526,22 @@ typedef struct recv_ctx {
     kvq_buf *out;
     kvq_workq_lease *lease;
     int64_t lease_ms;
+    int empty; /* nothing received, but items moved to the dead letters on the way */
 } recv_ctx;
 
 static int recv_body(kvq_txn *txn, void *arg)
 {
     recv_ctx *c = arg;
     kvq_bytes v;
-    int rc = kvq_workq_receive_txn(&v, c->lease, c->w, txn, c->lease_ms);
+    int ndead = 0;
+    c->empty = 0;
+    int rc = receive_in(&v, c->lease, c->w, txn, c->lease_ms, &ndead);
+    if (rc == KVQ_ENOTFOUND && ndead > 0) {
+        /* Commit the moves to the dead letters (else every receive would find those items
+         * again, move them again and roll back), and report the queue empty. */
+        c->empty = 1;
+        return 0;
+    }
     if (rc == 0 && kvq__buf_set(c->out, v.data, v.len) != 0)
         rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
     return rc;
@@ -530,8 +557,11 @@ int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc != 0)
         return rc;
-    recv_ctx c = { w, out, lease, lease_ms };
-    return kvq_db_transact(w->q->db, recv_body, &c);
+    recv_ctx c = { w, out, lease, lease_ms, 0 };
+    rc = kvq_db_transact(w->q->db, recv_body, &c);
+    if (rc == 0 && c.empty)
+        rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
+    return rc;
 }
 
 int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)
