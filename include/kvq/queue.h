@@ -40,6 +40,14 @@
  * bytes, and any transaction error of kvq/db.h (after the retry budget, for convenience forms).
  * Details are in kvq_last_error().
  *
+ * **Work queues** (kvq/workq.h) keep delayed items and leases beside a durable or priority
+ * queue. Every reader here (pop, pop_k, pop_prio, peek, peek_prio, len, iterate, consume_k, in
+ * both forms) sees a delayed item that is due, and an item whose lease ended, as ready: it looks
+ * for such items at its read version first (two snapshot reads), and when there are some it makes
+ * them ready in transactions of its own and reads again. A `_txn` form then returns
+ * KVQ_ENOT_COMMITTED (1020), which the caller's retry loop retries like any conflict; a
+ * read-only database is read as stored.
+ *
  * **Threads**: a kvq_queue may be shared by any number of threads; a kvq_txn still belongs to
  * one thread at a time. **Processes**: open the database and the queue again after fork().
  */
