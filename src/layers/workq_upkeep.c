@@ -189,33 +189,55 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
     return rc;
 }
 
-/* Whether a lease that ended before xbound or a delayed item due at rv waits in q: at most two
- * snapshot reads of one key each at txn's version (no conflict range). The queue's own key
- * bases (q->wq_x, q->wq_y) are a work queue's base_x and base_y. */
+/* Whether a lease that ended before xbound or a delayed item due at rv waits in q, read with
+ * snapshot reads at txn's version (no conflict range). The queue's own key bases (q->wq_x,
+ * q->wq_y) are a work queue's base_x and base_y; no key of another kind lies between the two
+ * ranges, so one read of [x + 00, y + pack((rv,))) with a limit of 1 answers when no lease is in
+ * flight (the common case): it returns nothing (nothing due), a due delayed item, or the lease
+ * that ends first (due when it ends before xbound; else a second read looks at the delayed
+ * items alone). */
 static int look_due(kvq_queue *q, kvq_txn *txn, int64_t xbound, int64_t rv, int *due)
 {
-    /* One buffer holds both bounds: base + 0x00, then base + pack((bound,)). */
+    /* One buffer: x + 00 | y + 00 | x + pack((xbound,)) | y + pack((rv,)). */
     kvq_buf b = KVQ_BUF_INIT;
-    const kvq_buf *bases[2] = { &q->wq_x, &q->wq_y };
-    int rc = 0;
+    kvq_tuple_elem ex = kvq_tuple_int(xbound), ey = kvq_tuple_int(rv);
+    size_t xlo = 0, ylo, xhi, yhi, end;
+    int rc = kvq_buf_append(&b, q->wq_x.data, q->wq_x.len);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&b, 0x00);
+    ylo = b.len;
+    if (rc == 0)
+        rc = kvq_buf_append(&b, q->wq_y.data, q->wq_y.len);
+    if (rc == 0)
+        rc = kvq__buf_put_byte(&b, 0x00);
+    xhi = b.len;
+    if (rc == 0)
+        rc = kvq_buf_append(&b, q->wq_x.data, q->wq_x.len);
+    if (rc == 0)
+        rc = kvq_tuple_pack_buf(&b, &ex, 1);
+    yhi = b.len;
+    if (rc == 0)
+        rc = kvq_buf_append(&b, q->wq_y.data, q->wq_y.len);
+    if (rc == 0)
+        rc = kvq_tuple_pack_buf(&b, &ey, 1);
+    end = b.len;
+    const kvq_kv *kvs;
+    size_t got = 0;
     *due = 0;
-    for (int i = 0; rc == 0 && i < 2 && !*due; i++) {
-        kvq_tuple_elem e = kvq_tuple_int(i == 0 ? xbound : rv);
-        b.len = 0;
-        rc = kvq_buf_append(&b, bases[i]->data, bases[i]->len);
-        if (rc == 0)
-            rc = kvq__buf_put_byte(&b, 0x00);
-        size_t lo_len = b.len;
-        if (rc == 0)
-            rc = kvq_buf_append(&b, bases[i]->data, bases[i]->len);
-        if (rc == 0)
-            rc = kvq_tuple_pack_buf(&b, &e, 1);
-        const kvq_kv *kvs;
-        size_t got = 0;
-        if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data, lo_len, b.data + lo_len,
-                                   b.len - lo_len, 1, KVQ_SNAPSHOT);
-        if (rc == 0 && got > 0)
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data + xlo, ylo - xlo, b.data + yhi,
+                               end - yhi, 1, KVQ_SNAPSHOT);
+    if (rc == 0 && got > 0) {
+        const kvq_bytes *k = &kvs[0].key;
+        int lease = k->len >= q->wq_x.len && memcmp(k->data, q->wq_x.data, q->wq_x.len) == 0;
+        if (!lease) /* a delayed item below y + pack((rv,)) */
+            *due = 1;
+        else if (kvq__bytes_cmp(k->data, k->len, b.data + xhi, yhi - xhi) < 0)
+            *due = 1; /* the first lease ended before xbound */
+        else /* leases in flight, none ended: the delayed items alone */
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data + ylo, xhi - ylo, b.data + yhi,
+                                   end - yhi, 1, KVQ_SNAPSHOT);
+        if (rc == 0 && lease && !*due && got > 0)
             *due = 1;
     }
     kvq_buf_dispose(&b);
