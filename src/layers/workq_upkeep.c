@@ -189,6 +189,21 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
     return rc;
 }
 
+/* Writes base + pack((v,)) at out (v >= 0) and returns its length: the tuple encoding of a
+ * non-negative integer (kvq/tuple.h), 0x14 alone for 0, else 0x14 + n and n big-endian bytes,
+ * written here without a buffer of the heap since every reader calls this. */
+static size_t put_bound(uint8_t *out, const kvq_buf *base, int64_t v)
+{
+    memcpy(out, base->data, base->len);
+    size_t n = 0;
+    for (uint64_t u = (uint64_t)v; u != 0; u >>= 8)
+        n++;
+    out[base->len] = (uint8_t)(0x14 + n);
+    for (size_t i = 0; i < n; i++)
+        out[base->len + 1 + i] = (uint8_t)((uint64_t)v >> (8 * (n - 1 - i)));
+    return base->len + 1 + n;
+}
+
 /* Whether a lease that ended before xbound or a delayed item due at rv waits in q, read with
  * snapshot reads at txn's version (no conflict range). The queue's own key bases (q->wq_x,
  * q->wq_y) are a work queue's base_x and base_y; no key of another kind lies between the two
@@ -198,49 +213,46 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
  * items alone). */
 static int look_due(kvq_queue *q, kvq_txn *txn, int64_t xbound, int64_t rv, int *due)
 {
-    /* One buffer: x + 00 | y + 00 | x + pack((xbound,)) | y + pack((rv,)). */
-    kvq_buf b = KVQ_BUF_INIT;
-    kvq_tuple_elem ex = kvq_tuple_int(xbound), ey = kvq_tuple_int(rv);
-    size_t xlo = 0, ylo, xhi, yhi, end;
-    int rc = kvq_buf_append(&b, q->wq_x.data, q->wq_x.len);
-    if (rc == 0)
-        rc = kvq__buf_put_byte(&b, 0x00);
-    ylo = b.len;
-    if (rc == 0)
-        rc = kvq_buf_append(&b, q->wq_y.data, q->wq_y.len);
-    if (rc == 0)
-        rc = kvq__buf_put_byte(&b, 0x00);
-    xhi = b.len;
-    if (rc == 0)
-        rc = kvq_buf_append(&b, q->wq_x.data, q->wq_x.len);
-    if (rc == 0)
-        rc = kvq_tuple_pack_buf(&b, &ex, 1);
-    yhi = b.len;
-    if (rc == 0)
-        rc = kvq_buf_append(&b, q->wq_y.data, q->wq_y.len);
-    if (rc == 0)
-        rc = kvq_tuple_pack_buf(&b, &ey, 1);
-    end = b.len;
+    /* Four keys: x + 00, y + 00, x + pack((xbound,)), y + pack((rv,)); on the stack unless the
+     * queue's prefix is long. */
+    uint8_t stack[512];
+    size_t need = 2 * (q->wq_x.len + q->wq_y.len) + 2 * 10;
+    uint8_t *mem = need <= sizeof(stack) ? stack : kvq__malloc(need);
+    if (mem == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    if (xbound < 0)
+        xbound = 0;
+    if (rv < 0)
+        rv = 0;
+    uint8_t *xlo = mem, *ylo = xlo + q->wq_x.len + 1;
+    memcpy(xlo, q->wq_x.data, q->wq_x.len);
+    xlo[q->wq_x.len] = 0x00;
+    memcpy(ylo, q->wq_y.data, q->wq_y.len);
+    ylo[q->wq_y.len] = 0x00;
+    uint8_t *xhi = ylo + q->wq_y.len + 1;
+    size_t xhi_len = put_bound(xhi, &q->wq_x, xbound);
+    uint8_t *yhi = xhi + xhi_len;
+    size_t yhi_len = put_bound(yhi, &q->wq_y, rv);
     const kvq_kv *kvs;
     size_t got = 0;
     *due = 0;
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data + xlo, ylo - xlo, b.data + yhi,
-                               end - yhi, 1, KVQ_SNAPSHOT);
+    int rc = kvq_txn_get_range(&kvs, &got, NULL, txn, xlo, q->wq_x.len + 1, yhi, yhi_len, 1,
+                               KVQ_SNAPSHOT);
     if (rc == 0 && got > 0) {
         const kvq_bytes *k = &kvs[0].key;
         int lease = k->len >= q->wq_x.len && memcmp(k->data, q->wq_x.data, q->wq_x.len) == 0;
         if (!lease) /* a delayed item below y + pack((rv,)) */
             *due = 1;
-        else if (kvq__bytes_cmp(k->data, k->len, b.data + xhi, yhi - xhi) < 0)
+        else if (kvq__bytes_cmp(k->data, k->len, xhi, xhi_len) < 0)
             *due = 1; /* the first lease ended before xbound */
         else /* leases in flight, none ended: the delayed items alone */
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b.data + ylo, xhi - ylo, b.data + yhi,
-                                   end - yhi, 1, KVQ_SNAPSHOT);
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, ylo, q->wq_y.len + 1, yhi, yhi_len, 1,
+                                   KVQ_SNAPSHOT);
         if (rc == 0 && lease && !*due && got > 0)
             *due = 1;
     }
-    kvq_buf_dispose(&b);
+    if (mem != stack)
+        kvq__free(mem);
     return rc;
 }
 

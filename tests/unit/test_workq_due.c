@@ -188,6 +188,38 @@ static void test_scenario_priority(void **state)
     scenario(KVQ_QUEUE_PRIORITY);
 }
 
+/* A queue whose prefix is long (the readers' look then builds its keys on the heap). */
+static void test_long_prefix(void **state)
+{
+    (void)state;
+    tq_mkdir();
+    kvq_db *db = open_test_db();
+    char name[1000];
+    uint64_t run = run_id();
+    memset(name, 'p', sizeof(name));
+    memcpy(name, &run, sizeof(run));
+    kvq_tuple_elem e[2] = { kvq_tuple_str("wqdue-long"), kvq_tuple_bytes(name, sizeof(name)) };
+    kvq_subspace *sub = NULL;
+    assert_ok(kvq_subspace_new(&sub, NULL, 0, e, 2));
+    kvq_queue *q = NULL;
+    kvq_workq *w = NULL;
+    assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, sub, NULL));
+    assert_ok(kvq_workq_open(&w, q, NULL));
+    kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+    po.delay_ms = 100;
+    assert_ok(kvq_workq_push(NULL, w, (const uint8_t *)"x", 1, &po));
+    wait_past(db, db_now(db) + 100 * KVQ__VERSIONS_PER_MS);
+    kvq_buf v = KVQ_BUF_INIT;
+    assert_ok(kvq_queue_pop(&v, q));
+    expect_str(&v, "x");
+    kvq_buf_dispose(&v);
+    kvq_workq_close(w);
+    kvq_queue_close(q);
+    kvq_subspace_destroy(sub);
+    kvq_db_close(db);
+    tq_rmdir();
+}
+
 /* ---- every reader, each the first to look ---------------------------------------------- */
 
 enum {
@@ -691,6 +723,7 @@ int main(int argc, char **argv)
     kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scenario_durable), cmocka_unit_test(test_scenario_priority),
+        cmocka_unit_test(test_long_prefix),
         cmocka_unit_test(test_due_durable),      cmocka_unit_test(test_due_priority),
         cmocka_unit_test(test_expired_durable),  cmocka_unit_test(test_expired_priority),
         cmocka_unit_test(test_reader_settings),  cmocka_unit_test(test_txn_form_retry),
