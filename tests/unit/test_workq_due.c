@@ -220,6 +220,27 @@ static void test_long_prefix(void **state)
     tq_rmdir();
 }
 
+/* A priority queue in high-contention mode: its pops look for due items first too. */
+static void test_high_contention(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_PRIORITY, NULL);
+    int64_t due = push_delayed(&e, "x", 100, 2);
+    wait_past(e.db, due);
+    kvq_queue_options qo = KVQ_QUEUE_OPTIONS_INIT;
+    qo.flags |= KVQ_QUEUE_HIGH_CONTENTION;
+    kvq_queue *hc = NULL;
+    assert_ok(kvq_queue_open(&hc, e.db, KVQ_QUEUE_PRIORITY, e.sub, &qo));
+    kvq_buf v = KVQ_BUF_INIT;
+    int64_t prio = -1;
+    assert_ok(kvq_queue_pop_prio(&v, &prio, hc, KVQ_QUEUE_MIN));
+    expect_str(&v, "x");
+    assert_int_equal(prio, 2);
+    kvq_buf_dispose(&v);
+    kvq_queue_close(hc);
+    env_close(&e);
+}
+
 /* ---- every reader, each the first to look ---------------------------------------------- */
 
 enum {
@@ -454,6 +475,14 @@ static void test_expired_priority(void **state)
 
 /* ---- the settings a plain reader applies to an ended lease ----------------------------- */
 
+static int count_dead(kvq_bytes value, uint32_t deliveries, void *payload)
+{
+    (void)value;
+    (void)deliveries;
+    (*(int *)payload)++;
+    return 0;
+}
+
 /* A named queue's handle applies the stored max deliveries (the item that has had its one
  * delivery goes to the dead letters); a handle that knows none never dead-letters (a receiver
  * does then, with its own settings, when it takes the item). */
@@ -482,6 +511,16 @@ static void test_reader_settings(void **state)
     assert_ok(kvq_queue_len(&len, reader));
     assert_int_equal(len, 0);
     expect_metrics(wn, 0, 0, 0, 1);
+    /* The dead letters' listing, the first reader after another lease ended, lists both. */
+    assert_ok(kvq_workq_push(NULL, wn, (const uint8_t *)"m", 1, NULL));
+    assert_ok(kvq_workq_receive(&b, &l, wn, 100));
+    wait_past(db, l.deadline);
+    kvq_workq *rw = NULL;
+    assert_ok(kvq_workq_open(&rw, reader, NULL));
+    int dead_seen = 0;
+    assert_ok(kvq_workq_dlq_list(rw, count_dead, &dead_seen));
+    assert_int_equal(dead_seen, 2);
+    kvq_workq_close(rw);
     kvq_queue_close(reader);
     kvq_workq_close(wn);
     kvq_queue_close(qn);
@@ -723,7 +762,7 @@ int main(int argc, char **argv)
     kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scenario_durable), cmocka_unit_test(test_scenario_priority),
-        cmocka_unit_test(test_long_prefix),
+        cmocka_unit_test(test_long_prefix),      cmocka_unit_test(test_high_contention),
         cmocka_unit_test(test_due_durable),      cmocka_unit_test(test_due_priority),
         cmocka_unit_test(test_expired_durable),  cmocka_unit_test(test_expired_priority),
         cmocka_unit_test(test_reader_settings),  cmocka_unit_test(test_txn_form_retry),
