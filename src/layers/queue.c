@@ -35,6 +35,10 @@ static int build_keys(kvq_queue *q)
             rc = kvq_buf_append(&q->items_hi, p.data, p.len);
         if (rc == 0)
             rc = kvq__buf_put_byte(&q->items_hi, 0x1e);
+        /* The recipes keep no counter; kvq's pushes bump one of its own, outside their item
+         * range, so that a consumer can sleep on a watch instead of polling. */
+        if (rc == 0)
+            rc = kvq__qk_bk_counter(&q->npush, p, "npush");
     }
     if (rc == 0)
         rc = kvq_buf_append(&q->bk, p.data, p.len);
@@ -326,9 +330,9 @@ static int pop_conv(kvq_queue *q,
         kvq__qop_free(&o);
         return rc;
     }
-    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1 && watch == NULL;
+    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
-        rc = kvq__hc_pop(q, &o, end);
+        rc = kvq__hc_pop(q, &o, end, watch != NULL ? &a.watch : NULL);
     } else {
         a.views = kvq__calloc(k, sizeof(kvq_bytes));
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
@@ -796,8 +800,7 @@ int kvq_queue_iterate(kvq_queue *q, kvq_queue_iter_fn fn, void *payload)
     return rc;
 }
 
-/* ---- durable extras
- * ------------------------------------------------------------------------------ */
+/* ---- watches and consumers ------------------------------------------------------------------ */
 
 int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
 {
@@ -807,8 +810,6 @@ int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch_txn");
     return kvq_txn_watch(out, txn, q->npush.data, q->npush.len);
 }
 
@@ -833,8 +834,6 @@ int kvq_queue_watch(kvq_watch **out, kvq_queue *q)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch");
     watch_arg a = { q, NULL };
     rc = kvq_db_transact(q->db, watch_body, &a);
     if (rc != 0) {
@@ -857,8 +856,6 @@ int kvq_queue_consume_k_txn(
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k_txn");
     rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
     if (rc == KVQ_ENOTFOUND)
         rc = 0;
@@ -878,8 +875,6 @@ int kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k");
     return pop_conv(q, KVQ__END_MIN, k, outs, n, NULL, watch, NULL);
 }
 

@@ -55,6 +55,15 @@ static int prio_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_
     return rc;
 }
 
+/* Adds n to the push counter (npush): the durable queue's, or the key a FIFO or priority
+ * queue's waiting consumers watch. An atomic add: pushes still never conflict. */
+static int count_pushes(kvq_queue *q, kvq_txn *txn, size_t n)
+{
+    uint8_t add[8];
+    kvq__le64_put(add, (uint64_t)n);
+    return kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
+}
+
 static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n)
 {
     kvq_buf key = KVQ_BUF_INIT;
@@ -70,11 +79,8 @@ static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *va
                                                 values[i].len);
     }
     kvq_buf_dispose(&key);
-    if (rc == 0 && n > 0) {
-        uint8_t add[8];
-        kvq__le64_put(add, (uint64_t)n);
-        rc = kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
-    }
+    if (rc == 0 && n > 0)
+        rc = count_pushes(q, txn, n);
     return rc;
 }
 
@@ -101,6 +107,8 @@ static int push_many_any(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, si
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = q->type == KVQ_QUEUE_FIFO ? fifo_push_txn(q, txn, values[i].data, values[i].len)
                                        : prio_push_txn(q, txn, values[i].data, values[i].len, p);
+    if (rc == 0 && n > 0)
+        rc = count_pushes(q, txn, n);
     return rc;
 }
 
@@ -136,7 +144,8 @@ int kvq_queue_push_prio_txn(
     rc = kvq__q_check_value(value, len);
     if (rc != 0)
         return rc;
-    return prio_push_txn(q, txn, value, len, priority);
+    kvq_bytes v = { value, len };
+    return push_many_any(q, txn, &v, 1, priority);
 }
 
 /* ---- convenience pushes ------------------------------------------------------------------- */
