@@ -6,8 +6,8 @@
  * convenience forms a program would call: kvq_queue_push / push_prio, and kvq_queue_consume_k
  * (pop up to k, and a watch on the push counter when the queue came up short; for FIFO and
  * priority queues with k = 1, the high-contention pop).
- * Batches: kvq_queue_push_many on the durable queue; for FIFO and priority, one transaction of
- * K kvq_queue_push_txn calls run by kvq_db_transact, the layer's own way to batch.
+ * Batches: kvq_queue_push_many on every queue (FIFO and priority: K recipe items in one
+ * transaction, priority 0).
  *
  * The work-queue row (kvq-workq) pushes as the durable queue's does and consumes as an
  * at-least-once consumer: kvq_workq_receive_many then kvq_workq_ack_many, two transactions per
@@ -205,26 +205,6 @@ static int kq_push(qb_conn *qc, const uint8_t *msg, size_t size)
     return rc == 0 ? 0 : kq_fail("push", rc);
 }
 
-typedef struct push_many_arg {
-    kvq_queue *q;
-    const kvq_bytes *values;
-    size_t n;
-} push_many_arg;
-
-/* K pushes in the caller's transaction: what a FIFO or priority producer does to batch. */
-static int push_many_fn(kvq_txn *txn, void *payload)
-{
-    push_many_arg *a = payload;
-    for (size_t i = 0; i < a->n; i++) {
-        int rc = kvq_queue_get_type(a->q) == KVQ_QUEUE_PRIORITY
-                     ? kvq_queue_push_prio_txn(a->q, txn, a->values[i].data, a->values[i].len, 0)
-                     : kvq_queue_push_txn(a->q, txn, a->values[i].data, a->values[i].len);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
 static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t count)
 {
     kq_conn *c = (kq_conn *)qc;
@@ -234,13 +214,7 @@ static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t c
         c->views[i].data = msgs + i * size;
         c->views[i].len = size;
     }
-    int rc;
-    if (c->s->type == KVQ_QUEUE_DURABLE) {
-        rc = kvq_queue_push_many(c->s->q, c->views, count);
-    } else {
-        push_many_arg a = { c->s->q, c->views, count };
-        rc = kvq_db_transact(c->s->db, push_many_fn, &a);
-    }
+    int rc = kvq_queue_push_many(c->s->q, c->views, count);
     return rc == 0 ? 0 : kq_fail("push batch", rc);
 }
 

@@ -99,10 +99,20 @@ int kvq__q_pop_k_end(
         kvq__le64_put(add, (uint64_t)got);
         if (rc == 0)
             rc = kvq_txn_atomic_op(txn, q->npop.data, q->npop.len, add, 8, KVQ_MUT_ADD);
+    } else if (got == 1) {
+        rc = kvq_txn_clear(txn, kvs[0].key.data, kvs[0].key.len);
     } else {
-        /* Clear exactly the keys read: a concurrent push may land between them. */
-        for (size_t i = 0; rc == 0 && i < got; i++)
-            rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
+        /* One clear from the smallest key read to just after the largest (the read went
+         * backwards from the end for KVQ__END_MAX). The read's conflict range covers that span,
+         * and the read returned every key in it (its own writes included), so the clear removes
+         * exactly the keys read: an item pushed into the span after the read version makes the
+         * commit fail with 1020 rather than be cleared. */
+        const kvq_bytes *lo = end == KVQ__END_MAX ? &kvs[got - 1].key : &kvs[0].key;
+        const kvq_bytes *hi = end == KVQ__END_MAX ? &kvs[0].key : &kvs[got - 1].key;
+        uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+        memcpy(after, hi->data, hi->len);
+        after[hi->len] = 0;
+        rc = kvq_txn_clear_range(txn, lo->data, lo->len, after, hi->len + 1);
     }
     if (rc != 0)
         return rc;

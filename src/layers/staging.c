@@ -156,6 +156,30 @@ static int claim(hc *h, kvq_txn *txn, kvq_bytes value, int *next)
     return rc;
 }
 
+/* Before registering: a queue that is empty at this read version (a snapshot read) has nothing
+ * to hand over, so registering would only cost a waiter, a fulfil that clears it and a restart.
+ * Finishes the pop instead: empty (KVQ_ENOTFOUND), or for a consume a watch on the push counter
+ * set in this transaction. Returns 1 through *done when it did. */
+static int empty_instead_of_register(hc *h, kvq_txn *txn, int *next, int *done)
+{
+    const kvq_kv *kvs;
+    size_t got;
+    *done = 0;
+    int rc = kvq__q_head(h->q, txn, h->end, 1, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0 || got > 0)
+        return rc;
+    *done = 1;
+    h->registering = 0;
+    if (h->out_watch == NULL)
+        return KVQ_ENOTFOUND;
+    rc = kvq__qop_keep(h->o, NULL, 0, 0);
+    if (rc == 0)
+        rc = kvq_txn_watch(h->out_watch, txn, h->q->npush.data, h->q->npush.len);
+    if (rc == 0)
+        *next = PH_DONE;
+    return rc;
+}
+
 static int step_simple(hc *h, kvq_txn *txn, int *next)
 {
     kvq_queue *q = h->q;
@@ -173,6 +197,10 @@ static int step_simple(hc *h, kvq_txn *txn, int *next)
             *next = PH_REGISTER;
             return 0;
         }
+        int done;
+        rc = empty_instead_of_register(h, txn, next, &done);
+        if (rc != 0 || done)
+            return rc;
         if (h->my_index < 0)
             rc = next_waiter_index(q, txn, &h->my_index);
         if (rc == 0)
@@ -224,7 +252,10 @@ static int step_register(hc *h, kvq_txn *txn, int *next)
             return 0;
         }
     }
-    rc = 0;
+    int done;
+    rc = empty_instead_of_register(h, txn, next, &done);
+    if (rc != 0 || done)
+        return rc;
     if (h->my_index < 0)
         rc = next_waiter_index(h->q, txn, &h->my_index);
     if (rc == 0)
