@@ -74,6 +74,15 @@ struct kvq_queue {
     int is_named;                 /* opened by kvq_queue_open_named: its stored settings */
     kvq_queue_settings named;
     kvq_queue_stats stats;        /* atomic counters */
+    /* Single-item convenience pops of FIFO and priority queues by many threads of this handle
+     * are combined (queue.c): one thread pops for all that are waiting, in one transaction. */
+    pthread_mutex_t cmb_mu;
+    pthread_cond_t cmb_cv;
+    int cmb_ready;                  /* mu and cv initialised */
+    int cmb_leader;                 /* a thread is serving a batch */
+    struct kvq__cmb_req *cmb_head;  /* waiting requests, in arrival order */
+    uint64_t cmb_batches;           /* atomic: batches of more than one pop served */
+    uint64_t cmb_items;             /* atomic: items those batches popped */
 };
 
 /* A borrowed view of a buffer's bytes. */
