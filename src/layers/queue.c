@@ -406,21 +406,23 @@ static int pop_single(kvq_queue *q,
 
 /* ---- combined pops ------------------------------------------------------------------------- */
 
-/* Threads of one handle popping single items from a FIFO or priority queue would all read the
- * same head, and all but one would lose the race (or, in high-contention mode, pay a waiter's
- * registration and hand-over: two commits each). Instead, waiting pops are combined: the first
- * thread to come pops for every pop waiting for the same end (up to CMB_MAX), in one idempotent
- * transaction of kvq__qop_run (a pop of m items: one result slot, exactly once across 1021), and
- * hands the items out in arrival order; a pop alone takes the ordinary path. The items of a
- * batch are in queue order and a thread's next pop is served by a later batch, so each thread
- * still receives one producer's items in push order; a queue with fewer items than waiting pops
- * leaves the last ones empty-handed (with a watch set in the same transaction, for consume). */
+/* Threads of one handle popping from a FIFO or priority queue would all read the same head, and
+ * all but one would lose the race (or, in high-contention mode, pay a waiter's registration and
+ * hand-over: two commits each). Instead, waiting pops are combined: the first thread to come
+ * pops for every pop waiting for the same end (up to CMB_MAX pops, KVQ__MAX_K items), in one
+ * idempotent transaction of kvq__qop_run (a pop of their k's added up: one result slot, exactly
+ * once across 1021), and hands the items out in arrival order, each pop its next k; a pop alone
+ * takes the ordinary path. The items of a batch are in queue order and a thread's next pop is
+ * served by a later batch, so each thread still receives one producer's items in push order; a
+ * queue with fewer items than the pops want leaves the last ones short or empty-handed (with a
+ * watch set in the same transaction, for consume). */
 #define CMB_MAX 64
 
 typedef struct kvq__cmb_req {
     int end;
+    size_t k;
     int want_watch;
-    kvq_buf *out;
+    kvq_buf *out; /* k buffers */
     size_t n;
     kvq_watch *watch;
     uint64_t swept;
@@ -433,20 +435,25 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
 {
     if (m == 1) {
         kvq__cmb_req *r = reqs[0];
-        r->rc = pop_single(q, r->end, 1, r->out, &r->n, NULL, r->want_watch ? &r->watch : NULL,
-                           &r->swept);
+        r->rc = pop_single(q, r->end, r->k, r->out, &r->n, NULL,
+                           r->want_watch ? &r->watch : NULL, &r->swept);
         return;
     }
     kvq_watch *ws[CMB_MAX] = { NULL };
-    kvq_bytes views[CMB_MAX];
-    size_t nw = 0;
-    for (size_t i = 0; i < m; i++)
+    size_t nw = 0, total = 0;
+    for (size_t i = 0; i < m; i++) {
         nw += reqs[i]->want_watch != 0;
-    pop_arg a = { reqs[0]->end, m, views, nw > 0, NULL, nw, ws };
+        total += reqs[i]->k;
+    }
+    kvq_bytes *views = kvq__calloc(total, sizeof(kvq_bytes));
+    pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
     kvq__qop o;
-    int rc = kvq__qop_init(&o, q, "r", m);
+    int rc = kvq__qop_init(&o, q, "r", total);
+    if (rc == 0 && views == NULL)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory");
     if (rc == 0)
         rc = kvq__qop_run(&o, pop_body, &a);
+    kvq__free(views);
     kvq__qres *res = NULL;
     if (rc == 0) {
         res = kvq__qop_result(&o);
@@ -460,7 +467,7 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
         __atomic_add_fetch(&q->cmb_items, (uint64_t)got, __ATOMIC_RELAXED);
     }
     uint64_t back = kvq__hc_maybe_sweep(q);
-    size_t wi = 0;
+    size_t wi = 0, next = 0;
     for (size_t i = 0; i < m; i++) {
         kvq__cmb_req *r = reqs[i];
         kvq_watch *w = NULL;
@@ -469,16 +476,19 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
         r->swept = back;
         r->n = 0;
         r->rc = rc;
-        if (rc == 0 && i < got) {
-            kvq_buf t = *r->out;
-            *r->out = res->vals[i];
-            res->vals[i] = t;
-            res->vals[i].len = 0;
-            r->n = 1;
-        } else if (rc == 0 && r->want_watch) {
+        /* The next r->k items (or what is left) are this pop's, in queue order. */
+        while (rc == 0 && r->n < r->k && next < got) {
+            kvq_buf t = r->out[r->n];
+            r->out[r->n] = res->vals[next];
+            res->vals[next] = t;
+            res->vals[next].len = 0;
+            r->n++;
+            next++;
+        }
+        if (rc == 0 && r->n < r->k && r->want_watch) {
             r->watch = w; /* may be NULL after a 1021: the caller looks again */
             w = NULL;
-        } else if (rc == 0) {
+        } else if (rc == 0 && r->n == 0) {
             r->rc = KVQ_ENOTFOUND;
         }
         kvq_watch_destroy(w);
@@ -486,12 +496,18 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     kvq__qop_free(&o);
 }
 
-static int pop_combined(
-    kvq_queue *q, int end, kvq_buf *out, size_t *n, kvq_watch **watch, uint64_t *swept)
+static int pop_combined(kvq_queue *q,
+                        int end,
+                        size_t k,
+                        kvq_buf *out,
+                        size_t *n,
+                        kvq_watch **watch,
+                        uint64_t *swept)
 {
     kvq__cmb_req r;
     memset(&r, 0, sizeof(r));
     r.end = end;
+    r.k = k;
     r.want_watch = watch != NULL;
     r.out = out;
     pthread_mutex_lock(&q->cmb_mu);
@@ -504,13 +520,15 @@ static int pop_combined(
             pthread_cond_wait(&q->cmb_cv, &q->cmb_mu);
             continue;
         }
-        /* Lead: take the waiting pops for the first one's end, in arrival order. */
+        /* Lead: take the waiting pops for the first one's end, in arrival order, up to
+         * KVQ__MAX_K items in all. */
         q->cmb_leader = 1;
         kvq__cmb_req *batch[CMB_MAX];
-        size_t m = 0;
+        size_t m = 0, items = 0;
         int e = q->cmb_head->end;
         for (kvq__cmb_req **pp = &q->cmb_head; *pp != NULL && m < CMB_MAX;) {
-            if ((*pp)->end == e) {
+            if ((*pp)->end == e && (m == 0 || items + (*pp)->k <= KVQ__MAX_K)) {
+                items += (*pp)->k;
                 batch[m++] = *pp;
                 *pp = (*pp)->next;
             } else {
@@ -536,8 +554,8 @@ static int pop_combined(
     return r.rc;
 }
 
-/* A convenience pop: combined with the other threads' for single items of FIFO and priority
- * queues (when the caller does not ask for the priority), else on its own. */
+/* A convenience pop: combined with the other threads' pops of a FIFO or priority queue (when
+ * the caller does not ask for the priority), else on its own. */
 static int pop_conv(kvq_queue *q,
                     int end,
                     size_t k,
@@ -547,8 +565,8 @@ static int pop_conv(kvq_queue *q,
                     kvq_watch **watch,
                     uint64_t *swept)
 {
-    if (q->type != KVQ_QUEUE_DURABLE && k == 1 && prio == NULL)
-        return pop_combined(q, end, outs, n, watch, swept);
+    if (q->type != KVQ_QUEUE_DURABLE && prio == NULL)
+        return pop_combined(q, end, k, outs, n, watch, swept);
     return pop_single(q, end, k, outs, n, prio, watch, swept);
 }
 

@@ -334,9 +334,12 @@ static void test_hc_vs_basic(void **state)
 
 /* ---- threads of one handle combine their pops -------------------------------------------- */
 
+#define OCONS_MAX_K 8
+
 typedef struct ocons {
     kvq_queue *q;
-    int consume; /* kvq_queue_consume_k with a watch, else kvq_queue_pop */
+    int consume; /* kvq_queue_consume_k with a watch, else kvq_queue_pop (k = 1) or pop_k */
+    size_t k;
     size_t total;
     size_t *taken; /* shared count of items taken */
     unsigned char *seen;
@@ -349,13 +352,15 @@ typedef struct ocons {
 static void *consume_ordered(void *arg)
 {
     ocons *c = arg;
-    kvq_buf b = KVQ_BUF_INIT;
+    kvq_buf bs[OCONS_MAX_K] = { KVQ_BUF_INIT };
     int64_t last = -1;
     while (__atomic_load_n(c->taken, __ATOMIC_RELAXED) < c->total) {
         size_t n = 0;
         kvq_watch *w = NULL;
-        int rc = c->consume ? kvq_queue_consume_k(&b, &n, &w, c->q, 1) : kvq_queue_pop(&b, c->q);
-        if (!c->consume && rc == 0)
+        int rc = c->consume  ? kvq_queue_consume_k(bs, &n, &w, c->q, c->k)
+                 : c->k == 1 ? kvq_queue_pop(&bs[0], c->q)
+                             : kvq_queue_pop_k(bs, &n, c->q, c->k);
+        if (!c->consume && c->k == 1 && rc == 0)
             n = 1;
         if (rc == KVQ_ENOTFOUND)
             rc = 0;
@@ -365,12 +370,18 @@ static void *consume_ordered(void *arg)
             kvq_watch_destroy(w);
             break;
         }
-        if (n == 1) {
+        if (n > c->k) {
+            c->rc = -1;
+            snprintf(c->err, sizeof(c->err), "%zu items for a pop of %zu", n, c->k);
+            kvq_watch_destroy(w);
+            break;
+        }
+        for (size_t i = 0; i < n && c->rc == 0; i++) {
+            const kvq_buf *b = &bs[i];
             uint32_t p, sq;
-            if (tq_parse(b.data, b.len, &p, &sq) != 0 || sq >= c->total) {
+            if (tq_parse(b->data, b->len, &p, &sq) != 0 || sq >= c->total) {
                 c->rc = -1;
                 snprintf(c->err, sizeof(c->err), "an unknown value");
-                kvq_watch_destroy(w);
                 break;
             }
             if ((int64_t)sq <= last) {
@@ -382,6 +393,10 @@ static void *consume_ordered(void *arg)
             __atomic_add_fetch(c->taken, 1, __ATOMIC_RELAXED);
             c->popped++;
         }
+        if (c->rc != 0) {
+            kvq_watch_destroy(w);
+            break;
+        }
         if (w != NULL) {
             /* Asleep until a push (or a short while, to notice that everything was taken). */
             int wr = kvq_watch_wait(w, 100);
@@ -389,7 +404,8 @@ static void *consume_ordered(void *arg)
             kvq_watch_destroy(w);
         }
     }
-    kvq_buf_dispose(&b);
+    for (size_t i = 0; i < OCONS_MAX_K; i++)
+        kvq_buf_dispose(&bs[i]);
     return NULL;
 }
 
@@ -408,7 +424,7 @@ static void *produce_one_by_one(void *arg)
     return NULL;
 }
 
-static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size_t items)
+static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size_t k, size_t items)
 {
     kvq_queue *q = open_hc(db, t, 30000, flags);
     unsigned char *seen = calloc(items, 1);
@@ -433,7 +449,8 @@ static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size
     ocons c[CONSUMERS];
     pthread_t th[CONSUMERS];
     for (int i = 0; i < CONSUMERS; i++) {
-        c[i] = (ocons){ q, consume, items, &taken, seen, 0, 0, "" };
+        /* Half the threads pop one item at a time, the other half k. */
+        c[i] = (ocons){ q, consume, i % 2 ? k : 1, items, &taken, seen, 0, 0, "" };
         assert_int_equal(pthread_create(&th[i], NULL, consume_ordered, &c[i]), 0);
     }
     if (consume) {
@@ -452,9 +469,9 @@ static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size
             fail_msg("item %zu popped %d times", i, seen[i]);
     uint64_t batches = __atomic_load_n(&q->cmb_batches, __ATOMIC_RELAXED);
     uint64_t in_batches = __atomic_load_n(&q->cmb_items, __ATOMIC_RELAXED);
-    printf("# %s%s, %s: %zu items, %llu popped in %llu combined batches\n",
+    printf("# %s%s, %s, k = 1 and %zu: %zu items, %llu popped in %llu combined batches\n",
            kvq_queue_type_name(t), flags ? " (high contention)" : "",
-           consume ? "consume_k while pushed one by one" : "pop from a full queue", items,
+           consume ? "consume_k while pushed one by one" : "pop from a full queue", k, items,
            (unsigned long long)in_batches, (unsigned long long)batches);
     /* Eight threads popping a full queue: while one commits, others wait to be served. */
     if (!consume)
@@ -467,11 +484,14 @@ static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size
 static void test_combined_pops(void **state)
 {
     (void)state;
-    combined_run(KVQ_QUEUE_FIFO, 0, 0, 2000);
-    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 0, 2000);
-    combined_run(KVQ_QUEUE_PRIORITY, KVQ_QUEUE_HIGH_CONTENTION, 0, 2000);
-    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 1, 600);
-    combined_run(KVQ_QUEUE_PRIORITY, 0, 1, 600);
+    combined_run(KVQ_QUEUE_FIFO, 0, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_PRIORITY, KVQ_QUEUE_HIGH_CONTENTION, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_FIFO, 0, 0, 7, 3000);
+    combined_run(KVQ_QUEUE_PRIORITY, 0, 0, 5, 3000);
+    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 1, 1, 600);
+    combined_run(KVQ_QUEUE_PRIORITY, 0, 1, 1, 600);
+    combined_run(KVQ_QUEUE_FIFO, 0, 1, 4, 600);
 }
 
 int main(int argc, char **argv)
