@@ -514,9 +514,9 @@ typedef int (*kvq_producer_fn)(kvq_buf *value, int64_t *priority, int thread, ui
 typedef struct kvq_producer_options {
     unsigned int version; /**< KVQ_PRODUCER_OPTIONS_VERSION */
     int threads;          /**< producer threads, 1 to 1,024 (default 4) */
-    /** Items per transaction, 1 to 10,000 (default 1). Durable queues push a batch with
-     * kvq_queue_push_many; the recipes have no batch push, so FIFO and priority queues push
-     * each item in its own transaction whatever this says. */
+    /** Items per transaction, 1 to 10,000 (default 1). Durable and FIFO queues push a batch
+     * with kvq_queue_push_many; a priority queue's items each have their own priority, so they
+     * are pushed one per transaction whatever this says. */
     int batch;
 } kvq_producer_options;
 
