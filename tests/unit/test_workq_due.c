@@ -241,6 +241,38 @@ static void test_high_contention(void **state)
     env_close(&e);
 }
 
+/* A batch lease (kvq_workq_receive_many) that ended: its items are ready for a plain pop. */
+static void test_expired_batch(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, NULL);
+    const char *vals[3] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++)
+        (void)push_delayed(&e, vals[i], 0, 0);
+    kvq_buf outs[10];
+    kvq_workq_lease leases[10];
+    memset(outs, 0, sizeof(outs));
+    size_t n = 0;
+    assert_ok(kvq_workq_receive_many(outs, leases, &n, e.w, 10, 200));
+    assert_int_equal(n, 3);
+    int64_t end = leases[0].deadline;
+    for (size_t i = 1; i < n; i++)
+        end = leases[i].deadline > end ? leases[i].deadline : end;
+    wait_past(e.db, end);
+    kvq_queue *plain = plain_handle(&e);
+    size_t got = 0;
+    assert_ok(kvq_queue_pop_k(outs, &got, plain, 10));
+    assert_int_equal(got, 3);
+    for (size_t i = 0; i < got; i++)
+        expect_str(&outs[i], vals[i]);
+    expect_metrics(e.w, 0, 0, 0, 0);
+    assert_int_equal(kvq_workq_ack(e.w, &leases[0]), KVQ_ELEASE_EXPIRED);
+    for (int i = 0; i < 10; i++)
+        kvq_buf_dispose(&outs[i]);
+    kvq_queue_close(plain);
+    env_close(&e);
+}
+
 /* ---- every reader, each the first to look ---------------------------------------------- */
 
 enum {
@@ -769,6 +801,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scenario_durable), cmocka_unit_test(test_scenario_priority),
         cmocka_unit_test(test_long_prefix),      cmocka_unit_test(test_high_contention),
+        cmocka_unit_test(test_expired_batch),
         cmocka_unit_test(test_due_durable),      cmocka_unit_test(test_due_priority),
         cmocka_unit_test(test_expired_durable),  cmocka_unit_test(test_expired_priority),
         cmocka_unit_test(test_reader_settings),  cmocka_unit_test(test_txn_form_retry),
