@@ -618,7 +618,7 @@ static int read_escaped(reader *r, size_t at, kvq_tuple_elem *e)
 static int need(const reader *r, size_t n, size_t at, const char *what)
 {
     if (r->len - r->pos < n) {
-        char why[64];
+        char why[96];
         snprintf(why, sizeof(why), "needs %zu more bytes, %zu left", n, r->len - r->pos);
         return malformed(r, at, why, "truncated %s", what);
     }

@@ -45,6 +45,10 @@ int kt_mkdtemp(char *out, size_t cap, const char *tag);
  * or -1 with a message on stderr. */
 int kt_rm_rf(const char *path);
 
+/* Removes everything inside a directory and keeps the directory (a mount point, say). Returns 0,
+ * or -1 with a message on stderr. */
+int kt_empty_dir(const char *path);
+
 /* Mounts a tmpfs of `size` (mount's "size=" value, e.g. "24m") on a fresh kt_mkdtemp(tag)
  * directory, whose path goes to out. Returns 0 when mounted; 1 when mounting is refused (out is
  * then "", the directory removed and the reason on stderr: the caller skips); -1 when no

@@ -1,4 +1,5 @@
 /* Temporary directories of the tests: made with mkdtemp, removed with nftw (no shell). */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -66,6 +67,31 @@ int kt_rm_rf(const char *path)
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0 : -1;
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+int kt_empty_dir(const char *path)
+{
+    if (path == NULL || path[0] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        fprintf(stderr, "kt_empty_dir: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char child[4096];
+        if (snprintf(child, sizeof(child), "%s/%s", path, de->d_name) >= (int)sizeof(child) ||
+            kt_rm_rf(child) != 0)
+            rc = -1;
+    }
+    closedir(d);
+    return rc;
 }
 
 int kt_tmp_make(kt_tmp *t, const char *tag)

@@ -26,8 +26,11 @@
  *
  * An owner holds an open-file-description lock on its slot's byte of kvq.cq from claiming the
  * slot until it is FREE again: a slot left FILLING or DONE by an owner that died is freed by a
- * later leader that can take that lock, and a READY one is dropped, not applied (its committer
- * is gone; an in-flight commit may end either way). The file holds nothing that must survive:
+ * later leader that can take that lock, and a READY one that has not changed for a while is
+ * dropped, not applied (its committer is gone). A slot that a dead leader left TAKEN turns READY
+ * with a fresh time, so the next leader applies it even when its owner died too: a commit nobody
+ * was told the outcome of may end either way, and its version tells a waiter which way it went.
+ * The file holds nothing that must survive:
  * it is cleared when it was last used before this boot (its slots may be torn) or is not kvq's.
  * A batch that does not fit a slot, or finds no free slot, waits on the commit lock itself. */
 #include <errno.h>
