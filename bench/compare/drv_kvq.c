@@ -3,10 +3,11 @@
  *
  * Rows: the durable queue (erlfdb's layout), the FIFO recipe and the priority queue recipe
  * (FIFO and priority in high-contention mode, meant for many consumers), all through the
- * convenience forms a program would call: kvq_queue_push / push_prio, kvq_queue_pop / pop_min,
- * kvq_queue_consume_k (pop, and a watch on npush when the queue is empty) and kvq_queue_pop_k.
- * Batches: kvq_queue_push_many on the durable queue; for FIFO and priority, one transaction of
- * K kvq_queue_push_txn calls run by kvq_db_transact, the layer's own way to batch.
+ * convenience forms a program would call: kvq_queue_push / push_prio, and kvq_queue_consume_k
+ * (pop up to k, and a watch on the push counter when the queue came up short; for FIFO and
+ * priority queues with k = 1, the high-contention pop).
+ * Batches: kvq_queue_push_many on every queue (FIFO and priority: K recipe items in one
+ * transaction, priority 0).
  *
  * The work-queue row (kvq-workq) pushes as the durable queue's does and consumes as an
  * at-least-once consumer: kvq_workq_receive_many then kvq_workq_ack_many, two transactions per
@@ -17,9 +18,9 @@
  * memory row (bytes of memory per byte of live data) of either storage's durable queue.
  *
  * Threads of one process share one kvq_db handle (that is what group commit needs); the
- * processes row opens the database in each forked client. An empty durable queue is waited on
- * with the watch kvq_queue_consume_k returns; FIFO and priority queues have no push counter to
- * watch, so their consumers poll every 0.2 ms, as SQLite's do. */
+ * processes row opens the database in each forked client. An empty queue of every type is waited
+ * on with the watch kvq_queue_consume_k returns (npush of a durable queue; the push counter kvq
+ * keeps beside a FIFO or priority recipe's items). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,26 +228,6 @@ static int kq_push(qb_conn *qc, const uint8_t *msg, size_t size)
     return rc == 0 ? 0 : kq_fail("push", rc);
 }
 
-typedef struct push_many_arg {
-    kvq_queue *q;
-    const kvq_bytes *values;
-    size_t n;
-} push_many_arg;
-
-/* K pushes in the caller's transaction: what a FIFO or priority producer does to batch. */
-static int push_many_fn(kvq_txn *txn, void *payload)
-{
-    push_many_arg *a = payload;
-    for (size_t i = 0; i < a->n; i++) {
-        int rc = kvq_queue_get_type(a->q) == KVQ_QUEUE_PRIORITY
-                     ? kvq_queue_push_prio_txn(a->q, txn, a->values[i].data, a->values[i].len, 0)
-                     : kvq_queue_push_txn(a->q, txn, a->values[i].data, a->values[i].len);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
 static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t count)
 {
     kq_conn *c = (kq_conn *)qc;
@@ -256,13 +237,7 @@ static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t c
         c->views[i].data = msgs + i * size;
         c->views[i].len = size;
     }
-    int rc;
-    if (c->s->type == KVQ_QUEUE_DURABLE) {
-        rc = kvq_queue_push_many(c->s->q, c->views, count);
-    } else {
-        push_many_arg a = { c->s->q, c->views, count };
-        rc = kvq_db_transact(c->s->db, push_many_fn, &a);
-    }
+    int rc = kvq_queue_push_many(c->s->q, c->views, count);
     return rc == 0 ? 0 : kq_fail("push batch", rc);
 }
 
@@ -323,38 +298,22 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
     double until = qb_now() + wait_ms / 1000.0;
     for (long tries = 0; tries < 1000000; tries++) {
         size_t n = 0;
-        int rc;
-        if (c->s->type == KVQ_QUEUE_DURABLE) {
-            /* Pop, and in the same transaction arm a watch when the queue came up short. */
-            kvq_watch *w = NULL;
-            rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
-            if (rc != 0)
-                return kq_fail("consume", rc);
-            if (n == 0 && w != NULL) {
-                double left = until - qb_now();
-                if (left > 0) {
-                    int wrc = kvq_watch_wait(w, (int64_t)(left * 1000.0) + 1);
-                    if (wrc != 0 && wrc != KVQ_ETIMED_OUT) {
-                        kvq_watch_destroy(w);
-                        return kq_fail("watch", wrc);
-                    }
+        /* Pop, and in the same transaction arm a watch when the queue came up short. */
+        kvq_watch *w = NULL;
+        int rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
+        if (rc != 0)
+            return kq_fail("consume", rc);
+        if (n == 0 && w != NULL) {
+            double left = until - qb_now();
+            if (left > 0) {
+                int wrc = kvq_watch_wait(w, (int64_t)(left * 1000.0) + 1);
+                if (wrc != 0 && wrc != KVQ_ETIMED_OUT) {
+                    kvq_watch_destroy(w);
+                    return kq_fail("watch", wrc);
                 }
             }
-            kvq_watch_destroy(w);
-        } else if (max == 1) {
-            rc = c->s->type == KVQ_QUEUE_PRIORITY
-                     ? kvq_queue_pop_prio(&c->bufs[0], NULL, q, KVQ_QUEUE_MIN)
-                     : kvq_queue_pop(&c->bufs[0], q);
-            if (rc != 0 && rc != KVQ_ENOTFOUND)
-                return kq_fail("pop", rc);
-            n = rc == 0;
-        } else {
-            rc = kvq_queue_pop_k(c->bufs, &n, q, max);
-            if (rc != 0 && rc != KVQ_ENOTFOUND)
-                return kq_fail("pop_k", rc);
-            if (rc == KVQ_ENOTFOUND)
-                n = 0;
         }
+        kvq_watch_destroy(w);
         for (size_t i = 0; i < n && i < max; i++) {
             if (take(buf + i * size, &c->bufs[i], size) != 0)
                 return QB_FAIL;
@@ -364,8 +323,6 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
             return 0;
         if (qb_now() >= until)
             return QB_EMPTY;
-        if (c->s->type != KVQ_QUEUE_DURABLE)
-            qb_sleep_us(200);
     }
     return QB_EMPTY;
 }

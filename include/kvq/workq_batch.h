@@ -4,10 +4,15 @@
  *        the lease token as text.
  *
  * A consumer of small jobs that receives and acks one item per transaction pays two commits per
- * item; these take one commit per batch (and per direction). Each item of a batch goes through
- * exactly the steps of kvq_workq_receive, kvq_workq_ack or kvq_workq_nack (kvq/workq.h), so
- * batches and single operations mix freely, and the conflict rules are theirs: receivers of one
- * queue compete for its head, and settling different leases never conflicts.
+ * item; these take one commit per batch (and per direction). A batch received together is
+ * leased as one record (docs/workq.md): its items leave the queue with one range clear, and an
+ * ack of the whole batch clears its record, so a batch costs a few row writes each way rather
+ * than several per item. Every guarantee of a lease holds for each item: its lease (and token)
+ * settles it alone, exactly once; an item not settled comes back when the batch's lease ends,
+ * with one more delivery (or goes to the dead letters); kvq_workq_ack, _nack and _extend take
+ * a batch item's lease too (an extend moves that item to a lease of its own). Batches and single
+ * operations mix freely, and the conflict rules are theirs: receivers of one queue compete for
+ * its head, and settling different leases never conflicts (two settlers of one item do).
  *
  * As everywhere in kvq (kvq/kvq.h), outputs come first. Errors common to every function: KVQ_EINVAL for NULL or invalid
  * arguments (counts from 1 to 10,000), KVQ_EWRONGTYPE for a FIFO queue, and the transaction errors of
@@ -24,9 +29,10 @@ extern "C" {
 #endif
 
 /**
- * Receives up to k ready items in one transaction, each with its own lease (convenience form:
- * its own retry loop, after the upkeep kvq_workq_receive does). Items that have had their
- * deliveries go to the dead letters on the way, as with kvq_workq_receive.
+ * Receives up to k ready items in one transaction, each with its own lease, all ending at the
+ * same version (convenience form: its own retry loop, after the upkeep kvq_workq_receive does).
+ * Items that have had their deliveries go to the dead letters on the way, as with
+ * kvq_workq_receive.
  * @param[out] outs    caller array of at least k buffers; outs[0..*n) receive the values
  *                     (free each with kvq_buf_dispose)
  * @param[out] leases  caller array of at least k leases; leases[0..*n) are filled

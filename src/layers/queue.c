@@ -35,6 +35,10 @@ static int build_keys(kvq_queue *q)
             rc = kvq_buf_append(&q->items_hi, p.data, p.len);
         if (rc == 0)
             rc = kvq__buf_put_byte(&q->items_hi, 0x1e);
+        /* The recipes keep no counter; kvq's pushes bump one of its own, outside their item
+         * range, so that a consumer can sleep on a watch instead of polling. */
+        if (rc == 0)
+            rc = kvq__qk_bk_counter(&q->npush, p, "npush");
     }
     if (rc == 0)
         rc = kvq_buf_append(&q->bk, p.data, p.len);
@@ -134,6 +138,16 @@ int kvq_queue_open(kvq_queue **out,
     q->type = type;
     q->opts = o;
     q->bucket_versions = KVQ__BUCKET_VERSIONS;
+    if (pthread_mutex_init(&q->cmb_mu, NULL) != 0) {
+        kvq__free(q);
+        return kvq__error(KVQ_ENOMEM, "out of memory opening a queue");
+    }
+    if (pthread_cond_init(&q->cmb_cv, NULL) != 0) {
+        pthread_mutex_destroy(&q->cmb_mu);
+        kvq__free(q);
+        return kvq__error(KVQ_ENOMEM, "out of memory opening a queue");
+    }
+    q->cmb_ready = 1;
     int rc = kvq_buf_append(&q->prefix, pfx, pfx_len);
     if (rc == 0)
         rc = build_keys(q);
@@ -154,6 +168,10 @@ void kvq_queue_close(kvq_queue *q)
                         &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
+    if (q->cmb_ready) {
+        pthread_cond_destroy(&q->cmb_cv);
+        pthread_mutex_destroy(&q->cmb_mu);
+    }
     kvq__free(q);
 }
 
@@ -244,7 +262,30 @@ typedef struct pop_arg {
     /* consume_k */
     int want_watch;
     kvq_watch *watch;
+    /* a combined pop (nwatch > 0): as many watches, one for each caller that wants one */
+    size_t nwatch;
+    kvq_watch **watches;
 } pop_arg;
+
+static void drop_watches(pop_arg *a)
+{
+    kvq_watch_destroy(a->watch);
+    a->watch = NULL;
+    for (size_t i = 0; i < a->nwatch; i++) {
+        kvq_watch_destroy(a->watches[i]);
+        a->watches[i] = NULL;
+    }
+}
+
+static int arm_watches(pop_arg *a, kvq_queue *q, kvq_txn *txn)
+{
+    if (a->nwatch == 0)
+        return kvq_queue_watch_txn(&a->watch, q, txn);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < a->nwatch; i++)
+        rc = kvq_queue_watch_txn(&a->watches[i], q, txn);
+    return rc;
+}
 
 static int read_npush(kvq_queue *q, kvq_txn *txn, uint64_t *out)
 {
@@ -260,10 +301,7 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
 {
     pop_arg *a = arg;
     kvq_queue *q = o->q;
-    if (a->watch != NULL) {
-        kvq_watch_destroy(a->watch);
-        a->watch = NULL;
-    }
+    drop_watches(a);
     int rc = kvq__qop_begin(o, txn);
     if (rc != 0)
         return rc;
@@ -277,7 +315,7 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
             uint64_t now;
             rc = read_npush(q, txn, &now);
             if (rc == 0 && now == r->npush_seen)
-                rc = kvq_queue_watch_txn(&a->watch, q, txn);
+                rc = arm_watches(a, q, txn);
         }
         return rc;
     }
@@ -304,13 +342,13 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
     if (rc == 0 && a->want_watch && n < a->k) {
         rc = read_npush(q, txn, &o->cur.npush_seen);
         if (rc == 0)
-            rc = kvq_queue_watch_txn(&a->watch, q, txn);
+            rc = arm_watches(a, q, txn);
     }
     return rc;
 }
 
 /* Runs a convenience pop of up to k items from one end into outs; *n receives the count. */
-static int pop_conv(kvq_queue *q,
+static int pop_single(kvq_queue *q,
                     int end,
                     size_t k,
                     kvq_buf *outs,
@@ -320,15 +358,15 @@ static int pop_conv(kvq_queue *q,
                     uint64_t *swept)
 {
     kvq__qop o;
-    pop_arg a = { end, k, NULL, watch != NULL, NULL };
+    pop_arg a = { end, k, NULL, watch != NULL, NULL, 0, NULL };
     int rc = kvq__qop_init(&o, q, "r", k);
     if (rc != 0) {
         kvq__qop_free(&o);
         return rc;
     }
-    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1 && watch == NULL;
+    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
-        rc = kvq__hc_pop(q, &o, end);
+        rc = kvq__hc_pop(q, &o, end, watch != NULL ? &a.watch : NULL);
     } else {
         a.views = kvq__calloc(k, sizeof(kvq_bytes));
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
@@ -364,6 +402,172 @@ static int pop_conv(kvq_queue *q,
     }
     kvq__qop_free(&o);
     return rc;
+}
+
+/* ---- combined pops ------------------------------------------------------------------------- */
+
+/* Threads of one handle popping from a FIFO or priority queue would all read the same head, and
+ * all but one would lose the race (or, in high-contention mode, pay a waiter's registration and
+ * hand-over: two commits each). Instead, waiting pops are combined: the first thread to come
+ * pops for every pop waiting for the same end (up to CMB_MAX pops, KVQ__MAX_K items), in one
+ * idempotent transaction of kvq__qop_run (a pop of their k's added up: one result slot, exactly
+ * once across 1021), and hands the items out in arrival order, each pop its next k; a pop alone
+ * takes the ordinary path. The items of a batch are in queue order and a thread's next pop is
+ * served by a later batch, so each thread still receives one producer's items in push order; a
+ * queue with fewer items than the pops want leaves the last ones short or empty-handed (with a
+ * watch set in the same transaction, for consume). */
+#define CMB_MAX 64
+
+typedef struct kvq__cmb_req {
+    int end;
+    size_t k;
+    int want_watch;
+    kvq_buf *out; /* k buffers */
+    size_t n;
+    kvq_watch *watch;
+    uint64_t swept;
+    int rc;
+    int done;
+    struct kvq__cmb_req *next;
+} kvq__cmb_req;
+
+static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
+{
+    if (m == 1) {
+        kvq__cmb_req *r = reqs[0];
+        r->rc = pop_single(q, r->end, r->k, r->out, &r->n, NULL,
+                           r->want_watch ? &r->watch : NULL, &r->swept);
+        return;
+    }
+    kvq_watch *ws[CMB_MAX] = { NULL };
+    size_t nw = 0, total = 0;
+    for (size_t i = 0; i < m; i++) {
+        nw += reqs[i]->want_watch != 0;
+        total += reqs[i]->k;
+    }
+    kvq_bytes *views = kvq__calloc(total, sizeof(kvq_bytes));
+    pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
+    kvq__qop o;
+    int rc = kvq__qop_init(&o, q, "r", total);
+    if (rc == 0 && views == NULL)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = kvq__qop_run(&o, pop_body, &a);
+    kvq__free(views);
+    kvq__qres *res = NULL;
+    if (rc == 0) {
+        res = kvq__qop_result(&o);
+        if (res == NULL)
+            rc = KVQ_ECOMMIT_UNKNOWN_RESULT;
+    }
+    size_t got = rc == 0 ? res->n : 0;
+    if (rc == 0) {
+        KVQ__STAT_ADD(q, pops, got);
+        __atomic_add_fetch(&q->cmb_batches, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&q->cmb_items, (uint64_t)got, __ATOMIC_RELAXED);
+    }
+    uint64_t back = kvq__hc_maybe_sweep(q);
+    size_t wi = 0, next = 0;
+    for (size_t i = 0; i < m; i++) {
+        kvq__cmb_req *r = reqs[i];
+        kvq_watch *w = NULL;
+        if (r->want_watch)
+            w = ws[wi++];
+        r->swept = back;
+        r->n = 0;
+        r->rc = rc;
+        /* The next r->k items (or what is left) are this pop's, in queue order. */
+        while (rc == 0 && r->n < r->k && next < got) {
+            kvq_buf t = r->out[r->n];
+            r->out[r->n] = res->vals[next];
+            res->vals[next] = t;
+            res->vals[next].len = 0;
+            r->n++;
+            next++;
+        }
+        if (rc == 0 && r->n < r->k && r->want_watch) {
+            r->watch = w; /* may be NULL after a 1021: the caller looks again */
+            w = NULL;
+        } else if (rc == 0 && r->n == 0) {
+            r->rc = KVQ_ENOTFOUND;
+        }
+        kvq_watch_destroy(w);
+    }
+    kvq__qop_free(&o);
+}
+
+static int pop_combined(kvq_queue *q,
+                        int end,
+                        size_t k,
+                        kvq_buf *out,
+                        size_t *n,
+                        kvq_watch **watch,
+                        uint64_t *swept)
+{
+    kvq__cmb_req r;
+    memset(&r, 0, sizeof(r));
+    r.end = end;
+    r.k = k;
+    r.want_watch = watch != NULL;
+    r.out = out;
+    pthread_mutex_lock(&q->cmb_mu);
+    kvq__cmb_req **tail = &q->cmb_head;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = &r;
+    while (!r.done) {
+        if (q->cmb_leader) {
+            pthread_cond_wait(&q->cmb_cv, &q->cmb_mu);
+            continue;
+        }
+        /* Lead: take the waiting pops for the first one's end, in arrival order, up to
+         * KVQ__MAX_K items in all. */
+        q->cmb_leader = 1;
+        kvq__cmb_req *batch[CMB_MAX];
+        size_t m = 0, items = 0;
+        int e = q->cmb_head->end;
+        for (kvq__cmb_req **pp = &q->cmb_head; *pp != NULL && m < CMB_MAX;) {
+            if ((*pp)->end == e && (m == 0 || items + (*pp)->k <= KVQ__MAX_K)) {
+                items += (*pp)->k;
+                batch[m++] = *pp;
+                *pp = (*pp)->next;
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+        pthread_mutex_unlock(&q->cmb_mu);
+        serve_batch(q, batch, m);
+        pthread_mutex_lock(&q->cmb_mu);
+        for (size_t i = 0; i < m; i++)
+            batch[i]->done = 1;
+        q->cmb_leader = 0;
+        pthread_cond_broadcast(&q->cmb_cv);
+    }
+    pthread_mutex_unlock(&q->cmb_mu);
+    *n = r.n;
+    if (watch != NULL)
+        *watch = r.watch;
+    if (swept != NULL)
+        *swept = r.swept;
+    if (r.rc != 0 && r.rc != KVQ_ENOTFOUND)
+        kvq__error(r.rc, "a combined pop failed: %s", kvq_strerror(r.rc));
+    return r.rc;
+}
+
+/* A convenience pop: combined with the other threads' pops of a FIFO or priority queue (when
+ * the caller does not ask for the priority), else on its own. */
+static int pop_conv(kvq_queue *q,
+                    int end,
+                    size_t k,
+                    kvq_buf *outs,
+                    size_t *n,
+                    int64_t *prio,
+                    kvq_watch **watch,
+                    uint64_t *swept)
+{
+    if (q->type != KVQ_QUEUE_DURABLE && prio == NULL)
+        return pop_combined(q, end, k, outs, n, watch, swept);
+    return pop_single(q, end, k, outs, n, prio, watch, swept);
 }
 
 static int pop_one(kvq_queue *q, int end, kvq_buf *out, int64_t *prio, const char *fn)
@@ -796,8 +1000,7 @@ int kvq_queue_iterate(kvq_queue *q, kvq_queue_iter_fn fn, void *payload)
     return rc;
 }
 
-/* ---- durable extras
- * ------------------------------------------------------------------------------ */
+/* ---- watches and consumers ------------------------------------------------------------------ */
 
 int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
 {
@@ -807,8 +1010,6 @@ int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch_txn");
     return kvq_txn_watch(out, txn, q->npush.data, q->npush.len);
 }
 
@@ -833,8 +1034,6 @@ int kvq_queue_watch(kvq_watch **out, kvq_queue *q)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch");
     watch_arg a = { q, NULL };
     rc = kvq_db_transact(q->db, watch_body, &a);
     if (rc != 0) {
@@ -857,8 +1056,6 @@ int kvq_queue_consume_k_txn(
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k_txn");
     rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
     if (rc == KVQ_ENOTFOUND)
         rc = 0;
@@ -878,8 +1075,6 @@ int kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k");
     return pop_conv(q, KVQ__END_MIN, k, outs, n, NULL, watch, NULL);
 }
 

@@ -51,7 +51,8 @@ void kvq_workq_close(kvq_workq *w)
                         &w->base_ddx,      &w->n_inflight, &w->n_delayed, &w->n_dead,
                         &w->n_ready,       &w->tick,       &w->base_a,    &w->base_t,
                         &w->n_received,    &w->n_taken,    &w->n_acked,   &w->n_requeued,
-                        &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready };
+                        &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready,
+                        &w->base_b };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -112,6 +113,8 @@ int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         rc = make_base(w, &w->base_a, "a", NULL);
     if (rc == 0)
         rc = make_base(w, &w->base_t, "t", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_b, "b", NULL);
     if (rc == 0)
         rc = make_base(w, &w->n_inflight, "n", "inflight");
     if (rc == 0)
@@ -598,8 +601,13 @@ int kvq__wq_settle_txn(kvq_workq *w,
                        int64_t arg,
                        kvq__wq_tally *tally)
 {
+    /* An item of a batch lease (workq_batch.c) is settled there. */
+    int handled = 0;
+    int rc = kvq__wq_batch_settle(&handled, w, txn, lease, kind, arg, tally);
+    if (rc != 0 || handled)
+        return rc;
     int64_t rv;
-    int rc = kvq_txn_get_read_version(&rv, txn);
+    rc = kvq_txn_get_read_version(&rv, txn);
     if (rc != 0)
         return rc;
     kvq_buf k = KVQ_BUF_INIT, m = KVQ_BUF_INIT;

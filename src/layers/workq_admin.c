@@ -97,11 +97,75 @@ typedef struct item_page {
     kvq_workq *w;
     int delayed;   /* 0: in-flight items (by lease end), 1: delayed items (by due time) */
     kvq_buf after; /* continue after this index key (empty: from the start) */
-    kvq_buf vals[KVQ__WQ_BATCH];
-    kvq_workq_item info[KVQ__WQ_BATCH];
-    size_t n;
+    /* A page lists up to KVQ__WQ_BATCH index entries; a batch lease's entry lists all its items
+     * in flight (workq_batch.c), so the page grows as needed. */
+    kvq_buf *vals;
+    kvq_workq_item *info;
+    size_t n, cap;
     int more;
 } item_page;
+
+/* Room for one more item in p. */
+static int page_room(item_page *p)
+{
+    if (p->n < p->cap)
+        return 0;
+    size_t cap = p->cap == 0 ? KVQ__WQ_BATCH : 2 * p->cap;
+    kvq_buf *vals = kvq__realloc(p->vals, cap * sizeof(*vals));
+    if (vals == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    p->vals = vals;
+    kvq_workq_item *info = kvq__realloc(p->info, cap * sizeof(*info));
+    if (info == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    p->info = info;
+    for (size_t i = p->cap; i < cap; i++) {
+        kvq_buf b = KVQ_BUF_INIT;
+        p->vals[i] = b;
+    }
+    p->cap = cap;
+    return 0;
+}
+
+typedef struct batch_list_ctx {
+    item_page *p;
+    int64_t rv;
+} batch_list_ctx;
+
+/* One in-flight item of a batch lease into the page. */
+static int batch_item(const kvq_workq_lease *lease, kvq_bytes value, void *arg)
+{
+    batch_list_ctx *c = arg;
+    item_page *p = c->p;
+    int rc = page_room(p);
+    if (rc != 0)
+        return rc;
+    kvq_workq_item *it = &p->info[p->n];
+    memset(it, 0, sizeof(*it));
+    it->lease = *lease;
+    it->deliveries = lease->deliveries;
+    it->priority = lease->priority;
+    it->due_ms = (lease->deadline - c->rv) / KVQ__VERSIONS_PER_MS;
+    rc = kvq__buf_set(&p->vals[p->n], value.data, value.len);
+    if (rc == 0)
+        p->n++;
+    return rc;
+}
+
+/* Whether an expiry-index key is a batch lease's (then *bid is its id). */
+static int batch_entry(kvq_workq *w, kvq_bytes xkey, uint8_t *bid)
+{
+    kvq_tuple *t = NULL;
+    int is = 0;
+    if (kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len) == 0 &&
+        kvq_tuple_count(t) == 2 && kvq_tuple_at(t, 1)->type == KVQ_TUPLE_BYTES &&
+        kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
+        memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, KVQ__WQ_BATCH_ID);
+        is = 1;
+    }
+    kvq_tuple_destroy(t);
+    return is;
+}
 
 /* One in-flight item from its expiry-index key: its lease record and value (snapshot reads).
  * *found is 0 when the lease was settled meanwhile. */
@@ -199,7 +263,15 @@ static int item_page_body(kvq_txn *txn, void *arg)
         for (size_t i = 0; rc == 0 && i < got; i++) {
             int found = 0;
             kvq_bytes xk = { keys[i].data, keys[i].len };
-            rc = inflight_item(w, txn, xk, rv, &p->vals[p->n], &p->info[p->n], &found, &k);
+            uint8_t bid[KVQ__WQ_BATCH_ID];
+            if (batch_entry(w, xk, bid)) {
+                batch_list_ctx bc = { p, rv };
+                rc = kvq__wq_batch_items(w, txn, bid, batch_item, &bc);
+                continue;
+            }
+            rc = page_room(p);
+            if (rc == 0)
+                rc = inflight_item(w, txn, xk, rv, &p->vals[p->n], &p->info[p->n], &found, &k);
             if (rc == 0 && found)
                 p->n++;
         }
@@ -208,7 +280,9 @@ static int item_page_body(kvq_txn *txn, void *arg)
         kvq__free(keys);
     } else {
         for (size_t i = 0; rc == 0 && i < got; i++) {
-            rc = delayed_item(w, kvs[i], rv, &p->vals[i], &p->info[i]);
+            rc = page_room(p);
+            if (rc == 0)
+                rc = delayed_item(w, kvs[i], rv, &p->vals[i], &p->info[i]);
             if (rc == 0)
                 p->n++;
         }
@@ -242,8 +316,10 @@ list_items(kvq_workq *w, int delayed, kvq_workq_item_fn fn, void *payload, const
             rc = fn(&p->info[i], payload);
         }
     } while (rc == 0 && more);
-    for (size_t i = 0; i < KVQ__WQ_BATCH; i++)
+    for (size_t i = 0; i < p->cap; i++)
         kvq_buf_dispose(&p->vals[i]);
+    kvq__free(p->vals);
+    kvq__free(p->info);
     kvq_buf_dispose(&p->after);
     kvq__free(p);
     return rc;

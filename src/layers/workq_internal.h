@@ -6,7 +6,7 @@
  *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
  *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
- *   workq_batch.c   receive, ack and nack of many items in one transaction
+ *   workq_batch.c   receive, ack and nack of many items in one transaction; batch leases
  *   workq_purge.c   removing every item, whatever its state
  *   workq_token.c   leases as text
  *
@@ -20,6 +20,13 @@
  *   bk ("wq","l", id16)         lease: 8 LE deadline, 4 LE deliveries, 8 LE received, suffix
  *   bk ("wq","v", id16)         the leased item's value
  *   bk ("wq","x", deadline, id16)           expiry index of leases (empty value)
+ *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (workq_batch.c)
+ *   bk ("wq","b", bid14)                    batch lease: header and the items' records
+ *   bk ("wq","b", bid14, 0|1, n)            more item records (0) and the values (1)
+ *   bk ("wq","b", bid14, 2, item)           an item of a live batch settled (1 byte: 'a' ack,
+ *                                           'n' nack, 'e' expired and given back, 'm' moved
+ *                                           to a lease of its own by an extend)
+ *   bk ("wq","s", bucket, bid14)            a batch settled: one such byte per item
  *   bk ("wq","y", due, id16, prio, deliv)   a delayed item's value
  *   bk ("wq","s", bucket, id16)             settled-lease marker (1 byte: 'a' ack, 'n' nack)
  *   bk ("wq","dd", key)                     dedup key: 8 LE version, 16-byte push id
@@ -51,6 +58,7 @@ struct kvq_workq {
     unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
+    kvq_buf base_b; /* batch leases (workq_batch.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
@@ -188,6 +196,32 @@ int kvq__wq_settle_txn(kvq_workq *w,
  * attempt may have committed before the one that did. */
 int kvq__wq_run_idempotent(
     kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out);
+
+/* ---- batch leases (workq_batch.c) ---------------------------------------------------------- */
+
+/* Bytes of a batch's id; an item's lease id is the batch id and the item's number (2 bytes,
+ * big-endian). A single lease's id has 16 bytes, so expiry index keys tell the two apart. */
+#define KVQ__WQ_BATCH_ID 14
+
+/* Settles (ack, nack, extend as kvq__wq_settle_txn) the lease of an item of a batch lease.
+ * *handled = 0 when the lease is no such item (a single lease, or an item an extend moved to a
+ * lease of its own): nothing was written, the single-lease path applies. tally may be NULL. */
+int kvq__wq_batch_settle(int *handled,
+                         kvq_workq *w,
+                         kvq_txn *txn,
+                         kvq_workq_lease *lease,
+                         int kind,
+                         int64_t arg,
+                         kvq__wq_tally *tally);
+/* Upkeep of a batch lease whose expiry index entry was read: its unsettled items go back to the
+ * queue (or to the dead letters) while *budget (bytes) lasts; *done = 1 once nothing of the
+ * batch is left (its records cleared, its index entry too), 0 when the budget ran out first. */
+int kvq__wq_batch_expire(
+    kvq_workq *w, kvq_txn *txn, const uint8_t *bid, int64_t *budget, uint64_t *moved, int *done);
+/* Calls fn for each item still in flight of a batch (snapshot reads); nothing when it is gone. */
+typedef int (*kvq__wq_batch_item_fn)(const kvq_workq_lease *lease, kvq_bytes value, void *arg);
+int kvq__wq_batch_items(
+    kvq_workq *w, kvq_txn *txn, const uint8_t *bid, kvq__wq_batch_item_fn fn, void *arg);
 
 /* ---- upkeep (workq_upkeep.c) -------------------------------------------------------------- */
 

@@ -48,7 +48,8 @@ static int purge_body(kvq_txn *txn, void *arg)
     if (rc == 0)
         rc = kvq_queue_clear_txn(q, txn);
     const kvq_buf *kinds[] = { &w->base_c, &w->base_dlq, &w->base_l, &w->base_v,
-                               &w->base_x, &w->base_y,   &w->base_a, &w->base_t };
+                               &w->base_x, &w->base_y,   &w->base_a, &w->base_t,
+                               &w->base_b };
     kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
     for (size_t i = 0; rc == 0 && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         rc = kvq__wq_range_of(&lo, &hi, kinds[i]);

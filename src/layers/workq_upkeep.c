@@ -8,6 +8,7 @@
 #include "layers/workq_internal.h"
 
 #define SETTLED_WINDOW_BUCKETS 60
+#define BATCH_BUDGET (2 * 1000 * 1000)
 
 /* ---- recovery ------------------------------------------------------------------------------ */
 
@@ -28,6 +29,9 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     size_t got = 0;
     kvq_tuple_elem e = kvq_tuple_int(rv);
     kvq_tuple_elem ex = kvq_tuple_int(kvq__wq_expiry_bound(w, rv));
+    /* Bytes of batch items one pass gives back at most (a batch of large values takes more
+     * than one pass rather than one transaction too large). */
+    int64_t budget = BATCH_BUDGET;
     /* Expired leases: the range read (not snapshot) makes two recoverers of one lease conflict,
      * and an ack that commits meanwhile (it cannot: the lease has expired) would too. */
     rc = kvq__wq_range_of(&lo, &hi, &w->base_x);
@@ -58,9 +62,26 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         size_t xl = xoff[i + 1] - xoff[i];
         rc = kvq_tuple_unpack(&t, xk + w->base_x.len, xl - w->base_x.len);
         if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
-            kvq_tuple_at(t, 1)->v.bytes.len != 16) {
+            (kvq_tuple_at(t, 1)->v.bytes.len != 16 &&
+             kvq_tuple_at(t, 1)->v.bytes.len != KVQ__WQ_BATCH_ID)) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed lease expiry key");
             break;
+        }
+        if (kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
+            /* A batch lease (workq_batch.c): its items, as far as the pass's budget goes. */
+            uint8_t bid[KVQ__WQ_BATCH_ID];
+            memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, sizeof(bid));
+            kvq_tuple_destroy(t);
+            t = NULL;
+            int done = 0;
+            rc = kvq__wq_batch_expire(w, txn, bid, &budget, moved, &done);
+            if (rc == 0 && done)
+                rc = kvq_txn_clear(txn, xk, xl);
+            if (rc == 0 && !done) {
+                *more = 1;
+                break;
+            }
+            continue;
         }
         uint8_t id[16];
         memcpy(id, kvq_tuple_at(t, 1)->v.bytes.data, 16);

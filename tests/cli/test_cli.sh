@@ -326,6 +326,16 @@ k3 ack wq4 $(cut -f1 "$T/r3") >/dev/null 2>&1; rc=$?
 check "ack of three tokens: exit 0" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$DB3' --json stats wq4 | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"in_flight\"])')\" = 0 ]"
 k3 ack wq4 $(cut -f1 "$T/r3") >/dev/null 2>"$T/ack.err"; rc=$?
 check "ack of settled tokens: exit 1, each failure reported" bash -c "[ $rc = 1 ] && [ \$(grep -c 'failed' '$T/ack.err') = 3 ]"
+# One token of a batch settles its item alone; the batch's other items stay in flight.
+k3 create wq5 --max-deliveries 3 >/dev/null
+k3 push wq5 p q r
+k3 receive wq5 -n 3 >"$T/r5"
+k3 ack wq5 "$(sed -n 2p "$T/r5" | cut -f1)" >/dev/null 2>&1; rc=$?
+k3 nack wq5 "$(sed -n 1p "$T/r5" | cut -f1)" >/dev/null 2>&1; rc2=$?
+check "batch token: ack of one item, nack of another" bash -c "[ $rc = 0 ] && [ $rc2 = 0 ] && [ \"\$('$KVQ' --db '$DB3' list wq5 --in-flight | cut -f4)\" = r ]"
+check "batch token: the nacked item is ready again" bash -c "[ \"\$('$KVQ' --db '$DB3' receive wq5 | cut -f2)\" = p ]"
+k3 ack wq5 "$(sed -n 2p "$T/r5" | cut -f1)" >/dev/null 2>"$T/ack5.err"; rc=$?
+check "batch token: a second ack says settled" bash -c "[ $rc = 1 ] && grep -q already '$T/ack5.err'"
 check "--json receive -n: an array" bash -c "'$KVQ' --db '$DB3' --json receive wq4 -n 5 | python3 -c 'import json,sys; v=json.load(sys.stdin); assert [x[\"value\"] for x in v]==[\"d\"], v'"
 ( sleep 0.5; "$KVQ" --db "$DB3" push wq4 late ) &
 start=$(date +%s%N)

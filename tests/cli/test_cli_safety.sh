@@ -69,7 +69,10 @@ check "a bad argument: those before it pushed, the count said" bash -c "[ $rc = 
 k pop s -n 1000 >/dev/null
 
 # ---- pop into a closed output: the popped but unwritten items are counted ----------------------
-seq 1 5000 | k push s
+# Values of 100 bytes: 500 kB, more than a pipe holds, so pop blocks on the pipe until head has
+# exited however the machine schedules them (5,000 short numbers fit a pipe: pop could finish
+# before head read a line, and exit 0).
+seq 1 5000 | awk '{ printf "%05d%095d\n", $1, 0 }' | k push s
 "$KVQ" --db "$DB" pop s -n 5000 2>"$T/err" | head -1 >/dev/null; rc=${PIPESTATUS[0]}
 lost=$(sed -n 's/.*: \([0-9]*\) popped items* w.*/\1/p' "$T/err")
 check "pop | head -1: exit 141, the lost items counted" bash -c "[ $rc = 141 ] && [ -n '$lost' ] && [ '$lost' -ge 1 ]"
