@@ -3,19 +3,24 @@
  *
  * Rows: the durable queue (erlfdb's layout), the FIFO recipe and the priority queue recipe
  * (FIFO and priority in high-contention mode, meant for many consumers), all through the
- * convenience forms a program would call: kvq_queue_push / push_prio, kvq_queue_pop / pop_min,
- * kvq_queue_consume_k (pop, and a watch on npush when the queue is empty) and kvq_queue_pop_k.
- * Batches: kvq_queue_push_many on the durable queue; for FIFO and priority, one transaction of
- * K kvq_queue_push_txn calls run by kvq_db_transact, the layer's own way to batch.
+ * convenience forms a program would call: kvq_queue_push / push_prio, and kvq_queue_consume_k
+ * (pop up to k, and a watch on the push counter when the queue came up short; for FIFO and
+ * priority queues with k = 1, the high-contention pop).
+ * Batches: kvq_queue_push_many on every queue (FIFO and priority: K recipe items in one
+ * transaction, priority 0).
  *
  * The work-queue row (kvq-workq) pushes as the durable queue's does and consumes as an
  * at-least-once consumer: kvq_workq_receive_many then kvq_workq_ack_many, two transactions per
  * batch (kvq_workq_receive and kvq_workq_ack for one message).
  *
+ * Every row runs on both storages of the embedded engine: the SQLite storage (a plain path,
+ * the default) and the log store (the kvq-log rows: a "log:" URL). qb_kvq_memory measures the
+ * memory row (bytes of memory per byte of live data) of either storage's durable queue.
+ *
  * Threads of one process share one kvq_db handle (that is what group commit needs); the
- * processes row opens the database in each forked client. An empty durable queue is waited on
- * with the watch kvq_queue_consume_k returns; FIFO and priority queues have no push counter to
- * watch, so their consumers poll every 0.2 ms, as SQLite's do. */
+ * processes row opens the database in each forked client. An empty queue of every type is waited
+ * on with the watch kvq_queue_consume_k returns (npush of a durable queue; the push counter kvq
+ * keeps beside a FIFO or priority recipe's items). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +40,24 @@ const qb_driver qb_kvq_driver = {
     .name = "kvq",
     .setup = kq_unavailable,
 };
+
+int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
+                  double deadline)
+{
+    (void)out;
+    (void)o;
+    (void)sys;
+    (void)path;
+    (void)deadline;
+    return kq_unavailable(NULL, NULL);
+}
 #else
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kvq/kvq.h"
 #include "kvq/queue.h"
@@ -47,7 +67,8 @@ const qb_driver qb_kvq_driver = {
 typedef struct kq_state {
     char url[700];
     kvq_queue_type type;
-    int sys; /* the row measured (QB_SYS_KVQ...) */
+    int sys;  /* the row measured (QB_SYS_KVQ...) */
+    int base; /* the same row of the SQLite storage (qb_system_kvq_base) */
     pthread_mutex_t mu;
     int refs; /* connections of this process using db and q */
     qb_pipeline *pipeline; /* the phase's shared counters (may be NULL) */
@@ -77,9 +98,11 @@ static int kq_setup(void **state, const qb_setup *su)
         return -1;
     /* A fresh database under the run's fresh directory. Nothing is opened here: a forked
      * client must not inherit an open handle. */
-    snprintf(s->url, sizeof(s->url), "%s/kvq-db", su->path);
-    s->type = su->sys == QB_SYS_KVQ_FIFO       ? KVQ_QUEUE_FIFO
-              : su->sys == QB_SYS_KVQ_PRIORITY ? KVQ_QUEUE_PRIORITY
+    snprintf(s->url, sizeof(s->url), "%s%s/kvq-db", qb_system_is_log(su->sys) ? "log:" : "",
+             su->path);
+    s->base = qb_system_kvq_base(su->sys);
+    s->type = s->base == QB_SYS_KVQ_FIFO       ? KVQ_QUEUE_FIFO
+              : s->base == QB_SYS_KVQ_PRIORITY ? KVQ_QUEUE_PRIORITY
                                                : KVQ_QUEUE_DURABLE;
     s->sys = su->sys;
     s->pipeline = su->pipeline;
@@ -109,7 +132,8 @@ static int kq_acquire(kq_state *s)
             kq_fail("queue open", rc);
             kvq_db_close(s->db);
             s->db = NULL;
-        } else if (s->sys == QB_SYS_KVQ_WORKQ && (rc = kvq_workq_open(&s->w, s->q, NULL)) != 0) {
+        } else if (s->base == QB_SYS_KVQ_WORKQ &&
+                   (rc = kvq_workq_open(&s->w, s->q, NULL)) != 0) {
             kq_fail("work queue open", rc);
             kvq_queue_close(s->q);
             kvq_db_close(s->db);
@@ -204,26 +228,6 @@ static int kq_push(qb_conn *qc, const uint8_t *msg, size_t size)
     return rc == 0 ? 0 : kq_fail("push", rc);
 }
 
-typedef struct push_many_arg {
-    kvq_queue *q;
-    const kvq_bytes *values;
-    size_t n;
-} push_many_arg;
-
-/* K pushes in the caller's transaction: what a FIFO or priority producer does to batch. */
-static int push_many_fn(kvq_txn *txn, void *payload)
-{
-    push_many_arg *a = payload;
-    for (size_t i = 0; i < a->n; i++) {
-        int rc = kvq_queue_get_type(a->q) == KVQ_QUEUE_PRIORITY
-                     ? kvq_queue_push_prio_txn(a->q, txn, a->values[i].data, a->values[i].len, 0)
-                     : kvq_queue_push_txn(a->q, txn, a->values[i].data, a->values[i].len);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
 static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t count)
 {
     kq_conn *c = (kq_conn *)qc;
@@ -233,13 +237,7 @@ static int kq_push_batch(qb_conn *qc, const uint8_t *msgs, size_t size, size_t c
         c->views[i].data = msgs + i * size;
         c->views[i].len = size;
     }
-    int rc;
-    if (c->s->type == KVQ_QUEUE_DURABLE) {
-        rc = kvq_queue_push_many(c->s->q, c->views, count);
-    } else {
-        push_many_arg a = { c->s->q, c->views, count };
-        rc = kvq_db_transact(c->s->db, push_many_fn, &a);
-    }
+    int rc = kvq_queue_push_many(c->s->q, c->views, count);
     return rc == 0 ? 0 : kq_fail("push batch", rc);
 }
 
@@ -287,7 +285,7 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
                         int wait_ms)
 {
     kq_conn *c = (kq_conn *)qc;
-    if (c->s->sys == QB_SYS_KVQ_WORKQ) {
+    if (c->s->base == QB_SYS_KVQ_WORKQ) {
         *got = 0;
         if (kq_reserve(c, max) != 0)
             return QB_FAIL;
@@ -300,38 +298,22 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
     double until = qb_now() + wait_ms / 1000.0;
     for (long tries = 0; tries < 1000000; tries++) {
         size_t n = 0;
-        int rc;
-        if (c->s->type == KVQ_QUEUE_DURABLE) {
-            /* Pop, and in the same transaction arm a watch when the queue came up short. */
-            kvq_watch *w = NULL;
-            rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
-            if (rc != 0)
-                return kq_fail("consume", rc);
-            if (n == 0 && w != NULL) {
-                double left = until - qb_now();
-                if (left > 0) {
-                    int wrc = kvq_watch_wait(w, (int64_t)(left * 1000.0) + 1);
-                    if (wrc != 0 && wrc != KVQ_ETIMED_OUT) {
-                        kvq_watch_destroy(w);
-                        return kq_fail("watch", wrc);
-                    }
+        /* Pop, and in the same transaction arm a watch when the queue came up short. */
+        kvq_watch *w = NULL;
+        int rc = kvq_queue_consume_k(c->bufs, &n, &w, q, max);
+        if (rc != 0)
+            return kq_fail("consume", rc);
+        if (n == 0 && w != NULL) {
+            double left = until - qb_now();
+            if (left > 0) {
+                int wrc = kvq_watch_wait(w, (int64_t)(left * 1000.0) + 1);
+                if (wrc != 0 && wrc != KVQ_ETIMED_OUT) {
+                    kvq_watch_destroy(w);
+                    return kq_fail("watch", wrc);
                 }
             }
-            kvq_watch_destroy(w);
-        } else if (max == 1) {
-            rc = c->s->type == KVQ_QUEUE_PRIORITY
-                     ? kvq_queue_pop_prio(&c->bufs[0], NULL, q, KVQ_QUEUE_MIN)
-                     : kvq_queue_pop(&c->bufs[0], q);
-            if (rc != 0 && rc != KVQ_ENOTFOUND)
-                return kq_fail("pop", rc);
-            n = rc == 0;
-        } else {
-            rc = kvq_queue_pop_k(c->bufs, &n, q, max);
-            if (rc != 0 && rc != KVQ_ENOTFOUND)
-                return kq_fail("pop_k", rc);
-            if (rc == KVQ_ENOTFOUND)
-                n = 0;
         }
+        kvq_watch_destroy(w);
         for (size_t i = 0; i < n && i < max; i++) {
             if (take(buf + i * size, &c->bufs[i], size) != 0)
                 return QB_FAIL;
@@ -341,8 +323,6 @@ static int kq_pop_batch(qb_conn *qc, uint8_t *buf, size_t size, size_t max, size
             return 0;
         if (qb_now() >= until)
             return QB_EMPTY;
-        if (c->s->type != KVQ_QUEUE_DURABLE)
-            qb_sleep_us(200);
     }
     return QB_EMPTY;
 }
@@ -400,4 +380,250 @@ const qb_driver qb_kvq_driver = {
     .teardown = kq_teardown,
     .version = kq_version,
 };
+
+/* ---- the memory row ---------------------------------------------------------------------------
+ * Each step runs in a child process, so that no process measures memory it inherited or had
+ * used before, and qbench itself never holds a handle a forked client could inherit. */
+
+enum { MEM_MAX_PROCS = 64 };
+
+typedef struct mem_shared {
+    int ready;  /* children that have measured (atomic) */
+    int failed; /* a child failed (atomic) */
+    long item_bytes;
+    double delta_kb[MEM_MAX_PROCS];
+    double open_s[MEM_MAX_PROCS];
+    double fill_s;
+} mem_shared;
+
+/* The process's resident anonymous memory in KiB, or -1. */
+static long rss_anon_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+static int mem_open(kvq_db **db, kvq_queue **q, const char *url)
+{
+    kvq_db_options o = KVQ_DB_OPTIONS_INIT;
+    o.retry_limit = -1;
+    o.timeout_ms = 60000;
+    int rc = kvq_db_open(db, url, &o);
+    if (rc != 0)
+        return kq_fail("memory: open", rc);
+    rc = kvq_queue_open(q, *db, KVQ_QUEUE_DURABLE, NULL, NULL);
+    if (rc != 0) {
+        kvq_db_close(*db);
+        return kq_fail("memory: queue open", rc);
+    }
+    return 0;
+}
+
+/* Queues the items, 1,000 per transaction, and records the bytes (key + value) of one. */
+static int mem_fill(const char *url, const qb_options *o, mem_shared *sh)
+{
+    kvq_db *db = NULL;
+    kvq_queue *q = NULL;
+    if (mem_open(&db, &q, url) != 0)
+        return -1;
+    enum { K = 1000 };
+    size_t size = (size_t)o->size;
+    uint8_t *vals = malloc(size * K);
+    kvq_bytes *views = calloc(K, sizeof(*views));
+    int rc = vals == NULL || views == NULL ? KVQ_ENOMEM : 0;
+    double t0 = qb_now();
+    for (long i = 0; rc == 0 && i < o->mem_items; i += K) {
+        size_t k = (size_t)(o->mem_items - i < K ? o->mem_items - i : K);
+        for (size_t j = 0; j < k; j++) {
+            uint64_t seq = (uint64_t)i + j;
+            uint8_t *v = vals + j * size;
+            memcpy(v, &seq, sizeof(seq));
+            for (size_t b = sizeof(seq); b < size; b++)
+                v[b] = (uint8_t)('a' + (seq + b) % 26);
+            views[j].data = v;
+            views[j].len = size;
+        }
+        rc = kvq_queue_push_many(q, views, k);
+    }
+    sh->fill_s = qb_now() - t0;
+    if (rc != 0)
+        kq_fail("memory: push", rc);
+    /* The last item: the last key under prefix + pack((b"val",)). */
+    kvq_txn *txn = NULL;
+    kvq_bytes pfx = kvq_queue_prefix(q);
+    uint8_t lo[300], hi[300];
+    static const uint8_t val[] = { 0x01, 'v', 'a', 'l', 0x00 };
+    if (rc == 0 && pfx.len + sizeof(val) > sizeof(lo)) {
+        fprintf(stderr, "qbench: memory: the queue's prefix is too long\n");
+        rc = -1;
+    }
+    if (rc == 0 && (rc = kvq_txn_create(&txn, db)) != 0)
+        kq_fail("memory: transaction", rc);
+    if (rc == 0) {
+        memcpy(lo, pfx.data, pfx.len);
+        memcpy(lo + pfx.len, val, sizeof(val));
+        memcpy(hi, lo, pfx.len + sizeof(val));
+        hi[pfx.len + sizeof(val) - 1] = 0x01;
+        const kvq_kv *kv = NULL;
+        size_t n = 0;
+        rc = kvq_txn_get_range(&kv, &n, NULL, txn, lo, pfx.len + sizeof(val), hi,
+                               pfx.len + sizeof(val), 1, KVQ_SNAPSHOT | KVQ_REVERSE);
+        if (rc != 0)
+            kq_fail("memory: read", rc);
+        else if (n != 1 || kv[0].value.len != size) {
+            fprintf(stderr, "qbench: memory: the queue's last key is not an item\n");
+            rc = -1;
+        } else {
+            sh->item_bytes = (long)(kv[0].key.len + kv[0].value.len);
+        }
+        kvq_txn_destroy(txn);
+    }
+    free(vals);
+    free(views);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    return rc == 0 ? 0 : -1;
+}
+
+/* One of nprocs processes: opens the queue, reads its length and head, measures, and holds the
+ * database open until every process has measured (or the deadline). */
+static int mem_measure(const char *url, const qb_options *o, mem_shared *sh, int idx,
+                       int nprocs, double deadline)
+{
+    long before = rss_anon_kb();
+    double t0 = qb_now();
+    kvq_db *db = NULL;
+    kvq_queue *q = NULL;
+    if (before < 0 || mem_open(&db, &q, url) != 0)
+        return -1;
+    uint64_t len = 0;
+    kvq_buf head = KVQ_BUF_INIT;
+    int rc = kvq_queue_len(&len, q);
+    if (rc == 0)
+        rc = kvq_queue_peek(&head, q);
+    long after = rss_anon_kb();
+    if (rc != 0) {
+        kq_fail("memory: read", rc);
+    } else if (len != (uint64_t)o->mem_items || head.len != (size_t)o->size || after < 0) {
+        fprintf(stderr, "qbench: memory: the queue holds %llu items, want %ld\n",
+                (unsigned long long)len, o->mem_items);
+        rc = -1;
+    } else {
+        sh->delta_kb[idx] = (double)(after - before);
+        sh->open_s[idx] = qb_now() - t0;
+        __atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < nprocs &&
+               !__atomic_load_n(&sh->failed, __ATOMIC_SEQ_CST) && qb_now() < deadline)
+            qb_sleep_us(10000);
+    }
+    kvq_buf_dispose(&head);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    return rc == 0 ? 0 : -1;
+}
+
+/* Runs step (0: fill; 1: measure) in nprocs children and waits for them until the deadline. */
+static int mem_children(const char *url, const qb_options *o, mem_shared *sh, int step,
+                        int nprocs, double deadline)
+{
+    pid_t pids[MEM_MAX_PROCS];
+    int started = 0, rc = 0;
+    sh->ready = 0;
+    sh->failed = 0;
+    for (int i = 0; i < nprocs; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int crc = step == 0 ? mem_fill(url, o, sh)
+                                : mem_measure(url, o, sh, i, nprocs, deadline);
+            if (crc != 0)
+                __atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
+            _exit(crc == 0 ? 0 : 1);
+        }
+        if (pid < 0) {
+            perror("qbench: memory: fork");
+            __atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
+            rc = -1;
+            break;
+        }
+        pids[started++] = pid;
+    }
+    int left = started;
+    while (left > 0) {
+        for (int i = 0; i < started; i++) {
+            int status = 0;
+            if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                    rc = -1;
+                pids[i] = 0;
+                left--;
+            }
+        }
+        if (left > 0 && qb_now() > deadline + 15.0) {
+            fprintf(stderr, "qbench: memory: out of time; stopping %d processes\n", left);
+            for (int i = 0; i < started; i++) {
+                if (pids[i] > 0) {
+                    kill(pids[i], SIGKILL);
+                    waitpid(pids[i], NULL, 0);
+                }
+            }
+            return -1;
+        }
+        if (left > 0)
+            qb_sleep_us(5000);
+    }
+    return rc == 0 && !sh->failed ? 0 : -1;
+}
+
+int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
+                  double deadline)
+{
+    if (out == NULL || o == NULL || path == NULL || (sys != QB_SYS_KVQ && sys != QB_SYS_KVQ_LOG) ||
+        o->mem_procs < 2 || o->mem_procs > MEM_MAX_PROCS || o->mem_items < 1) {
+        fprintf(stderr, "qbench: memory: bad arguments\n");
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    char url[700];
+    snprintf(url, sizeof(url), "%s%s/kvq-db", qb_system_is_log(sys) ? "log:" : "", path);
+    mem_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                          -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("qbench: memory: mmap");
+        return -1;
+    }
+    memset(sh, 0, sizeof(*sh));
+    int rc = mem_children(url, o, sh, 0, 1, deadline);
+    double live = (double)o->mem_items * (double)sh->item_bytes;
+    out->item_bytes = sh->item_bytes;
+    out->fill_s = sh->fill_s;
+    if (rc == 0 && live > 0 && (rc = mem_children(url, o, sh, 1, 1, deadline)) == 0) {
+        out->one = sh->delta_kb[0] * 1024.0 / live;
+        out->open_one_s = sh->open_s[0];
+        rc = mem_children(url, o, sh, 1, o->mem_procs, deadline);
+    }
+    if (rc == 0) {
+        double sum = 0;
+        for (int i = 0; i < o->mem_procs; i++) {
+            double v = sh->delta_kb[i] * 1024.0 / live;
+            sum += v;
+            if (v > out->many_max)
+                out->many_max = v;
+            if (sh->open_s[i] > out->open_many_s)
+                out->open_many_s = sh->open_s[i];
+        }
+        out->many = sum / o->mem_procs;
+    }
+    munmap(sh, sizeof(*sh));
+    return rc == 0 ? 0 : -1;
+}
 #endif

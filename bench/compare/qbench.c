@@ -663,15 +663,9 @@ static const qb_driver *driver_of(int sys)
         return &qb_postgres_driver;
     case QB_SYS_SQLITE:
         return &qb_sqlite_driver;
-    case QB_SYS_KVQ:
-    case QB_SYS_KVQ_PROC:
-    case QB_SYS_KVQ_PROC2X:
-    case QB_SYS_KVQ_FIFO:
-    case QB_SYS_KVQ_PRIORITY:
-    case QB_SYS_KVQ_WORKQ:
-        return &qb_kvq_driver;
     default:
-        return NULL;
+        /* kvq's rows, on either storage */
+        return qb_system_is_kvq(sys) ? &qb_kvq_driver : NULL;
     }
 }
 
@@ -717,11 +711,13 @@ static void run_one(qb_results *r, const qb_options *o, int sys, char wl, int ru
         qb_results_unsupported(r, sys, QB_C_CONC);
         return;
     }
-    /* Separate processes only change (b) and (c) concurrent; the rest is the threads row. */
-    int processes = sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_PROC2X;
+    /* Separate processes only change (b) and (c) concurrent; the rest is the threads row. Both
+     * storages have the same rows. */
+    int base = qb_system_kvq_base(sys);
+    int processes = base == QB_SYS_KVQ_PROC || base == QB_SYS_KVQ_PROC2X;
     /* The 2x row: twice the producers and consumers, (b) only (does throughput hold?). */
     qb_options o2x;
-    if (sys == QB_SYS_KVQ_PROC2X) {
+    if (base == QB_SYS_KVQ_PROC2X) {
         if (wl != 'b')
             return;
         o2x = *o;
@@ -842,6 +838,42 @@ static void sample_disk(qb_results *r, const qb_options *o, const char *when)
     }
 }
 
+/* The memory row of one storage's durable queue (sys: QB_SYS_KVQ or QB_SYS_KVQ_LOG). */
+static void run_memory(qb_results *r, const qb_options *o, int sys)
+{
+    double left = g_deadline - qb_now() - 10.0;
+    if (left < 30.0) {
+        fprintf(stderr, "qbench: out of time budget: skipping %s's memory row\n",
+                qb_system_names[sys]);
+        return;
+    }
+    /* At most a quarter of the budget: the runs matter more. */
+    double limit = o->budget_s / 4.0 < left ? o->budget_s / 4.0 : left;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s-memory", o->dir, qb_system_names[sys]);
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "qbench: mkdir %s: %s\n", path, strerror(errno));
+        return;
+    }
+    double t0 = qb_now();
+    qb_memory m;
+    int rc = qb_kvq_memory(&m, o, sys, path, t0 + limit);
+    remove_tree(path);
+    if (rc != 0) {
+        fprintf(stderr, "qbench: %s memory row failed\n", qb_system_names[sys]);
+        return;
+    }
+    r->mem_item_bytes = m.item_bytes;
+    qb_results_add_memory(r, sys, QB_MEM_ONE, m.one);
+    qb_results_add_memory(r, sys, QB_MEM_MANY, m.many);
+    fprintf(stderr,
+            "  %-14s %-24s %.2f bytes per live byte (1 process, open + first read %.2f s); "
+            "%.2f mean, %.2f max (%d processes, slowest open %.2f s); %ld items of %ld bytes "
+            "queued in %.1f s  (%.1f s)\n",
+            qb_system_names[sys], "memory", m.one, m.open_one_s, m.many, m.many_max,
+            o->mem_procs, m.open_many_s, o->mem_items, m.item_bytes, m.fill_s, qb_now() - t0);
+}
+
 static int self_test(void);
 
 static int load_and_print(const char *path)
@@ -896,10 +928,19 @@ int main(int argc, char **argv)
             if (o.workloads & (1u << w))
                 printf(" %c", 'a' + w);
         }
+        if (o.workloads & QB_WL_M)
+            printf(" m (%ld items, 1 and %d processes)", o.mem_items, o.mem_procs);
         printf("\n");
         return 0;
     }
     g_deadline = qb_now() + o.budget_s;
+    /* The kvq rows choose their storage by URL: an inherited $KVQ_STORAGE would turn the SQLite
+     * rows into log store rows. */
+    if (getenv("KVQ_STORAGE") != NULL) {
+        fprintf(stderr, "qbench: ignoring KVQ_STORAGE=%s (the kvq-log rows are the log store)\n",
+                getenv("KVQ_STORAGE"));
+        unsetenv("KVQ_STORAGE");
+    }
 
     static qb_results r;
     qb_results_init(&r, &o);
@@ -910,6 +951,13 @@ int main(int argc, char **argv)
         const qb_driver *d = driver_of(s);
         if ((o.systems & (1u << s)) && d != NULL && d->version != NULL)
             d->version(r.version[s], sizeof(r.version[s]), &o, s);
+    }
+    /* The memory rows first, once: they do not change from run to run, and their minute must
+     * not count in the first run's time, from which the later runs' caps are planned. */
+    static const int mem_rows[2] = { QB_SYS_KVQ, QB_SYS_KVQ_LOG };
+    for (int k = 0; k < 2 && (o.workloads & QB_WL_M); k++) {
+        if (o.systems & (1u << mem_rows[k]))
+            run_memory(&r, &o, mem_rows[k]);
     }
     /* Runs outermost, so that a slow spell of this shared machine spreads over every system
      * rather than landing on one. */

@@ -61,6 +61,25 @@ extern const qb_driver qb_postgres_driver;
 extern const qb_driver qb_sqlite_driver;
 extern const qb_driver qb_kvq_driver;
 
+/* The memory row of one storage's durable queue (drv_kvq.c). */
+typedef struct qb_memory {
+    double one;       /* bytes of anonymous memory per byte of live data: one process */
+    double many;      /* the same, mean of o->mem_procs processes holding it open at once */
+    double many_max;  /* the largest of those */
+    long item_bytes;  /* key + value bytes of one queued item */
+    double fill_s;    /* seconds taken to queue the items */
+    double open_one_s;  /* seconds from open to the first read done, one process */
+    double open_many_s; /* the same, the slowest of the processes opening at once */
+} qb_memory;
+
+/* Queues o->mem_items items of o->size bytes in a new durable queue under path, on the storage
+ * of sys (QB_SYS_KVQ or QB_SYS_KVQ_LOG), then opens it in one child process and then in
+ * o->mem_procs at once, each measuring its anonymous memory before the open and after reading
+ * the queue's length and head. Stops (killing what is left) at the monotonic time deadline.
+ * Returns 0, or -1 after printing why. */
+int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
+                  double deadline);
+
 /* Monotonic time. */
 double qb_now(void);
 /* Sleeps for a few microseconds (used by drivers that poll). */

@@ -11,9 +11,10 @@
 #include "table.h"
 
 const char *const qb_system_names[QB_NSYS] = {
-    "beanstalkd", "redis",       "redis-everysec", "postgres",     "sqlite", "kvq",
-    "kvq-proc",   "kvq-proc-2x", "kvq-fifo",       "kvq-priority", "kvq-workq",
-    "disk",
+    "beanstalkd",      "redis",        "redis-everysec", "postgres",          "sqlite",
+    "kvq",             "kvq-proc",     "kvq-proc-2x",    "kvq-fifo",          "kvq-priority",
+    "kvq-workq",       "kvq-log",      "kvq-log-proc",   "kvq-log-proc-2x",   "kvq-log-fifo",
+    "kvq-log-priority", "kvq-log-workq", "disk",
 };
 
 const char *const qb_metric_names[QB_NMETRICS] = {
@@ -33,6 +34,12 @@ static const char *const sys_label[QB_NSYS] = {
     "kvq%s FIFO recipe (threads)",
     "kvq%s priority queue (threads)",
     "kvq%s work queue: receive + ack (threads)",
+    "**kvq%s durable queue, log store** (threads)",
+    "**kvq%s durable queue, log store** (processes)",
+    "**kvq%s durable queue, log store** (processes, twice P and C)",
+    "kvq%s FIFO recipe, log store (threads)",
+    "kvq%s priority queue, log store (threads)",
+    "kvq%s work queue, log store: receive + ack (threads)",
     "disk%s",
 };
 
@@ -42,6 +49,12 @@ static const char *const sys_durability[QB_NSYS] = {
     "**NOT durable**: up to 1 s of writes lost",
     "yes: synchronous_commit on (group commit)",
     "yes: synchronous=FULL",
+    "yes: default mode (group commit)",
+    "yes: default mode (group commit)",
+    "yes: default mode (group commit)",
+    "yes: default mode (group commit)",
+    "yes: default mode (group commit)",
+    "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
     "yes: default mode (group commit)",
@@ -77,9 +90,19 @@ int qb_system_is_durable_baseline(int sys)
 
 int qb_system_is_kvq(int sys)
 {
-    return sys == QB_SYS_KVQ || sys == QB_SYS_KVQ_PROC || sys == QB_SYS_KVQ_PROC2X ||
-           sys == QB_SYS_KVQ_FIFO ||
-           sys == QB_SYS_KVQ_PRIORITY || sys == QB_SYS_KVQ_WORKQ;
+    return sys >= QB_SYS_KVQ && sys <= QB_SYS_KVQ_LOG_WORKQ;
+}
+
+int qb_system_is_log(int sys)
+{
+    return sys >= QB_SYS_KVQ_LOG && sys <= QB_SYS_KVQ_LOG_WORKQ;
+}
+
+int qb_system_kvq_base(int sys)
+{
+    if (qb_system_is_log(sys))
+        return sys - QB_KVQ_ROWS;
+    return qb_system_is_kvq(sys) ? sys : -1;
 }
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -147,6 +170,8 @@ void qb_options_init(qb_options *o)
     o->consumers = 4;
     o->systems = (1u << QB_NSYS) - 1;
     o->workloads = QB_WL_ALL;
+    o->mem_items = 1000000;
+    o->mem_procs = 8;
     o->budget_s = 780.0;
     o->cap_s = 10.0;
     strcpy(o->pg_user, "postgres");
@@ -167,9 +192,14 @@ void qb_usage(FILE *f)
           "  --producers P, --consumers C   clients of (b) and (c) concurrent (4, 4)\n"
           "  --systems LIST           comma-separated: beanstalkd,redis,redis-everysec,postgres,\n"
           "                           sqlite,kvq,kvq-proc,kvq-proc-2x,kvq-fifo,kvq-priority,\n"
-          "                           kvq-workq,disk\n"
-          "                           (all given)\n"
-          "  --workloads LIST         letters of a,b,c,d (abcd)\n"
+          "                           kvq-workq (SQLite storage), kvq-log,kvq-log-proc,\n"
+          "                           kvq-log-proc-2x,kvq-log-fifo,kvq-log-priority,\n"
+          "                           kvq-log-workq (log store), disk (all given)\n"
+          "  --workloads LIST         letters of a,b,c,d,m (abcdm); m: the memory row of kvq\n"
+          "                           and kvq-log, measured once before the runs\n"
+          "  --memory-items N         items queued for the memory row (1,000,000; 100,000\n"
+          "                           with --quick)\n"
+          "  --memory-procs N         processes opening the queue at once in the memory row (8)\n"
           "  --budget S               time limit of the whole comparison in seconds (780)\n"
           "  --cap S                  time limit of each phase of a workload run, seconds (10)\n"
           "  --beanstalkd HOST:PORT, --redis HOST:PORT, --redis-everysec HOST:PORT,\n"
@@ -262,8 +292,12 @@ static int parse_workloads(unsigned int *out, const char *text, char *err, size_
         if (*p == ',')
             continue;
         int c = tolower((unsigned char)*p);
+        if (c == 'm') {
+            mask |= QB_WL_M;
+            continue;
+        }
         if (c < 'a' || c > 'd') {
-            set_err(err, errcap, "unknown workload '%c' (want letters of abcd)", *p);
+            set_err(err, errcap, "unknown workload '%c' (want letters of abcdm)", *p);
             return -1;
         }
         mask |= 1u << (c - 'a');
@@ -298,6 +332,8 @@ enum opt_id {
     OPT_DIR,
     OPT_RAW,
     OPT_TABLE_FROM,
+    OPT_MEMORY_ITEMS,
+    OPT_MEMORY_PROCS,
     OPT_NVALUED
 };
 
@@ -306,6 +342,7 @@ static const char *const valued_names[OPT_NVALUED] = {
     "--batch",      "--producers", "--consumers",       "--systems",    "--workloads",
     "--budget",     "--cap",       "--beanstalkd",      "--redis",      "--redis-everysec",
     "--postgres",   "--pg-user",   "--dir",             "--raw",        "--table-from",
+    "--memory-items", "--memory-procs",
 };
 
 static int set_valued(qb_options *o, int id, const char *name, const char *v, char *err,
@@ -367,6 +404,13 @@ static int set_valued(qb_options *o, int id, const char *name, const char *v, ch
         return copy_text(o->raw, sizeof(o->raw), name, v, err, errcap);
     case OPT_TABLE_FROM:
         return copy_text(o->table_from, sizeof(o->table_from), name, v, err, errcap);
+    case OPT_MEMORY_ITEMS:
+        return parse_long(&o->mem_items, name, v, 1000, 20000000, err, errcap);
+    case OPT_MEMORY_PROCS:
+        if (parse_long(&l, name, v, 2, 64, err, errcap) != 0)
+            return -1;
+        o->mem_procs = (int)l;
+        return 0;
     default:
         set_err(err, errcap, "internal: option %d", id);
         return -1;
@@ -408,7 +452,7 @@ static const char *system_needs(int sys)
 
 int qb_parse_args(qb_options *o, int argc, char *const argv[], char *err, size_t errcap)
 {
-    int systems_given = 0, messages_given = 0, latency_given = 0, cap_given = 0;
+    int systems_given = 0, messages_given = 0, latency_given = 0, cap_given = 0, mem_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -461,6 +505,7 @@ int qb_parse_args(qb_options *o, int argc, char *const argv[], char *err, size_t
         messages_given |= id == OPT_MESSAGES;
         latency_given |= id == OPT_LATENCY_MESSAGES;
         cap_given |= id == OPT_CAP;
+        mem_given |= id == OPT_MEMORY_ITEMS;
     }
     if (o->quick) {
         if (!messages_given)
@@ -469,6 +514,8 @@ int qb_parse_args(qb_options *o, int argc, char *const argv[], char *err, size_t
             o->latency_n = 1000;
         if (!cap_given)
             o->cap_s = 5.0;
+        if (!mem_given)
+            o->mem_items = 100000;
     }
     if (o->help || o->self_test || o->free_port || o->table_from[0] != '\0')
         return 0;
@@ -505,6 +552,8 @@ void qb_results_init(qb_results *r, const qb_options *o)
     r->n = o->n;
     r->latency_n = o->latency_n;
     r->rate = o->rate;
+    r->mem_items = o->mem_items;
+    r->mem_procs = o->mem_procs;
 }
 
 void qb_results_add(qb_results *r, int sys, int metric, double value, int partial)
@@ -530,6 +579,12 @@ void qb_results_add_pipeline(qb_results *r, int sys, int metric, double cps, dou
         return;
     cell_add(&r->cps[sys][metric], cps);
     cell_add(&r->cpo[sys][metric], cpo);
+}
+
+void qb_results_add_memory(qb_results *r, int sys, int k, double ratio)
+{
+    if (sys >= 0 && sys < QB_NSYS && k >= 0 && k < QB_NMEM)
+        cell_add(&r->mem[sys][k], ratio);
 }
 
 void qb_results_unsupported(qb_results *r, int sys, int metric)
@@ -567,9 +622,16 @@ int qb_results_save(const qb_results *r, FILE *f)
     fprintf(f, "set runs %d\nset size %d\nset batch %d\nset producers %d\nset consumers %d\n",
             r->runs, r->size, r->batch, r->producers, r->consumers);
     fprintf(f, "set n %ld\nset latency_n %ld\nset rate %.17g\n", r->n, r->latency_n, r->rate);
+    fprintf(f, "set mem_items %ld\nset mem_item_bytes %ld\nset mem_procs %d\n", r->mem_items,
+            r->mem_item_bytes, r->mem_procs);
     for (int s = 0; s < QB_NSYS; s++) {
         if (r->version[s][0] != '\0')
             fprintf(f, "version %s %s\n", qb_system_names[s], r->version[s]);
+        for (int k = 0; k < QB_NMEM; k++) {
+            for (int i = 0; i < r->mem[s][k].n; i++)
+                fprintf(f, "mem %s %s %.17g\n", qb_system_names[s],
+                        k == QB_MEM_ONE ? "one" : "many", r->mem[s][k].v[i]);
+        }
         for (int m = 0; m < QB_NMETRICS; m++) {
             const qb_cell *c = &r->cell[s][m];
             if (c->unsupported)
@@ -619,6 +681,12 @@ static int load_setting(qb_results *r, const char *name, const char *value)
         r->latency_n = (long)v;
     else if (strcmp(name, "rate") == 0)
         r->rate = v;
+    else if (strcmp(name, "mem_items") == 0)
+        r->mem_items = (long)v;
+    else if (strcmp(name, "mem_item_bytes") == 0)
+        r->mem_item_bytes = (long)v;
+    else if (strcmp(name, "mem_procs") == 0)
+        r->mem_procs = (int)v;
     else
         return -1;
     return 0;
@@ -657,6 +725,15 @@ int qb_results_load(qb_results *r, FILE *f, char *err, size_t errcap)
             int s = qb_system_from_name(a), m = qb_metric_from_name(b);
             if (s >= 0 && m >= 0) {
                 qb_results_unsupported(r, s, m);
+                ok = 1;
+            }
+        } else if (strcmp(kind, "mem") == 0 && got == 4) {
+            int s = qb_system_from_name(a);
+            int k = strcmp(b, "one") == 0 ? QB_MEM_ONE : strcmp(b, "many") == 0 ? QB_MEM_MANY : -1;
+            char *end = NULL;
+            double v = strtod(c, &end);
+            if (s >= 0 && k >= 0 && end != c && *end == '\0' && isfinite(v)) {
+                qb_results_add_memory(r, s, k, v);
                 ok = 1;
             }
         } else if ((strcmp(kind, "cps") == 0 || strcmp(kind, "cpo") == 0) && got == 4) {
@@ -834,48 +911,64 @@ static void column_header(char *buf, size_t cap, const qb_results *r, int m)
     }
 }
 
+/* How judge compares a figure with its target. */
+enum { J_AT_LEAST, J_BELOW, J_AT_MOST };
+
 /* Writes "what: figure met" or "what: figure **missed**", judging the figure as printed, so that
  * "1.20" is never called short of 1.2. */
-static void judge(char *buf, size_t cap, const char *what, double got, double want, int lower)
+static void judge(char *buf, size_t cap, const char *what, double got, double want, int how)
 {
     if (!isfinite(got)) {
         snprintf(buf, cap, "%s: —", what);
         return;
     }
     got = (double)(long long)(got * 100.0 + 0.5) / 100.0; /* (no libm: the unit test has none) */
-    int met = lower ? got < want : got >= want;
+    int met = how == J_BELOW ? got < want : how == J_AT_MOST ? got <= want : got >= want;
     snprintf(buf, cap, "%s: %.2f %s", what, got, met ? "met" : "**missed**");
 }
 
-/* Issue 13's target for kvq's durable queue (system s, threads or processes) in column m, and
- * whether it was met. Returns 0 when the column has no target for s. */
+/* Issue 24's target for kvq's durable queue (system s: threads or processes, either storage) in
+ * column m, and whether it was met. Returns 0 when the column has no target for s. */
 static int target_cell(char *buf, size_t cap, const qb_results *r, int s, int m)
 {
     double kvq = qb_cell_median(&r->cell[s][m]);
     double sync = qb_cell_median(&r->cell[QB_SYS_DISK][QB_A_PUSH]);
+    double redis = qb_cell_median(&r->cell[QB_SYS_REDIS][m]);
     int who;
     double best = best_baseline(r, m, &who);
-    if (s != QB_SYS_KVQ && m != QB_B && m != QB_C_CONC)
+    if (qb_system_kvq_base(s) != QB_SYS_KVQ && m != QB_B && m != QB_C_CONC)
         return 0; /* processes are measured only where clients run at once */
     switch (m) {
     case QB_A_PUSH:
     case QB_A_POP:
-        judge(buf, cap, "≥0.85 of disk", kvq / sync, 0.85, 0);
+        judge(buf, cap, "≥0.9 of disk", kvq / sync, 0.9, J_AT_LEAST);
         return 1;
     case QB_B:
-        judge(buf, cap, "≥1.5× best", kvq / best, 1.5, 0);
-        return 1;
     case QB_C_PUSH:
     case QB_C_POP:
     case QB_C_CONC:
-        judge(buf, cap, "≥1.2× best", kvq / best, 1.2, 0);
+        judge(buf, cap, "≥1.5× best", kvq / best, 1.5, J_AT_LEAST);
         return 1;
+    case QB_D_P50:
     case QB_D_P99:
-        judge(buf, cap, "<1 ms", kvq, 1.0, 1);
+        judge(buf, cap, "÷ Redis ≤1", kvq / redis, 1.0, J_AT_MOST);
         return 1;
     default:
         return 0;
     }
+}
+
+/* Issue 24's target for a recipe row (FIFO or priority, either storage) against the durable
+ * queue's threads row of the same storage: (a)-(c) at least 0.8 of its rate, (d) at most twice
+ * its latency. */
+static void recipe_cell(char *buf, size_t cap, const qb_results *r, int s, int m)
+{
+    int durable = qb_system_is_log(s) ? QB_SYS_KVQ_LOG : QB_SYS_KVQ;
+    double ratio = qb_cell_median(&r->cell[s][m]) / qb_cell_median(&r->cell[durable][m]);
+    if (is_latency(m))
+        judge(buf, cap, "≤2× durable", ratio, 2.0, J_AT_MOST);
+    else
+        judge(buf, cap, "≥0.8× durable", ratio, 0.8, J_AT_LEAST);
 }
 
 /* Prints one row from an array of cell texts. */
@@ -888,6 +981,123 @@ static void put_row(FILE *f, char cells[][96], int ncells)
 }
 
 #define NCOLS (2 + QB_NMETRICS)
+
+static const char *storage_name(int sys)
+{
+    return qb_system_is_log(sys) ? "log store" : "SQLite storage";
+}
+
+/* The rows that compare kvq's durable queue (threads, processes) of one storage with the
+ * baselines and the ceiling, and judge issue 24's targets. log is 0 (SQLite) or 1. */
+static void write_storage_rows(FILE *f, const qb_results *r, int log, char cells[][96])
+{
+    const int off = log ? QB_KVQ_ROWS : 0;
+    const int subjects[2] = { QB_SYS_KVQ + off, QB_SYS_KVQ_PROC + off };
+    const char *st = log ? "log store" : "SQLite storage";
+    double sync = qb_cell_median(&r->cell[QB_SYS_DISK][QB_A_PUSH]);
+    for (int k = 0; k < 2; k++) {
+        int s = subjects[k];
+        if (!row_has_figures(r, s))
+            continue;
+        const char *how = k == 0 ? "threads" : "processes";
+        snprintf(cells[0], 96, "kvq durable, %s (%s) ÷ best durable baseline", st, how);
+        snprintf(cells[1], 96, "Redis everysec excluded");
+        for (int m = 0; m < QB_NMETRICS; m++) {
+            int who;
+            double best = best_baseline(r, m, &who);
+            double v = qb_cell_median(&r->cell[s][m]);
+            if (isfinite(best) && isfinite(v) && best > 0)
+                snprintf(cells[2 + m], 96, "%.2f× %s", v / best, short_name(who));
+            else
+                snprintf(cells[2 + m], 96, "—");
+        }
+        put_row(f, cells, NCOLS);
+        if (!isfinite(sync))
+            continue;
+        snprintf(cells[0], 96, "kvq durable, %s (%s) ÷ ceiling", st, how);
+        snprintf(cells[1], 96, "fraction of disk syncs/s × ops per sync");
+        for (int m = 0; m < QB_NMETRICS; m++) {
+            double v = qb_cell_median(&r->cell[s][m]);
+            if (!is_latency(m) && isfinite(v))
+                snprintf(cells[2 + m], 96, "%.2f", v / (sync * ops_per_sync(r, m)));
+            else
+                snprintf(cells[2 + m], 96, "—");
+        }
+        put_row(f, cells, NCOLS);
+    }
+    for (int k = 0; k < 2; k++) {
+        int s = subjects[k];
+        if (!row_has_figures(r, s))
+            continue;
+        snprintf(cells[0], 96, "target for kvq durable, %s (%s), issue 24", st,
+                 k == 0 ? "threads" : "processes");
+        snprintf(cells[1], 96, "ratios from this run");
+        for (int m = 0; m < QB_NMETRICS; m++) {
+            if (!target_cell(cells[2 + m], 96, r, s, m))
+                snprintf(cells[2 + m], 96, " ");
+        }
+        put_row(f, cells, NCOLS);
+    }
+    /* The other targets of (b): conflicts per pop (half of (b)'s operations are pops, and
+     * pushes never conflict, so a pop's share is twice the figure per operation), and twice the
+     * processes no slower than the processes. */
+    if (row_has_figures(r, subjects[0]) || row_has_figures(r, subjects[1])) {
+        snprintf(cells[0], 96, "target in (b), %s, issue 24", st);
+        snprintf(cells[1], 96, "threads; processes; 16 ÷ 8 processes");
+        for (int m = 0; m < QB_NMETRICS; m++)
+            snprintf(cells[2 + m], 96, " ");
+        char t[96], p[96], x[96];
+        judge(t, sizeof(t), "conflicts/pop <0.05",
+              2.0 * qb_cell_median(&r->cpo[subjects[0]][QB_B]), 0.05, J_BELOW);
+        judge(p, sizeof(p), "procs", 2.0 * qb_cell_median(&r->cpo[subjects[1]][QB_B]), 0.05,
+              J_BELOW);
+        judge(x, sizeof(x), "16÷8 ≥1",
+              qb_cell_median(&r->cell[QB_SYS_KVQ_PROC2X + off][QB_B]) /
+                  qb_cell_median(&r->cell[subjects[1]][QB_B]),
+              1.0, J_AT_LEAST);
+        snprintf(cells[2 + QB_B], 96, "%.36s; %.22s; %.30s", t, p, x);
+        put_row(f, cells, NCOLS);
+    }
+    /* The recipes against the durable queue of the same storage. */
+    const int recipes[2] = { QB_SYS_KVQ_FIFO + off, QB_SYS_KVQ_PRIORITY + off };
+    for (int k = 0; k < 2; k++) {
+        int s = recipes[k];
+        if (!row_has_figures(r, s) || !row_has_figures(r, QB_SYS_KVQ + off))
+            continue;
+        snprintf(cells[0], 96, "target for kvq %s, %s, issue 24",
+                 k == 0 ? "FIFO recipe" : "priority queue", st);
+        snprintf(cells[1], 96, "÷ kvq durable (threads), same storage");
+        for (int m = 0; m < QB_NMETRICS; m++)
+            recipe_cell(cells[2 + m], 96, r, s, m);
+        put_row(f, cells, NCOLS);
+    }
+}
+
+/* The memory row of one storage's durable queue: bytes of memory per byte of live data. */
+static void write_memory_row(FILE *f, const qb_results *r, int s, char cells[][96])
+{
+    const qb_cell *one = &r->mem[s][QB_MEM_ONE], *many = &r->mem[s][QB_MEM_MANY];
+    if (one->n == 0 && many->n == 0)
+        return;
+    char items[32];
+    qb_format_count(items, sizeof(items), (double)r->mem_items);
+    snprintf(cells[0], 96, "kvq memory ÷ live data, %s", storage_name(s));
+    snprintf(cells[1], 96, "%s queued items of %ld bytes (key + value)", items, r->mem_item_bytes);
+    for (int m = 0; m < QB_NMETRICS; m++)
+        snprintf(cells[2 + m], 96, " ");
+    /* Two decimals, three below 0.1 (the SQLite storage holds a page cache, not the data). */
+    double v1 = qb_cell_median(one), v8 = qb_cell_median(many);
+    if (one->n > 0)
+        snprintf(cells[2], 96, v1 < 0.1 ? "1 process: %.3f" : "1 process: %.2f", v1);
+    else
+        snprintf(cells[2], 96, "1 process: —");
+    if (many->n > 0)
+        snprintf(cells[3], 96, v8 < 0.1 ? "%d processes: %.3f each" : "%d processes: %.2f each",
+                 r->mem_procs, v8);
+    else
+        snprintf(cells[3], 96, "%d processes: —", r->mem_procs);
+    put_row(f, cells, NCOLS);
+}
 
 int qb_write_table(FILE *f, const qb_results *r)
 {
@@ -939,11 +1149,11 @@ int qb_write_table(FILE *f, const qb_results *r)
 
     double sync = qb_cell_median(&r->cell[QB_SYS_DISK][QB_A_PUSH]);
     if (isfinite(sync)) {
-        char rate[32];
+        char rate[96];
         format_value(rate, sizeof(rate), r, QB_SYS_DISK, QB_A_PUSH);
         snprintf(cells[0], sizeof(cells[0]), "ceiling: disk syncs/s × ops per sync");
         /* The disk is sampled at the start and the end of each run: say how many. */
-        snprintf(cells[1], sizeof(cells[1]), "4 KiB write + fdatasync: %s/s (median of %d)",
+        snprintf(cells[1], sizeof(cells[1]), "4 KiB write + fdatasync: %.40s/s (median of %d)",
                  rate, r->cell[QB_SYS_DISK][QB_A_PUSH].n);
         for (int m = 0; m < QB_NMETRICS; m++) {
             if (is_latency(m))
@@ -954,72 +1164,11 @@ int qb_write_table(FILE *f, const qb_results *r)
         put_row(f, cells, NCOLS);
     }
 
-    /* kvq's durable queue against the others, for threads and for processes. */
-    static const int subjects[2] = { QB_SYS_KVQ, QB_SYS_KVQ_PROC };
-    for (int k = 0; k < 2; k++) {
-        int s = subjects[k];
-        if (!row_has_figures(r, s))
-            continue;
-        const char *how = s == QB_SYS_KVQ ? "threads" : "processes";
-        snprintf(cells[0], sizeof(cells[0]), "kvq durable (%s) ÷ best durable baseline", how);
-        snprintf(cells[1], sizeof(cells[1]), "Redis everysec excluded");
-        for (int m = 0; m < QB_NMETRICS; m++) {
-            int who;
-            double best = best_baseline(r, m, &who);
-            double v = qb_cell_median(&r->cell[s][m]);
-            if (isfinite(best) && isfinite(v) && best > 0)
-                snprintf(cells[2 + m], sizeof(cells[0]), "%.2f× %s", v / best, short_name(who));
-            else
-                snprintf(cells[2 + m], sizeof(cells[0]), "—");
-        }
-        put_row(f, cells, NCOLS);
-        if (!isfinite(sync))
-            continue;
-        snprintf(cells[0], sizeof(cells[0]), "kvq durable (%s) ÷ ceiling", how);
-        snprintf(cells[1], sizeof(cells[1]), "fraction of disk syncs/s × ops per sync");
-        for (int m = 0; m < QB_NMETRICS; m++) {
-            double v = qb_cell_median(&r->cell[s][m]);
-            if (!is_latency(m) && isfinite(v))
-                snprintf(cells[2 + m], sizeof(cells[0]), "%.2f", v / (sync * ops_per_sync(r, m)));
-            else
-                snprintf(cells[2 + m], sizeof(cells[0]), "—");
-        }
-        put_row(f, cells, NCOLS);
-    }
-    for (int k = 0; k < 2; k++) {
-        int s = subjects[k];
-        if (!row_has_figures(r, s))
-            continue;
-        snprintf(cells[0], sizeof(cells[0]), "target for kvq durable (%s), issue 13",
-                 s == QB_SYS_KVQ ? "threads" : "processes");
-        snprintf(cells[1], sizeof(cells[1]), "ratios from this run");
-        for (int m = 0; m < QB_NMETRICS; m++) {
-            if (!target_cell(cells[2 + m], sizeof(cells[0]), r, s, m))
-                snprintf(cells[2 + m], sizeof(cells[0]), " ");
-        }
-        put_row(f, cells, NCOLS);
-    }
-    /* The other targets of (b): conflicts per pop (half of (b)'s operations are pops, and
-     * pushes never conflict, so a pop's share is twice the figure per operation), and twice the
-     * processes no slower than the processes. */
-    if (row_has_figures(r, QB_SYS_KVQ) || row_has_figures(r, QB_SYS_KVQ_PROC)) {
-        snprintf(cells[0], sizeof(cells[0]), "target in (b), issue 13");
-        snprintf(cells[1], sizeof(cells[1]), "threads; processes; 16 ÷ 8 processes");
-        for (int m = 0; m < QB_NMETRICS; m++)
-            snprintf(cells[2 + m], sizeof(cells[0]), " ");
-        char t[96], p[96], x[96];
-        judge(t, sizeof(t), "conflicts/pop <0.05", 2.0 * qb_cell_median(&r->cpo[QB_SYS_KVQ][QB_B]),
-              0.05, 1);
-        judge(p, sizeof(p), "procs", 2.0 * qb_cell_median(&r->cpo[QB_SYS_KVQ_PROC][QB_B]), 0.05,
-              1);
-        judge(x, sizeof(x), "16÷8 ≥1",
-              qb_cell_median(&r->cell[QB_SYS_KVQ_PROC2X][QB_B]) /
-                  qb_cell_median(&r->cell[QB_SYS_KVQ_PROC][QB_B]),
-              1.0, 0);
-        snprintf(cells[2 + QB_B], sizeof(cells[0]), "%.36s; %.22s; %.30s", t, p, x);
-        put_row(f, cells, NCOLS);
-    }
-
+    /* Each storage's durable queue against the others and the targets, then the memory row. */
+    write_storage_rows(f, r, 0, cells);
+    write_storage_rows(f, r, 1, cells);
+    write_memory_row(f, r, QB_SYS_KVQ, cells);
+    write_memory_row(f, r, QB_SYS_KVQ_LOG, cells);
     char n[32], ln[32], rt[32];
     qb_format_count(n, sizeof(n), (double)r->n);
     qb_format_count(ln, sizeof(ln), (double)r->latency_n);
@@ -1031,6 +1180,18 @@ int qb_write_table(FILE *f, const qb_results *r)
             "n/a: no batch operation; *: a run stopped at its time cap (rate over what "
             "completed); (n=k): only k runs finished within the time budget; —: not measured.\n",
             r->size, n, ln, rt, r->runs, r->runs == 1 ? "" : "s", r->producers, r->consumers);
+    fprintf(f, "kvq's rows run on the embedded engine's SQLite storage (the default) unless they "
+               "say \"log store\" (a \"log:\" URL).");
+    if (r->mem[QB_SYS_KVQ][QB_MEM_ONE].n + r->mem[QB_SYS_KVQ_LOG][QB_MEM_ONE].n +
+            r->mem[QB_SYS_KVQ][QB_MEM_MANY].n + r->mem[QB_SYS_KVQ_LOG][QB_MEM_MANY].n >
+        0)
+        fprintf(f, " Memory rows: the growth of a process's anonymous memory (RssAnon) from "
+                   "before it opened the database to after it read the queue, divided by the "
+                   "live data (keys and values of the queued items), with one process, then the "
+                   "mean of %d processes holding it open at once; measured once, before the "
+                   "runs.",
+                r->mem_procs);
+    fputc('\n', f);
     return ferror(f) ? -1 : 0;
 }
 

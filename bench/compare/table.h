@@ -17,15 +17,26 @@ enum qb_system {
     QB_SYS_REDIS_EVERYSEC,
     QB_SYS_POSTGRES,
     QB_SYS_SQLITE,
+    /* kvq's rows on the embedded engine's SQLite storage (the default): */
     QB_SYS_KVQ,      /* kvq's durable queue, clients as threads of one process */
     QB_SYS_KVQ_PROC, /* the same, clients as separate processes */
     QB_SYS_KVQ_PROC2X, /* the same with twice the producers and consumers (8P+8C by default) */
     QB_SYS_KVQ_FIFO,
     QB_SYS_KVQ_PRIORITY,
     QB_SYS_KVQ_WORKQ, /* kvq's durable queue as a work queue: receive with a lease, then ack */
+    /* The same six rows on the log store ("log:" URLs), in the same order: */
+    QB_SYS_KVQ_LOG,
+    QB_SYS_KVQ_LOG_PROC,
+    QB_SYS_KVQ_LOG_PROC2X,
+    QB_SYS_KVQ_LOG_FIFO,
+    QB_SYS_KVQ_LOG_PRIORITY,
+    QB_SYS_KVQ_LOG_WORKQ,
     QB_SYS_DISK, /* not a queue: the disk's fdatasync rate, the ceiling */
     QB_NSYS
 };
+
+/* How many kvq rows each storage has (QB_SYS_KVQ ... QB_SYS_KVQ_WORKQ). */
+#define QB_KVQ_ROWS (QB_SYS_KVQ_LOG - QB_SYS_KVQ)
 
 /* The figures measured for each system: the table's columns. */
 enum qb_metric {
@@ -40,8 +51,12 @@ enum qb_metric {
     QB_NMETRICS
 };
 
-/* Workload bits of qb_options.workloads. */
-enum { QB_WL_A = 1, QB_WL_B = 2, QB_WL_C = 4, QB_WL_D = 8, QB_WL_ALL = 15 };
+/* Workload bits of qb_options.workloads; m is the memory row (kvq's two durable-queue rows
+ * only, measured once, not per run). */
+enum { QB_WL_A = 1, QB_WL_B = 2, QB_WL_C = 4, QB_WL_D = 8, QB_WL_M = 16, QB_WL_ALL = 31 };
+
+/* The memory row's two figures: one process with the database open, then this many at once. */
+enum { QB_MEM_ONE, QB_MEM_MANY, QB_NMEM };
 
 /* The machine-readable names of systems and metrics (raw files, --systems). */
 extern const char *const qb_system_names[QB_NSYS];
@@ -55,6 +70,11 @@ int qb_metric_from_name(const char *name);
  * on disk), one of kvq's rows, or neither. */
 int qb_system_is_durable_baseline(int sys);
 int qb_system_is_kvq(int sys);
+
+/* For a kvq row: whether it runs on the log store, and the matching row of the SQLite storage
+ * (QB_SYS_KVQ_LOG_FIFO gives QB_SYS_KVQ_FIFO; a SQLite row gives itself; others -1). */
+int qb_system_is_log(int sys);
+int qb_system_kvq_base(int sys);
 
 /* A loopback endpoint. qbench refuses every address outside 127.0.0.0/8. */
 typedef struct qb_endpoint {
@@ -82,6 +102,9 @@ typedef struct qb_options {
     int consumers;        /* --consumers C (4) */
     unsigned int systems; /* bit (1 << qb_system) for each system to run (all) */
     unsigned int workloads;    /* QB_WL_* (all) */
+    long mem_items;       /* --memory-items N: items queued for the memory row (1,000,000;
+                             100,000 with --quick) */
+    int mem_procs;        /* --memory-procs N: processes of the memory row's second figure (8) */
     double budget_s;           /* --budget S: the whole comparison's time limit (780) */
     double cap_s;              /* --cap S: time limit of each phase of a run (10; 5 with --quick) */
     qb_endpoint beanstalkd;    /* --beanstalkd */
@@ -120,6 +143,13 @@ typedef struct qb_results {
     qb_cell cps[QB_NSYS][QB_NMETRICS];
     qb_cell cpo[QB_NSYS][QB_NMETRICS];
     char version[QB_NSYS][64]; /* the server's or library's version, when known */
+    /* The memory row (kvq's durable-queue rows QB_SYS_KVQ and QB_SYS_KVQ_LOG): growth of a
+     * process's anonymous memory from before it opened the database to after it read the
+     * queue, divided by the live data (keys and values of the queued items), with one process
+     * and with mem_procs processes open at once (their mean). */
+    qb_cell mem[QB_NSYS][QB_NMEM];
+    long mem_items, mem_item_bytes; /* items queued; key + value bytes of one */
+    int mem_procs;
     int runs, size, batch, producers, consumers;
     long n, latency_n;
     double rate;
@@ -133,6 +163,10 @@ void qb_results_add(qb_results *r, int sys, int metric, double value, int partia
 
 /* Records one run's commits per sync and conflicts per operation (a kvq row's phase). */
 void qb_results_add_pipeline(qb_results *r, int sys, int metric, double cps, double cpo);
+
+/* Records the memory row's figure k (QB_MEM_*) of a system: bytes of memory per byte of live
+ * data. */
+void qb_results_add_memory(qb_results *r, int sys, int k, double ratio);
 
 /* Marks a figure as not applicable to that system. */
 void qb_results_unsupported(qb_results *r, int sys, int metric);

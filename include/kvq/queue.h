@@ -14,7 +14,9 @@
  *   subspace `(b"q",)` (a bytes element).
  *
  * Values are stored as they are given (no envelope). kvq's own bookkeeping (idempotency
- * markers, pop result slots, high-contention staging) lives under `prefix + 0xFF + (...)`,
+ * markers, pop result slots, high-contention staging, and the push counter `("npush",)` that
+ * kvq's FIFO and priority pushes add to so that consumers can wait on a watch) lives under
+ * `prefix + 0xFF + (...)`,
  * outside the recipes' item range, so programs using the recipes never see it; it still belongs
  * to the queue and kvq_queue_delete removes it.
  *
@@ -39,6 +41,14 @@
  * when a pop or peek finds the queue empty, KVQ_EVALUE_TOO_LARGE for a value over 100,000
  * bytes, and any transaction error of kvq/db.h (after the retry budget, for convenience forms).
  * Details are in kvq_last_error().
+ *
+ * **Work queues** (kvq/workq.h) keep delayed items and leases beside a durable or priority
+ * queue. Every reader here (pop, pop_k, pop_prio, peek, peek_prio, len, iterate, consume_k, in
+ * both forms) sees a delayed item that is due, and an item whose lease ended, as ready: it looks
+ * for such items at its read version first (two snapshot reads), and when there are some it makes
+ * them ready in transactions of its own and reads again. A `_txn` form then returns
+ * KVQ_ENOT_COMMITTED (1020), which the caller's retry loop retries like any conflict; a
+ * read-only database is read as stored.
  *
  * **Threads**: a kvq_queue may be shared by any number of threads; a kvq_txn still belongs to
  * one thread at a time. **Processes**: open the database and the queue again after fork().
@@ -428,14 +438,16 @@ KVQ_API KVQ_NODISCARD int kvq_queue_peek_prio_txn(kvq_bytes *out,
                                                   unsigned int flags);
 
 /* ---------------------------------------------------------------------------------------- */
-/* Durable queues                                                                            */
+/* Batches and waiting consumers (every type)                                                */
 /* ---------------------------------------------------------------------------------------- */
 
 /**
- * Pushes n values in one transaction, in order (each gets its own user version after the
- * commit's versionstamp). Idempotent convenience form: all or none, exactly once.
+ * Pushes n values in one transaction, in order. Durable queues: each gets its own user version
+ * after the commit's versionstamp. FIFO and priority queues (priority 0): the keys n recipe
+ * pushes in one transaction would write, numbered on from one snapshot read of the last index
+ * (count). Idempotent convenience form: all or none, exactly once.
  * @param values  n views (copied); n from 1 to 10,000
- * @return as kvq_queue_push, and KVQ_EWRONGTYPE; KVQ_ETRANSACTION_TOO_LARGE when the batch
+ * @return as kvq_queue_push; KVQ_ETRANSACTION_TOO_LARGE when the batch
  *         exceeds the 10 MB transaction limit.
  */
 KVQ_API KVQ_NODISCARD int kvq_queue_push_many(kvq_queue *q, const kvq_bytes *values, size_t n);
@@ -445,21 +457,27 @@ KVQ_API KVQ_NODISCARD int
 kvq_queue_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n);
 
 /**
- * Arms a watch on the durable queue's push counter (npush) in its own transaction: it fires
- * on the first push that commits after this call.
+ * Arms a watch on the queue's push counter in its own transaction: it fires on the first push
+ * that commits after this call. The counter is npush of a durable queue; of a FIFO or priority
+ * queue, kvq's own `prefix + 0xFF + ("npush",)`, which every kvq push adds to (an atomic add, so
+ * pushes still never conflict). A program that pushes with FoundationDB's recipe itself does not
+ * move it: its items are found by the next pop, but do not wake a waiting consumer.
  * @param[out] out  the watch; wait with kvq_watch_wait, free with kvq_watch_destroy
- * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE; KVQ_ETOO_MANY_WATCHES; a transaction error.
+ * @return 0; KVQ_EINVAL; KVQ_ETOO_MANY_WATCHES; a transaction error.
  */
 KVQ_API KVQ_NODISCARD int kvq_queue_watch(kvq_watch **out, kvq_queue *q);
 
-/** Sets a watch on npush inside the caller's transaction; it is armed when txn commits and
- * fires once npush differs from the value txn saw. */
+/** Sets a watch on the push counter inside the caller's transaction; it is armed when txn
+ * commits and fires once the counter differs from the value txn saw. */
 KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn);
 
 /**
- * Pops up to k items and, when fewer than k were found, also returns a watch on npush set in
- * the same transaction, so that the caller can sleep on it without missing a push that
- * committed after the pop (idempotent convenience form; durable queues only).
+ * Pops up to k items and, when fewer than k were found, also returns a watch on the push
+ * counter (see kvq_queue_watch) set in the same transaction, so that the caller can sleep on it
+ * without missing a push that committed after the pop (idempotent convenience form; every
+ * type: a priority queue gives its lowest priorities first). With k = 1 in high-contention
+ * mode this is the staged pop of kvq_queue_pop, which arms the watch when it finds the queue
+ * empty.
  *
  * @param[out] outs   caller array of at least k buffers (as kvq_queue_pop_k)
  * @param[out] n      items popped (0 is not an error here)
@@ -467,8 +485,8 @@ KVQ_API KVQ_NODISCARD int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq
  *                    also be NULL when fewer than k came back in the rare case that a commit
  *                    reported 1021 and a push may have happened since: call again without
  *                    sleeping.
- * @return 0; KVQ_EINVAL; KVQ_EWRONGTYPE; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the
- *         idempotency window); a transaction error.
+ * @return 0; KVQ_EINVAL; KVQ_ENOMEM; KVQ_ECOMMIT_UNKNOWN_RESULT (only after the idempotency
+ *         window); a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
 kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *q, size_t k);
@@ -504,9 +522,9 @@ typedef int (*kvq_producer_fn)(kvq_buf *value, int64_t *priority, int thread, ui
 typedef struct kvq_producer_options {
     unsigned int version; /**< KVQ_PRODUCER_OPTIONS_VERSION */
     int threads;          /**< producer threads, 1 to 1,024 (default 4) */
-    /** Items per transaction, 1 to 10,000 (default 1). Durable queues push a batch with
-     * kvq_queue_push_many; the recipes have no batch push, so FIFO and priority queues push
-     * each item in its own transaction whatever this says. */
+    /** Items per transaction, 1 to 10,000 (default 1). Durable and FIFO queues push a batch
+     * with kvq_queue_push_many; a priority queue's items each have their own priority, so they
+     * are pushed one per transaction whatever this says. */
     int batch;
 } kvq_producer_options;
 

@@ -18,8 +18,16 @@
  * kvq_workq_ack deletes it; kvq_workq_nack returns it to the queue now or after a delay;
  * kvq_workq_extend moves the lease's end. A lease whose end has passed is *expired*: ack, nack
  * and extend fail with KVQ_ELEASE_EXPIRED and change nothing, and the item goes back to the
- * queue (at its original key) when a receiver or kvq_workq_recover next looks. A lease that was
- * already acked or nacked fails with KVQ_ELEASE_SETTLED.
+ * queue (at its original key) when anyone next reads the queue. A lease that was already acked
+ * or nacked fails with KVQ_ELEASE_SETTLED.
+ *
+ * **Due means ready, for every reader.** A delayed item whose time has come and an item whose
+ * lease ended are ready for every reader of the queue: kvq_queue pops, peeks, lengths and
+ * iteration (convenience and _txn forms), receives, metrics and listings. Each first looks at
+ * its read version (two snapshot reads; nothing more when nothing is due) and, when something is
+ * due, makes it ready in transactions of its own and reads again (a _txn form returns
+ * KVQ_ENOT_COMMITTED, 1020, for the caller's retry loop). See docs/workq.md ("Time") for the
+ * settings a plain kvq_queue handle applies to an ended lease.
  *
  * **Conflicts.** Receivers compete for the head as pops do. Acks, nacks and extends of
  * different items touch disjoint keys (counters are atomic adds), so they never conflict with
@@ -144,8 +152,8 @@ KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(int *out,
 
 /**
  * Receives the first ready item (durable: the oldest; priority: the lowest priority) with a
- * lease. Before that, returns expired leases and makes due delayed items ready when any are
- * due (kvq_workq_recover, in its own transaction).
+ * lease. Expired leases and due delayed items count as ready (made ready first, in
+ * transactions of their own, when any are due).
  * @param[out] out    the value (replaced); free with kvq_buf_dispose
  * @param[out] lease  the lease token
  * @param lease_ms    the lease, or 0 for the default of the options
@@ -171,9 +179,10 @@ kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t le
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_wait(
     kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t lease_ms, int64_t wait_ms);
 
-/** kvq_workq_receive inside the caller's transaction (no recovery pass). `out` is borrowed from
- * txn. Do not push to a durable queue earlier in the same transaction (its head becomes
- * unreadable, 1036). */
+/** kvq_workq_receive inside the caller's transaction. `out` is borrowed from txn. When something
+ * is due it is made ready in transactions of its own and KVQ_ENOT_COMMITTED (1020) is returned:
+ * the caller's retry loop then reads it as ready. Do not push to a durable queue earlier in the
+ * same transaction (its head becomes unreadable, 1036). */
 KVQ_API KVQ_NODISCARD int kvq_workq_receive_txn(
     kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms);
 
@@ -249,7 +258,8 @@ typedef struct kvq_workq_item {
     uint32_t deliveries; /**< deliveries so far (in flight: this one included) */
     int64_t priority;    /**< priority queues; 0 otherwise */
     /** Milliseconds from the listing's read version until the lease ends (in flight) or the
-     * item falls due (delayed); negative when that has passed and upkeep has not run yet. */
+     * item falls due (delayed). The listing makes what is due ready first, so this is seldom
+     * negative (only for what fell due while a long listing ran). */
     int64_t due_ms;
     /** In flight: the item's lease, which kvq_workq_ack, _nack and _extend accept (an operator
      * can settle a stuck item). Zero for delayed items. */
@@ -260,7 +270,7 @@ typedef struct kvq_workq_item {
 typedef int (*kvq_workq_item_fn)(const kvq_workq_item *item, void *payload);
 
 /** Lists the in-flight (leased) items, the lease ending soonest first, in pages of snapshot
- * reads (no conflicts; a long listing is not one snapshot).
+ * reads (no conflicts; a long listing is not one snapshot). Ended leases are made ready first.
  * @return 0; KVQ_EINVAL; a transaction error; or what fn returned. */
 KVQ_API KVQ_NODISCARD int kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
 
@@ -269,8 +279,8 @@ KVQ_API KVQ_NODISCARD int kvq_workq_list_delayed(kvq_workq *w, kvq_workq_item_fn
 
 /** Counts of a work queue, read from counters (no scans). */
 typedef struct kvq_workq_metrics {
-    int64_t ready;    /**< items that can be received now (or once due items are promoted) */
-    int64_t inflight; /**< leased items (including expired leases not yet returned) */
+    int64_t ready;    /**< items that can be received now (due items made ready first) */
+    int64_t inflight; /**< leased items (ended leases are made ready first) */
     int64_t delayed;  /**< items waiting for their time */
     int64_t dead;     /**< dead letters */
     /** Milliseconds since the oldest ready item was first pushed, or -1 when the queue has no

@@ -100,11 +100,13 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
 /* ---------------------------------------------------------------------------------------- */
 
 /**
- * Makes what is due ready: delayed items whose time has come, and items whose lease ended (or
- * that go to the dead letters instead), as kvq_workq_receive does before it looks. A program
- * that reads such a queue another way (kvq_queue_pop, peek, len, iterate, metrics) calls it
- * first, so that a due item is ready for every reader (the kvq command does, for every command
- * on a durable or priority queue). A read-only look when nothing is due.
+ * Makes what is due ready now: delayed items whose time has come, and items whose lease ended
+ * (or that go to the dead letters instead). Optional: every reader of a durable or priority
+ * queue (pops, peeks, lengths, iteration, receives, metrics, listings; kvq/queue.h) already
+ * does this when it finds something due at its read version, so a due item is ready for every
+ * reader without this call. It serves to make them ready at a time of the caller's choosing,
+ * for instance so that the push counter moves and wakes the watchers of a durable queue
+ * (`kvq consume` calls it every 200 ms). A read-only look when nothing is due.
  * @param[out] out  items made ready or moved (may be NULL)
  * @return 0; KVQ_EINVAL; a transaction error (KVQ_EPERM on a read-only handle with work due).
  */

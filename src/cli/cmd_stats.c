@@ -61,32 +61,36 @@ static int gather(cli *c, const char *name, qview *v)
         return rc;
     v->type = info.type;
     cli_queue_stats s = { 0 };
-    int err = cli_queue_stats_get(q, &s);
-    v->length = s.length;
-    if (err == 0 && info.type != KVQ_QUEUE_FIFO) {
-        kvq_workq *w = NULL;
+    int err = 0;
+    kvq_workq *w = NULL;
+    /* The work queue's metrics first: reading them makes due items ready, so that the
+     * counters read next count them as ready too. */
+    if (info.type != KVQ_QUEUE_FIFO) {
         err = cli_queue_workq(q, &info, &w);
         if (err == 0)
             err = kvq_workq_get_metrics(&v->m, w);
-        if (err == 0) {
-            const kvq_workq_metrics *m = &v->m;
-            /* The durable queue's push and pop counters also move when the work queue gives
-             * an item back or takes one: what is left is producers' pushes and plain pops
-             * (read a moment apart, so never below 0). */
-            if (s.has_counters) {
-                v->has[F_SENT] = v->has[F_POPPED] = 1;
-                v->f[F_SENT] = minus(s.pushes, m->requeued);
-                v->f[F_POPPED] = minus(minus(s.pops, m->taken), m->cleared_ready);
-            }
-            int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered, m->cleared,
-                             m->inflight, m->delayed, m->dead };
-            for (int i = 0; i < 8; i++) {
-                v->has[F_RECEIVED + i] = 1;
-                v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];
-            }
-            v->has_age = m->oldest_ready_age_ms >= 0;
-            v->age_s = (double)m->oldest_ready_age_ms / 1000.0;
+    }
+    if (err == 0)
+        err = cli_queue_stats_get(q, &s);
+    v->length = s.length;
+    if (err == 0 && info.type != KVQ_QUEUE_FIFO) {
+        const kvq_workq_metrics *m = &v->m;
+        /* The durable queue's push and pop counters also move when the work queue gives
+         * an item back or takes one: what is left is producers' pushes and plain pops
+         * (read a moment apart, so never below 0). */
+        if (s.has_counters) {
+            v->has[F_SENT] = v->has[F_POPPED] = 1;
+            v->f[F_SENT] = minus(s.pushes, m->requeued);
+            v->f[F_POPPED] = minus(minus(s.pops, m->taken), m->cleared_ready);
         }
+        int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered, m->cleared,
+                         m->inflight, m->delayed, m->dead };
+        for (int i = 0; i < 8; i++) {
+            v->has[F_RECEIVED + i] = 1;
+            v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];
+        }
+        v->has_age = m->oldest_ready_age_ms >= 0;
+        v->age_s = (double)m->oldest_ready_age_ms / 1000.0;
     }
     cli_queue_close(q);
     if (err != 0)

@@ -122,18 +122,7 @@ int cli_open_named(cli *c, const char *name, cli_queue **q, kvq_queue_settings *
     if (err != 0)
         return cli_fail(err, "cannot open the queue");
     /* A delayed item whose time has come, or an item whose lease ended, is ready for every
-     * command (pop, peek, len, list, stats), not only for receive. A read-only database is
-     * shown as it is stored. */
-    kvq_workq *w = NULL;
-    if (qi.type != KVQ_QUEUE_FIFO && !c->read_only)
-        err = cli_queue_workq(*q, &qi, &w);
-    if (err == 0 && w != NULL)
-        err = kvq_workq_ready_due(NULL, w);
-    if (err != 0 && err != KVQ_EPERM) {
-        cli_queue_close(*q);
-        *q = NULL;
-        return cli_fail(err, "cannot make the due items ready");
-    }
+     * command (pop, peek, len, list, stats): the library's readers see to it. */
     if (info != NULL)
         *info = qi;
     return 0;

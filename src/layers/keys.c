@@ -89,6 +89,12 @@ int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name)
     return put_key(out, prefix, 0, &e, 1);
 }
 
+int kvq__qk_bk_counter(kvq_buf *out, kvq_bytes prefix, const char *name)
+{
+    kvq_tuple_elem e = kvq_tuple_str(name);
+    return put_key(out, prefix, 1, &e, 1);
+}
+
 int kvq__q_new_id(uint8_t id[KVQ__ID_LEN])
 {
     _Static_assert(KVQ__ID_LEN == 16, "an id is 8 bytes of time and 8 random bytes");

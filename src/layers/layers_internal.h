@@ -23,6 +23,8 @@
  *     ("hc", "res", rand20)        value handed to that waiter
  *     ("hc", "rk", rand20)         8-byte LE version of the hand-over, rand20, the item's key
  *     ("hc", "tick")               8-byte LE counter bumped before a sweep (moves versions on)
+ *     ("npush",)                   FIFO and priority: 8-byte LE count of the pushes kvq made
+ *                                  (atomic ADD), the key their waiting consumers watch
  */
 #ifndef KVQ_LAYERS_INTERNAL_H
 #define KVQ_LAYERS_INTERNAL_H
@@ -58,6 +60,8 @@ struct kvq_queue {
      * look like items. Durable: prefix + (b"val",) + 00 .. + FF. */
     kvq_buf items_lo, items_hi;
     kvq_buf val_prefix; /* durable: prefix + pack((b"val",)) */
+    /* Durable: prefix + (b"npush",) and (b"npop",). FIFO and priority: npush is the push
+     * counter bk + ("npush",) that waiting consumers watch; npop is unused. */
     kvq_buf npush, npop;
     kvq_buf bk;                   /* prefix + 0xFF */
     kvq_buf hc_pop_lo, hc_pop_hi; /* waiters */
@@ -70,6 +74,22 @@ struct kvq_queue {
     int is_named;                 /* opened by kvq_queue_open_named: its stored settings */
     kvq_queue_settings named;
     kvq_queue_stats stats;        /* atomic counters */
+    /* Durable and priority queues: where a work queue keeps its leases' expiry index and its
+     * delayed items (bk + pack(("wq", "x")) and ("wq", "y"); workq_internal.h), which every
+     * reader looks at first (kvq__q_due_gate). */
+    kvq_buf wq_x, wq_y;
+    /* atomic: max deliveries of the work queue last opened over this handle (-1: none), with
+     * which a plain reader makes ended leases ready (workq_upkeep.c). */
+    int64_t wq_max_deliveries;
+    /* Single-item convenience pops of FIFO and priority queues by many threads of this handle
+     * are combined (queue.c): one thread pops for all that are waiting, in one transaction. */
+    pthread_mutex_t cmb_mu;
+    pthread_cond_t cmb_cv;
+    int cmb_ready;                  /* mu and cv initialised */
+    int cmb_leader;                 /* a thread is serving a batch */
+    struct kvq__cmb_req *cmb_head;  /* waiting requests, in arrival order */
+    uint64_t cmb_batches;           /* atomic: batches of more than one pop served */
+    uint64_t cmb_items;             /* atomic: items those batches popped */
 };
 
 /* A borrowed view of a buffer's bytes. */
@@ -103,6 +123,8 @@ int kvq__qk_prio_item(
 int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv);
 /* prefix + pack((b"npush",)) or (b"npop",). */
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
+/* prefix + 0xFF + pack((name,)), name a string: a FIFO or priority queue's push counter. */
+int kvq__qk_bk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
 /* prefix + pack((priority,)) (the range of one priority is that + 00 .. + FF). */
 int kvq__qk_prio_prefix(kvq_buf *out, kvq_bytes prefix, int64_t priority);
 /* A new id for a marker, result slot or token: the clock's microseconds (8 bytes, big-endian)
@@ -235,8 +257,10 @@ int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg);
 
 /* ---- high-contention staging (staging.c) --------------------------------------------------- */
 
-/* A convenience pop in high-contention mode (end MIN/MAX). Fills o's result; 0 or an error. */
-int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end);
+/* A convenience pop in high-contention mode (end MIN/MAX). Fills o's result; 0 or an error.
+ * With watch non-NULL (consume), an empty queue is not an error: o's result holds no value and
+ * *watch a watch on the push counter set in the transaction that found it empty. */
+int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch);
 /* Runs the staging upkeep when it is due (every staging_timeout/2 of this process's clock);
  * returns the number of items it put back. */
 uint64_t kvq__hc_maybe_sweep(kvq_queue *q);
@@ -248,6 +272,17 @@ int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
 int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
 int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+
+/* ---- due items of work queues, for every reader (workq_upkeep.c) --------------------------- */
+
+/* Called by every reader of a durable or priority queue in its transaction, before it reads
+ * (FIFO queues: a no-op). Two snapshot reads at txn's read version look for a delayed item that
+ * is due or a lease that has ended (no conflict range, nothing written). When one is found, it
+ * and every other that is due are made ready in transactions of their own (w's options, or those
+ * of kvq__q_reader_options when w is NULL), and KVQ_ENOT_COMMITTED is returned: the caller's
+ * retry loop then reads again at a newer version, which sees them ready. A read-only database,
+ * where nothing can be moved, is read as it is stored (0). */
+int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn);
 
 /* ---- the long poll, for the consumer runtime (workq_wait.c, workq.c) -------------------- */
 

@@ -38,11 +38,12 @@ static void fail_run(producer_run *r, int rc)
     __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
 }
 
-/* Pushes values[0..n): one transaction for a durable queue, one per item for the recipes. */
+/* Pushes values[0..n): one transaction for a durable or FIFO queue (kvq_queue_push_many), one
+ * per item for a priority queue (each item has its own priority). */
 static int push_batch(producer_run *r, kvq_buf *values, kvq_bytes *views, const int64_t *prios,
                       size_t n)
 {
-    if (kvq_queue_get_type(r->q) == KVQ_QUEUE_DURABLE) {
+    if (kvq_queue_get_type(r->q) != KVQ_QUEUE_PRIORITY) {
         for (size_t i = 0; i < n; i++) {
             views[i].data = values[i].data;
             views[i].len = values[i].len;

@@ -35,6 +35,23 @@ static int build_keys(kvq_queue *q)
             rc = kvq_buf_append(&q->items_hi, p.data, p.len);
         if (rc == 0)
             rc = kvq__buf_put_byte(&q->items_hi, 0x1e);
+        /* The recipes keep no counter; kvq's pushes bump one of its own, outside their item
+         * range, so that a consumer can sleep on a watch instead of polling. */
+        if (rc == 0)
+            rc = kvq__qk_bk_counter(&q->npush, p, "npush");
+    }
+    if (q->type != KVQ_QUEUE_FIFO) {
+        /* A work queue's lease expiry index and delayed items (workq.c builds the same). */
+        kvq_tuple_elem x[2] = { kvq_tuple_str("wq"), kvq_tuple_str("x") };
+        kvq_tuple_elem y[2] = { kvq_tuple_str("wq"), kvq_tuple_str("y") };
+        for (int i = 0; rc == 0 && i < 2; i++) {
+            kvq_buf *b = i == 0 ? &q->wq_x : &q->wq_y;
+            rc = kvq_buf_append(b, p.data, p.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(b, 0xff);
+            if (rc == 0)
+                rc = kvq_tuple_pack_buf(b, i == 0 ? x : y, 2);
+        }
     }
     if (rc == 0)
         rc = kvq_buf_append(&q->bk, p.data, p.len);
@@ -134,6 +151,17 @@ int kvq_queue_open(kvq_queue **out,
     q->type = type;
     q->opts = o;
     q->bucket_versions = KVQ__BUCKET_VERSIONS;
+    q->wq_max_deliveries = -1;
+    if (pthread_mutex_init(&q->cmb_mu, NULL) != 0) {
+        kvq__free(q);
+        return kvq__error(KVQ_ENOMEM, "out of memory opening a queue");
+    }
+    if (pthread_cond_init(&q->cmb_cv, NULL) != 0) {
+        pthread_mutex_destroy(&q->cmb_mu);
+        kvq__free(q);
+        return kvq__error(KVQ_ENOMEM, "out of memory opening a queue");
+    }
+    q->cmb_ready = 1;
     int rc = kvq_buf_append(&q->prefix, pfx, pfx_len);
     if (rc == 0)
         rc = build_keys(q);
@@ -151,9 +179,14 @@ void kvq_queue_close(kvq_queue *q)
         return;
     kvq_buf *bufs[] = { &q->prefix,    &q->items_lo, &q->items_hi, &q->val_prefix,
                         &q->npush,     &q->npop,     &q->bk,       &q->hc_pop_lo,
-                        &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi };
+                        &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi, &q->wq_x,
+                        &q->wq_y };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
+    if (q->cmb_ready) {
+        pthread_cond_destroy(&q->cmb_cv);
+        pthread_mutex_destroy(&q->cmb_mu);
+    }
     kvq__free(q);
 }
 
@@ -186,6 +219,8 @@ int kvq_queue_pop_txn(kvq_bytes *out, kvq_queue *q, kvq_txn *txn)
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_pop_txn");
     if (rc == 0 && out == NULL)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_pop_txn: out is NULL");
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     size_t n;
@@ -199,6 +234,8 @@ int kvq_queue_pop_k_txn(kvq_bytes *outs, size_t *n, kvq_queue *q, kvq_txn *txn, 
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_pop_k_txn: NULL outs or n");
     if (rc == 0 && (k < 1 || k > KVQ__MAX_K))
         rc = kvq__error(KVQ_EINVAL, "pop of %zu items (1 to %d allowed)", k, KVQ__MAX_K);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     return kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
@@ -214,6 +251,9 @@ pop_end_txn(kvq_queue *q, kvq_txn *txn, kvq_bytes *out, int64_t *priority, int e
         return rc;
     if (q->type != KVQ_QUEUE_PRIORITY)
         return kvq__q_wrong_type(q, fn);
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc != 0)
+        return rc;
     size_t n;
     return kvq__q_pop_k_end(q, txn, end, 1, out, priority, &n);
 }
@@ -244,7 +284,30 @@ typedef struct pop_arg {
     /* consume_k */
     int want_watch;
     kvq_watch *watch;
+    /* a combined pop (nwatch > 0): as many watches, one for each caller that wants one */
+    size_t nwatch;
+    kvq_watch **watches;
 } pop_arg;
+
+static void drop_watches(pop_arg *a)
+{
+    kvq_watch_destroy(a->watch);
+    a->watch = NULL;
+    for (size_t i = 0; i < a->nwatch; i++) {
+        kvq_watch_destroy(a->watches[i]);
+        a->watches[i] = NULL;
+    }
+}
+
+static int arm_watches(pop_arg *a, kvq_queue *q, kvq_txn *txn)
+{
+    if (a->nwatch == 0)
+        return kvq_queue_watch_txn(&a->watch, q, txn);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < a->nwatch; i++)
+        rc = kvq_queue_watch_txn(&a->watches[i], q, txn);
+    return rc;
+}
 
 static int read_npush(kvq_queue *q, kvq_txn *txn, uint64_t *out)
 {
@@ -260,10 +323,7 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
 {
     pop_arg *a = arg;
     kvq_queue *q = o->q;
-    if (a->watch != NULL) {
-        kvq_watch_destroy(a->watch);
-        a->watch = NULL;
-    }
+    drop_watches(a);
     int rc = kvq__qop_begin(o, txn);
     if (rc != 0)
         return rc;
@@ -277,10 +337,14 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
             uint64_t now;
             rc = read_npush(q, txn, &now);
             if (rc == 0 && now == r->npush_seen)
-                rc = kvq_queue_watch_txn(&a->watch, q, txn);
+                rc = arm_watches(a, q, txn);
         }
         return rc;
     }
+    /* Due delayed items and ended leases first (a retry then sees them ready). */
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc != 0)
+        return rc;
     size_t n = 0;
     int64_t prio = 0;
     if (q->type == KVQ_QUEUE_DURABLE && __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED) > 0) {
@@ -304,13 +368,19 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
     if (rc == 0 && a->want_watch && n < a->k) {
         rc = read_npush(q, txn, &o->cur.npush_seen);
         if (rc == 0)
-            rc = kvq_queue_watch_txn(&a->watch, q, txn);
+            rc = arm_watches(a, q, txn);
     }
     return rc;
 }
 
+/* Only makes what is due ready (kvq__q_due_gate; its 1020 makes the retry loop look again). */
+static int gate_body(kvq_txn *txn, void *arg)
+{
+    return kvq__q_due_gate(arg, NULL, txn);
+}
+
 /* Runs a convenience pop of up to k items from one end into outs; *n receives the count. */
-static int pop_conv(kvq_queue *q,
+static int pop_single(kvq_queue *q,
                     int end,
                     size_t k,
                     kvq_buf *outs,
@@ -320,15 +390,18 @@ static int pop_conv(kvq_queue *q,
                     uint64_t *swept)
 {
     kvq__qop o;
-    pop_arg a = { end, k, NULL, watch != NULL, NULL };
+    pop_arg a = { end, k, NULL, watch != NULL, NULL, 0, NULL };
     int rc = kvq__qop_init(&o, q, "r", k);
     if (rc != 0) {
         kvq__qop_free(&o);
         return rc;
     }
-    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1 && watch == NULL;
+    int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
-        rc = kvq__hc_pop(q, &o, end);
+        /* Its steps do not look for due items: a transaction of its own does first. */
+        rc = q->type == KVQ_QUEUE_PRIORITY ? kvq_db_transact(q->db, gate_body, q) : 0;
+        if (rc == 0)
+            rc = kvq__hc_pop(q, &o, end, watch != NULL ? &a.watch : NULL);
     } else {
         a.views = kvq__calloc(k, sizeof(kvq_bytes));
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
@@ -364,6 +437,172 @@ static int pop_conv(kvq_queue *q,
     }
     kvq__qop_free(&o);
     return rc;
+}
+
+/* ---- combined pops ------------------------------------------------------------------------- */
+
+/* Threads of one handle popping from a FIFO or priority queue would all read the same head, and
+ * all but one would lose the race (or, in high-contention mode, pay a waiter's registration and
+ * hand-over: two commits each). Instead, waiting pops are combined: the first thread to come
+ * pops for every pop waiting for the same end (up to CMB_MAX pops, KVQ__MAX_K items), in one
+ * idempotent transaction of kvq__qop_run (a pop of their k's added up: one result slot, exactly
+ * once across 1021), and hands the items out in arrival order, each pop its next k; a pop alone
+ * takes the ordinary path. The items of a batch are in queue order and a thread's next pop is
+ * served by a later batch, so each thread still receives one producer's items in push order; a
+ * queue with fewer items than the pops want leaves the last ones short or empty-handed (with a
+ * watch set in the same transaction, for consume). */
+#define CMB_MAX 64
+
+typedef struct kvq__cmb_req {
+    int end;
+    size_t k;
+    int want_watch;
+    kvq_buf *out; /* k buffers */
+    size_t n;
+    kvq_watch *watch;
+    uint64_t swept;
+    int rc;
+    int done;
+    struct kvq__cmb_req *next;
+} kvq__cmb_req;
+
+static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
+{
+    if (m == 1) {
+        kvq__cmb_req *r = reqs[0];
+        r->rc = pop_single(q, r->end, r->k, r->out, &r->n, NULL,
+                           r->want_watch ? &r->watch : NULL, &r->swept);
+        return;
+    }
+    kvq_watch *ws[CMB_MAX] = { NULL };
+    size_t nw = 0, total = 0;
+    for (size_t i = 0; i < m; i++) {
+        nw += reqs[i]->want_watch != 0;
+        total += reqs[i]->k;
+    }
+    kvq_bytes *views = kvq__calloc(total, sizeof(kvq_bytes));
+    pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
+    kvq__qop o;
+    int rc = kvq__qop_init(&o, q, "r", total);
+    if (rc == 0 && views == NULL)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = kvq__qop_run(&o, pop_body, &a);
+    kvq__free(views);
+    kvq__qres *res = NULL;
+    if (rc == 0) {
+        res = kvq__qop_result(&o);
+        if (res == NULL)
+            rc = KVQ_ECOMMIT_UNKNOWN_RESULT;
+    }
+    size_t got = rc == 0 ? res->n : 0;
+    if (rc == 0) {
+        KVQ__STAT_ADD(q, pops, got);
+        __atomic_add_fetch(&q->cmb_batches, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&q->cmb_items, (uint64_t)got, __ATOMIC_RELAXED);
+    }
+    uint64_t back = kvq__hc_maybe_sweep(q);
+    size_t wi = 0, next = 0;
+    for (size_t i = 0; i < m; i++) {
+        kvq__cmb_req *r = reqs[i];
+        kvq_watch *w = NULL;
+        if (r->want_watch)
+            w = ws[wi++];
+        r->swept = back;
+        r->n = 0;
+        r->rc = rc;
+        /* The next r->k items (or what is left) are this pop's, in queue order. */
+        while (rc == 0 && r->n < r->k && next < got) {
+            kvq_buf t = r->out[r->n];
+            r->out[r->n] = res->vals[next];
+            res->vals[next] = t;
+            res->vals[next].len = 0;
+            r->n++;
+            next++;
+        }
+        if (rc == 0 && r->n < r->k && r->want_watch) {
+            r->watch = w; /* may be NULL after a 1021: the caller looks again */
+            w = NULL;
+        } else if (rc == 0 && r->n == 0) {
+            r->rc = KVQ_ENOTFOUND;
+        }
+        kvq_watch_destroy(w);
+    }
+    kvq__qop_free(&o);
+}
+
+static int pop_combined(kvq_queue *q,
+                        int end,
+                        size_t k,
+                        kvq_buf *out,
+                        size_t *n,
+                        kvq_watch **watch,
+                        uint64_t *swept)
+{
+    kvq__cmb_req r;
+    memset(&r, 0, sizeof(r));
+    r.end = end;
+    r.k = k;
+    r.want_watch = watch != NULL;
+    r.out = out;
+    pthread_mutex_lock(&q->cmb_mu);
+    kvq__cmb_req **tail = &q->cmb_head;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = &r;
+    while (!r.done) {
+        if (q->cmb_leader) {
+            pthread_cond_wait(&q->cmb_cv, &q->cmb_mu);
+            continue;
+        }
+        /* Lead: take the waiting pops for the first one's end, in arrival order, up to
+         * KVQ__MAX_K items in all. */
+        q->cmb_leader = 1;
+        kvq__cmb_req *batch[CMB_MAX];
+        size_t m = 0, items = 0;
+        int e = q->cmb_head->end;
+        for (kvq__cmb_req **pp = &q->cmb_head; *pp != NULL && m < CMB_MAX;) {
+            if ((*pp)->end == e && (m == 0 || items + (*pp)->k <= KVQ__MAX_K)) {
+                items += (*pp)->k;
+                batch[m++] = *pp;
+                *pp = (*pp)->next;
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+        pthread_mutex_unlock(&q->cmb_mu);
+        serve_batch(q, batch, m);
+        pthread_mutex_lock(&q->cmb_mu);
+        for (size_t i = 0; i < m; i++)
+            batch[i]->done = 1;
+        q->cmb_leader = 0;
+        pthread_cond_broadcast(&q->cmb_cv);
+    }
+    pthread_mutex_unlock(&q->cmb_mu);
+    *n = r.n;
+    if (watch != NULL)
+        *watch = r.watch;
+    if (swept != NULL)
+        *swept = r.swept;
+    if (r.rc != 0 && r.rc != KVQ_ENOTFOUND)
+        kvq__error(r.rc, "a combined pop failed: %s", kvq_strerror(r.rc));
+    return r.rc;
+}
+
+/* A convenience pop: combined with the other threads' pops of a FIFO or priority queue (when
+ * the caller does not ask for the priority), else on its own. */
+static int pop_conv(kvq_queue *q,
+                    int end,
+                    size_t k,
+                    kvq_buf *outs,
+                    size_t *n,
+                    int64_t *prio,
+                    kvq_watch **watch,
+                    uint64_t *swept)
+{
+    if (q->type != KVQ_QUEUE_DURABLE && prio == NULL)
+        return pop_combined(q, end, k, outs, n, watch, swept);
+    return pop_single(q, end, k, outs, n, prio, watch, swept);
 }
 
 static int pop_one(kvq_queue *q, int end, kvq_buf *out, int64_t *prio, const char *fn)
@@ -430,6 +669,8 @@ static int peek_end_txn(kvq_queue *q,
         rc = kvq__error(KVQ_EINVAL, "%s: out is NULL", fn);
     if (rc == 0 && (flags & ~(unsigned int)KVQ_SNAPSHOT) != 0)
         rc = kvq__error(KVQ_EINVAL, "%s: flags 0x%x (only KVQ_SNAPSHOT allowed)", fn, flags);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     const kvq_kv *kvs;
@@ -572,6 +813,8 @@ int kvq_queue_len_txn(uint64_t *out, kvq_queue *q, kvq_txn *txn, unsigned int fl
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_len_txn: out is NULL");
     if (rc == 0 && (flags & ~(unsigned int)KVQ_SNAPSHOT) != 0)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_len_txn: flags 0x%x", flags);
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     if (q->type == KVQ_QUEUE_DURABLE)
@@ -596,6 +839,10 @@ typedef struct len_arg {
 static int len_page_body(kvq_txn *txn, void *arg)
 {
     len_arg *a = arg;
+    /* Due items first, at the first page (a count over pages is approximate anyway). */
+    int rc = a->cursor.len == 0 ? kvq__q_due_gate(a->q, NULL, txn) : 0;
+    if (rc != 0)
+        return rc;
     if (a->q->type == KVQ_QUEUE_DURABLE) {
         a->done = 1;
         return durable_len_txn(a->q, txn, &a->count, 0);
@@ -603,7 +850,7 @@ static int len_page_body(kvq_txn *txn, void *arg)
     /* A retry starts the page again from the cursor of the last committed page. */
     a->count = 0;
     kvq_buf cur = KVQ_BUF_INIT;
-    int rc = kvq__buf_set(&cur, a->cursor.data, a->cursor.len);
+    rc = kvq__buf_set(&cur, a->cursor.data, a->cursor.len);
     if (rc == 0)
         rc = count_pages(a->q, txn, &cur, 1, KVQ_SNAPSHOT, &a->count, &a->done);
     if (rc == 0) {
@@ -705,6 +952,8 @@ int kvq_queue_iterate_txn(kvq_queue *q, kvq_txn *txn, kvq_queue_iter_fn fn, void
     int rc = kvq__q_check_txn(q, txn, "kvq_queue_iterate_txn");
     if (rc == 0 && fn == NULL)
         rc = kvq__error(KVQ_EINVAL, "kvq_queue_iterate_txn: fn is NULL");
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
         return rc;
     kvq_buf cursor = KVQ_BUF_INIT;
@@ -743,10 +992,12 @@ static int iter_page_body(kvq_txn *txn, void *arg)
     kvq_queue *q = a->q;
     const uint8_t *b = a->cursor.len ? a->cursor.data : q->items_lo.data;
     size_t bl = a->cursor.len ? a->cursor.len : q->items_lo.len;
-    const kvq_kv *kvs;
-    size_t got;
+    const kvq_kv *kvs = NULL;
+    size_t got = 0;
     a->n = 0;
-    int rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b, bl, q->items_hi.data, q->items_hi.len,
+    int rc = a->cursor.len == 0 ? kvq__q_due_gate(q, NULL, txn) : 0;
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b, bl, q->items_hi.data, q->items_hi.len,
                                q->opts.page_size, KVQ_SNAPSHOT);
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq__buf_set(&a->vals[i], kvs[i].value.data, kvs[i].value.len);
@@ -796,8 +1047,7 @@ int kvq_queue_iterate(kvq_queue *q, kvq_queue_iter_fn fn, void *payload)
     return rc;
 }
 
-/* ---- durable extras
- * ------------------------------------------------------------------------------ */
+/* ---- watches and consumers ------------------------------------------------------------------ */
 
 int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
 {
@@ -807,8 +1057,6 @@ int kvq_queue_watch_txn(kvq_watch **out, kvq_queue *q, kvq_txn *txn)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch_txn");
     return kvq_txn_watch(out, txn, q->npush.data, q->npush.len);
 }
 
@@ -833,8 +1081,6 @@ int kvq_queue_watch(kvq_watch **out, kvq_queue *q)
     if (rc != 0)
         return rc;
     *out = NULL;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_watch");
     watch_arg a = { q, NULL };
     rc = kvq_db_transact(q->db, watch_body, &a);
     if (rc != 0) {
@@ -857,9 +1103,9 @@ int kvq_queue_consume_k_txn(
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k_txn");
-    rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
+    rc = kvq__q_due_gate(q, NULL, txn);
+    if (rc == 0)
+        rc = kvq__q_pop_k_end(q, txn, KVQ__END_MIN, k, outs, NULL, n);
     if (rc == KVQ_ENOTFOUND)
         rc = 0;
     if (rc == 0 && *n < k)
@@ -878,8 +1124,6 @@ int kvq_queue_consume_k(kvq_buf *outs, size_t *n, kvq_watch **watch, kvq_queue *
         return rc;
     *watch = NULL;
     *n = 0;
-    if (q->type != KVQ_QUEUE_DURABLE)
-        return kvq__q_wrong_type(q, "kvq_queue_consume_k");
     return pop_conv(q, KVQ__END_MIN, k, outs, n, NULL, watch, NULL);
 }
 

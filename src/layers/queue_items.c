@@ -83,11 +83,22 @@ int kvq__q_pop_k_end(
     const kvq_kv *kvs;
     size_t got;
     *n = 0;
-    int rc = kvq__q_head(q, txn, end, (int)k, 0, &kvs, &got);
+    /* FIFO and priority queues: a snapshot read, then read conflicts on exactly the span taken
+     * (below), as the high-contention fulfil takes them on exactly its keys. A plain read would
+     * also cover the keys before the head, where a push lands when the recipe's index restarts
+     * at 1 on an emptied queue (or a lower priority arrives), and the pop would lose to it for
+     * nothing: the pop reads nothing there, so it may be ordered before such a push. An empty
+     * answer covers the whole item range, as the plain read did. */
+    int recipe = q->type != KVQ_QUEUE_DURABLE;
+    int rc = kvq__q_head(q, txn, end, (int)k, recipe ? KVQ_SNAPSHOT : 0, &kvs, &got);
     if (rc != 0)
         return rc;
-    if (got == 0)
-        return KVQ_ENOTFOUND;
+    if (got == 0) {
+        if (recipe)
+            rc = kvq_txn_add_conflict_range(txn, q->items_lo.data, q->items_lo.len,
+                                            q->items_hi.data, q->items_hi.len, KVQ_CONFLICT_READ);
+        return rc != 0 ? rc : KVQ_ENOTFOUND;
+    }
     if (q->type == KVQ_QUEUE_DURABLE) {
         /* erlfdb's pop: one clear of the range read, one ADD to npop. */
         uint8_t after[KVQ_MAX_KEY_SIZE + 1];
@@ -100,9 +111,22 @@ int kvq__q_pop_k_end(
         if (rc == 0)
             rc = kvq_txn_atomic_op(txn, q->npop.data, q->npop.len, add, 8, KVQ_MUT_ADD);
     } else {
-        /* Clear exactly the keys read: a concurrent push may land between them. */
-        for (size_t i = 0; rc == 0 && i < got; i++)
-            rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
+        /* The span from the smallest key read to just after the largest (the read went
+         * backwards from the end for KVQ__END_MAX): a read conflict on it, and one clear of it.
+         * The read returned every key in the span (its own writes included), so the clear
+         * removes exactly the keys read, and an item pushed into the span after the read
+         * version makes the commit fail with 1020 rather than be cleared. */
+        const kvq_bytes *lo = end == KVQ__END_MAX ? &kvs[got - 1].key : &kvs[0].key;
+        const kvq_bytes *hi = end == KVQ__END_MAX ? &kvs[0].key : &kvs[got - 1].key;
+        uint8_t after[KVQ_MAX_KEY_SIZE + 1];
+        memcpy(after, hi->data, hi->len);
+        after[hi->len] = 0;
+        rc = kvq_txn_add_conflict_range(txn, lo->data, lo->len, after, hi->len + 1,
+                                        KVQ_CONFLICT_READ);
+        if (rc == 0 && got == 1)
+            rc = kvq_txn_clear(txn, lo->data, lo->len);
+        else if (rc == 0)
+            rc = kvq_txn_clear_range(txn, lo->data, lo->len, after, hi->len + 1);
     }
     if (rc != 0)
         return rc;

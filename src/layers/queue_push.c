@@ -7,19 +7,16 @@
 
 /* ---- pushes (transaction forms) ----------------------------------------------------------- */
 
-static int fifo_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len)
+/* The recipe's next FIFO index: 1 + the last index, by a snapshot read (so that pushes never
+ * conflict), 1 for an empty queue. */
+static int fifo_next_index(int64_t *out, kvq_queue *q, kvq_txn *txn)
 {
-    uint8_t rnd[KVQ__RAND_LEN];
-    int rc = kvq__random_bytes(rnd, sizeof(rnd));
-    if (rc != 0)
-        return rc;
-    /* The recipe: the last index by a snapshot read, so that pushes never conflict. */
     const kvq_kv *kvs;
     size_t got;
-    rc = kvq__q_head(q, txn, KVQ__END_MAX, 1, KVQ_SNAPSHOT, &kvs, &got);
+    int rc = kvq__q_head(q, txn, KVQ__END_MAX, 1, KVQ_SNAPSHOT, &kvs, &got);
     if (rc != 0)
         return rc;
-    int64_t index = 1;
+    *out = 1;
     if (got == 1) {
         int64_t last;
         rc = kvq__qk_parse_fifo(kvs[0].key.data + q->prefix.len, kvs[0].key.len - q->prefix.len,
@@ -28,31 +25,49 @@ static int fifo_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_
             return rc;
         if (last == INT64_MAX)
             return kvq__error(KVQ_ERANGE, "the FIFO queue's last index is the largest integer");
-        index = last + 1;
+        *out = last + 1;
     }
+    return 0;
+}
+
+/* n FIFO or priority items, as n pushes of the recipe one after the other in txn would write
+ * them: each push's read would see the previous one's item, so the indexes (counts) follow on
+ * from one read: last + 1, last + 2, ... */
+static int recipe_push_many_txn(
+    kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n, int64_t p)
+{
+    int64_t next = 0;
+    int rc = q->type == KVQ_QUEUE_FIFO ? fifo_next_index(&next, q, txn)
+                                       : kvq__q_prio_next_count(&next, q, txn, p);
     kvq_buf key = KVQ_BUF_INIT;
-    rc = kvq__qk_fifo_item(&key, kvq__buf_bytes(&q->prefix), index, rnd);
-    if (rc == 0)
-        rc = kvq_txn_set(txn, key.data, key.len, value, len);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint8_t rnd[KVQ__RAND_LEN];
+        rc = kvq__random_bytes(rnd, sizeof(rnd));
+        key.len = 0;
+        if (rc == 0)
+            rc = q->type == KVQ_QUEUE_FIFO
+                     ? kvq__qk_fifo_item(&key, kvq__buf_bytes(&q->prefix), next, rnd)
+                     : kvq__qk_prio_item(&key, kvq__buf_bytes(&q->prefix), p, next, rnd);
+        if (rc == 0)
+            rc = kvq_txn_set(txn, key.data, key.len, values[i].data, values[i].len);
+        if (rc == 0 && i + 1 < n) {
+            if (next == INT64_MAX)
+                rc = kvq__error(KVQ_ERANGE, "a recipe index passed the largest integer");
+            else
+                next++;
+        }
+    }
     kvq_buf_dispose(&key);
     return rc;
 }
 
-static int prio_push_txn(kvq_queue *q, kvq_txn *txn, const uint8_t *value, size_t len, int64_t p)
+/* Adds n to the push counter (npush): the durable queue's, or the key a FIFO or priority
+ * queue's waiting consumers watch. An atomic add: pushes still never conflict. */
+static int count_pushes(kvq_queue *q, kvq_txn *txn, size_t n)
 {
-    uint8_t rnd[KVQ__RAND_LEN];
-    int rc = kvq__random_bytes(rnd, sizeof(rnd));
-    if (rc != 0)
-        return rc;
-    kvq_buf key = KVQ_BUF_INIT;
-    int64_t count = 0;
-    rc = kvq__q_prio_next_count(&count, q, txn, p);
-    if (rc == 0)
-        rc = kvq__qk_prio_item(&key, kvq__buf_bytes(&q->prefix), p, count, rnd);
-    if (rc == 0)
-        rc = kvq_txn_set(txn, key.data, key.len, value, len);
-    kvq_buf_dispose(&key);
-    return rc;
+    uint8_t add[8];
+    kvq__le64_put(add, (uint64_t)n);
+    return kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
 }
 
 static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n)
@@ -70,11 +85,8 @@ static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *va
                                                 values[i].len);
     }
     kvq_buf_dispose(&key);
-    if (rc == 0 && n > 0) {
-        uint8_t add[8];
-        kvq__le64_put(add, (uint64_t)n);
-        rc = kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
-    }
+    if (rc == 0 && n > 0)
+        rc = count_pushes(q, txn, n);
     return rc;
 }
 
@@ -97,10 +109,9 @@ static int push_many_any(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, si
 {
     if (q->type == KVQ_QUEUE_DURABLE)
         return durable_push_many_txn(q, txn, values, n);
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = q->type == KVQ_QUEUE_FIFO ? fifo_push_txn(q, txn, values[i].data, values[i].len)
-                                       : prio_push_txn(q, txn, values[i].data, values[i].len, p);
+    int rc = recipe_push_many_txn(q, txn, values, n, p);
+    if (rc == 0 && n > 0)
+        rc = count_pushes(q, txn, n);
     return rc;
 }
 
@@ -136,7 +147,8 @@ int kvq_queue_push_prio_txn(
     rc = kvq__q_check_value(value, len);
     if (rc != 0)
         return rc;
-    return prio_push_txn(q, txn, value, len, priority);
+    kvq_bytes v = { value, len };
+    return push_many_any(q, txn, &v, 1, priority);
 }
 
 /* ---- convenience pushes ------------------------------------------------------------------- */

@@ -63,6 +63,9 @@ typedef struct hc {
     size_t served;
     kvq_buf turnkey;
     kvq_watch *watch;
+    /* consume: when the simple path finds the queue empty, a watch on the push counter set in
+     * that transaction goes here (NULL: a plain pop, which reports the queue empty). */
+    kvq_watch **out_watch;
     kvq__rng rng;
 } hc;
 
@@ -153,6 +156,30 @@ static int claim(hc *h, kvq_txn *txn, kvq_bytes value, int *next)
     return rc;
 }
 
+/* Before registering: a queue that is empty at this read version (a snapshot read) has nothing
+ * to hand over, so registering would only cost a waiter, a fulfil that clears it and a restart.
+ * Finishes the pop instead: empty (KVQ_ENOTFOUND), or for a consume a watch on the push counter
+ * set in this transaction. Returns 1 through *done when it did. */
+static int empty_instead_of_register(hc *h, kvq_txn *txn, int *next, int *done)
+{
+    const kvq_kv *kvs;
+    size_t got;
+    *done = 0;
+    int rc = kvq__q_head(h->q, txn, h->end, 1, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0 || got > 0)
+        return rc;
+    *done = 1;
+    h->registering = 0;
+    if (h->out_watch == NULL)
+        return KVQ_ENOTFOUND;
+    rc = kvq__qop_keep(h->o, NULL, 0, 0);
+    if (rc == 0)
+        rc = kvq_txn_watch(h->out_watch, txn, h->q->npush.data, h->q->npush.len);
+    if (rc == 0)
+        *next = PH_DONE;
+    return rc;
+}
+
 static int step_simple(hc *h, kvq_txn *txn, int *next)
 {
     kvq_queue *q = h->q;
@@ -170,6 +197,10 @@ static int step_simple(hc *h, kvq_txn *txn, int *next)
             *next = PH_REGISTER;
             return 0;
         }
+        int done;
+        rc = empty_instead_of_register(h, txn, next, &done);
+        if (rc != 0 || done)
+            return rc;
         if (h->my_index < 0)
             rc = next_waiter_index(q, txn, &h->my_index);
         if (rc == 0)
@@ -182,6 +213,15 @@ static int step_simple(hc *h, kvq_txn *txn, int *next)
     size_t n;
     int64_t prio = 0;
     rc = kvq__q_pop_k_end(q, txn, h->end, 1, &v, &prio, &n);
+    if (rc == KVQ_ENOTFOUND && h->out_watch != NULL) {
+        /* Empty at this read version: any push that commits after it moves the counter. */
+        rc = kvq__qop_keep(h->o, NULL, 0, 0);
+        if (rc == 0)
+            rc = kvq_txn_watch(h->out_watch, txn, q->npush.data, q->npush.len);
+        if (rc == 0)
+            *next = PH_DONE;
+        return rc;
+    }
     if (rc == 0)
         rc = kvq__qop_keep(h->o, &v, 1, prio);
     if (rc == 0)
@@ -212,7 +252,10 @@ static int step_register(hc *h, kvq_txn *txn, int *next)
             return 0;
         }
     }
-    rc = 0;
+    int done;
+    rc = empty_instead_of_register(h, txn, next, &done);
+    if (rc != 0 || done)
+        return rc;
     if (h->my_index < 0)
         rc = next_waiter_index(h->q, txn, &h->my_index);
     if (rc == 0)
@@ -411,13 +454,14 @@ static void do_wait(hc *h, int *next)
     *next = PH_LEAD;
 }
 
-int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end)
+int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch)
 {
     hc h;
     memset(&h, 0, sizeof(h));
     h.q = q;
     h.o = o;
     h.end = end;
+    h.out_watch = watch;
     uint64_t seed;
     int rc = kvq__random_bytes(&seed, sizeof(seed));
     h.rng.s = seed;
@@ -451,6 +495,11 @@ int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end)
             rc = new_identity(&h);
             phase = PH_SIMPLE;
             continue;
+        }
+        if (watch != NULL) {
+            /* Only the attempt that commits may leave a watch (one that fails holds an error). */
+            kvq_watch_destroy(*watch);
+            *watch = NULL;
         }
         o->attempt++;
         int next = phase;
@@ -590,6 +639,12 @@ static int sweep_body(kvq_txn *txn, void *arg)
             rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
     }
     kvq_buf_dispose(&res);
+    if (rc == 0 && a->returned > 0) {
+        /* Items are back in the queue: wake the consumers sleeping on the push counter. */
+        uint8_t add[8];
+        kvq__le64_put(add, a->returned);
+        rc = kvq_txn_atomic_op(txn, q->npush.data, q->npush.len, add, 8, KVQ_MUT_ADD);
+    }
     if (rc == 0)
         rc =
             kvq_txn_get_range(&kvs, &got, NULL, txn, q->hc_pop_lo.data, q->hc_pop_lo.len,

@@ -60,6 +60,16 @@ void kvq_workq_close(kvq_workq *w)
 
 int kvq_workq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
 {
+    int rc = kvq__wq_open(out, q, opts);
+    /* Plain readers of this handle make ended leases ready with these settings. */
+    if (rc == 0)
+        __atomic_store_n(&q->wq_max_deliveries, (int64_t)(*out)->opts.max_deliveries,
+                         __ATOMIC_RELAXED);
+    return rc;
+}
+
+int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
+{
     if (out == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_workq_open: out is NULL");
     *out = NULL;
@@ -455,8 +465,14 @@ out:
     return rc;
 }
 
-int kvq_workq_receive_txn(
-    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
+/* kvq_workq_receive_txn; *dead (may be NULL) counts the items it moved to the dead letters on
+ * the way, which a KVQ_ENOTFOUND still leaves written in txn. */
+static int receive_in(kvq_bytes *out,
+                      kvq_workq_lease *lease,
+                      kvq_workq *w,
+                      kvq_txn *txn,
+                      int64_t lease_ms,
+                      int *ndead)
 {
     int rc = kvq__wq_check(w, txn, 1, "kvq_workq_receive_txn");
     if (rc == 0 && (out == NULL || lease == NULL))
@@ -466,6 +482,9 @@ int kvq_workq_receive_txn(
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
+    /* Due delayed items and ended leases first (a retry then sees them ready). */
+    if (rc == 0)
+        rc = kvq__q_due_gate(w->q, w, txn);
     if (rc != 0)
         return rc;
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
@@ -484,13 +503,25 @@ int kvq_workq_receive_txn(
         int dead = 0;
         rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, NULL, NULL, lease,
                                   &dead);
+        if (rc == 0 && dead && ndead != NULL)
+            (*ndead)++;
         if (rc != 0 || !dead) {
             if (rc == 0)
                 *out = kvs[0].value;
-            break;
+            return rc;
         }
     }
+    /* Every try found an item over its deliveries: nothing received this time. */
+    if (rc == 0)
+        rc = kvq__error(KVQ_ENOTFOUND, "no ready item received (items over their deliveries "
+                                       "were moved to the dead letters)");
     return rc;
+}
+
+int kvq_workq_receive_txn(
+    kvq_bytes *out, kvq_workq_lease *lease, kvq_workq *w, kvq_txn *txn, int64_t lease_ms)
+{
+    return receive_in(out, lease, w, txn, lease_ms, NULL);
 }
 
 typedef struct recv_ctx {
@@ -498,13 +529,22 @@ typedef struct recv_ctx {
     kvq_buf *out;
     kvq_workq_lease *lease;
     int64_t lease_ms;
+    int empty; /* nothing received, but items moved to the dead letters on the way */
 } recv_ctx;
 
 static int recv_body(kvq_txn *txn, void *arg)
 {
     recv_ctx *c = arg;
     kvq_bytes v;
-    int rc = kvq_workq_receive_txn(&v, c->lease, c->w, txn, c->lease_ms);
+    int ndead = 0;
+    c->empty = 0;
+    int rc = receive_in(&v, c->lease, c->w, txn, c->lease_ms, &ndead);
+    if (rc == KVQ_ENOTFOUND && ndead > 0) {
+        /* Commit the moves to the dead letters (else every receive would find those items
+         * again, move them again and roll back), and report the queue empty. */
+        c->empty = 1;
+        return 0;
+    }
     if (rc == 0 && kvq__buf_set(c->out, v.data, v.len) != 0)
         rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
     return rc;
@@ -520,12 +560,11 @@ int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc != 0)
         return rc;
-    /* Lazy upkeep: one pass when something is due (a read-only check otherwise). */
-    rc = kvq__wq_upkeep_if_due(w);
-    if (rc != 0)
-        return rc;
-    recv_ctx c = { w, out, lease, lease_ms };
-    return kvq_db_transact(w->q->db, recv_body, &c);
+    recv_ctx c = { w, out, lease, lease_ms, 0 };
+    rc = kvq_db_transact(w->q->db, recv_body, &c);
+    if (rc == 0 && c.empty)
+        rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
+    return rc;
 }
 
 int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)

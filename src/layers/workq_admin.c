@@ -46,7 +46,10 @@ static int dlq_page_body(kvq_txn *txn, void *arg)
     const kvq_kv *kvs;
     size_t got = 0;
     p->n = 0;
-    int rc = read_page(txn, &w->base_dlq, &p->after, &kvs, &got, &p->more);
+    /* What is due first (an ended lease may become a dead letter). */
+    int rc = p->after.len == 0 ? kvq__q_due_gate(w->q, w, txn) : 0;
+    if (rc == 0)
+        rc = read_page(txn, &w->base_dlq, &p->after, &kvs, &got, &p->more);
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq__buf_set(&p->vals[i], kvs[i].value.data, kvs[i].value.len);
         kvq_bytes cv;
@@ -248,6 +251,9 @@ static int item_page_body(kvq_txn *txn, void *arg)
     p->n = 0;
     p->more = 0;
     int rc = kvq_txn_get_read_version(&rv, txn);
+    /* What is due is ready first, so it is listed as neither (at the first page). */
+    if (rc == 0 && p->after.len == 0)
+        rc = kvq__q_due_gate(w->q, w, txn);
     if (rc == 0)
         rc = read_page(txn, base, &p->after, &kvs, &got, &p->more);
     /* kvs belongs to the range read; copy the last key before reading more. */
@@ -423,6 +429,9 @@ static int metrics_body(kvq_txn *txn, void *arg)
     kvq_queue *q = w->q;
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
+    /* What is due is counted as ready (kvq__q_due_gate). */
+    if (rc == 0)
+        rc = kvq__q_due_gate(q, w, txn);
     if (rc == 0)
         rc = read_counter(txn, &w->n_inflight, &c->m.inflight);
     if (rc == 0)

@@ -828,6 +828,8 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc == 0)
+        rc = kvq__q_due_gate(w->q, w, txn); /* what is due first (its 1020: read again) */
     if (rc != 0)
         return rc;
     collect c;
@@ -963,8 +965,6 @@ int kvq_workq_receive_many(kvq_buf *outs,
     int64_t lv;
     if (rc == 0)
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
-    if (rc == 0)
-        rc = kvq__wq_upkeep_if_due(w);
     if (rc != 0)
         return rc;
     recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL };

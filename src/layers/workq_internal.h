@@ -69,6 +69,9 @@ struct kvq_workq {
     uint64_t wait_looks, wait_sleeps;
 };
 
+/* kvq_workq_open without noting the options in q (workq.c; the readers' passes use it). */
+int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts);
+
 /* ---- keys (workq_items.c) ---------------------------------------------------------------- */
 
 /* out = base + pack(e) (out reset first). */

@@ -16,7 +16,7 @@
  * items ready, old markers pruned. *more = 1 when a batch was full. Expired leases are handled
  * first: the durable promotions write versionstamped keys, after which the item range is
  * unreadable. */
-static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
+static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, int *more)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
@@ -151,12 +151,13 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
         if (rc == 0)
             (*moved)++;
     }
-    /* Prune age index entries left by plain pops, settled markers and dedup keys. */
-    if (rc == 0 && w->q->type == KVQ_QUEUE_PRIORITY) {
+    /* Prune age index entries left by plain pops, settled markers and dedup keys (not in the
+     * passes of plain readers, which do not know the queue's dedup window). */
+    if (rc == 0 && prune && w->q->type == KVQ_QUEUE_PRIORITY) {
         int64_t since;
         rc = kvq__wq_age_head(w, txn, 1, &since);
     }
-    if (rc == 0) {
+    if (rc == 0 && prune) {
         int64_t cut = rv / KVQ__BUCKET_VERSIONS - SETTLED_WINDOW_BUCKETS;
         kvq_tuple_elem ce = kvq_tuple_int(cut);
         if (cut > 0) {
@@ -167,7 +168,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
                 rc = kvq_txn_clear_range(txn, lo.data, lo.len, hi.data, hi.len);
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && prune) {
         kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS);
         rc = kvq__wq_range_of(&lo, &hi, &w->base_ddx);
         if (rc == 0)
@@ -209,29 +210,80 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, uint64_t *moved, int *more)
     return rc;
 }
 
+/* Writes base + pack((v,)) at out (v >= 0) and returns its length: the tuple encoding of a
+ * non-negative integer (kvq/tuple.h), 0x14 alone for 0, else 0x14 + n and n big-endian bytes,
+ * written here without a buffer of the heap since every reader calls this. */
+static size_t put_bound(uint8_t *out, const kvq_buf *base, int64_t v)
+{
+    memcpy(out, base->data, base->len);
+    size_t n = 0;
+    for (uint64_t u = (uint64_t)v; u != 0; u >>= 8)
+        n++;
+    out[base->len] = (uint8_t)(0x14 + n);
+    for (size_t i = 0; i < n; i++)
+        out[base->len + 1 + i] = (uint8_t)((uint64_t)v >> (8 * (n - 1 - i)));
+    return base->len + 1 + n;
+}
+
+/* Whether a lease that ended before xbound or a delayed item due at rv waits in q, read with
+ * snapshot reads at txn's version (no conflict range). The queue's own key bases (q->wq_x,
+ * q->wq_y) are a work queue's base_x and base_y; no key of another kind lies between the two
+ * ranges, so one read of [x + 00, y + pack((rv,))) with a limit of 1 answers when no lease is in
+ * flight (the common case): it returns nothing (nothing due), a due delayed item, or the lease
+ * that ends first (due when it ends before xbound; else a second read looks at the delayed
+ * items alone). */
+static int look_due(kvq_queue *q, kvq_txn *txn, int64_t xbound, int64_t rv, int *due)
+{
+    /* Four keys: x + 00, y + 00, x + pack((xbound,)), y + pack((rv,)); on the stack unless the
+     * queue's prefix is long. */
+    uint8_t stack[512];
+    size_t need = 2 * (q->wq_x.len + q->wq_y.len) + 2 * 10;
+    uint8_t *mem = need <= sizeof(stack) ? stack : kvq__malloc(need);
+    if (mem == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    if (xbound < 0)
+        xbound = 0;
+    if (rv < 0)
+        rv = 0;
+    uint8_t *xlo = mem, *ylo = xlo + q->wq_x.len + 1;
+    memcpy(xlo, q->wq_x.data, q->wq_x.len);
+    xlo[q->wq_x.len] = 0x00;
+    memcpy(ylo, q->wq_y.data, q->wq_y.len);
+    ylo[q->wq_y.len] = 0x00;
+    uint8_t *xhi = ylo + q->wq_y.len + 1;
+    size_t xhi_len = put_bound(xhi, &q->wq_x, xbound);
+    uint8_t *yhi = xhi + xhi_len;
+    size_t yhi_len = put_bound(yhi, &q->wq_y, rv);
+    const kvq_kv *kvs;
+    size_t got = 0;
+    *due = 0;
+    int rc = kvq_txn_get_range(&kvs, &got, NULL, txn, xlo, q->wq_x.len + 1, yhi, yhi_len, 1,
+                               KVQ_SNAPSHOT);
+    if (rc == 0 && got > 0) {
+        const kvq_bytes *k = &kvs[0].key;
+        int lease = k->len >= q->wq_x.len && memcmp(k->data, q->wq_x.data, q->wq_x.len) == 0;
+        if (!lease) /* a delayed item below y + pack((rv,)) */
+            *due = 1;
+        else if (kvq__bytes_cmp(k->data, k->len, xhi, xhi_len) < 0)
+            *due = 1; /* the first lease ended before xbound */
+        else /* leases in flight, none ended: the delayed items alone */
+            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, ylo, q->wq_y.len + 1, yhi, yhi_len, 1,
+                                   KVQ_SNAPSHOT);
+        if (rc == 0 && lease && !*due && got > 0)
+            *due = 1;
+    }
+    if (mem != stack)
+        kvq__free(mem);
+    return rc;
+}
+
 /* Whether an expired lease or a due delayed item waits (snapshot reads at txn's version). */
 static int upkeep_due(kvq_workq *w, kvq_txn *txn, int *due)
 {
     int64_t rv;
     int rc = kvq_txn_get_read_version(&rv, txn);
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
-    const kvq_buf *bases[2] = { &w->base_x, &w->base_y };
-    *due = 0;
-    for (int i = 0; rc == 0 && i < 2 && !*due; i++) {
-        kvq_tuple_elem e = kvq_tuple_int(i == 0 ? kvq__wq_expiry_bound(w, rv) : rv);
-        rc = kvq__wq_range_of(&lo, &hi, bases[i]);
-        if (rc == 0)
-            rc = kvq__wq_key_of(&hi, bases[i], &e, 1);
-        const kvq_kv *kvs;
-        size_t got = 0;
-        if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len, 1,
-                                   KVQ_SNAPSHOT);
-        if (rc == 0 && got > 0)
-            *due = 1;
-    }
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
+    if (rc == 0)
+        rc = look_due(w->q, txn, kvq__wq_expiry_bound(w, rv), rv, due);
     return rc;
 }
 
@@ -240,6 +292,7 @@ typedef struct pass_ctx {
     uint64_t moved;
     int more;
     int check_first;
+    int prune;
 } pass_ctx;
 
 static int pass_body(kvq_txn *txn, void *arg)
@@ -253,13 +306,27 @@ static int pass_body(kvq_txn *txn, void *arg)
         if (rc != 0 || !due)
             return rc;
     }
-    return recover_pass(c->w, txn, &c->moved, &c->more);
+    return recover_pass(c->w, txn, c->prune, &c->moved, &c->more);
 }
 
 int kvq__wq_upkeep_if_due(kvq_workq *w)
 {
-    pass_ctx p = { w, 0, 0, 1 };
+    pass_ctx p = { w, 0, 0, 1, 1 };
     return kvq_db_transact(w->q->db, pass_body, &p);
+}
+
+/* Passes, each a transaction that first looks again, while something is due; *out (may be NULL)
+ * adds what they moved. */
+static int passes_while_due(kvq_workq *w, int prune, uint64_t *out)
+{
+    pass_ctx p = { w, 0, 1, 1, prune };
+    int rc = 0;
+    while (rc == 0 && p.more) {
+        rc = kvq_db_transact(w->q->db, pass_body, &p);
+        if (rc == 0 && out != NULL)
+            *out += p.moved;
+    }
+    return rc;
 }
 
 int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
@@ -269,14 +336,50 @@ int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
         return rc;
     if (out != NULL)
         *out = 0;
-    /* As a receive does first: a read-only look, and passes only while something is due. */
-    pass_ctx p = { w, 0, 1, 1 };
-    while (rc == 0 && p.more) {
-        rc = kvq_db_transact(w->q->db, pass_body, &p);
-        if (rc == 0 && out != NULL)
-            *out += p.moved;
-    }
+    /* What every reader does when it finds something due: a read-only look, and passes only
+     * while something is due. */
+    return passes_while_due(w, 1, out);
+}
+
+/* ---- every reader makes what is due ready first ------------------------------------------------ */
+
+/* The passes of a reader that has no work-queue handle: a transient one over q, with the max
+ * deliveries of the work queue last opened over q, else of the named queue's settings, else 0
+ * (an ended lease always goes back to the queue; a receiver that takes an item which has had its
+ * deliveries moves it to the dead letters then, with its own settings). No pruning: the dedup
+ * window is the work queue's, unknown here. */
+static int reader_passes(kvq_queue *q)
+{
+    kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
+    int64_t md = __atomic_load_n(&q->wq_max_deliveries, __ATOMIC_RELAXED);
+    o.max_deliveries = md >= 0 ? (uint32_t)md : q->is_named ? q->named.max_deliveries : 0;
+    kvq_workq *w = NULL;
+    int rc = kvq__wq_open(&w, q, &o);
+    if (rc == 0)
+        rc = passes_while_due(w, 0, NULL);
+    kvq_workq_close(w);
     return rc;
+}
+
+int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn)
+{
+    if (q->type == KVQ_QUEUE_FIFO)
+        return 0;
+    int64_t rv;
+    int due = 0;
+    int rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc == 0)
+        rc = look_due(q, txn, w != NULL ? kvq__wq_expiry_bound(w, rv) : rv, rv, &due);
+    if (rc != 0 || !due)
+        return rc;
+    rc = w != NULL ? passes_while_due(w, 1, NULL) : reader_passes(q);
+    if (rc == KVQ_EPERM)
+        return 0; /* a read-only database: read as it is stored */
+    if (rc != 0)
+        return rc;
+    return kvq__error(KVQ_ENOT_COMMITTED,
+                      "due items were made ready after this transaction's read version; read "
+                      "again (a retry loop does)");
 }
 
 static int tick_body(kvq_txn *txn, void *arg)
@@ -294,7 +397,7 @@ int kvq_workq_recover(uint64_t *out, kvq_workq *w)
         *out = 0;
     /* A tiny commit, so that the read versions below are the present on every engine. */
     rc = kvq_db_transact(w->q->db, tick_body, w);
-    pass_ctx p = { w, 0, 1, 0 };
+    pass_ctx p = { w, 0, 1, 0, 1 };
     while (rc == 0 && p.more) {
         rc = kvq_db_transact(w->q->db, pass_body, &p);
         if (rc == 0 && out != NULL)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs tests/bindings/python_smoke.py: FoundationDB's own Python binding, taken from a
+# Runs tests/bindings/python_smoke.py and python_recipes.py: FoundationDB's own Python binding, taken from a
 # FoundationDB source tree (7.3), against a fresh kvq directory through libkvq_fdb_c.so. The
 # binding's generated files (fdboptions.py from fdb.options, apiversion.py) are written into a
 # scratch directory; nothing of FoundationDB's is kept. Not run by CI.
@@ -24,4 +24,9 @@ for v in "${versions[@]}"; do
     echo "kvq:$work/data" >"$work/kvq.cluster"
     echo "== API version $v"
     V="$v" FDB_PYTHON_DIR="$work" KVQ_CLUSTER_FILE="$work/kvq.cluster" timeout 120 python3 "$here/python_smoke.py"
+    # The queue recipes through the binding, and kvq's FIFO and priority queues through its
+    # command, on one fresh directory.
+    rm -rf "$work/data"
+    V="$v" FDB_PYTHON_DIR="$work" KVQ_CLUSTER_FILE="$work/kvq.cluster" KVQ_CLI="$build/kvq" \
+        timeout 120 python3 "$here/python_recipes.py"
 done

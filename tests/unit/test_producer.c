@@ -85,7 +85,7 @@ static void produce_into(kvq_queue_type type, int batch, int by_priority)
     kvq_producer_stats st;
     assert_ok(kvq_queue_produce(&st, q, make_item, &g, &o));
     assert_int_equal(st.items, THREADS * PER_THREAD);
-    if (type == KVQ_QUEUE_DURABLE)
+    if (type != KVQ_QUEUE_PRIORITY)
         /* Each thread commits ceil(PER_THREAD / batch) batches. */
         assert_int_equal(st.transactions, THREADS * ((PER_THREAD + batch - 1) / batch));
     else

@@ -1,7 +1,8 @@
 /* High-contention mode: a result nobody collects goes back into the queue after the staging
  * timeout and is popped by someone else; stale waiters are removed and never take items; a
- * waiter collects what a fulfil handed it (with its priority); and at 8 consumers it makes
- * fewer retries per pop than the simple path with at least the same throughput. */
+ * waiter collects what a fulfil handed it (with its priority); at 8 consumers it makes
+ * fewer retries per pop than the simple path; and threads of one handle combine their pops:
+ * every item exactly once, each thread's items in push order. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -92,6 +93,42 @@ static void test_stranded_result_returns(void **state)
     /* The dead popper's collect finds nothing now. */
     kvq_buf b = KVQ_BUF_INIT;
     assert_int_equal(kvq__hc_collect(dead, me, &b), KVQ_ENOTFOUND);
+    kvq_queue_close(dead);
+    kvq_queue_close(live);
+}
+
+/* Items the upkeep puts back move the push counter: a consumer asleep on consume_k's watch
+ * wakes for them as for a push. */
+static void test_returned_item_wakes(void **state)
+{
+    (void)state;
+    kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
+    push_s(live, "A");
+    uint8_t me[20];
+    size_t served = 0;
+    assert_ok(kvq__hc_register(dead, KVQ__END_MIN, me));
+    assert_ok(kvq__hc_fulfil_once(dead, &served));
+    assert_int_equal(served, 1);
+    /* "A" is in flight: the queue looks empty, and consume_k arms its watch. */
+    kvq_buf b = KVQ_BUF_INIT;
+    size_t n = 9;
+    kvq_watch *w = NULL;
+    assert_ok(kvq_queue_consume_k(&b, &n, &w, live, 1));
+    assert_int_equal(n, 0);
+    assert_non_null(w);
+    /* Past the staging timeout (in database versions; sleeping longer only ages it more). */
+    kvq__sleep_us(450000);
+    uint64_t back = 0;
+    assert_ok(kvq_queue_recover(&back, dead));
+    assert_int_equal(back, 1);
+    assert_ok(kvq_watch_wait(w, 60000));
+    kvq_watch_destroy(w);
+    assert_ok(kvq_queue_consume_k(&b, &n, &w, live, 1));
+    assert_int_equal(n, 1);
+    assert_null(w);
+    assert_bytes(b.data, b.len, (const uint8_t *)"A", 1);
+    kvq_buf_dispose(&b);
     kvq_queue_close(dead);
     kvq_queue_close(live);
 }
@@ -241,14 +278,18 @@ static void run_mode(unsigned int flags, size_t items, run_result *out)
     }
     kvq_queue_close(pq);
     kvq_db *cdb = tq_open_db(0, 0, 0);
-    kvq_queue *q = open_hc(cdb, KVQ_QUEUE_FIFO, 30000, flags);
+    /* A queue handle per consumer, as consumers in separate processes have: the threads of one
+     * handle would combine their pops instead of racing (test_combined_pops). */
+    kvq_queue *qs[CONSUMERS];
     unsigned char *seen = calloc(items, 1);
     assert_non_null(seen);
     cons c[CONSUMERS];
     pthread_t th[CONSUMERS];
+    for (int i = 0; i < CONSUMERS; i++)
+        qs[i] = open_hc(cdb, KVQ_QUEUE_FIFO, 30000, flags);
     int64_t t0 = kvq__mono_us();
     for (int i = 0; i < CONSUMERS; i++) {
-        c[i] = (cons){ q, 0, 0, seen, items };
+        c[i] = (cons){ qs[i], 0, 0, seen, items };
         assert_int_equal(pthread_create(&th[i], NULL, consume, &c[i]), 0);
     }
     uint64_t total = 0;
@@ -265,11 +306,20 @@ static void run_mode(unsigned int flags, size_t items, run_result *out)
             fail_msg("item %zu popped %d times", i, seen[i]);
     kvq_db_stats st;
     assert_ok(kvq_db_get_stats(&st, cdb));
-    assert_ok(kvq_queue_get_stats(&out->qs, q));
+    memset(&out->qs, 0, sizeof(out->qs));
+    for (int i = 0; i < CONSUMERS; i++) {
+        kvq_queue_stats one;
+        assert_ok(kvq_queue_get_stats(&one, qs[i]));
+        out->qs.hc_simple += one.hc_simple;
+        out->qs.hc_registered += one.hc_registered;
+        out->qs.hc_fulfils += one.hc_fulfils;
+        out->qs.hc_fulfil_lost += one.hc_fulfil_lost;
+        out->qs.hc_waits += one.hc_waits;
+        kvq_queue_close(qs[i]);
+    }
     out->retries_per_pop = (double)st.retries / (double)items;
     out->conflicts_per_pop = (double)st.conflicts / (double)items;
     free(seen);
-    kvq_queue_close(q);
     kvq_db_close(cdb);
 }
 
@@ -318,16 +368,180 @@ static void test_hc_vs_basic(void **state)
     assert_int_equal(hc.qs.hc_simple + hc.qs.hc_registered >= items, 1);
 }
 
+/* ---- threads of one handle combine their pops -------------------------------------------- */
+
+#define OCONS_MAX_K 8
+
+typedef struct ocons {
+    kvq_queue *q;
+    int consume; /* kvq_queue_consume_k with a watch, else kvq_queue_pop (k = 1) or pop_k */
+    size_t k;
+    size_t total;
+    size_t *taken; /* shared count of items taken */
+    unsigned char *seen;
+    uint64_t popped;
+    int rc;
+    char err[160];
+} ocons;
+
+/* Pops until every item is taken, checking that this thread gets them in push order. */
+static void *consume_ordered(void *arg)
+{
+    ocons *c = arg;
+    kvq_buf bs[OCONS_MAX_K] = { KVQ_BUF_INIT };
+    int64_t last = -1;
+    while (__atomic_load_n(c->taken, __ATOMIC_RELAXED) < c->total) {
+        size_t n = 0;
+        kvq_watch *w = NULL;
+        int rc = c->consume  ? kvq_queue_consume_k(bs, &n, &w, c->q, c->k)
+                 : c->k == 1 ? kvq_queue_pop(&bs[0], c->q)
+                             : kvq_queue_pop_k(bs, &n, c->q, c->k);
+        if (!c->consume && c->k == 1 && rc == 0)
+            n = 1;
+        if (rc == KVQ_ENOTFOUND)
+            rc = 0;
+        if (rc != 0) {
+            c->rc = rc;
+            snprintf(c->err, sizeof(c->err), "%s (%s)", kvq_errname(rc), kvq_last_error());
+            kvq_watch_destroy(w);
+            break;
+        }
+        if (n > c->k) {
+            c->rc = -1;
+            snprintf(c->err, sizeof(c->err), "%zu items for a pop of %zu", n, c->k);
+            kvq_watch_destroy(w);
+            break;
+        }
+        for (size_t i = 0; i < n && c->rc == 0; i++) {
+            const kvq_buf *b = &bs[i];
+            uint32_t p, sq;
+            if (tq_parse(b->data, b->len, &p, &sq) != 0 || sq >= c->total) {
+                c->rc = -1;
+                snprintf(c->err, sizeof(c->err), "an unknown value");
+                break;
+            }
+            if ((int64_t)sq <= last) {
+                c->rc = -1;
+                snprintf(c->err, sizeof(c->err), "item %u after item %lld", sq, (long long)last);
+            }
+            last = sq;
+            __atomic_add_fetch(&c->seen[sq], 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(c->taken, 1, __ATOMIC_RELAXED);
+            c->popped++;
+        }
+        if (c->rc != 0) {
+            kvq_watch_destroy(w);
+            break;
+        }
+        if (w != NULL) {
+            /* Asleep until a push (or a short while, to notice that everything was taken). */
+            int wr = kvq_watch_wait(w, 100);
+            (void)wr;
+            kvq_watch_destroy(w);
+        }
+    }
+    for (size_t i = 0; i < OCONS_MAX_K; i++)
+        kvq_buf_dispose(&bs[i]);
+    return NULL;
+}
+
+typedef struct slow_producer {
+    kvq_queue *q;
+    size_t total;
+    int rc;
+} slow_producer;
+
+static void *produce_one_by_one(void *arg)
+{
+    slow_producer *p = arg;
+    uint8_t v[16];
+    for (size_t i = 0; i < p->total && p->rc == 0; i++)
+        p->rc = kvq_queue_push(p->q, v, tq_value(v, 0, (uint32_t)i));
+    return NULL;
+}
+
+static void combined_run(kvq_queue_type t, unsigned int flags, int consume, size_t k, size_t items)
+{
+    kvq_queue *q = open_hc(db, t, 30000, flags);
+    unsigned char *seen = calloc(items, 1);
+    assert_non_null(seen);
+    size_t taken = 0;
+    slow_producer prod = { q, items, 0 };
+    pthread_t pt;
+    if (consume) {
+        /* Consumers wait on their watches while a producer pushes one item at a time. */
+        assert_int_equal(pthread_create(&pt, NULL, produce_one_by_one, &prod), 0);
+    } else {
+        uint8_t v[100][16];
+        kvq_bytes vals[100];
+        for (size_t i = 0; i < items; i += 100) {
+            for (size_t j = 0; j < 100; j++) {
+                vals[j].len = tq_value(v[j], 0, (uint32_t)(i + j));
+                vals[j].data = v[j];
+            }
+            assert_ok(kvq_queue_push_many(q, vals, 100));
+        }
+    }
+    ocons c[CONSUMERS];
+    pthread_t th[CONSUMERS];
+    for (int i = 0; i < CONSUMERS; i++) {
+        /* Half the threads pop one item at a time, the other half k. */
+        c[i] = (ocons){ q, consume, i % 2 ? k : 1, items, &taken, seen, 0, 0, "" };
+        assert_int_equal(pthread_create(&th[i], NULL, consume_ordered, &c[i]), 0);
+    }
+    if (consume) {
+        pthread_join(pt, NULL);
+        if (prod.rc != 0)
+            __atomic_store_n(&taken, items, __ATOMIC_RELAXED); /* stop the consumers */
+    }
+    for (int i = 0; i < CONSUMERS; i++)
+        pthread_join(th[i], NULL);
+    assert_ok(prod.rc);
+    for (int i = 0; i < CONSUMERS; i++)
+        if (c[i].rc != 0)
+            fail_msg("consumer %d: %d %s", i, c[i].rc, c[i].err);
+    for (size_t i = 0; i < items; i++)
+        if (seen[i] != 1)
+            fail_msg("item %zu popped %d times", i, seen[i]);
+    uint64_t batches = __atomic_load_n(&q->cmb_batches, __ATOMIC_RELAXED);
+    uint64_t in_batches = __atomic_load_n(&q->cmb_items, __ATOMIC_RELAXED);
+    printf("# %s%s, %s, k = 1 and %zu: %zu items, %llu popped in %llu combined batches\n",
+           kvq_queue_type_name(t), flags ? " (high contention)" : "",
+           consume ? "consume_k while pushed one by one" : "pop from a full queue", k, items,
+           (unsigned long long)in_batches, (unsigned long long)batches);
+    /* Eight threads popping a full queue: while one commits, others wait to be served. */
+    if (!consume)
+        assert_true(batches > 0);
+    free(seen);
+    assert_ok(kvq_queue_delete(q));
+    kvq_queue_close(q);
+}
+
+static void test_combined_pops(void **state)
+{
+    (void)state;
+    combined_run(KVQ_QUEUE_FIFO, 0, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_PRIORITY, KVQ_QUEUE_HIGH_CONTENTION, 0, 1, 2000);
+    combined_run(KVQ_QUEUE_FIFO, 0, 0, 7, 3000);
+    combined_run(KVQ_QUEUE_PRIORITY, 0, 0, 5, 3000);
+    combined_run(KVQ_QUEUE_FIFO, KVQ_QUEUE_HIGH_CONTENTION, 1, 1, 600);
+    combined_run(KVQ_QUEUE_PRIORITY, 0, 1, 1, 600);
+    combined_run(KVQ_QUEUE_FIFO, 0, 1, 4, 600);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_init(argc, argv);
     tq_group(&db);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stranded_result_returns, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_returned_item_wakes, tq_db_setup, tq_db_teardown),
         cmocka_unit_test_setup_teardown(test_recover_keeps_order, tq_db_setup, tq_db_teardown),
         cmocka_unit_test_setup_teardown(test_stale_waiter_removed, tq_db_setup, tq_db_teardown),
         cmocka_unit_test_setup_teardown(test_collect_priority, tq_db_setup, tq_db_teardown),
         cmocka_unit_test_setup_teardown(test_hc_vs_basic, tq_db_setup, tq_db_teardown),
+        cmocka_unit_test_setup_teardown(test_combined_pops, tq_db_setup, tq_db_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
