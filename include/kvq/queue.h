@@ -513,8 +513,8 @@ KVQ_API KVQ_NODISCARD int kvq_queue_consume_k_txn(
  * @return 0 to push the item; KVQ_ENOTFOUND when this thread has no more items; anything else
  *         stops every thread and is returned by kvq_queue_produce.
  */
-typedef int (*kvq_producer_fn)(kvq_buf *value, int64_t *priority, int thread, uint64_t seq,
-                               void *payload);
+typedef int (*kvq_producer_fn)(
+    kvq_buf *value, int64_t *priority, int thread, uint64_t seq, void *payload);
 
 #define KVQ_PRODUCER_OPTIONS_VERSION 1
 
@@ -528,9 +528,9 @@ typedef struct kvq_producer_options {
     int batch;
 } kvq_producer_options;
 
-#define KVQ_PRODUCER_OPTIONS_INIT                \
-    {                                            \
-        KVQ_PRODUCER_OPTIONS_VERSION, 4, 1       \
+#define KVQ_PRODUCER_OPTIONS_INIT          \
+    {                                      \
+        KVQ_PRODUCER_OPTIONS_VERSION, 4, 1 \
     }
 
 /** What kvq_queue_produce did. */

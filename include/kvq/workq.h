@@ -122,9 +122,9 @@ typedef struct kvq_workq_push_options {
     size_t dedup_len;
 } kvq_workq_push_options;
 
-#define KVQ_WORKQ_PUSH_OPTIONS_INIT                        \
-    {                                                      \
-        KVQ_WORKQ_PUSH_OPTIONS_VERSION, 0, 0, 0, NULL, 0   \
+#define KVQ_WORKQ_PUSH_OPTIONS_INIT                      \
+    {                                                    \
+        KVQ_WORKQ_PUSH_OPTIONS_VERSION, 0, 0, 0, NULL, 0 \
     }
 
 /**
@@ -135,11 +135,8 @@ typedef struct kvq_workq_push_options {
  * @param po        options, or NULL for KVQ_WORKQ_PUSH_OPTIONS_INIT
  * @return 0; KVQ_EINVAL; KVQ_EVALUE_TOO_LARGE; a transaction error.
  */
-KVQ_API KVQ_NODISCARD int kvq_workq_push(int *out,
-                                         kvq_workq *w,
-                                         const uint8_t *value,
-                                         size_t len,
-                                         const kvq_workq_push_options *po);
+KVQ_API KVQ_NODISCARD int kvq_workq_push(
+    int *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po);
 
 /** kvq_workq_push inside the caller's transaction (idempotent only through the dedup key or
  * the caller's own token). Errors as kvq_workq_push. */
@@ -272,7 +269,8 @@ typedef int (*kvq_workq_item_fn)(const kvq_workq_item *item, void *payload);
 /** Lists the in-flight (leased) items, the lease ending soonest first, in pages of snapshot
  * reads (no conflicts; a long listing is not one snapshot). Ended leases are made ready first.
  * @return 0; KVQ_EINVAL; a transaction error; or what fn returned. */
-KVQ_API KVQ_NODISCARD int kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
+KVQ_API KVQ_NODISCARD int
+kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
 
 /** Lists the delayed items, the one due soonest first (as kvq_workq_list_inflight). */
 KVQ_API KVQ_NODISCARD int kvq_workq_list_delayed(kvq_workq *w, kvq_workq_item_fn fn, void *payload);

@@ -14,9 +14,10 @@
  * operations mix freely, and the conflict rules are theirs: receivers of one queue compete for
  * its head, and settling different leases never conflicts (two settlers of one item do).
  *
- * As everywhere in kvq (kvq/kvq.h), outputs come first. Errors common to every function: KVQ_EINVAL for NULL or invalid
- * arguments (counts from 1 to 10,000), KVQ_EWRONGTYPE for a FIFO queue, and the transaction errors of
- * kvq/db.h (after the retry budget for convenience forms). Details are in kvq_last_error().
+ * As everywhere in kvq (kvq/kvq.h), outputs come first. Errors common to every function: KVQ_EINVAL
+ * for NULL or invalid arguments (counts from 1 to 10,000), KVQ_EWRONGTYPE for a FIFO queue, and the
+ * transaction errors of kvq/db.h (after the retry budget for convenience forms). Details are in
+ * kvq_last_error().
  */
 #ifndef KVQ_WORKQ_BATCH_H
 #define KVQ_WORKQ_BATCH_H
@@ -45,12 +46,8 @@ extern "C" {
  *       batch's items are then leased to nobody and come back after their leases (at least
  *       once), as with kvq_workq_receive.
  */
-KVQ_API KVQ_NODISCARD int kvq_workq_receive_many(kvq_buf *outs,
-                                                 kvq_workq_lease *leases,
-                                                 size_t *n,
-                                                 kvq_workq *w,
-                                                 size_t k,
-                                                 int64_t lease_ms);
+KVQ_API KVQ_NODISCARD int kvq_workq_receive_many(
+    kvq_buf *outs, kvq_workq_lease *leases, size_t *n, kvq_workq *w, size_t k, int64_t lease_ms);
 
 /** kvq_workq_receive_many inside the caller's transaction (no upkeep pass). `outs` are views
  * borrowed from txn. Do not push to a durable queue earlier in the same transaction. */

@@ -10,8 +10,19 @@
 #include "util/util.h"
 
 /* The counted figures of a queue, each meaning one thing. */
-enum { F_SENT, F_POPPED, F_RECEIVED, F_ACKED, F_REQUEUED, F_DEAD_LETTERED, F_CLEARED, F_IN_FLIGHT,
-       F_DELAYED, F_DEAD, NFIELDS };
+enum {
+    F_SENT,
+    F_POPPED,
+    F_RECEIVED,
+    F_ACKED,
+    F_REQUEUED,
+    F_DEAD_LETTERED,
+    F_CLEARED,
+    F_IN_FLIGHT,
+    F_DELAYED,
+    F_DEAD,
+    NFIELDS
+};
 
 typedef struct field {
     const char *key;  /* the text and JSON key */
@@ -83,8 +94,8 @@ static int gather(cli *c, const char *name, qview *v)
             v->f[F_SENT] = minus(s.pushes, m->requeued);
             v->f[F_POPPED] = minus(minus(s.pops, m->taken), m->cleared_ready);
         }
-        int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered, m->cleared,
-                         m->inflight, m->delayed, m->dead };
+        int64_t wq[] = { m->received, m->acked,    m->requeued, m->dead_lettered,
+                         m->cleared,  m->inflight, m->delayed,  m->dead };
         for (int i = 0; i < 8; i++) {
             v->has[F_RECEIVED + i] = 1;
             v->f[F_RECEIVED + i] = wq[i] < 0 ? 0 : (uint64_t)wq[i];

@@ -48,9 +48,11 @@ int cli_open(cli *c)
     int rc = kvq_db_open(&c->db, c->db_url, &o);
     if (rc == KVQ_ENOTFOUND && stray_data_file(c->db_url)) {
         char msg[1400];
-        snprintf(msg, sizeof(msg), "%s, but it holds a data.db: the database is damaged (its "
+        snprintf(msg, sizeof(msg),
+                 "%s, but it holds a data.db: the database is damaged (its "
                  "kvq.marker is gone) or the file is another program's; kvq neither reads nor "
-                 "replaces it", kvq_last_error());
+                 "replaces it",
+                 kvq_last_error());
         fputs("kvq: ", stderr);
         cli_put_text(stderr, msg);
         fputs(" (database_damaged)\n", stderr);
@@ -67,16 +69,18 @@ int cli_open(cli *c)
         /* The path cannot be created (a missing parent directory) or is a file: an I/O error,
          * with the engine's message, which names the path and the cause. */
         char msg[1200];
-        snprintf(msg, sizeof(msg), "cannot %s the database: %s",
-                 c->create_db ? "create" : "open", kvq_last_error());
+        snprintf(msg, sizeof(msg), "cannot %s the database: %s", c->create_db ? "create" : "open",
+                 kvq_last_error());
         fprintf(stderr, "kvq: %s (io_error)\n", msg);
         cli_json_error(KVQ_EIO, "io_error", msg);
         return EXIT_DB;
     }
     if (rc == KVQ_EPERM && !c->read_only) {
         char msg[1400];
-        snprintf(msg, sizeof(msg), "cannot open the database: %s (to read a database you cannot "
-                 "write, give --read-only)", kvq_last_error());
+        snprintf(msg, sizeof(msg),
+                 "cannot open the database: %s (to read a database you cannot "
+                 "write, give --read-only)",
+                 kvq_last_error());
         fputs("kvq: ", stderr);
         cli_put_text(stderr, msg);
         fputs(" (permission_denied)\n", stderr);
@@ -147,4 +151,3 @@ int cli_open_workq(cli *c, const char *cmd, const char *name, cli_queue **q, kvq
     }
     return 0;
 }
-

@@ -73,7 +73,7 @@ struct kvq_queue {
     int pop_pressure;             /* atomic: recent lost races of durable convenience pops */
     int is_named;                 /* opened by kvq_queue_open_named: its stored settings */
     kvq_queue_settings named;
-    kvq_queue_stats stats;        /* atomic counters */
+    kvq_queue_stats stats; /* atomic counters */
     /* Durable and priority queues: where a work queue keeps its leases' expiry index and its
      * delayed items (bk + pack(("wq", "x")) and ("wq", "y"); workq_internal.h), which every
      * reader looks at first (kvq__q_due_gate). */
@@ -85,11 +85,11 @@ struct kvq_queue {
      * are combined (queue.c): one thread pops for all that are waiting, in one transaction. */
     pthread_mutex_t cmb_mu;
     pthread_cond_t cmb_cv;
-    int cmb_ready;                  /* mu and cv initialised */
-    int cmb_leader;                 /* a thread is serving a batch */
-    struct kvq__cmb_req *cmb_head;  /* waiting requests, in arrival order */
-    uint64_t cmb_batches;           /* atomic: batches of more than one pop served */
-    uint64_t cmb_items;             /* atomic: items those batches popped */
+    int cmb_ready;                 /* mu and cv initialised */
+    int cmb_leader;                /* a thread is serving a batch */
+    struct kvq__cmb_req *cmb_head; /* waiting requests, in arrival order */
+    uint64_t cmb_batches;          /* atomic: batches of more than one pop served */
+    uint64_t cmb_items;            /* atomic: items those batches popped */
 };
 
 /* A borrowed view of a buffer's bytes. */
@@ -182,8 +182,8 @@ int kvq__q_pop_k_end(
 /* A durable queue's pop under contention: up to k consecutive items starting at a position
  * chosen by seed among the first spread * k (at most 4,096, or k), read as a snapshot, with read
  * conflicts on exactly the items taken, so that concurrent consumers rarely take the same ones. */
-int kvq__q_pop_spread(kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed,
-                      kvq_bytes *outs, size_t *n);
+int kvq__q_pop_spread(
+    kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed, kvq_bytes *outs, size_t *n);
 /* The priority of an item key of a priority queue (0 for other types or on a parse error). */
 int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
 /* How many runs of k items the spread pop chooses among (from the handle's pressure). */

@@ -15,8 +15,8 @@ typedef struct producer_run {
     kvq_producer_fn fn;
     void *payload;
     int batch;
-    int stop;  /* set (atomically) by the first thread that fails */
-    int error; /* the first error, under mu */
+    int stop;         /* set (atomically) by the first thread that fails */
+    int error;        /* the first error, under mu */
     char detail[256]; /* its kvq_last_error() on the thread that failed */
     uint64_t items, transactions;
     pthread_mutex_t mu;
@@ -40,8 +40,8 @@ static void fail_run(producer_run *r, int rc)
 
 /* Pushes values[0..n): one transaction for a durable or FIFO queue (kvq_queue_push_many), one
  * per item for a priority queue (each item has its own priority). */
-static int push_batch(producer_run *r, kvq_buf *values, kvq_bytes *views, const int64_t *prios,
-                      size_t n)
+static int
+push_batch(producer_run *r, kvq_buf *values, kvq_bytes *views, const int64_t *prios, size_t n)
 {
     if (kvq_queue_get_type(r->q) != KVQ_QUEUE_PRIORITY) {
         for (size_t i = 0; i < n; i++) {
@@ -133,8 +133,8 @@ int kvq_queue_produce(kvq_producer_stats *out,
         o = *opts;
     }
     if (o.threads < 1 || o.threads > PRODUCER_MAX_THREADS)
-        return kvq__error(KVQ_EINVAL, "kvq_queue_produce: %d threads (1 to %d allowed)",
-                          o.threads, PRODUCER_MAX_THREADS);
+        return kvq__error(KVQ_EINVAL, "kvq_queue_produce: %d threads (1 to %d allowed)", o.threads,
+                          PRODUCER_MAX_THREADS);
     if (o.batch < 1 || o.batch > PRODUCER_MAX_BATCH)
         return kvq__error(KVQ_EINVAL, "kvq_queue_produce: batch of %d (1 to %d allowed)", o.batch,
                           PRODUCER_MAX_BATCH);

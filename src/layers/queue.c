@@ -177,10 +177,9 @@ void kvq_queue_close(kvq_queue *q)
 {
     if (q == NULL)
         return;
-    kvq_buf *bufs[] = { &q->prefix,    &q->items_lo, &q->items_hi, &q->val_prefix,
-                        &q->npush,     &q->npop,     &q->bk,       &q->hc_pop_lo,
-                        &q->hc_pop_hi, &q->hc_rk_lo, &q->hc_rk_hi, &q->wq_x,
-                        &q->wq_y };
+    kvq_buf *bufs[] = { &q->prefix,   &q->items_lo, &q->items_hi,  &q->val_prefix, &q->npush,
+                        &q->npop,     &q->bk,       &q->hc_pop_lo, &q->hc_pop_hi,  &q->hc_rk_lo,
+                        &q->hc_rk_hi, &q->wq_x,     &q->wq_y };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     if (q->cmb_ready) {
@@ -381,13 +380,13 @@ static int gate_body(kvq_txn *txn, void *arg)
 
 /* Runs a convenience pop of up to k items from one end into outs; *n receives the count. */
 static int pop_single(kvq_queue *q,
-                    int end,
-                    size_t k,
-                    kvq_buf *outs,
-                    size_t *n,
-                    int64_t *prio,
-                    kvq_watch **watch,
-                    uint64_t *swept)
+                      int end,
+                      size_t k,
+                      kvq_buf *outs,
+                      size_t *n,
+                      int64_t *prio,
+                      kvq_watch **watch,
+                      uint64_t *swept)
 {
     kvq__qop o;
     pop_arg a = { end, k, NULL, watch != NULL, NULL, 0, NULL };
@@ -470,8 +469,8 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
 {
     if (m == 1) {
         kvq__cmb_req *r = reqs[0];
-        r->rc = pop_single(q, r->end, r->k, r->out, &r->n, NULL,
-                           r->want_watch ? &r->watch : NULL, &r->swept);
+        r->rc = pop_single(q, r->end, r->k, r->out, &r->n, NULL, r->want_watch ? &r->watch : NULL,
+                           &r->swept);
         return;
     }
     kvq_watch *ws[CMB_MAX] = { NULL };
@@ -531,13 +530,8 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     kvq__qop_free(&o);
 }
 
-static int pop_combined(kvq_queue *q,
-                        int end,
-                        size_t k,
-                        kvq_buf *out,
-                        size_t *n,
-                        kvq_watch **watch,
-                        uint64_t *swept)
+static int pop_combined(
+    kvq_queue *q, int end, size_t k, kvq_buf *out, size_t *n, kvq_watch **watch, uint64_t *swept)
 {
     kvq__cmb_req r;
     memset(&r, 0, sizeof(r));

@@ -33,8 +33,8 @@ static int fifo_next_index(int64_t *out, kvq_queue *q, kvq_txn *txn)
 /* n FIFO or priority items, as n pushes of the recipe one after the other in txn would write
  * them: each push's read would see the previous one's item, so the indexes (counts) follow on
  * from one read: last + 1, last + 2, ... */
-static int recipe_push_many_txn(
-    kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n, int64_t p)
+static int
+recipe_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t n, int64_t p)
 {
     int64_t next = 0;
     int rc = q->type == KVQ_QUEUE_FIFO ? fifo_next_index(&next, q, txn)

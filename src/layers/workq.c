@@ -46,13 +46,12 @@ void kvq_workq_close(kvq_workq *w)
 {
     if (w == NULL)
         return;
-    kvq_buf *bufs[] = { &w->base_c,        &w->base_dlq,   &w->base_l,    &w->base_v,
-                        &w->base_x,        &w->base_y,     &w->base_s,    &w->base_dd,
-                        &w->base_ddx,      &w->n_inflight, &w->n_delayed, &w->n_dead,
-                        &w->n_ready,       &w->tick,       &w->base_a,    &w->base_t,
-                        &w->n_received,    &w->n_taken,    &w->n_acked,   &w->n_requeued,
-                        &w->n_deadlettered, &w->n_cleared, &w->n_cleared_ready,
-                        &w->base_b };
+    kvq_buf *bufs[] = { &w->base_c,         &w->base_dlq,   &w->base_l,          &w->base_v,
+                        &w->base_x,         &w->base_y,     &w->base_s,          &w->base_dd,
+                        &w->base_ddx,       &w->n_inflight, &w->n_delayed,       &w->n_dead,
+                        &w->n_ready,        &w->tick,       &w->base_a,          &w->base_t,
+                        &w->n_received,     &w->n_taken,    &w->n_acked,         &w->n_requeued,
+                        &w->n_deadlettered, &w->n_cleared,  &w->n_cleared_ready, &w->base_b };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         kvq_buf_dispose(bufs[i]);
     kvq__free(w);
@@ -298,7 +297,6 @@ typedef struct push_ctx {
     kvq_queue_token tok;
     int enqueued;
 } push_ctx;
-
 
 static int push_conv_body(kvq_txn *txn, void *arg)
 {
@@ -633,12 +631,8 @@ int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t)
     return rc;
 }
 
-int kvq__wq_settle_txn(kvq_workq *w,
-                       kvq_txn *txn,
-                       kvq_workq_lease *lease,
-                       int kind,
-                       int64_t arg,
-                       kvq__wq_tally *tally)
+int kvq__wq_settle_txn(
+    kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg, kvq__wq_tally *tally)
 {
     /* An item of a batch lease (workq_batch.c) is settled there. */
     int handled = 0;
@@ -830,8 +824,7 @@ static int settle_body(kvq_txn *txn, void *arg)
  * the lease settled: KVQ_ELEASE_SETTLED, which then means done when settled_done is set). When
  * time runs out with the outcome unknown, one more attempt with a fresh budget settles it: it
  * reads and writes keys each earlier attempt read, so none still in flight can commit after it. */
-int kvq__wq_run_idempotent(
-    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out)
+int kvq__wq_run_idempotent(kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out)
 {
     kvq_txn *txn;
     int rc = kvq_txn_create(&txn, db);

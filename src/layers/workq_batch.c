@@ -36,12 +36,12 @@
  * whole and in order, in bk ("wq","b", bid14, 1, 0..) of at most VAL_CHUNK bytes each: a value
  * starts a new key when it does not fit in the current one. */
 
-#define BID KVQ__WQ_BATCH_ID
-#define FORMAT 1
-#define HDR 29
-#define ENTRY 18
+#define BID        KVQ__WQ_BATCH_ID
+#define FORMAT     1
+#define HDR        29
+#define ENTRY      18
 #define META_CHUNK 90000
-#define VAL_CHUNK 100000
+#define VAL_CHUNK  100000
 
 enum { STREAM_META = 0, STREAM_VAL = 1, STREAM_STATE = 2 };
 enum { ST_LIVE = 0, ST_ACK = 'a', ST_NACK = 'n', ST_EXPIRED = 'e', ST_MOVED = 'm' };
@@ -203,8 +203,8 @@ static int batch_load(batch *b,
         size_t got = 0;
         rc = state_range(&k, &hi, w, bid);
         if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, k.data, k.len, hi.data, hi.len, 0,
-                                   sflags);
+            rc =
+                kvq_txn_get_range(&kvs, &got, NULL, txn, k.data, k.len, hi.data, hi.len, 0, sflags);
         for (size_t i = 0; rc == 0 && i < got; i++) {
             int64_t idx;
             if (tail_ints(kvs[i].key.data, kvs[i].key.len, k.len, &idx, 1) != 0 || idx < 0 ||
@@ -395,12 +395,8 @@ static int batch_owns(const batch *b, uint32_t idx)
 
 /* An extended item leaves its batch for a lease of its own, with the same id (workq.c's
  * layout: lease record, value, expiry index, ready version). */
-static int move_out(batch *b,
-                    kvq_workq *w,
-                    kvq_txn *txn,
-                    uint32_t idx,
-                    const kvq_workq_lease *lease,
-                    int64_t nd)
+static int move_out(
+    batch *b, kvq_workq *w, kvq_txn *txn, uint32_t idx, const kvq_workq_lease *lease, int64_t nd)
 {
     const bitem *it = &b->items[idx];
     uint8_t m[20];
@@ -617,7 +613,8 @@ int kvq__wq_batch_items(
     return rc;
 }
 
-/* ---- receive ---------------------------------------------------------------------------------- */
+/* ---- receive ----------------------------------------------------------------------------------
+ */
 
 /* The items a receive batch collects before it writes them. */
 typedef struct collect {
@@ -627,12 +624,8 @@ typedef struct collect {
 } collect;
 
 /* Writes the batch record of c's items (see the top of this file) and its expiry entry. */
-static int write_batch(kvq_workq *w,
-                       kvq_txn *txn,
-                       const uint8_t *bid,
-                       int64_t deadline,
-                       int64_t rv,
-                       const collect *c)
+static int write_batch(
+    kvq_workq *w, kvq_txn *txn, const uint8_t *bid, int64_t deadline, int64_t rv, const collect *c)
 {
     /* How many keys of each kind, by the packing rules. */
     uint32_t nm = 1, nv = 1;
@@ -756,11 +749,11 @@ static int take_run(kvq_workq *w,
         }
         uint32_t deliv = 0;
         int64_t since = -1;
-        while (j < ncs && kvq__bytes_cmp(cs[j].key.data + cplen, cs[j].key.len - cplen, suffix,
-                                         slen) < 0)
+        while (j < ncs &&
+               kvq__bytes_cmp(cs[j].key.data + cplen, cs[j].key.len - cplen, suffix, slen) < 0)
             j++;
-        if (j < ncs && kvq__bytes_cmp(cs[j].key.data + cplen, cs[j].key.len - cplen, suffix,
-                                      slen) == 0) {
+        if (j < ncs &&
+            kvq__bytes_cmp(cs[j].key.data + cplen, cs[j].key.len - cplen, suffix, slen) == 0) {
             kvq_bytes cv = cs[j].value;
             deliv = (uint32_t)kvq__le_get(cv.data, cv.len < 4 ? cv.len : 4);
             if (cv.len >= 12 && q->type == KVQ_QUEUE_PRIORITY)
@@ -948,12 +941,8 @@ static int recv_many_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_receive_many(kvq_buf *outs,
-                           kvq_workq_lease *leases,
-                           size_t *n,
-                           kvq_workq *w,
-                           size_t k,
-                           int64_t lease_ms)
+int kvq_workq_receive_many(
+    kvq_buf *outs, kvq_workq_lease *leases, size_t *n, kvq_workq *w, size_t k, int64_t lease_ms)
 {
     if (n != NULL)
         *n = 0;
@@ -1035,8 +1024,12 @@ static int settle_many_txn(int *out,
     return rc != 0 ? rc : first;
 }
 
-static int check_many(const char *fn, kvq_workq *w, kvq_txn *txn, int need_txn,
-                      const kvq_workq_lease *leases, size_t n)
+static int check_many(const char *fn,
+                      kvq_workq *w,
+                      kvq_txn *txn,
+                      int need_txn,
+                      const kvq_workq_lease *leases,
+                      size_t n)
 {
     int rc = kvq__wq_check(w, txn, need_txn, fn);
     if (rc == 0 && leases == NULL)
@@ -1053,12 +1046,8 @@ int kvq_workq_ack_many_txn(
     return rc != 0 ? rc : settle_many_txn(out, w, txn, leases, n, SETTLE_ACK, 0);
 }
 
-int kvq_workq_nack_many_txn(int *out,
-                            kvq_workq *w,
-                            kvq_txn *txn,
-                            const kvq_workq_lease *leases,
-                            size_t n,
-                            int64_t delay_ms)
+int kvq_workq_nack_many_txn(
+    int *out, kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *leases, size_t n, int64_t delay_ms)
 {
     int rc = check_many("kvq_workq_nack_many_txn", w, txn, 1, leases, n);
     if (rc == 0 && (delay_ms < 0 || delay_ms > 366LL * 86400000))
@@ -1074,7 +1063,7 @@ typedef struct settle_many_ctx {
     size_t n;
     int kind;
     int64_t arg;
-    int *out;   /* per lease, of the last attempt */
+    int *out;       /* per lease, of the last attempt */
     int first_fail; /* the last attempt's first per-lease failure */
 } settle_many_ctx;
 
@@ -1091,12 +1080,8 @@ static int settle_many_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-static int settle_many(int *out,
-                       kvq_workq *w,
-                       const kvq_workq_lease *leases,
-                       size_t n,
-                       int kind,
-                       int64_t arg)
+static int
+settle_many(int *out, kvq_workq *w, const kvq_workq_lease *leases, size_t n, int kind, int64_t arg)
 {
     int *own = kvq__calloc(n, sizeof(*own));
     if (own == NULL)

@@ -58,7 +58,7 @@ struct kvq_workq {
     unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
-    kvq_buf base_b; /* batch leases (workq_batch.c) */
+    kvq_buf base_b;         /* batch leases (workq_batch.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;

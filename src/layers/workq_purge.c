@@ -47,9 +47,8 @@ static int purge_body(kvq_txn *txn, void *arg)
      * work queue keeps. */
     if (rc == 0)
         rc = kvq_queue_clear_txn(q, txn);
-    const kvq_buf *kinds[] = { &w->base_c, &w->base_dlq, &w->base_l, &w->base_v,
-                               &w->base_x, &w->base_y,   &w->base_a, &w->base_t,
-                               &w->base_b };
+    const kvq_buf *kinds[] = { &w->base_c, &w->base_dlq, &w->base_l, &w->base_v, &w->base_x,
+                               &w->base_y, &w->base_a,   &w->base_t, &w->base_b };
     kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
     for (size_t i = 0; rc == 0 && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         rc = kvq__wq_range_of(&lo, &hi, kinds[i]);
@@ -72,8 +71,8 @@ static int purge_body(kvq_txn *txn, void *arg)
         if (rc == 0 && counted != 0)
             rc = kvq__wq_counter_add(txn, &w->n_ready, -counted);
     }
-    int64_t all = ready + (inflight > 0 ? inflight : 0) + (delayed > 0 ? delayed : 0) +
-                  (dead > 0 ? dead : 0);
+    int64_t all =
+        ready + (inflight > 0 ? inflight : 0) + (delayed > 0 ? delayed : 0) + (dead > 0 ? dead : 0);
     if (rc == 0 && all > 0)
         rc = kvq__wq_counter_add(txn, &w->n_cleared, all);
     if (rc == 0 && ready > 0 && q->type == KVQ_QUEUE_DURABLE)

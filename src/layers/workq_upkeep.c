@@ -8,7 +8,7 @@
 #include "layers/workq_internal.h"
 
 #define SETTLED_WINDOW_BUCKETS 60
-#define BATCH_BUDGET (2 * 1000 * 1000)
+#define BATCH_BUDGET           (2 * 1000 * 1000)
 
 /* ---- recovery ------------------------------------------------------------------------------ */
 
@@ -266,7 +266,7 @@ static int look_due(kvq_queue *q, kvq_txn *txn, int64_t xbound, int64_t rv, int 
             *due = 1;
         else if (kvq__bytes_cmp(k->data, k->len, xhi, xhi_len) < 0)
             *due = 1; /* the first lease ended before xbound */
-        else /* leases in flight, none ended: the delayed items alone */
+        else          /* leases in flight, none ended: the delayed items alone */
             rc = kvq_txn_get_range(&kvs, &got, NULL, txn, ylo, q->wq_y.len + 1, yhi, yhi_len, 1,
                                    KVQ_SNAPSHOT);
         if (rc == 0 && lease && !*due && got > 0)
@@ -341,7 +341,8 @@ int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
     return passes_while_due(w, 1, out);
 }
 
-/* ---- every reader makes what is due ready first ------------------------------------------------ */
+/* ---- every reader makes what is due ready first ------------------------------------------------
+ */
 
 /* The passes of a reader that has no work-queue handle: a transient one over q, with the max
  * deliveries of the work queue last opened over q, else of the named queue's settings, else 0

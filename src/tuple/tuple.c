@@ -483,8 +483,9 @@ int kvq_tuple_builder_finish(kvq_tuple_builder *b)
     if (b == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_tuple_builder_finish: builder is NULL");
     if (b->error == 0 && b->depth != 0)
-        build_fail(b, kvq__error(KVQ_EINVAL, "kvq_tuple_builder_finish: %d nested tuple(s) still "
-                                             "open",
+        build_fail(b, kvq__error(KVQ_EINVAL,
+                                 "kvq_tuple_builder_finish: %d nested tuple(s) still "
+                                 "open",
                                  b->depth));
     if (b->error == 0 && b->vs_count == 1) {
         if ((uint64_t)b->vs_at > UINT32_MAX) {

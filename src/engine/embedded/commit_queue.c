@@ -48,8 +48,8 @@
 
 #include "emb.h"
 
-#define CQ_MAGIC 0x6b767163u /* "kvqc" */
-#define CQ_FILE_BYTES   (EMB_CQ_HEADER_BYTES + (size_t)EMB_CQ_SLOTS * EMB_CQ_SLOT_BYTES)
+#define CQ_MAGIC      0x6b767163u /* "kvqc" */
+#define CQ_FILE_BYTES (EMB_CQ_HEADER_BYTES + (size_t)EMB_CQ_SLOTS * EMB_CQ_SLOT_BYTES)
 /* A slot not FREE, unchanged for this long, is checked for a living owner. */
 #define CQ_STALE_US 1000000
 /* An owner that is not woken looks at its slot and the lock again after this long. */
@@ -79,7 +79,7 @@ typedef struct cq_slot {
     uint32_t len; /* payload bytes */
     uint32_t outcome_ready;
     uint32_t pad_;
-    int64_t version; /* the batch version of the leader that took it */
+    int64_t version;  /* the batch version of the leader that took it */
     int64_t since_us; /* CLOCK_MONOTONIC of the last change of state */
     cq_out out[EMB_CQ_MAX_REQS];
     uint8_t payload[];
@@ -172,8 +172,8 @@ void emb_cq_open(emb_db *e)
         ok = cq_ready(e, fd) || cq_setup(e, fd);
         flock(e->lock_fd, LOCK_UN);
     }
-    void *m = ok ? mmap(NULL, CQ_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                 : MAP_FAILED;
+    void *m =
+        ok ? mmap(NULL, CQ_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (m == MAP_FAILED) {
         close(fd);
         return;

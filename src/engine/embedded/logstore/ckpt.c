@@ -22,13 +22,12 @@ void (*kvq__ckpt_test_hook)(const char *step);
 static const char hdr_magic[8] = { 'K', 'V', 'Q', 'C', 'K', 'P', 'T', 0 };
 static const char trl_magic[8] = { 'K', 'V', 'Q', 'C', 'K', 'E', 'N', 'D' };
 
-
 static int sys_err(const char *what)
 {
     int e = errno;
-    int code = e == ENOSPC || e == EDQUOT ? KVQ_ENOSPC
+    int code = e == ENOSPC || e == EDQUOT                  ? KVQ_ENOSPC
                : (e == EACCES || e == EPERM || e == EROFS) ? KVQ_EPERM
-                                                          : KVQ_EIO;
+                                                           : KVQ_EIO;
     return kvq__error(code, "log store checkpoint: %s: %s", what, strerror(e));
 }
 
@@ -126,13 +125,17 @@ static void remove_older(void *arg, const char *name, int64_t v)
         unlinkat(o->dir_fd, name, 0);
 }
 
-int kvq__ckpt_write(int dir_fd, kvq__vmap *m, int64_t version, uint64_t lsn, unsigned int mode,
+int kvq__ckpt_write(int dir_fd,
+                    kvq__vmap *m,
+                    int64_t version,
+                    uint64_t lsn,
+                    unsigned int mode,
                     kvq__ckpt_info *info)
 {
     if (dir_fd < 0 || m == NULL || version < 0)
         return kvq__error(KVQ_EINVAL, "checkpoint: bad arguments");
-    int fd = openat(dir_fd, "ckpt.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    mode ? mode : 0600);
+    int fd =
+        openat(dir_fd, "ckpt.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode ? mode : 0600);
     if (fd < 0)
         return sys_err("create ckpt.tmp");
     wbuf w = { fd, kvq__malloc(BUFB), 0, 0 };
@@ -216,8 +219,8 @@ static int read_header(int fd, const char *name, kvq__ckpt_info *info)
     if (memcmp(h, hdr_magic, 8) != 0 || kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, HDR - 16))
         return kvq__error(KVQ_EDAMAGED, "checkpoint %s has a bad header", name);
     if (kvq__le32_get(h + 8) != KVQ__CKPT_FORMAT)
-        return kvq__error(KVQ_EUNSUPPORTED, "checkpoint %s has format %u; this kvq reads %u",
-                          name, kvq__le32_get(h + 8), KVQ__CKPT_FORMAT);
+        return kvq__error(KVQ_EUNSUPPORTED, "checkpoint %s has format %u; this kvq reads %u", name,
+                          kvq__le32_get(h + 8), KVQ__CKPT_FORMAT);
     info->version = (int64_t)kvq__le64_get(h + 16);
     info->lsn = kvq__le64_get(h + 24);
     return 0;

@@ -22,15 +22,15 @@
 
 void (*kvq__log_test_hook)(const char *step);
 
-#define HOOK(s)                                                                                    \
-    do {                                                                                           \
-        if (kvq__log_test_hook)                                                                    \
-            kvq__log_test_hook(s);                                                                 \
+#define HOOK(s)                    \
+    do {                           \
+        if (kvq__log_test_hook)    \
+            kvq__log_test_hook(s); \
     } while (0)
 
-#define REC_MAGIC 0x5251564bu /* "KVQR" little-endian */
+#define REC_MAGIC        0x5251564bu /* "KVQR" little-endian */
 #define SYNC_PATIENCE_NS 20000000L
-#define SHM_MAGIC 0x4d53514bu
+#define SHM_MAGIC        0x4d53514bu
 static const char seg_magic[8] = { 'K', 'V', 'Q', 'L', 'O', 'G', 'S', 'G' };
 
 /* The shared state of a log (log.shm), mapped by every process that has the log open. */
@@ -44,8 +44,8 @@ typedef struct log_shm {
     uint32_t tail_gen;         /* futex word, bumped after each append */
     uint32_t tail_waiters;
     uint32_t sync_failed;
-    uint64_t synced;           /* every record ending at or before it is on disk */
-    uint64_t first;            /* the oldest position still in the log */
+    uint64_t synced; /* every record ending at or before it is on disk */
+    uint64_t first;  /* the oldest position still in the log */
 } log_shm;
 
 /* One segment file this handle has opened. */
@@ -86,7 +86,6 @@ static uint64_t align8(uint64_t n)
     return (n + 7u) & ~(uint64_t)7u;
 }
 
-
 /* Record header, KVQ__LOG_REC_HEADER bytes:
  *   0 magic  4 crc (of bytes 8..40 and the payload)  8 prev (the previous record's crc)
  *  12 type  16 lsn (its own position)  24 synced (the log's synced position when written)
@@ -98,8 +97,13 @@ static uint32_t rec_crc(const uint8_t *hdr, const void *data, size_t len)
     return kvq__crc32c(c, data, len);
 }
 
-static void rec_header(uint8_t *h, uint32_t prev, uint32_t type, uint64_t lsn, uint64_t synced,
-                       const void *data, size_t len)
+static void rec_header(uint8_t *h,
+                       uint32_t prev,
+                       uint32_t type,
+                       uint64_t lsn,
+                       uint64_t synced,
+                       const void *data,
+                       size_t len)
 {
     memset(h, 0, KVQ__LOG_REC_HEADER);
     kvq__le32_put(h, REC_MAGIC);
@@ -422,8 +426,15 @@ int kvq__log_prepare_spare(kvq__log *log)
 
 /* Checks the record at lsn in a mapped segment; returns its payload length and type, or -1
  * when no valid record is there. prev_known: check the chain against prev. */
-static int rec_check(const kvq__log *log, const uint8_t *map, uint64_t lsn, int prev_known,
-                     uint32_t prev, uint32_t *type, size_t *len, uint32_t *crc, uint64_t *synced)
+static int rec_check(const kvq__log *log,
+                     const uint8_t *map,
+                     uint64_t lsn,
+                     int prev_known,
+                     uint32_t prev,
+                     uint32_t *type,
+                     size_t *len,
+                     uint32_t *crc,
+                     uint64_t *synced)
 {
     uint64_t off = lsn % log->sb;
     if (off < KVQ__LOG_SEG_HEADER || off + KVQ__LOG_REC_HEADER > log->sb)
@@ -450,8 +461,16 @@ static int rec_check(const kvq__log *log, const uint8_t *map, uint64_t lsn, int 
 /* Walks records from lsn while they are valid and chained, up to limit (0: no limit), calling
  * fn. Sets *end to the position after the last valid one and *crc to its checksum. Caller holds
  * seg_mu. */
-static int walk(kvq__log *log, uint64_t lsn, uint64_t limit, int prev_known, uint32_t prev,
-                kvq__log_rec_fn fn, void *arg, uint64_t *end, uint32_t *crc_out, uint64_t *count)
+static int walk(kvq__log *log,
+                uint64_t lsn,
+                uint64_t limit,
+                int prev_known,
+                uint32_t prev,
+                kvq__log_rec_fn fn,
+                void *arg,
+                uint64_t *end,
+                uint32_t *crc_out,
+                uint64_t *count)
 {
     int rc = 0;
     uint64_t pos = lsn;
@@ -481,8 +500,7 @@ static int walk(kvq__log *log, uint64_t lsn, uint64_t limit, int prev_known, uin
         if (type == KVQ__LOG_REC_SEGEND) {
             next = (seg_of(log, pos) + 1) * log->sb + KVQ__LOG_SEG_HEADER;
         } else if (fn) {
-            kvq__log_rec r = { pos, next, type, s->map + pos % log->sb + KVQ__LOG_REC_HEADER,
-                               len };
+            kvq__log_rec r = { pos, next, type, s->map + pos % log->sb + KVQ__LOG_REC_HEADER, len };
             /* the callback may read other segments: the mapping stays valid while it runs,
              * since segments are only unmapped when evicted by seg_get of this handle */
             if ((rc = fn(arg, &r)) != 0) {
@@ -566,10 +584,11 @@ static int read_seg_bytes(kvq__log *log, uint64_t seq, uint64_t *sb)
     if (n != (ssize_t)sizeof h || memcmp(h, seg_magic, 8) != 0)
         return kvq__error(KVQ_EDAMAGED, "log: segment %s has a bad header", name);
     if (kvq__le32_get(h + 8) != KVQ__LOG_FORMAT)
-        return kvq__error(KVQ_EDAMAGED, "log: segment %s has format %u, this kvq reads %u",
-                          name, kvq__le32_get(h + 8), KVQ__LOG_FORMAT);
+        return kvq__error(KVQ_EDAMAGED, "log: segment %s has format %u, this kvq reads %u", name,
+                          kvq__le32_get(h + 8), KVQ__LOG_FORMAT);
     *sb = kvq__le64_get(h + 24);
-    if (*sb < KVQ__LOG_SEG_MIN || *sb % 4096 != 0 || kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, 16))
+    if (*sb < KVQ__LOG_SEG_MIN || *sb % 4096 != 0 ||
+        kvq__le32_get(h + 12) != kvq__crc32c(0, h + 16, 16))
         return kvq__error(KVQ_EDAMAGED, "log: segment %s has a bad header", name);
     return 0;
 }
@@ -595,8 +614,9 @@ static int recover(kvq__log *log, uint64_t start, kvq__log_rec_fn fn, void *arg)
     } else if (start == 0 && low > 1) {
         /* The log's first segments are released only once a checkpoint holds them: a log
          * that starts later with no checkpoint lost it. */
-        return kvq__error(KVQ_EDAMAGED, "log: the log starts at segment %llu, but no "
-                                        "checkpoint holds what came before it",
+        return kvq__error(KVQ_EDAMAGED,
+                          "log: the log starts at segment %llu, but no "
+                          "checkpoint holds what came before it",
                           (unsigned long long)low);
     }
     if (start == 0)
@@ -615,8 +635,8 @@ static int recover(kvq__log *log, uint64_t start, kvq__log_rec_fn fn, void *arg)
     for (uint64_t s_i = seg_of(log, start); rc == 0 && s_i <= seg_of(log, end); s_i++) {
         seg_file *s = seg_get(log, s_i, &rc);
         if (s == NULL) {
-            if (s_i == seg_of(log, end) && rc == KVQ_ENOTFOUND && end % log->sb ==
-                KVQ__LOG_SEG_HEADER) {
+            if (s_i == seg_of(log, end) && rc == KVQ_ENOTFOUND &&
+                end % log->sb == KVQ__LOG_SEG_HEADER) {
                 /* the log ends at the start of a segment not made yet */
                 kvq__error_clear();
                 rc = 0;
@@ -667,8 +687,7 @@ static int shm_open_map(kvq__log *log, int *fresh)
     if (log->shm_fd < 0) {
         if (log->read_only && errno == ENOENT) {
             /* a read-only handle with no writer ever: a private page */
-            log->shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                            0);
+            log->shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (log->shm == MAP_FAILED) {
                 log->shm = NULL;
                 return sys_err(KVQ_ENOMEM, "map", "log.shm");
@@ -692,8 +711,12 @@ static int shm_open_map(kvq__log *log, int *fresh)
 
 _Static_assert(sizeof(log_shm) <= 4096, "log.shm is one page");
 
-int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
-                  uint64_t start_lsn, kvq__log_rec_fn fn, void *arg)
+int kvq__log_open(kvq__log **out,
+                  const char *dir,
+                  const kvq__log_options *opt,
+                  uint64_t start_lsn,
+                  kvq__log_rec_fn fn,
+                  void *arg)
 {
     if (out == NULL)
         return kvq__error(KVQ_EINVAL, "log: out is NULL");
@@ -707,8 +730,9 @@ int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
         o.segment_bytes = KVQ__LOG_SEG_DEFAULT;
     if (o.segment_bytes < KVQ__LOG_SEG_MIN || o.segment_bytes % 4096 != 0 ||
         o.segment_bytes > (1ull << 40))
-        return kvq__error(KVQ_EINVAL, "log: segment size %llu is not a multiple of 4096 in "
-                                      "[64 KiB, 1 TiB]",
+        return kvq__error(KVQ_EINVAL,
+                          "log: segment size %llu is not a multiple of 4096 in "
+                          "[64 KiB, 1 TiB]",
                           (unsigned long long)o.segment_bytes);
     kvq__log *log = kvq__calloc(1, sizeof *log);
     if (log == NULL)
@@ -851,8 +875,13 @@ void kvq__log_unlock(kvq__log *log)
 }
 
 /* Writes a record at the tail with one pwritev; lock held. */
-static int put_record(kvq__log *log, seg_file *s, uint32_t type, const void *data, size_t len,
-                      uint64_t *lsn_out, uint64_t *end_out)
+static int put_record(kvq__log *log,
+                      seg_file *s,
+                      uint32_t type,
+                      const void *data,
+                      size_t len,
+                      uint64_t *lsn_out,
+                      uint64_t *end_out)
 {
     log_shm *sh = log->shm;
     uint64_t lsn = sh->tail;
@@ -903,15 +932,18 @@ static int put_record(kvq__log *log, seg_file *s, uint32_t type, const void *dat
     return 0;
 }
 
-int kvq__log_append_locked(kvq__log *log, uint32_t type, const void *data, size_t len,
-                           uint64_t *lsn_out, uint64_t *end_out)
+int kvq__log_append_locked(kvq__log *log,
+                           uint32_t type,
+                           const void *data,
+                           size_t len,
+                           uint64_t *lsn_out,
+                           uint64_t *end_out)
 {
     if (log == NULL || (data == NULL && len > 0) || type < KVQ__LOG_REC_BATCH)
         return kvq__error(KVQ_EINVAL, "log: bad append");
     uint64_t need = KVQ__LOG_REC_HEADER + align8(len);
     if (need + KVQ__LOG_SEG_HEADER + KVQ__LOG_REC_HEADER > log->sb)
-        return kvq__error(KVQ_EINVAL, "log: a record of %zu bytes does not fit in a segment",
-                          len);
+        return kvq__error(KVQ_EINVAL, "log: a record of %zu bytes does not fit in a segment", len);
     log->wrote = 0;
     if (__atomic_load_n(&log->shm->sync_failed, __ATOMIC_ACQUIRE))
         return kvq__error(KVQ_EIO, "log: an earlier sync failed; reopen the database");
@@ -1052,8 +1084,8 @@ again:;
         HOOK("sync.after");
         /* a solo syncer may race with the holder: the synced position only moves forward */
         uint64_t cur = __atomic_load_n(&sh->synced, __ATOMIC_ACQUIRE);
-        while (cur < to && !__atomic_compare_exchange_n(&sh->synced, &cur, to, 0,
-                                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        while (cur < to && !__atomic_compare_exchange_n(&sh->synced, &cur, to, 0, __ATOMIC_ACQ_REL,
+                                                        __ATOMIC_ACQUIRE)) {
         }
         if (nfd > 0 && to < lsn)
             goto again; /* more segments than one round takes */
@@ -1209,8 +1241,8 @@ int kvq__log_group_commit(kvq__log *log, kvq__log_req *req, kvq__log_build_fn bu
     return req->rc;
 }
 
-int kvq__log_batch_next(const uint8_t *payload, size_t len, size_t *pos, const uint8_t **entry,
-                        size_t *entry_len)
+int kvq__log_batch_next(
+    const uint8_t *payload, size_t len, size_t *pos, const uint8_t **entry, size_t *entry_len)
 {
     if (payload == NULL || pos == NULL || entry == NULL || entry_len == NULL)
         return -1;
@@ -1223,15 +1255,14 @@ int kvq__log_batch_next(const uint8_t *payload, size_t len, size_t *pos, const u
         return -1;
     *entry = payload + *pos + 4;
     *entry_len = n;
-    *pos += (size_t)align8(4 + (uint64_t)n) < len - *pos ? (size_t)align8(4 + (uint64_t)n)
-                                                         : len - *pos;
+    *pos +=
+        (size_t)align8(4 + (uint64_t)n) < len - *pos ? (size_t)align8(4 + (uint64_t)n) : len - *pos;
     return 1;
 }
 
 /* ---- reading, positions ---- */
 
-int kvq__log_read(kvq__log *log, uint64_t lsn, kvq__log_rec_fn fn, void *arg,
-                  uint64_t *next_out)
+int kvq__log_read(kvq__log *log, uint64_t lsn, kvq__log_rec_fn fn, void *arg, uint64_t *next_out)
 {
     if (log == NULL || next_out == NULL)
         return kvq__error(KVQ_EINVAL, "log: bad read");
@@ -1286,7 +1317,8 @@ void kvq__log_wait_tail(kvq__log *log, uint32_t seen_gen, int64_t timeout_us)
     log_shm *sh = log->shm;
     __atomic_add_fetch(&sh->tail_waiters, 1, __ATOMIC_ACQ_REL);
     if (__atomic_load_n(&sh->tail_gen, __ATOMIC_ACQUIRE) == seen_gen) {
-        struct timespec ts = { (time_t)(timeout_us / 1000000), (long)(timeout_us % 1000000) * 1000 };
+        struct timespec ts = { (time_t)(timeout_us / 1000000),
+                               (long)(timeout_us % 1000000) * 1000 };
         syscall(SYS_futex, &sh->tail_gen, FUTEX_WAIT, seen_gen, &ts, NULL, 0);
     }
     __atomic_sub_fetch(&sh->tail_waiters, 1, __ATOMIC_ACQ_REL);

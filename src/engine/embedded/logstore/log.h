@@ -28,12 +28,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVQ__LOG_FORMAT       1
-#define KVQ__LOG_SEG_HEADER   4096u
-#define KVQ__LOG_REC_HEADER   40u
+#define KVQ__LOG_FORMAT     1
+#define KVQ__LOG_SEG_HEADER 4096u
+#define KVQ__LOG_REC_HEADER 40u
 /* The default segment size; a record (a batch of commits) must fit in one segment. */
-#define KVQ__LOG_SEG_DEFAULT  (64u << 20)
-#define KVQ__LOG_SEG_MIN      (64u << 10)
+#define KVQ__LOG_SEG_DEFAULT (64u << 20)
+#define KVQ__LOG_SEG_MIN     (64u << 10)
 
 /* Record types. Types below 16 belong to the log itself. */
 enum {
@@ -67,8 +67,12 @@ typedef int (*kvq__log_rec_fn)(void *arg, const kvq__log_rec *rec);
  * to the tail is passed to fn (may be NULL), in order. When this process is the only one with
  * the log open, the tail is found by scanning and a torn tail is cut; otherwise the tail is the
  * shared one. Errors: KVQ_EINVAL, KVQ_EIO, KVQ_ENOSPC, KVQ_EDAMAGED, KVQ_ENOMEM, or fn's code. */
-int kvq__log_open(kvq__log **out, const char *dir, const kvq__log_options *opt,
-                  uint64_t start_lsn, kvq__log_rec_fn fn, void *arg);
+int kvq__log_open(kvq__log **out,
+                  const char *dir,
+                  const kvq__log_options *opt,
+                  uint64_t start_lsn,
+                  kvq__log_rec_fn fn,
+                  void *arg);
 void kvq__log_close(kvq__log *log);
 
 /* The cross-process append lock; the holder may append. A holder that died is detected and its
@@ -79,8 +83,12 @@ void kvq__log_unlock(kvq__log *log);
 /* Appends one record with one pwrite (two when it starts a new segment), lock held. The record
  * is written but not yet durable: call kvq__log_sync(*end_out). Errors: KVQ_EINVAL (too large
  * for a segment), KVQ_EIO, KVQ_ENOSPC (no segment could be made). */
-int kvq__log_append_locked(kvq__log *log, uint32_t type, const void *data, size_t len,
-                           uint64_t *lsn_out, uint64_t *end_out);
+int kvq__log_append_locked(kvq__log *log,
+                           uint32_t type,
+                           const void *data,
+                           size_t len,
+                           uint64_t *lsn_out,
+                           uint64_t *end_out);
 
 /* Makes every record that ends at or before lsn durable. One fdatasync serves every process
  * waiting at once. After a failed sync every later sync fails too (the kernel may have dropped
@@ -108,8 +116,8 @@ int kvq__log_sync_failed(kvq__log *log);
 typedef struct kvq__log_req {
     const void *data;
     size_t len;
-    int rc;                  /* the request's outcome */
-    uint64_t lsn, end;       /* the record it was written in */
+    int rc;            /* the request's outcome */
+    uint64_t lsn, end; /* the record it was written in */
     struct kvq__log_req *next;
     int done;
     void *user;
@@ -121,14 +129,13 @@ int kvq__log_group_commit(kvq__log *log, kvq__log_req *req, kvq__log_build_fn bu
 
 /* Iterates over the entries of a KVQ__LOG_REC_BATCH record's payload: returns 1 and sets
  * entry and entry_len to the next one, 0 at the end, -1 when the payload is malformed. */
-int kvq__log_batch_next(const uint8_t *payload, size_t len, size_t *pos, const uint8_t **entry,
-                        size_t *entry_len);
+int kvq__log_batch_next(
+    const uint8_t *payload, size_t len, size_t *pos, const uint8_t **entry, size_t *entry_len);
 
 /* Reads the records from lsn (a record boundary) up to the shared tail, passing each to fn.
  * *next_out is where the next read starts. KVQ_ENOTFOUND when lsn is before the start of the
  * log (recycled since): the reader must start again from a checkpoint. */
-int kvq__log_read(kvq__log *log, uint64_t lsn, kvq__log_rec_fn fn, void *arg,
-                  uint64_t *next_out);
+int kvq__log_read(kvq__log *log, uint64_t lsn, kvq__log_rec_fn fn, void *arg, uint64_t *next_out);
 
 /* The shared positions. */
 uint64_t kvq__log_tail(kvq__log *log);

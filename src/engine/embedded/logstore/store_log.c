@@ -42,8 +42,8 @@
 #define LS_REC_HDR    24u
 /* Versions kept behind the newest for reads at an older version: FoundationDB's 5 seconds (a
  * million versions a second), with a margin. */
-#define LS_WINDOW     6000000
-#define LS_SLOTS      128
+#define LS_WINDOW 6000000
+#define LS_SLOTS  128
 /* A checkpoint is written once the log since the last one is larger than this and than the
  * live data (so the log stays within about twice the data, and recovery reads as much). */
 #define LS_CKPT_MIN_BYTES (64ull << 20)
@@ -138,7 +138,6 @@ struct emb_cursor {
     kvq__vmap_cursor c;
     uint8_t *b, *e;
 };
-
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -373,8 +372,8 @@ static uint64_t mem_used(emb_store *s)
 static int slots_open(emb_store *s, int create)
 {
     s->slot = -1;
-    s->readers_fd = openat(s->dir_fd, "readers.shm", O_RDWR | (create ? O_CREAT : 0) | O_CLOEXEC,
-                           s->mode);
+    s->readers_fd =
+        openat(s->dir_fd, "readers.shm", O_RDWR | (create ? O_CREAT : 0) | O_CLOEXEC, s->mode);
     if (s->readers_fd < 0 && !create)
         return 0;
     if (s->readers_fd < 0)
@@ -401,8 +400,8 @@ static int slots_open(emb_store *s, int create)
     }
     s->slots = m;
     static uint64_t counter;
-    uint64_t me = ((uint64_t)getpid() << 16) | (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) &
-                                                0xffff);
+    uint64_t me =
+        ((uint64_t)getpid() << 16) | (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffff);
     for (int i = 0; i < LS_SLOTS; i++) {
         uint64_t o = __atomic_load_n(&s->slots[i].owner, __ATOMIC_ACQUIRE);
         if (o != 0 && !(kill((pid_t)(o >> 16), 0) != 0 && errno == ESRCH))
@@ -822,9 +821,9 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     }
     s->dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dir_fd < 0) {
-        rc = errno == ENOENT ? kvq__error(KVQ_EDAMAGED, "the log store's directory %s is missing",
-                                          s->dir)
-                             : emb_errno_error(errno, "cannot open", s->dir);
+        rc = errno == ENOENT
+                 ? kvq__error(KVQ_EDAMAGED, "the log store's directory %s is missing", s->dir)
+                 : emb_errno_error(errno, "cannot open", s->dir);
         goto fail;
     }
     if (!cfg->create) {
@@ -859,7 +858,8 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
             s->cl_floor = ci.version;
             __atomic_store_n(&s->applied_lsn, ci.lsn, __ATOMIC_RELEASE);
         }
-        kvq__log_options lo = { .segment_bytes = seg, .file_mode = s->mode,
+        kvq__log_options lo = { .segment_bytes = seg,
+                                .file_mode = s->mode,
                                 .read_only = s->read_only };
         pthread_mutex_lock(&s->apply_mu);
         s->replaying = 1;
@@ -990,8 +990,7 @@ static void ls_snap_close(emb_snap *sn)
     kvq__free(sn);
 }
 
-static int ls_get(emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *value,
-                  int *present)
+static int ls_get(emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *value, int *present)
 {
     kvq__vmap_rdlock(sn->s->map);
     *present = kvq__vmap_get(sn->s->map, sn->version, key, key_len, value);
@@ -999,8 +998,13 @@ static int ls_get(emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *v
     return 0;
 }
 
-static int ls_cursor_open(emb_snap *sn, const uint8_t *begin, size_t begin_len,
-                          const uint8_t *end, size_t end_len, int reverse, emb_cursor **out)
+static int ls_cursor_open(emb_snap *sn,
+                          const uint8_t *begin,
+                          size_t begin_len,
+                          const uint8_t *end,
+                          size_t end_len,
+                          int reverse,
+                          emb_cursor **out)
 {
     emb_cursor *c = kvq__calloc(1, sizeof *c + begin_len + end_len + 1);
     if (c == NULL)
@@ -1012,8 +1016,7 @@ static int ls_cursor_open(emb_snap *sn, const uint8_t *begin, size_t begin_len,
         memcpy(c->b, begin, begin_len);
     if (end_len)
         memcpy(c->e, end, end_len);
-    kvq__vmap_cursor_init(&c->c, sn->s->map, sn->version, c->b, begin_len, c->e, end_len,
-                          reverse);
+    kvq__vmap_cursor_init(&c->c, sn->s->map, sn->version, c->b, begin_len, c->e, end_len, reverse);
     *out = c;
     return 0;
 }
@@ -1111,8 +1114,8 @@ static int ls_write_begin(emb_store *s, emb_store_head *head)
     return 0;
 }
 
-static int rec_op(emb_store *s, uint8_t op, const uint8_t *a, size_t al, const uint8_t *b,
-                  size_t bl)
+static int
+rec_op(emb_store *s, uint8_t op, const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 {
     int two = op != OP_CLEAR;
     if (kvq_buf_grow(&s->rec, 9 + al + bl) != 0)
@@ -1145,8 +1148,8 @@ static int write_view(emb_store *s, const uint8_t *key, size_t kl, kvq_bytes *v)
     return got;
 }
 
-static int ls_write_get(emb_store *s, const uint8_t *key, size_t key_len, kvq_bytes *value,
-                        int *present)
+static int
+ls_write_get(emb_store *s, const uint8_t *key, size_t key_len, kvq_bytes *value, int *present)
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
@@ -1158,8 +1161,8 @@ static int ls_write_get(emb_store *s, const uint8_t *key, size_t key_len, kvq_by
     return 0;
 }
 
-static int ls_write_put(emb_store *s, const uint8_t *key, size_t key_len, const uint8_t *value,
-                        size_t value_len)
+static int ls_write_put(
+    emb_store *s, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len)
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
@@ -1199,8 +1202,8 @@ static int ls_write_clear(emb_store *s, const uint8_t *key, size_t key_len)
  * returns nonzero to stop. */
 typedef int (*view_fn)(void *arg, const uint8_t *k, size_t kl, size_t vl);
 
-static int each_in_view(emb_store *s, const uint8_t *b, size_t bl, const uint8_t *e, size_t el,
-                        view_fn fn, void *arg)
+static int each_in_view(
+    emb_store *s, const uint8_t *b, size_t bl, const uint8_t *e, size_t el, view_fn fn, void *arg)
 {
     kvq__vmap_cursor c;
     kvq_bytes k, v, ov;
@@ -1248,8 +1251,12 @@ static int collect_key(void *arg, const uint8_t *k, size_t kl, size_t vl)
     return 0;
 }
 
-static int ls_write_clear_range(emb_store *s, const uint8_t *begin, size_t begin_len,
-                                const uint8_t *end, size_t end_len, emb_key_fn deleted,
+static int ls_write_clear_range(emb_store *s,
+                                const uint8_t *begin,
+                                size_t begin_len,
+                                const uint8_t *end,
+                                size_t end_len,
+                                emb_key_fn deleted,
                                 void *arg)
 {
     if (!s->writing)
@@ -1292,8 +1299,13 @@ static int sum_key(void *arg, const uint8_t *k, size_t kl, size_t vl)
     return a->sum > a->stop;
 }
 
-static int ls_write_range_bytes(emb_store *s, const uint8_t *begin, size_t begin_len,
-                                const uint8_t *end, size_t end_len, int64_t stop, int64_t *bytes)
+static int ls_write_range_bytes(emb_store *s,
+                                const uint8_t *begin,
+                                size_t begin_len,
+                                const uint8_t *end,
+                                size_t end_len,
+                                int64_t stop,
+                                int64_t *bytes)
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
@@ -1372,8 +1384,8 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
         goto out;
     }
     if (version <= s->applied_version) {
-        rc = kvq__error(KVQ_EINVAL, "log store: version %lld is not after %lld",
-                        (long long)version, (long long)s->applied_version);
+        rc = kvq__error(KVQ_EINVAL, "log store: version %lld is not after %lld", (long long)version,
+                        (long long)s->applied_version);
         goto out;
     }
     if (s->limit && s->add_cost > 0 && mem_used(s) + s->add_cost > s->limit)
@@ -1412,7 +1424,8 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
         snprintf(why, sizeof why, "%s", kvq_last_error());
         rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
                         "log store: a sync of the log failed, and so did its repair (a "
-                        "checkpoint): %s", why);
+                        "checkpoint): %s",
+                        why);
         goto out;
     }
     pthread_mutex_lock(&s->apply_mu);
@@ -1428,8 +1441,7 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
          * segment the reserve keeps beyond the next checkpoint; then a checkpoint of the data
          * (which the reserve has room for), releasing the log before it, whose segments become
          * the spare; last, whatever the reserve still holds. */
-        for (int step = 0; step < 3 && rc == KVQ_ENOSPC && !kvq__log_append_wrote(s->log);
-             step++) {
+        for (int step = 0; step < 3 && rc == KVQ_ENOSPC && !kvq__log_append_wrote(s->log); step++) {
             char why[256];
             snprintf(why, sizeof why, "%s", kvq_last_error());
             int made = 0;
@@ -1447,14 +1459,16 @@ static int ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed,
                 made = 1;
             }
             if (!made) {
-                rc = kvq__error(KVQ_ENOSPC, "the disk is full: no room for the log store's "
-                                            "next segment (%s)", why);
+                rc = kvq__error(KVQ_ENOSPC,
+                                "the disk is full: no room for the log store's "
+                                "next segment (%s)",
+                                why);
                 continue;
             }
             kvq__error_clear();
             if ((rc = catch_up_locked(s)) == 0 && (rc = kvq__log_lock(s->log)) == 0) {
-                rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len,
-                                            &lsn, &end);
+                rc = kvq__log_append_locked(s->log, LS_REC_COMMIT, s->rec.data, s->rec.len, &lsn,
+                                            &end);
                 kvq__log_unlock(s->log);
             }
         }

@@ -17,7 +17,7 @@
 #include "engine/embedded/logstore/vmap.h"
 #include "util/util.h"
 
-#define MAX_LEVEL 24
+#define MAX_LEVEL       24
 #define MALLOC_OVERHEAD 16u
 
 enum { LIVE = 0, GRAVE = 1 };
@@ -38,8 +38,8 @@ struct vm_node {
     uint32_t gc_refs; /* records of the forget queue that name this node */
     uint8_t level, unlinked, list;
     uint32_t trim_gen; /* the forget pass that last trimmed it (in the padding: no cost) */
-    int64_t stamp;    /* unlinked: the newest version when it was */
-    vm_node *limbo;   /* unlinked: the next node of the limbo */
+    int64_t stamp;     /* unlinked: the newest version when it was */
+    vm_node *limbo;    /* unlinked: the next node of the limbo */
     vm_node *next[];
 };
 
@@ -52,7 +52,7 @@ typedef struct gc_rec {
 
 struct kvq__vmap {
     pthread_rwlock_t lock;
-    vm_node *head[2]; /* sentinels, MAX_LEVEL links */
+    vm_node *head[2];    /* sentinels, MAX_LEVEL links */
     uint32_t forget_gen; /* bumped by each kvq__vmap_forget */
     int level[2];
     uint64_t rng;
@@ -164,8 +164,7 @@ static int cmp(const vm_node *n, const uint8_t *k, size_t kl)
 }
 
 /* The first node of list l >= key (> key when after), filling preds. */
-static vm_node *find(kvq__vmap *m, int l, const uint8_t *k, size_t kl, vm_node **preds,
-                     int after)
+static vm_node *find(kvq__vmap *m, int l, const uint8_t *k, size_t kl, vm_node **preds, int after)
 {
     vm_node *x = m->head[l];
     for (int lv = m->level[l] - 1; lv >= 0; lv--) {
@@ -349,8 +348,8 @@ static int check_room(kvq__vmap *m, uint64_t add)
     return 0;
 }
 
-int kvq__vmap_set(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
-                  const uint8_t *val, size_t vlen)
+int kvq__vmap_set(
+    kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
 {
     if (m == NULL || (key == NULL && klen) || (val == NULL && vlen) || version < m->version ||
         klen > UINT32_MAX || vlen > UINT32_MAX)
@@ -438,8 +437,14 @@ int kvq__vmap_clear(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     return rc;
 }
 
-int kvq__vmap_clear_range(kvq__vmap *m, int64_t version, const uint8_t *b, size_t blen,
-                          const uint8_t *e, size_t elen, kvq__vmap_key_fn fn, void *arg)
+int kvq__vmap_clear_range(kvq__vmap *m,
+                          int64_t version,
+                          const uint8_t *b,
+                          size_t blen,
+                          const uint8_t *e,
+                          size_t elen,
+                          kvq__vmap_key_fn fn,
+                          void *arg)
 {
     if (m == NULL || (b == NULL && blen) || (e == NULL && elen) || version < m->version)
         return kvq__error(KVQ_EINVAL, "vmap: bad clear_range");
@@ -519,8 +524,7 @@ static const vm_ver *resolve(const vm_node *l, const vm_node *g, int64_t version
     return v;
 }
 
-int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
-                    kvq_bytes *val)
+int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val)
 {
     val->data = NULL;
     val->len = 0;
@@ -540,16 +544,21 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     return 1;
 }
 
-int kvq__vmap_get(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
-                  kvq_bytes *val)
+int kvq__vmap_get(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val)
 {
     if (m == NULL || val == NULL)
         return 0;
     return kvq__vmap_probe(m, version, key, klen, val) > 0;
 }
 
-void kvq__vmap_cursor_init(kvq__vmap_cursor *c, kvq__vmap *m, int64_t version, const uint8_t *b,
-                           size_t blen, const uint8_t *e, size_t elen, int reverse)
+void kvq__vmap_cursor_init(kvq__vmap_cursor *c,
+                           kvq__vmap *m,
+                           int64_t version,
+                           const uint8_t *b,
+                           size_t blen,
+                           const uint8_t *e,
+                           size_t elen,
+                           int reverse)
 {
     memset(c, 0, sizeof *c);
     c->m = m;
@@ -716,7 +725,7 @@ void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
     if (m == NULL || out == NULL)
         return;
     *out = (kvq__vmap_stats){ kvq__vmap_mem(m), m->live_bytes, m->live_keys, m->nodes,
-                              m->entries,      m->version,    m->floor,     m->limit };
+                              m->entries,       m->version,    m->floor,     m->limit };
 }
 
 uint64_t kvq__vmap_mem(kvq__vmap *m)
