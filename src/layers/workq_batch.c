@@ -801,13 +801,16 @@ static int take_run(kvq_workq *w,
     return rc;
 }
 
-int kvq_workq_receive_many_txn(kvq_bytes *outs,
-                               kvq_workq_lease *leases,
-                               size_t *n,
-                               kvq_workq *w,
-                               kvq_txn *txn,
-                               size_t k,
-                               int64_t lease_ms)
+/* kvq_workq_receive_many_txn; *ndead (may be NULL) counts the items it moved to the dead letters
+ * on the way, which a KVQ_ENOTFOUND still leaves written in txn. */
+static int receive_many_in(kvq_bytes *outs,
+                           kvq_workq_lease *leases,
+                           size_t *n,
+                           kvq_workq *w,
+                           kvq_txn *txn,
+                           size_t k,
+                           int64_t lease_ms,
+                           size_t *ndead)
 {
     if (n != NULL)
         *n = 0;
@@ -847,6 +850,8 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
         if (rc != 0 || found == 0)
             break;
         rc = take_run(w, txn, kvs, found, &c, &t, &dead);
+        if (ndead != NULL)
+            *ndead += dead;
         if (rc == 0 && (found < want || dead == 0))
             break;
     }
@@ -918,6 +923,17 @@ int kvq_workq_receive_many_txn(kvq_bytes *outs,
     return rc;
 }
 
+int kvq_workq_receive_many_txn(kvq_bytes *outs,
+                               kvq_workq_lease *leases,
+                               size_t *n,
+                               kvq_workq *w,
+                               kvq_txn *txn,
+                               size_t k,
+                               int64_t lease_ms)
+{
+    return receive_many_in(outs, leases, n, w, txn, k, lease_ms, NULL);
+}
+
 typedef struct recv_many_ctx {
     kvq_workq *w;
     kvq_buf *outs;
@@ -925,14 +941,22 @@ typedef struct recv_many_ctx {
     size_t k, n;
     int64_t lease_ms;
     kvq_bytes *views;
+    int empty; /* nothing received, but items moved to the dead letters on the way */
 } recv_many_ctx;
 
 static int recv_many_body(kvq_txn *txn, void *arg)
 {
     recv_many_ctx *c = arg;
     c->n = 0;
-    size_t n = 0;
-    int rc = kvq_workq_receive_many_txn(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms);
+    c->empty = 0;
+    size_t n = 0, ndead = 0;
+    int rc = receive_many_in(c->views, c->leases, &n, c->w, txn, c->k, c->lease_ms, &ndead);
+    if (rc == KVQ_ENOTFOUND && ndead > 0) {
+        /* Commit the moves to the dead letters (else every receive would find those items
+         * again, move them again and roll back), and report the queue empty. */
+        c->empty = 1;
+        return 0;
+    }
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (kvq__buf_set(&c->outs[i], c->views[i].data, c->views[i].len) != 0)
             rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
@@ -956,12 +980,14 @@ int kvq_workq_receive_many(
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc != 0)
         return rc;
-    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL };
+    recv_many_ctx c = { w, outs, leases, k, 0, lease_ms, NULL, 0 };
     c.views = kvq__malloc(k * sizeof(*c.views));
     if (c.views == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a batch of %zu", k);
     rc = kvq_db_transact(w->q->db, recv_many_body, &c);
     kvq__free(c.views);
+    if (rc == 0 && c.empty)
+        rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
     if (rc == 0)
         *n = c.n;
     return rc;

@@ -575,13 +575,28 @@ static void test_reader_settings(void **state)
     assert_int_equal(len, 1);
     assert_int_equal(kvq_workq_receive(&b, &l, w, 0), KVQ_ENOTFOUND);
     expect_metrics(w, 0, 0, 0, 1);
+    /* The same through receive_many: the move to the dead letters is committed with the
+     * ENOTFOUND (it was rolled back, so every receive_many found the item again). */
+    assert_ok(kvq_workq_push(NULL, w, (const uint8_t *)"u2", 2, NULL));
+    assert_ok(kvq_workq_receive(&b, &l, w, 100));
+    wait_past(db, l.deadline);
+    assert_ok(kvq_queue_len(&len, plain));
+    assert_int_equal(len, 1);
+    kvq_buf many[4] = { KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT };
+    kvq_workq_lease ml[4];
+    size_t mn = 9;
+    assert_int_equal(kvq_workq_receive_many(many, ml, &mn, w, 4, 0), KVQ_ENOTFOUND);
+    assert_int_equal(mn, 0);
+    expect_metrics(w, 0, 0, 0, 2);
+    assert_int_equal(kvq_workq_receive_many(many, ml, &mn, w, 4, 0), KVQ_ENOTFOUND);
+    expect_metrics(w, 0, 0, 0, 2);
     /* The same handle as the work queue's: its settings (the dead letters at once). */
     assert_ok(kvq_workq_push(NULL, w, (const uint8_t *)"v", 1, NULL));
     assert_ok(kvq_workq_receive(&b, &l, w, 100));
     wait_past(db, l.deadline);
     assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, 0);
-    expect_metrics(w, 0, 0, 0, 2);
+    expect_metrics(w, 0, 0, 0, 3);
     kvq_buf_dispose(&b);
     kvq_workq_close(w);
     kvq_queue_close(q);
