@@ -226,10 +226,4 @@ typedef int (*kvq__wq_batch_item_fn)(const kvq_workq_lease *lease, kvq_bytes val
 int kvq__wq_batch_items(
     kvq_workq *w, kvq_txn *txn, const uint8_t *bid, kvq__wq_batch_item_fn fn, void *arg);
 
-/* ---- upkeep (workq_upkeep.c) -------------------------------------------------------------- */
-
-/* One upkeep pass in its own transaction when an ended lease or a due delayed item waits (only
- * a read-only check otherwise). */
-int kvq__wq_upkeep_if_due(kvq_workq *w);
-
 #endif /* KVQ_WORKQ_INTERNAL_H */

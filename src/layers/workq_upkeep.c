@@ -309,12 +309,6 @@ static int pass_body(kvq_txn *txn, void *arg)
     return recover_pass(c->w, txn, c->prune, &c->moved, &c->more);
 }
 
-int kvq__wq_upkeep_if_due(kvq_workq *w)
-{
-    pass_ctx p = { w, 0, 0, 1, 1 };
-    return kvq_db_transact(w->q->db, pass_body, &p);
-}
-
 /* Passes, each a transaction that first looks again, while something is due; *out (may be NULL)
  * adds what they moved. */
 static int passes_while_due(kvq_workq *w, int prune, uint64_t *out)
