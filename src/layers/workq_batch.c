@@ -533,7 +533,6 @@ int kvq__wq_batch_settle(int *handled,
             rc = batch_flush(&b, w, txn);
         if (rc == 0 && tally == NULL)
             rc = kvq__wq_tally_apply(w, txn, &own);
-        kvq__wq_tally_dispose(&own);
     }
     batch_dispose(&b);
     return rc;
@@ -863,7 +862,6 @@ static int receive_many_in(kvq_bytes *outs,
         t.received += c.n;
         rc = kvq__wq_tally_apply(w, txn, &t);
     }
-    kvq__wq_tally_dispose(&t);
     /* The leases, and the values as this transaction wrote them (borrowed from txn): in the
      * header after the item records, or in the value keys. */
     kvq_buf key = KVQ_BUF_INIT;
@@ -1045,7 +1043,6 @@ static int settle_many_txn(int *out,
         rc = batch_flush(&b, w, txn);
     if (rc == 0)
         rc = kvq__wq_tally_apply(w, txn, &t);
-    kvq__wq_tally_dispose(&t);
     batch_dispose(&b);
     return rc != 0 ? rc : first;
 }

@@ -148,25 +148,12 @@ int kvq__wq_push_ready(
 
 /* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
 
-/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item;
- * skip_item_clear: the caller clears the items' keys itself (one clear_range for a run). */
+/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item. */
 typedef struct kvq__wq_tally {
     int64_t ready, taken, inflight, received, acked;
-    int skip_item_clear;
-    /* Spans: the lease, value, expiry and settled-marker keys the batch writes are written
-     * without a write-conflict range each; [span_lo, span_hi] of each kind gets one at the
-     * batch's end (a superset: safe, and a batch's keys are adjacent). */
-    int spans;
-    kvq_buf span_lo[4], span_hi[4];
 } kvq__wq_tally;
-enum { KVQ__WQ_SPAN_L, KVQ__WQ_SPAN_V, KVQ__WQ_SPAN_X, KVQ__WQ_SPAN_S };
-/* Adds the batch's counters, and its spans' write-conflict ranges. */
+/* Adds the batch's counters. */
 int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t);
-/* Frees the spans (after apply, or instead of it on failure). */
-void kvq__wq_tally_dispose(kvq__wq_tally *t);
-/* Before a write of key k of kind `kind`: with spans, notes k and asks the transaction not to
- * add the write's own conflict range. 0 or an error. */
-int kvq__wq_span_note(kvq__wq_tally *t, kvq_txn *txn, int kind, const kvq_buf *k);
 
 /* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
 int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
