@@ -576,26 +576,10 @@ int64_t kvq__wq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
-int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t)
-{
-    int rc = 0;
-    if (t->ready != 0)
-        rc = kvq__wq_ready_add(w, txn, t->ready);
-    if (rc == 0 && t->taken != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_taken, t->taken);
-    if (rc == 0 && t->inflight != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_inflight, t->inflight);
-    if (rc == 0 && t->received != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_received, t->received);
-    if (rc == 0 && t->acked != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_acked, t->acked);
-    return rc;
-}
-
 int kvq__wq_settle_txn(
     kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg, kvq__wq_tally *tally)
 {
-    /* An item of a batch lease (workq_batch.c) is settled there. */
+    /* An item of a batch lease (workq_batch_lease.c) is settled there. */
     int handled = 0;
     int rc = kvq__wq_batch_settle(&handled, w, txn, lease, kind, arg, tally);
     if (rc != 0 || handled)
