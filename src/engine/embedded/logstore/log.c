@@ -549,8 +549,21 @@ out:
 
 void kvq__log_get_stats(kvq__log *log, kvq__log_stats *out)
 {
-    if (log && out)
-        *out = log->st;
+    if (log == NULL || out == NULL)
+        return;
+    /* Every counter moves with a relaxed atomic add (commits of other threads, the checkpoint
+     * thread's spare files), so that statistics can be read at any time. */
+    const kvq__log_stats *st = &log->st;
+#define LOAD(f) __atomic_load_n(&st->f, __ATOMIC_RELAXED)
+    *out = (kvq__log_stats){ .records = LOAD(records),
+                             .pwrites = LOAD(pwrites),
+                             .syncs = LOAD(syncs),
+                             .segments_created = LOAD(segments_created),
+                             .segments_recycled = LOAD(segments_recycled),
+                             .batches_entries = LOAD(batches_entries),
+                             .recovered_records = LOAD(recovered_records),
+                             .cut_bytes = LOAD(cut_bytes) };
+#undef LOAD
 }
 
 int kvq__log_peek(const char *dir, uint64_t *synced, uint64_t *tail, uint64_t *seg_bytes)

@@ -109,7 +109,7 @@ static int put_record(kvq__log *log,
             errno = EIO;
         return sys_err(KVQ_EIO, "write", "log record");
     }
-    log->st.pwrites++;
+    __atomic_add_fetch(&log->st.pwrites, 1, __ATOMIC_RELAXED);
     HOOK("append.after_pwrite");
     sh->tail_crc = kvq__le32_get(h + 4);
     __atomic_store_n(&sh->tail, lsn + total, __ATOMIC_RELEASE);
@@ -167,7 +167,7 @@ int kvq__log_append_locked(kvq__log *log,
     }
     rc = put_record(log, s, type, data, len, lsn_out, end_out);
     if (rc == 0)
-        log->st.records++;
+        __atomic_add_fetch(&log->st.records, 1, __ATOMIC_RELAXED);
 out:
     pthread_mutex_unlock(&log->seg_mu);
     return rc;
@@ -385,7 +385,7 @@ static void lead(kvq__log *log, kvq__log_build_fn build, void *arg)
             }
             rc = kvq__log_append_locked(log, KVQ__LOG_REC_BATCH, log->buf, len, &lsn, &end);
             if (rc == 0)
-                log->st.batches_entries += n;
+                __atomic_add_fetch(&log->st.batches_entries, n, __ATOMIC_RELAXED);
         }
         kvq__log_unlock(log);
     }

@@ -154,7 +154,7 @@ static int spare_create(kvq__log *log, const char *name)
     }
     if (fsync(log->dir_fd) != 0)
         return sys_err(KVQ_EIO, "sync", "log directory");
-    log->st.segments_created++;
+    __atomic_add_fetch(&log->st.segments_created, 1, __ATOMIC_RELAXED);
     return 0;
 fail:
     close(fd);
@@ -234,7 +234,7 @@ int kvq__log_seg_make(kvq__log *log, uint64_t seq)
         if ((rc = spare_create(log, spare)) != 0)
             return rc;
     } else {
-        log->st.segments_recycled++;
+        __atomic_add_fetch(&log->st.segments_recycled, 1, __ATOMIC_RELAXED);
     }
     if (seq > 1) /* the first segment of a new log needs no spare yet */
         __atomic_store_n(&log->spare_wanted, 1, __ATOMIC_RELEASE);
