@@ -2,7 +2,8 @@
  *
  *   keys.c          key builders and parsers (the layouts below), key helpers
  *   queue_items.c   what every queue operation shares: checks, reading the head, taking items
- *   queue.c         handles, pops, peeks, lengths, clear, delete, iteration, watches
+ *   queue.c         handles, peeks, lengths, clear, delete, iteration
+ *   queue_pop.c     pops (combined across a handle's threads), watches, consume, the source
  *   queue_push.c    pushes
  *   idempotency.c   markers and result slots of the convenience forms, tokens, their retry loop
  *   staging.c       high-contention pops (waiters and hand-overs)
@@ -82,7 +83,7 @@ struct kvq_queue {
      * which a plain reader makes ended leases ready (workq_upkeep.c). */
     int64_t wq_max_deliveries;
     /* Single-item convenience pops of FIFO and priority queues by many threads of this handle
-     * are combined (queue.c): one thread pops for all that are waiting, in one transaction. */
+     * are combined (queue_pop.c): one thread pops for all that are waiting, in one transaction. */
     pthread_mutex_t cmb_mu;
     pthread_cond_t cmb_cv;
     int cmb_ready;                 /* mu and cv initialised */
@@ -166,6 +167,8 @@ int kvq__q_check(const kvq_queue *q, const char *fn);
 int kvq__q_check_txn(const kvq_queue *q, kvq_txn *txn, const char *fn);
 /* KVQ_EWRONGTYPE: fn does not apply to q's type. */
 int kvq__q_wrong_type(const kvq_queue *q, const char *fn);
+/* KVQ_EINVAL unless end is KVQ_QUEUE_MIN or KVQ_QUEUE_MAX. */
+int kvq__q_check_end(kvq_queue_end end, const char *fn);
 /* KVQ_EINVAL or KVQ_EVALUE_TOO_LARGE for a value no queue takes. */
 int kvq__q_check_value(const uint8_t *value, size_t len);
 /* Reads the first (end MIN) or last (end MAX) up to `limit` items. */

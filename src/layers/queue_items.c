@@ -40,6 +40,16 @@ int kvq__q_wrong_type(const kvq_queue *q, const char *fn)
                       kvq_queue_type_name(q->type));
 }
 
+/* KVQ_EINVAL unless end is KVQ_QUEUE_MIN or KVQ_QUEUE_MAX (whose values are KVQ__END_MIN and
+ * KVQ__END_MAX). */
+int kvq__q_check_end(kvq_queue_end end, const char *fn)
+{
+    if (end != KVQ_QUEUE_MIN && end != KVQ_QUEUE_MAX)
+        return kvq__error(KVQ_EINVAL, "%s: end %d is neither KVQ_QUEUE_MIN nor KVQ_QUEUE_MAX", fn,
+                          (int)end);
+    return 0;
+}
+
 int kvq__q_check_value(const uint8_t *value, size_t len)
 {
     if (value == NULL && len > 0)
