@@ -82,9 +82,9 @@ typedef struct arm_ctx {
     kvq_workq *w;
     int n;                         /* how many keys this queue's waiter watches */
     kvq_watch *watch[N_WAIT_KEYS]; /* armed, or NULL */
-    int64_t rv;      /* the arming transaction's read version */
-    int64_t mono_us; /* the monotonic clock just after rv was taken */
-    int64_t next;    /* the first due time or lease end (versions; INT64_MAX: none) */
+    int64_t rv;                    /* the arming transaction's read version */
+    int64_t mono_us;               /* the monotonic clock just after rv was taken */
+    int64_t next;                  /* the first due time or lease end (versions; INT64_MAX: none) */
 } arm_ctx;
 
 static void arm_release(arm_ctx *c)
