@@ -389,7 +389,7 @@ int kvq__wq_receive_item(kvq_workq *w,
         rc = kvq__wq_age_key(&k, w, since, suffix, slen);
     if (rc == 0 && since >= 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
-    if (rc == 0 && (tally == NULL || !tally->skip_item_clear))
+    if (rc == 0)
         rc = kvq_txn_clear(txn, key.data, key.len);
     if (rc == 0 && tally != NULL) {
         tally->ready--;
@@ -419,19 +419,13 @@ int kvq__wq_receive_item(kvq_workq *w,
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_l, id);
     if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_L, &k);
-    if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_v, id);
     if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_V, &k);
-    if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, value.data, value.len);
     if (rc == 0)
         rc = x_key(&k, w, deadline, id);
-    if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_X, &k);
     if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
     if (rc == 0 && tally != NULL) {
@@ -582,59 +576,10 @@ int64_t kvq__wq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
-int kvq__wq_span_note(kvq__wq_tally *t, kvq_txn *txn, int kind, const kvq_buf *k)
-{
-    if (t == NULL || !t->spans)
-        return 0;
-    kvq_buf *lo = &t->span_lo[kind], *hi = &t->span_hi[kind];
-    int rc = 0;
-    if (lo->len == 0 || kvq__bytes_cmp(k->data, k->len, lo->data, lo->len) < 0)
-        rc = kvq__buf_set(lo, k->data, k->len);
-    if (rc == 0 && (hi->len == 0 || kvq__bytes_cmp(k->data, k->len, hi->data, hi->len) > 0))
-        rc = kvq__buf_set(hi, k->data, k->len);
-    if (rc != 0)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
-    return kvq_txn_set_option(txn, KVQ_TXN_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE, 0);
-}
-
-void kvq__wq_tally_dispose(kvq__wq_tally *t)
-{
-    for (int i = 0; i < 4; i++) {
-        kvq_buf_dispose(&t->span_lo[i]);
-        kvq_buf_dispose(&t->span_hi[i]);
-    }
-}
-
-int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t)
-{
-    int rc = 0;
-    for (int i = 0; i < 4; i++) {
-        kvq_buf *lo = &t->span_lo[i], *hi = &t->span_hi[i];
-        if (rc == 0 && lo->len > 0) {
-            static const uint8_t zero = 0;
-            rc = kvq_buf_append(hi, &zero, 1); /* [lo, hi + 0x00): hi included */
-            if (rc == 0)
-                rc = kvq_txn_add_conflict_range(txn, lo->data, lo->len, hi->data, hi->len,
-                                                KVQ_CONFLICT_WRITE);
-        }
-    }
-    if (rc == 0 && t->ready != 0)
-        rc = kvq__wq_ready_add(w, txn, t->ready);
-    if (rc == 0 && t->taken != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_taken, t->taken);
-    if (rc == 0 && t->inflight != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_inflight, t->inflight);
-    if (rc == 0 && t->received != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_received, t->received);
-    if (rc == 0 && t->acked != 0)
-        rc = kvq__wq_counter_add(txn, &w->n_acked, t->acked);
-    return rc;
-}
-
 int kvq__wq_settle_txn(
     kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg, kvq__wq_tally *tally)
 {
-    /* An item of a batch lease (workq_batch.c) is settled there. */
+    /* An item of a batch lease (workq_batch_lease.c) is settled there. */
     int handled = 0;
     int rc = kvq__wq_batch_settle(&handled, w, txn, lease, kind, arg, tally);
     if (rc != 0 || handled)
@@ -719,19 +664,13 @@ int kvq__wq_settle_txn(
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_l, lease->id);
     if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_L, &k);
-    if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     if (rc == 0)
         rc = kvq__wq_id_key(&k, &w->base_v, lease->id);
     if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_V, &k);
-    if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     if (rc == 0)
         rc = x_key(&k, w, deadline, lease->id);
-    if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_X, &k);
     if (rc == 0)
         rc = kvq_txn_clear(txn, k.data, k.len);
     int64_t since = -1;
@@ -740,8 +679,6 @@ int kvq__wq_settle_txn(
     uint8_t outcome = kind == SETTLE_ACK ? OUT_ACK : OUT_NACK;
     if (rc == 0)
         rc = s_key(&k, w, received, lease->id);
-    if (rc == 0)
-        rc = kvq__wq_span_note(tally, txn, KVQ__WQ_SPAN_S, &k);
     if (rc == 0)
         rc = kvq_txn_set(txn, k.data, k.len, &outcome, 1);
     if (rc == 0 && tally != NULL) {

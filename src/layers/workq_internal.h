@@ -6,7 +6,8 @@
  *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
  *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
- *   workq_batch.c   receive, ack and nack of many items in one transaction; batch leases
+ *   workq_batch.c   receive, ack and nack of many items in one transaction
+ *   workq_batch_lease.c  batch leases: their record, settling an item, expiry
  *   workq_purge.c   removing every item, whatever its state
  *   workq_token.c   leases as text
  *
@@ -20,7 +21,7 @@
  *   bk ("wq","l", id16)         lease: 8 LE deadline, 4 LE deliveries, 8 LE received, suffix
  *   bk ("wq","v", id16)         the leased item's value
  *   bk ("wq","x", deadline, id16)           expiry index of leases (empty value)
- *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (workq_batch.c)
+ *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (workq_batch_lease.c)
  *   bk ("wq","b", bid14)                    batch lease: header and the items' records
  *   bk ("wq","b", bid14, 0|1, n)            more item records (0) and the values (1)
  *   bk ("wq","b", bid14, 2, item)           an item of a live batch settled (1 byte: 'a' ack,
@@ -58,7 +59,7 @@ struct kvq_workq {
     unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
-    kvq_buf base_b;         /* batch leases (workq_batch.c) */
+    kvq_buf base_b;         /* batch leases (workq_batch_lease.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
@@ -86,6 +87,12 @@ int kvq__wq_id_key(kvq_buf *out, const kvq_buf *base, const uint8_t *id);
 int kvq__wq_counter_add(kvq_txn *txn, const kvq_buf *key, int64_t delta);
 /* The ready count goes up or down by delta. */
 int kvq__wq_ready_add(kvq_workq *w, kvq_txn *txn, int64_t delta);
+/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item. */
+typedef struct kvq__wq_tally {
+    int64_t ready, taken, inflight, received, acked;
+} kvq__wq_tally;
+/* Adds the batch's counters. */
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t);
 /* KVQ_EINVAL when w is NULL, or txn is NULL while need_txn is set (fn names the caller). */
 int kvq__wq_check(const kvq_workq *w, const kvq_txn *txn, int need_txn, const char *fn);
 /* Upkeep returns the leases whose deadline is below this bound: the read version, or (test-only
@@ -148,26 +155,6 @@ int kvq__wq_push_ready(
 
 /* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
 
-/* Counters of a batch, added once at its end (kvq__wq_tally_apply) instead of once per item;
- * skip_item_clear: the caller clears the items' keys itself (one clear_range for a run). */
-typedef struct kvq__wq_tally {
-    int64_t ready, taken, inflight, received, acked;
-    int skip_item_clear;
-    /* Spans: the lease, value, expiry and settled-marker keys the batch writes are written
-     * without a write-conflict range each; [span_lo, span_hi] of each kind gets one at the
-     * batch's end (a superset: safe, and a batch's keys are adjacent). */
-    int spans;
-    kvq_buf span_lo[4], span_hi[4];
-} kvq__wq_tally;
-enum { KVQ__WQ_SPAN_L, KVQ__WQ_SPAN_V, KVQ__WQ_SPAN_X, KVQ__WQ_SPAN_S };
-/* Adds the batch's counters, and its spans' write-conflict ranges. */
-int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t);
-/* Frees the spans (after apply, or instead of it on failure). */
-void kvq__wq_tally_dispose(kvq__wq_tally *t);
-/* Before a write of key k of kind `kind`: with spans, notes k and asks the transaction not to
- * add the write's own conflict range. 0 or an error. */
-int kvq__wq_span_note(kvq__wq_tally *t, kvq_txn *txn, int kind, const kvq_buf *k);
-
 /* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
 int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
 /* Takes the ready item at key (value: its value) off the queue in txn, read at version rv, and
@@ -200,7 +187,7 @@ int kvq__wq_settle_txn(kvq_workq *w,
 int kvq__wq_run_idempotent(
     kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out);
 
-/* ---- batch leases (workq_batch.c) ---------------------------------------------------------- */
+/* ---- batch leases (workq_batch_lease.c) ---------------------------------------------------- */
 
 /* Bytes of a batch's id; an item's lease id is the batch id and the item's number (2 bytes,
  * big-endian). A single lease's id has 16 bytes, so expiry index keys tell the two apart. */

@@ -60,6 +60,22 @@ int kvq__wq_ready_add(kvq_workq *w, kvq_txn *txn, int64_t delta)
     return kvq__wq_counter_add(txn, &w->n_ready, delta);
 }
 
+int kvq__wq_tally_apply(kvq_workq *w, kvq_txn *txn, kvq__wq_tally *t)
+{
+    int rc = 0;
+    if (t->ready != 0)
+        rc = kvq__wq_ready_add(w, txn, t->ready);
+    if (rc == 0 && t->taken != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_taken, t->taken);
+    if (rc == 0 && t->inflight != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_inflight, t->inflight);
+    if (rc == 0 && t->received != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_received, t->received);
+    if (rc == 0 && t->acked != 0)
+        rc = kvq__wq_counter_add(txn, &w->n_acked, t->acked);
+    return rc;
+}
+
 int kvq__wq_check(const kvq_workq *w, const kvq_txn *txn, int need_txn, const char *fn)
 {
     if (w == NULL || (need_txn && txn == NULL))

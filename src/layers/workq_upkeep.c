@@ -68,7 +68,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
             break;
         }
         if (kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
-            /* A batch lease (workq_batch.c): its items, as far as the pass's budget goes. */
+            /* A batch lease (workq_batch_lease.c): its items, as far as the pass's budget goes. */
             uint8_t bid[KVQ__WQ_BATCH_ID];
             memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, sizeof(bid));
             kvq_tuple_destroy(t);

@@ -1,0 +1,160 @@
+/* The log store's internals (store_log.c is its table of operations, store.h), shared by its
+ * files: store_log_apply.c (records applied to the map, the conflict log, readers.shm),
+ * store_log_ckpt.c (the checkpoint thread, checkpoints, the reserve ckpt.reserve) and
+ * store_log_write.c (the write in progress, commit, sync; room on a full disk). Calls go one
+ * way: store_log.c calls the three; store_log_write.c calls store_log_ckpt.c; both call
+ * store_log_apply.c, which calls neither. */
+#ifndef KVQ_LOGSTORE_STORE_LOG_INTERNAL_H
+#define KVQ_LOGSTORE_STORE_LOG_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/embedded/logstore/log.h"
+#include "engine/embedded/logstore/vmap.h"
+#include "engine/embedded/store.h"
+#include "util/util.h"
+
+/* Record payload (LS_REC_COMMIT):
+ *   0 u8 format (1), u8 kind (1: a batch), u16 0, u32 length of the mutations
+ *   8 i64 version
+ *  16 u32 length of the packed write-conflict ranges, u32 0
+ *  24 mutations: u8 op, u32 a length, then for SET and CLEAR_RANGE u32 b length; a; b
+ *     then the packed ranges (ranges.h) */
+#define LS_REC_COMMIT (KVQ__LOG_REC_USER)
+#define LS_REC_FORMAT 1
+#define LS_REC_HDR    24u
+/* Versions kept behind the newest for reads at an older version: FoundationDB's 5 seconds (a
+ * million versions a second), with a margin. */
+#define LS_WINDOW 6000000
+#define LS_SLOTS  128
+
+enum { OP_SET = 1, OP_CLEAR = 2, OP_CLEAR_RANGE = 3 };
+
+typedef struct cl_entry {
+    int64_t version;
+    uint8_t *packed;
+    size_t n;
+} cl_entry;
+
+typedef struct reader_slot {
+    uint64_t owner; /* pid << 16 | handle number, 0: free */
+    uint64_t applied;
+} reader_slot;
+
+struct emb_store {
+    char *dir; /* <database>/logstore */
+    int dir_fd, ckpt_fd, readers_fd;
+    int reserve_fd; /* ckpt.reserve: room kept for the next checkpoint (-1: read-only) */
+    int read_only, durable;
+    unsigned int mode;
+    uint64_t limit;
+    uint64_t ckpt_min;
+    kvq__log *log;
+    kvq__vmap *map;
+
+    /* Applying records (catch-up, commits): one thread at a time. */
+    pthread_mutex_t apply_mu;
+    uint64_t applied_lsn;
+    int64_t applied_version;
+    int64_t ckpt_version; /* what the last loaded or written checkpoint holds */
+    uint64_t ckpt_lsn;
+    /* The conflict log: the write ranges of every batch with a version > cl_floor, in order
+     * (under apply_mu). */
+    cl_entry *cl;
+    size_t cl_head, cl_len, cl_cap;
+    int64_t cl_floor;
+    uint64_t cl_bytes; /* memory the conflict log's ranges take */
+    int64_t last_forget;
+    int replaying;
+
+    /* Open snapshots' versions: the map keeps what they read (under pin_mu). */
+    pthread_mutex_t pin_mu;
+    int64_t *pins;
+    size_t n_pins, cap_pins;
+    int64_t floor;
+
+    /* The write in progress. */
+    int writing;
+    kvq__vmap *ov;
+    kvq_buf rec;
+    uint64_t add_cost;
+    /* Its growth on disk, counted while the disk is short of room (space_short): bytes its
+     * sets add (net of the values they replace), bytes its deletes free, stored keys it
+     * deleted one by one (moves). */
+    int w_counting;
+    int64_t w_grow, w_freed, w_moves;
+
+    /* Free space (space_short), under the commit lock. */
+    int64_t space_at;
+    uint64_t space_need, space_avail, space_live_ok;
+    int space_short;
+
+    /* readers.shm */
+    reader_slot *slots;
+    int slot;
+
+    /* The checkpoint thread. */
+    pthread_t ckpt_thread;
+    int ckpt_started, ckpt_stop, ckpt_wanted, spare_wanted, reserve_wanted;
+    uint64_t spare_seg; /* the segment during which a spare was last asked for */
+    pthread_mutex_t ckpt_mu;
+    pthread_cond_t ckpt_cv;
+    pthread_mutex_t ckpt_write_mu; /* one checkpoint written at a time by this handle */
+    uint64_t n_ckpts;
+};
+
+/* ---- records, the conflict log, readers.shm (store_log_apply.c) ---- */
+
+void kvq__ls_cl_prune(emb_store *s, int64_t before);
+void kvq__ls_forget_to(emb_store *s, int64_t floor);
+int kvq__ls_apply_record(emb_store *s, const kvq__log_rec *r);
+int kvq__ls_replay_fn(void *arg, const kvq__log_rec *r);
+int kvq__ls_catch_up_locked(emb_store *s);
+int kvq__ls_catch_up(emb_store *s);
+uint64_t kvq__ls_mem_used(emb_store *s);
+int kvq__ls_slots_open(emb_store *s, int create);
+uint64_t kvq__ls_slots_min(emb_store *s, uint64_t dflt);
+
+/* ---- checkpoints and the reserve (store_log_ckpt.c) ---- */
+
+uint64_t kvq__ls_ckpt_estimate(emb_store *s);
+uint64_t kvq__ls_reserve_size(emb_store *s);
+uint64_t kvq__ls_reserve_target(emb_store *s);
+void kvq__ls_reserve_release(emb_store *s, uint64_t keep);
+int kvq__ls_reserve_give_segment(emb_store *s);
+int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered);
+void *kvq__ls_ckpt_main(void *arg);
+void kvq__ls_wake_reserve(emb_store *s);
+int kvq__ls_checkpoint(emb_store *s);
+
+/* ---- writing (store_log_write.c) ---- */
+
+int kvq__ls_write_begin(emb_store *s, emb_store_head *head);
+int kvq__ls_write_get(
+    emb_store *s, const uint8_t *key, size_t key_len, kvq_bytes *value, int *present);
+int kvq__ls_write_put(
+    emb_store *s, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
+int kvq__ls_write_clear(emb_store *s, const uint8_t *key, size_t key_len);
+int kvq__ls_write_clear_range(emb_store *s,
+                              const uint8_t *begin,
+                              size_t begin_len,
+                              const uint8_t *end,
+                              size_t end_len,
+                              emb_key_fn deleted,
+                              void *arg);
+int kvq__ls_write_range_bytes(emb_store *s,
+                              const uint8_t *begin,
+                              size_t begin_len,
+                              const uint8_t *end,
+                              size_t end_len,
+                              int64_t stop,
+                              int64_t *bytes);
+int kvq__ls_log_check(emb_store *s, int64_t after, const emb_ranges *reads, int *hit);
+int kvq__ls_log_prune(emb_store *s, int64_t before);
+int kvq__ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, size_t n);
+void kvq__ls_write_abort(emb_store *s);
+int kvq__ls_sync(emb_store *s, int repair, int *issued);
+
+#endif
