@@ -116,6 +116,10 @@ KVQ_API KVQ_NODISCARD int kvq_testing_workq_flags(kvq_workq *w, unsigned int fla
 KVQ_API KVQ_NODISCARD int
 kvq_testing_workq_wait_counts(uint64_t *looks, uint64_t *sleeps, kvq_workq *w);
 
+/** How many of those sleeps a watch ended (the others ended at a deadline, a due time, a lease
+ * end or a stop). @return 0; KVQ_EINVAL (NULL w or wakes). */
+KVQ_API KVQ_NODISCARD int kvq_testing_workq_wait_wakes(uint64_t *wakes, kvq_workq *w);
+
 #ifdef __cplusplus
 }
 #endif

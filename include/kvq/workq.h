@@ -163,9 +163,10 @@ kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_t le
 
 /**
  * kvq_workq_receive that waits up to wait_ms for an item (a long poll). A push or an item
- * given back wakes it at once on a durable queue (it sleeps on the push counter), as do items
- * this API makes ready on a priority queue (not a plain kvq_queue_push_prio, which moves no
- * counter: such an item is found at the next wake-up or at the deadline). A delayed item is
+ * given back wakes it at once on a durable queue (it sleeps on the push counter), and so do, on
+ * a priority queue, items this API makes ready and every kvq push (kvq_queue_push_prio moves
+ * kvq's push counter beside the recipe; an item written by a program that does not go through
+ * kvq is found at the next wake-up or at the deadline). A delayed item is
  * received when it falls due and an item whose lease ends when it ends: the waiter sleeps
  * until the first of these times, and delayed pushes, nacks, receives and shortening extends
  * wake it to work that time out again. It never polls on a timer (except as a fallback when

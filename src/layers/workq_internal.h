@@ -65,9 +65,9 @@ struct kvq_workq {
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
     /* Items removed by kvq_workq_purge, all and those that were ready (workq_purge.c). */
     kvq_buf n_cleared, n_cleared_ready;
-    /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts): looks
-     * (receives) and sleeps. */
-    uint64_t wait_looks, wait_sleeps;
+    /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts and
+     * kvq_testing_workq_wait_wakes): looks (receives), sleeps, and the sleeps a watch ended. */
+    uint64_t wait_looks, wait_sleeps, wait_wakes;
 };
 
 /* kvq_workq_open without noting the options in q (workq.c; the readers' passes use it). */

@@ -14,7 +14,9 @@
  * ended lease gives its item back), or until one of these keys changes:
  *
  *   the ready counter   every push and every return to the queue: npush of a durable queue;
- *                       n_ready of a priority queue (what this API makes ready)
+ *                       of a priority queue, n_ready (what this API makes ready) and kvq's push
+ *                       counter beside the recipe (bk + ("npush",)), which every kvq push adds
+ *                       to (kvq_queue_push_prio, push_many, the staging upkeep's returns)
  *   n_delayed           a delayed push or a nack with a delay: perhaps an earlier due time
  *   n_inflight          a receive: a new lease, perhaps ending before the others
  *   tick                an extend that shortens a lease (and kvq_workq_recover)
@@ -24,13 +26,11 @@
  * after that version fires a watch and the waiter works them out again. There is no periodic
  * slice: an idle waiter sleeps until its deadline. Only when a watch cannot be had (too many
  * watches, or one failed) or a helper thread cannot be started does it look every
- * WAIT_SLICE_MS, as a safe fallback. */
+ * WAIT_SLICE_MS, as a safe fallback. A program that writes a priority recipe's items itself
+ * (not through kvq) moves neither counter: as for kvq_queue_watch, its items are found by the
+ * next look, but do not wake a sleeping waiter. */
 #define WAIT_SLICE_MS 200
-#define N_WAIT_KEYS   4
-/* A plain kvq_queue_push_prio moves no counter a waiter can watch: on a priority queue the
- * waiter also looks this often, so that such an item is received within it (not at the end of a
- * long wait). Durable queues need no such look: every push moves npush. */
-#define PRIO_PLAIN_LOOK_MS 1000
+#define N_WAIT_KEYS   5 /* a durable queue's waiter watches the first 4 */
 /* Something was due and yet nothing was received (another waiter took it): sleep at least this
  * much before looking again, doubling up to WAIT_BACKOFF_MAX_MS while it lasts. */
 #define WAIT_BACKOFF_MAX_MS 100
@@ -80,10 +80,11 @@ static int waker_stopped(kvq__wq_waker *k)
 
 typedef struct arm_ctx {
     kvq_workq *w;
-    kvq_watch *watch[N_WAIT_KEYS];
-    int64_t rv;      /* the arming transaction's read version */
-    int64_t mono_us; /* the monotonic clock just after rv was taken */
-    int64_t next;    /* the first due time or lease end (versions; INT64_MAX: none) */
+    int n;                         /* how many keys this queue's waiter watches */
+    kvq_watch *watch[N_WAIT_KEYS]; /* armed, or NULL */
+    int64_t rv;                    /* the arming transaction's read version */
+    int64_t mono_us;               /* the monotonic clock just after rv was taken */
+    int64_t next;                  /* the first due time or lease end (versions; INT64_MAX: none) */
 } arm_ctx;
 
 static void arm_release(arm_ctx *c)
@@ -122,12 +123,13 @@ static int arm_body(kvq_txn *txn, void *arg)
     arm_ctx *c = arg;
     kvq_workq *w = c->w;
     arm_release(c); /* an earlier attempt's */
+    /* The ready counter first; a durable queue's is npush, so its waiter watches 4 keys. */
     const kvq_buf *keys[N_WAIT_KEYS] = { w->q->type == KVQ_QUEUE_DURABLE ? &w->q->npush
                                                                          : &w->n_ready,
-                                         &w->n_delayed, &w->n_inflight, &w->tick };
+                                         &w->n_delayed, &w->n_inflight, &w->tick, &w->q->npush };
     int rc = kvq_txn_get_read_version(&c->rv, txn);
     c->mono_us = kvq__mono_us();
-    for (int i = 0; rc == 0 && i < N_WAIT_KEYS; i++)
+    for (int i = 0; rc == 0 && i < c->n; i++)
         rc = kvq_txn_watch(&c->watch[i], txn, keys[i]->data, keys[i]->len);
     kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
     int64_t due = INT64_MAX, ends = INT64_MAX;
@@ -164,10 +166,11 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* Sleeps until until_us (monotonic), a watch fires or the waker is stopped; without all its
- * watches (or once one failed) at most WAIT_SLICE_MS. kvq_watch_wait waits on one watch, so
- * each watch gets a helper thread for the sleep; they end before this returns. */
-static void sleep_on(kvq__wq_waker *k, kvq_watch *const *watch, int64_t until_us)
+/* Sleeps until until_us (monotonic), one of the n watches fires or the waker is stopped;
+ * without all its watches (or once one failed) at most WAIT_SLICE_MS. kvq_watch_wait waits on
+ * one watch, so each watch gets a helper thread for the sleep; they end before this returns.
+ * Returns 1 when a watch ended the sleep, else 0. */
+static int sleep_on(kvq__wq_waker *k, kvq_watch *const *watch, int n, int64_t until_us)
 {
     wait_helper h[N_WAIT_KEYS];
     int started = 0;
@@ -175,7 +178,7 @@ static void sleep_on(kvq__wq_waker *k, kvq_watch *const *watch, int64_t until_us
     k->fired = 0;
     k->failed = 0;
     pthread_mutex_unlock(&k->mu);
-    for (int i = 0; i < N_WAIT_KEYS && watch[i] != NULL; i++) {
+    for (int i = 0; i < n && watch[i] != NULL; i++) {
         h[i].watch = watch[i];
         h[i].k = k;
         if (pthread_create(&h[i].thread, NULL, helper_main, &h[i]) != 0)
@@ -186,25 +189,29 @@ static void sleep_on(kvq__wq_waker *k, kvq_watch *const *watch, int64_t until_us
     pthread_mutex_lock(&k->mu);
     for (;;) {
         int64_t end = until_us;
-        if ((started < N_WAIT_KEYS || k->failed) && slice_end < end)
+        if ((started < n || k->failed) && slice_end < end)
             end = slice_end;
         if (k->stop || k->fired || kvq__mono_us() >= end)
             break;
         struct timespec ts = { (time_t)(end / 1000000), (long)(end % 1000000) * 1000 };
         (void)pthread_cond_timedwait(&k->cond, &k->mu, &ts);
     }
+    int woken = k->fired;
     pthread_mutex_unlock(&k->mu);
     for (int i = 0; i < started; i++)
         kvq_watch_cancel(h[i].watch);
     for (int i = 0; i < started; i++)
         pthread_join(h[i].thread, NULL);
+    return woken;
 }
 
-/* One look: kvq_workq_receive, counted for the tests. */
+/* One look: kvq_workq_receive, counted for the tests once it has returned (so that a test that
+ * sees the second look counted knows that it found nothing and the watches are armed). */
 static int look(kvq_workq *w, kvq_buf *out, kvq_workq_lease *lease, int64_t lease_ms)
 {
-    __atomic_add_fetch(&w->wait_looks, 1, __ATOMIC_RELAXED);
-    return kvq_workq_receive(out, lease, w, lease_ms);
+    int rc = kvq_workq_receive(out, lease, w, lease_ms);
+    __atomic_add_fetch(&w->wait_looks, 1, __ATOMIC_RELEASE);
+    return rc;
 }
 
 int kvq__wq_receive_wait(kvq_buf *out,
@@ -228,6 +235,7 @@ int kvq__wq_receive_wait(kvq_buf *out,
     arm_ctx c;
     memset(&c, 0, sizeof(c));
     c.w = w;
+    c.n = w->q->type == KVQ_QUEUE_DURABLE ? N_WAIT_KEYS - 1 : N_WAIT_KEYS;
     int64_t backoff_ms = 0;
     for (;;) {
         /* Armed before the second look, so that nothing made ready after it goes unnoticed. */
@@ -260,11 +268,11 @@ int kvq__wq_receive_wait(kvq_buf *out,
             if (dv / KVQ__VERSIONS_PER_MS < (deadline - c.mono_us) / 1000)
                 until = c.mono_us + (dv / KVQ__VERSIONS_PER_MS + 1) * 1000;
         }
-        if (w->q->type == KVQ_QUEUE_PRIORITY && until > now + PRIO_PLAIN_LOOK_MS * 1000)
-            until = now + PRIO_PLAIN_LOOK_MS * 1000;
-        sleep_on(k, c.watch, until);
+        int woken = sleep_on(k, c.watch, c.n, until);
         arm_release(&c);
         __atomic_add_fetch(&w->wait_sleeps, 1, __ATOMIC_RELAXED);
+        if (woken)
+            __atomic_add_fetch(&w->wait_wakes, 1, __ATOMIC_RELAXED);
         if (waker_stopped(k)) {
             rc = KVQ_ENOTFOUND;
             kvq__error(rc, "the wait was stopped with nothing ready");
@@ -286,9 +294,17 @@ int kvq_testing_workq_wait_counts(uint64_t *looks, uint64_t *sleeps, kvq_workq *
     if (w == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_testing_workq_wait_counts: w is NULL");
     if (looks != NULL)
-        *looks = __atomic_load_n(&w->wait_looks, __ATOMIC_RELAXED);
+        *looks = __atomic_load_n(&w->wait_looks, __ATOMIC_ACQUIRE);
     if (sleeps != NULL)
         *sleeps = __atomic_load_n(&w->wait_sleeps, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int kvq_testing_workq_wait_wakes(uint64_t *wakes, kvq_workq *w)
+{
+    if (w == NULL || wakes == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_testing_workq_wait_wakes: NULL w or wakes");
+    *wakes = __atomic_load_n(&w->wait_wakes, __ATOMIC_RELAXED);
     return 0;
 }
 
