@@ -526,8 +526,16 @@ static const vm_ver *resolve(const vm_node *l, const vm_node *g, int64_t version
 
 int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val)
 {
+    int64_t ever;
+    return kvq__vmap_probe_ver(m, version, key, klen, val, &ever);
+}
+
+int kvq__vmap_probe_ver(
+    kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val, int64_t *ever)
+{
     val->data = NULL;
     val->len = 0;
+    *ever = 0;
     if (m == NULL || (key == NULL && klen))
         return 0;
     vm_node *l = find_exact(m, LIVE, key, klen, NULL);
@@ -537,6 +545,7 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     const vm_ver *v = resolve(l, g, version);
     if (v == NULL)
         return 0;
+    *ever = v->version;
     if (v->dead)
         return -1;
     val->data = v->val;
@@ -583,7 +592,7 @@ static int in_range(const kvq__vmap_cursor *c, const vm_node *n)
 static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
 {
     kvq__vmap *m = c->m;
-    int use_grave = c->version < m->grave_max;
+    int use_grave = c->all || c->version < m->grave_max;
     for (int l = 0; l < 2; l++) {
         vm_node *n = NULL;
         if (l == GRAVE && !use_grave)
@@ -601,6 +610,14 @@ static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
 }
 
 int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
+{
+    int dead;
+    int64_t ever;
+    return kvq__vmap_cursor_next_ver(c, key, val, &dead, &ever);
+}
+
+int kvq__vmap_cursor_next_ver(
+    kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val, int *dead, int64_t *ever)
 {
     if (c == NULL || c->m == NULL || c->done)
         return 0;
@@ -635,7 +652,7 @@ int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
         if (kg)
             c->at_grave = c->reverse ? kg->prev : kg->next[0];
         const vm_ver *v = resolve(kl, kg, c->version);
-        if (v == NULL || v->dead)
+        if (v == NULL || (v->dead && !c->all))
             continue;
         vm_node *n = kl ? kl : kg;
         c->last = n;
@@ -643,6 +660,8 @@ int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
         key->len = n->klen;
         val->data = v->val;
         val->len = v->len;
+        *dead = v->dead != 0;
+        *ever = v->version;
         return 1;
     }
 }
@@ -718,6 +737,85 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
             m->q_head = 0;
         }
     }
+}
+
+/* Drops every entry of n with a version <= floor (kvq__vmap_drop); a node left with none
+ * leaves the map. */
+static void trim_all(kvq__vmap *m, vm_node *n, int64_t floor)
+{
+    if (n->unlinked || n->trim_gen == m->forget_gen)
+        return;
+    n->trim_gen = m->forget_gen;
+    vm_ver **pv = &n->vers;
+    while (*pv && (*pv)->version > floor)
+        pv = &(*pv)->older;
+    vm_ver *o = *pv;
+    if (o == NULL)
+        return;
+    int was_top = o == n->vers;
+    if (was_top && n->list == LIVE) {
+        m->live_bytes -= n->klen + o->len;
+        m->live_keys--;
+    }
+    *pv = NULL;
+    while (o) {
+        vm_ver *nx = o->older;
+        m->mem -= ver_cost(o->len);
+        m->entries--;
+        kvq__free(o);
+        o = nx;
+    }
+    if (n->vers == NULL) {
+        m->mem -= node_cost(n->klen, n->level);
+        retire(m, n);
+    }
+}
+
+void kvq__vmap_drop(kvq__vmap *m, int64_t floor)
+{
+    if (m == NULL || floor <= m->floor)
+        return;
+    m->floor = floor;
+    m->forget_gen++;
+    while (m->q_len > 0) {
+        gc_rec *r = &m->q[m->q_head];
+        if (r->version > floor)
+            break;
+        vm_node *n = r->node;
+        m->q_head = (m->q_head + 1) % m->q_cap;
+        m->q_len--;
+        trim_all(m, n, floor);
+        n->gc_refs--;
+    }
+    while (m->limbo != NULL && m->limbo->stamp < floor && m->limbo->gc_refs == 0) {
+        vm_node *n = m->limbo;
+        m->limbo = n->limbo;
+        if (m->limbo == NULL)
+            m->limbo_tail = NULL;
+        free_node(n);
+    }
+    if (m->q_cap > 1024 && m->q_len < m->q_cap / 8) {
+        size_t cap = m->q_cap / 2;
+        while (cap > 1024 && m->q_len < cap / 8)
+            cap /= 2;
+        gc_rec *q = kvq__malloc(cap * sizeof *q);
+        if (q != NULL) {
+            for (size_t i = 0; i < m->q_len; i++)
+                q[i] = m->q[(m->q_head + i) % m->q_cap];
+            kvq__free(m->q);
+            m->q = q;
+            m->q_cap = cap;
+            m->q_head = 0;
+        }
+    }
+}
+
+void kvq__vmap_each(kvq__vmap *m, kvq__vmap_entry_fn fn, void *arg)
+{
+    for (int l = 0; l < 2; l++)
+        for (vm_node *n = m->head[l]->next[0]; n != NULL; n = n->next[0])
+            if (n->vers != NULL)
+                fn(arg, n->key, n->klen, n->vers->val, n->vers->len, n->vers->dead != 0);
 }
 
 void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
