@@ -65,9 +65,17 @@ static void ls_close(emb_store *s)
         return;
     if (s->ckpt_started && !s->read_only) {
         /* A last pass of the applier (up to the window, as always), so that the next open
-         * replays less. */
-        if (kvq__ls_do_checkpoint(s, 0, NULL) != 0)
-            kvq__error_clear();
+         * replays less. It leaves the caller's error as it was (a close after a failed open
+         * must not hide why the open failed). */
+        int had = kvq_last_error_code();
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvq_last_error());
+        if (kvq__ls_do_checkpoint(s, 0, NULL) != 0 || had != 0) {
+            if (had != 0)
+                kvq__error(had, "%s", why);
+            else
+                kvq__error_clear();
+        }
     }
     if (s->ckpt_started) {
         pthread_mutex_lock(&s->ckpt_mu);

@@ -21,12 +21,15 @@
 
 /* ---- the checkpoint reserve (ckpt.reserve) ---- */
 
-/* The bytes the applier needs to bring the table up to the log's tail: the table's WAL takes
- * about twice what it applies (pages rewritten whole), and a margin. */
+/* The room the applier needs, on a full disk, to bring the table up to the log's tail and to
+ * delete everything it holds: the table's WAL takes about twice the log it applies (pages
+ * rewritten whole) and, for deletions, the pages they touch (at most the table's size). */
 uint64_t kvq__ls_ckpt_estimate(emb_store *s)
 {
     uint64_t tail = kvq__log_tail(s->log), at = __atomic_load_n(&s->ckpt_lsn, __ATOMIC_ACQUIRE);
-    return 2 * (tail > at ? tail - at : 0) + (1u << 20);
+    struct stat st;
+    uint64_t table = fstatat(s->dir_fd, "data.db", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+    return table + 2 * (tail > at ? tail - at : 0) + (1u << 20);
 }
 
 uint64_t kvq__ls_reserve_size(emb_store *s)
