@@ -1129,3 +1129,18 @@ int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *fo
     sqlite3_finalize(st);
     return rc;
 }
+
+int kvq__sqlite_checkpoint(emb_store *s)
+{
+    if (s == NULL || s->writer == NULL || s->read_only)
+        return 0;
+    int log = 0, done = 0;
+    /* Never wait for a reader: one that needs old frames keeps the WAL until a later call. */
+    sqlite3_busy_timeout(s->writer, 0);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
+    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
+        return sqlite_error(s->writer, src, "checkpointing the WAL");
+    return 0;
+}

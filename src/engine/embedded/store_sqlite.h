@@ -15,4 +15,8 @@ int kvq__sqlite_meta_get(emb_store *s, const char *name, int64_t *value, int *fo
 /* In snapshot c (of emb_sqlite_store): meta row name (*found = 0 when there is none). */
 int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *found);
 
+/* Copies the WAL into the database file and truncates it, when no reader needs its frames
+ * (never waiting for one); the database file is synced. Not during a write. */
+int kvq__sqlite_checkpoint(emb_store *s);
+
 #endif

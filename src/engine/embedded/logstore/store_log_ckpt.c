@@ -89,6 +89,15 @@ int kvq__ls_reserve_give_segment(emb_store *s)
 
 /* ---- the applier: the log's batches into the table ---- */
 
+/* The newest version the applier takes: what is older than the window, in the versions' clock
+ * (microseconds: a batch committed lag ago or earlier), so that the last batches reach the
+ * table once the window has passed even when nothing is committed after them. */
+int64_t kvq__ls_horizon(emb_store *s, int64_t newest)
+{
+    int64_t h = kvq__now_us() - s->lag;
+    return h < newest ? h : newest;
+}
+
 /* One pass of the applier: the batches read from the log, folded into their net effect
  * (an overlay: a key's last value or its deletion; the ranges cleared), written to the table in
  * one transaction. An item pushed and popped within the pass is a deletion of a key the table
@@ -242,7 +251,7 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
         return rc;
     apply_pass p = { 0 };
     p.ranges = (kvq_buf)KVQ_BUF_INIT;
-    p.horizon = all ? INT64_MAX : newest - s->lag;
+    p.horizon = all ? INT64_MAX : kvq__ls_horizon(s, newest);
     p.limit = kvq__log_tail(s->log);
     /* Only what the log holds durably goes to the table, whose position must never pass the
      * log's after a power cut; a repair applies everything (the log's sync failed: the table,
@@ -284,6 +293,10 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
             rc = emb_sqlite_store.sync(s->table, 0, &issued);
         if (rc == 0)
             test_step("apply.synced");
+        /* The WAL back into the table's file, so that it stays small (a full disk needs its
+         * room); a reader that holds it back lets a later pass do it. */
+        if (rc == 0 && kvq__sqlite_checkpoint(s->table) != 0)
+            kvq__error_clear();
     } else {
         emb_sqlite_store.write_abort(s->table);
     }
@@ -370,7 +383,7 @@ void *kvq__ls_ckpt_main(void *arg)
                     pthread_mutex_lock(&s->apply_mu);
                     int64_t newest = s->applied_version;
                     pthread_mutex_unlock(&s->apply_mu);
-                    if (newest - s->lag > tk && kvq__ls_do_checkpoint(s, 0, NULL) != 0)
+                    if (kvq__ls_horizon(s, newest) > tk && kvq__ls_do_checkpoint(s, 0, NULL) != 0)
                         kvq__error_clear();
                     kvq__ls_drop(s);
                 }

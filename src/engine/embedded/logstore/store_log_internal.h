@@ -165,6 +165,7 @@ uint64_t kvq__ls_slots_min(emb_store *s, uint64_t dflt);
 
 /* ---- checkpoints and the reserve (store_log_ckpt.c) ---- */
 
+int64_t kvq__ls_horizon(emb_store *s, int64_t newest);
 uint64_t kvq__ls_ckpt_estimate(emb_store *s);
 uint64_t kvq__ls_reserve_size(emb_store *s);
 uint64_t kvq__ls_reserve_target(emb_store *s);
