@@ -7,11 +7,12 @@
  *    of 1,000), then the database kept open past the window so that its applier takes the
  *    last batches into the table; closed.
  * 2. memory: 1 process, then P at once, each opens the database in a fresh child, reads the
- *    queue's length and its head, and reports its resident anonymous memory before and after;
+ *    queue's length and its head (a peek), and reports its resident anonymous memory before and
+ *    after;
  *    bytes of memory per byte of live data (the items' values) per process.
  * 3. kill -9: a child pushes and pops (one item each, durable) beside the N items for 3 s and
  *    is killed with SIGKILL; the time a fresh process takes to open the database and read the
- *    queue's head and length.
+ *    queue's length and its head (a peek).
  * Prints one line per measure. Wall-clock figures on a shared machine are noisy: say so. */
 #include <errno.h>
 #include <signal.h>
@@ -114,10 +115,10 @@ static void measure(const char *url, shared *sh, int idx, int n)
     if (rc != 0)
         die("len", rc);
     kvq_buf head = KVQ_BUF_INIT;
-    kvq_txn *t;
-    if ((rc = kvq_txn_create(&t, db)) != 0)
-        die("txn", rc);
-    kvq_txn_destroy(t);
+    if ((rc = kvq_queue_peek(&head, q)) != 0)
+        die("peek", rc);
+    if (head.len != VLEN)
+        die("peek: not an item", KVQ_EINVAL);
     sh->open_s[idx] = now_s() - t0;
     sh->delta_kb[idx] = (double)(rss_anon_kb() - before);
     sh->len[idx] = len;
@@ -232,6 +233,8 @@ int main(int argc, char **argv)
         int rc = kvq_queue_len(&len, q);
         if (rc != 0)
             die("len after kill", rc);
+        if ((rc = kvq_queue_peek(&out, q)) != 0)
+            die("peek after kill", rc);
         printf("kill -9: queued=%llu\n", (unsigned long long)len);
         fflush(stdout);
         kvq_buf_dispose(&out);
@@ -240,6 +243,6 @@ int main(int argc, char **argv)
         _exit(0);
     }
     waitpid(p, NULL, 0);
-    printf("kill -9: open_and_len_s=%.3f (one process, page cache warm)\n", now_s() - t0);
+    printf("kill -9: open_len_and_peek_s=%.3f (one process, page cache warm)\n", now_s() - t0);
     return 0;
 }
