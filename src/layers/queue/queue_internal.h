@@ -227,6 +227,9 @@ typedef struct kvq__qop {
     kvq__qres cur;    /* what the current attempt popped */
     kvq__qres *cands; /* results of attempts that may have committed */
     size_t ncands;
+    /* Called by kvq__qop_run with each attempt's commit outcome (NULL: nothing); the durable
+     * queue's pops note their contention with it (kvq__q_pop_pressure_note). */
+    void (*after_commit)(kvq_queue *q, int rc);
 } kvq__qop;
 
 int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap);
@@ -253,11 +256,18 @@ int kvq__qop_out_of_time(kvq__qop *o, kvq_txn *txn, int err);
 kvq__qres *kvq__qop_result(kvq__qop *o);
 /* Moves a result's values into caller buffers. */
 int kvq__qres_deliver(kvq__qres *r, kvq_buf *outs);
-/* One attempt of a convenience operation in txn (kvq__qop_begin first). */
+/* One attempt of a convenience operation in txn, which runs the attempt's protocol itself:
+ * kvq__qop_begin first (and nothing more when o->found), kvq__qop_mark once it took effect (the
+ * pops, whose marks depend on what they took and whose found results arm watches). */
 typedef int (*kvq__qop_body)(kvq_txn *txn, kvq__qop *o, void *arg);
 /* The retry loop of the convenience forms: kvq_txn_run's, plus the bookkeeping of attempts that
  * may have committed. */
 int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg);
+/* The writes of one attempt of a marked write (a convenience push), nothing else. */
+typedef int (*kvq__qop_write)(kvq_txn *txn, kvq_queue *q, void *arg);
+/* kvq__qop_run for a marked write: each attempt begins (kvq__qop_begin), stops there when an
+ * earlier attempt's marker is found (it committed), else calls write and writes the marker. */
+int kvq__qop_run_marked(kvq__qop *o, kvq__qop_write write, void *arg);
 
 /* ---- high-contention staging (staging.c) --------------------------------------------------- */
 

@@ -179,6 +179,8 @@ static int pop_single(kvq_queue *q,
         kvq__qop_free(&o);
         return rc;
     }
+    if (q->type == KVQ_QUEUE_DURABLE)
+        o.after_commit = kvq__q_pop_pressure_note;
     int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
         /* Its steps do not look for due items: a transaction of its own does first. */
@@ -267,6 +269,8 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
     kvq__qop o;
     int rc = kvq__qop_init(&o, q, "r", total);
+    if (q->type == KVQ_QUEUE_DURABLE)
+        o.after_commit = kvq__q_pop_pressure_note;
     if (rc == 0 && views == NULL)
         rc = kvq__error(KVQ_ENOMEM, "out of memory");
     if (rc == 0)
