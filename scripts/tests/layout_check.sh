@@ -45,7 +45,8 @@ low:
 only ext_ low/b.c'
 a_calls_b='top/a.c=int b(void); int a(void); int a(void) { return b(); }'
 b_alone='low/b.c=int b(void); int b(void) { return 1; }'
-b_calls_a='low/b.c=int a(void); int b(void); int b(void) { return 0; } int c(void); int c(void) { return a(); }'
+b_calls_a='low/b.c=int a(void); int b(void); int c(void);
+int b(void) { return 0; } int c(void) { return a(); }'
 case_of "one way, as allowed" "$deps" pass "$a_calls_b" "$b_alone"
 case_of "a concept using one not listed" "top:
 low:" fail "$a_calls_b" "$b_alone"

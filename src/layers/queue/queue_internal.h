@@ -293,9 +293,10 @@ int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
  * (FIFO queues: a no-op). Two snapshot reads at txn's read version look for a delayed item that
  * is due or a lease that has ended (no conflict range, nothing written). When one is found, it
  * and every other that is due are made ready in transactions of their own (with w's keys and
- * settings, or, when w is NULL, with the max deliveries q holds: wq_max_deliveries), and KVQ_ENOT_COMMITTED is returned: the caller's
- * retry loop then reads again at a newer version, which sees them ready. A read-only database,
- * where nothing can be moved, is read as it is stored (0). */
+ * settings, or, when w is NULL, with the max deliveries q holds: wq_max_deliveries), and
+ * KVQ_ENOT_COMMITTED is returned: the caller's retry loop then reads again at a newer version,
+ * which sees them ready. A read-only database, where nothing can be moved, is read as it is
+ * stored (0). */
 int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn);
 
 #endif /* KVQ_QUEUE_INTERNAL_H */

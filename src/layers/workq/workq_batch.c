@@ -20,7 +20,8 @@ typedef struct collect {
     uint32_t n;
 } collect;
 
-/* Writes the batch record of c's items (layers/queue/batch_lease_internal.h) and its expiry entry. */
+/* Writes the batch record of c's items (layers/queue/batch_lease_internal.h) and its expiry
+ * entry. */
 static int write_batch(
     kvq_workq *w, kvq_txn *txn, const uint8_t *bid, int64_t deadline, int64_t rv, const collect *c)
 {
