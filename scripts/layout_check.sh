@@ -4,7 +4,11 @@
 #     that whom defines);
 #  2. a concept (a folder of src/, listed in src/DEPS) uses only the concepts src/DEPS lets it
 #     use, by its calls and by its includes ("folder/file.h" of another folder);
-#  3. only the files src/DEPS names call functions of a given prefix (SQLite's).
+#  3. only the files src/DEPS names call functions of a given prefix (SQLite's);
+#  4. what a file defines outside `static` is named with a prefix src/DEPS gives its folder;
+#  5. a file includes the project's headers by their path from src/ ("layers/queue/x.h"), unless
+#     src/DEPS lets its folder name them from its own ("x.h");
+#  6. no two files of src/ have the same name.
 # It prints which concept uses which, then what breaks the rules, and exits 1 if anything does.
 #   scripts/layout_check.sh SRC_DIR OBJECT...
 # With LAYOUT_LIST=folder (engine/embedded, say) it also lists which file of that folder calls
@@ -47,19 +51,22 @@ if [ -n "${LAYOUT_LIST:-}" ]; then
         "$tmp/calls" | sort -u |
         awk '{ a[$1] = a[$1] " " $2 } END { for (k in a) print "  " k " ->" a[k] }' | sort
 fi
-# Includes of another folder's header: includer header-path (bare includes are the includer's
-# own folder; kvq/... are the public headers, which every concept may use).
+# Includes of the project's headers: includer header-path ["relative"] (a bare name, or a path
+# found from the includer's folder, is relative; kvq/... are the public headers, for all).
 # A path with a slash is the includer's folder's when the file is there (logstore/log.h from
 # engine/embedded), else src/'s.
 (cd "$src" && find . -name '*.[ch]' | sed 's|^\./||' | sort | while read -r f; do
     d=$(dirname "$f")
-    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\/[^"]*\)".*/\1/p' "$f" |
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
         grep -v '^kvq/' | while read -r h; do
-        if [ -f "$d/$h" ]; then echo "$f $d/$h"; else echo "$f $h"; fi
+        case "$h" in
+        */*) if [ -f "$d/$h" ]; then echo "$f $d/$h relative $h"; else echo "$f $h"; fi ;;
+        *) echo "$f $d/$h relative $h" ;;
+        esac
     done
 done) >"$tmp/includes"
 
-awk -v calls="$tmp/calls" -v incs="$tmp/includes" '
+awk -v calls="$tmp/calls" -v incs="$tmp/includes" -v defs="$tmp/defs" '
 function unit(f,    best, u) {
     best = ""
     for (u in allowed)
@@ -67,10 +74,20 @@ function unit(f,    best, u) {
             best = u
     return best == "" ? "?" : best
 }
-FILENAME != calls && FILENAME != incs {
+FILENAME != calls && FILENAME != incs && FILENAME != defs {
     sub(/#.*/, "")
     if (NF == 0)
         next
+    if ($1 == "relative-includes") {   # relative-includes PATH: files there may
+        relok[$2] = 1
+        next
+    }
+    if ($1 == "names") {          # names PATH PREFIX...: what files under PATH name globals
+        names[$2] = ""
+        for (i = 3; i <= NF; i++)
+            names[$2] = names[$2] " " $i
+        next
+    }
     if ($1 == "only") {           # only PREFIX FILE...: who may call functions named PREFIX*
         only[$2] = ""
         for (i = 3; i <= NF; i++)
@@ -95,8 +112,33 @@ FILENAME == calls {
     }
     next
 }
+FILENAME == defs {
+    best = ""
+    for (pth in names)
+        if ((pth == "." || index($2, pth "/") == 1) && length(pth) > length(best))
+            best = pth
+    if (best == "")
+        next
+    ok = 0
+    np = split(names[best], pre, " ")
+    for (i = 1; i <= np; i++)
+        if (pre[i] == "*" || index($1, pre[i]) == 1)
+            ok = 1
+    if (!ok)
+        badname[++nbadname] = "  " $2 " defines " $1 " (names there start with" names[best] ")"
+    next
+}
 FILENAME == incs {
     a = unit($1); h = $2
+    if ($3 == "relative") {
+        ok = 0
+        for (pth in relok)
+            if (index($1, pth "/") == 1)
+                ok = 1
+        if (!ok)
+            bad[++nbad] = "  " $1 " includes \"" $4 "\" by a path from its own folder, not " \
+                "from src/"
+    }
     b = unit(h)
     if (a != b && b != "?" && index(allowed[a], " " b " ") == 0)
         bad[++nbad] = "  " $1 " includes " h " (" a " may not use " b ")"
@@ -129,6 +171,12 @@ END {
     } else {
         print "no two files call each other both ways"
     }
+    if (nbadname > 0) {
+        print "names src/DEPS does not allow:"
+        for (i = 1; i <= nbadname; i++)
+            print badname[i]
+        status = 1
+    }
     if (nbad > 0) {
         print "uses src/DEPS does not allow:"
         for (i = 1; i <= nbad; i++)
@@ -138,7 +186,7 @@ END {
         print "every concept uses only what src/DEPS allows"
     }
     exit status
-}' "$deps" "$tmp/calls" "$tmp/includes" || status=1
+}' "$deps" "$tmp/calls" "$tmp/includes" "$tmp/defs" || status=1
 status=${status:-0}
 
 # Prefix rules: only the files named call functions of the prefix, and only they name it in
@@ -157,5 +205,10 @@ grep '^only' "$deps" | while read -r _ prefix files; do
         esac
     done
 done
+dups=$(cd "$src" && find . -name '*.[ch]' | sed 's|.*/||' | sort | uniq -d | tr '\n' ' ')
+if [ -n "$dups" ]; then
+    echo "names of more than one file of src/: $dups"
+    status=1
+fi
 [ -f "$tmp/only" ] && status=1
 exit "$status"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/layout_check.sh can fail: over a small made-up src/ it passes when calls go one way and
 # fails on two files calling each other both ways, on a concept using one src/DEPS does not
-# list (by a call, and by an include), and on a prefix called from a file not named for it.
+# list (by a call, and by an include), on a prefix called from a file not named for it, and on
+# a global name without its folder's prefix, and on two files of one name.
 #   scripts/tests/layout_check.sh [CC]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,5 +59,14 @@ int c(void); int c(void) { return 0; }' 'top/t.h=int t(void);'
 case_of "a prefix called from a file not named" "$deps" fail \
     'top/a.c=int ext_x(void); int a(void); int a(void) { return ext_x(); }' \
     'low/b.c=int ext_x(void); int ext_x(void) { return 0; }'
+case_of "names with their folder's prefixes" "$deps
+names . k_
+names top t_ k_" pass 'top/a.c=int t_a(void); int t_a(void) { return 0; }' \
+    'low/b.c=int k_b(void); int k_b(void) { return 1; }'
+case_of "a name without its folder's prefix" "$deps
+names . k_
+names top t_" fail 'top/a.c=int t_a(void); int t_a(void) { return 0; }' \
+    'low/b.c=int b(void); int b(void) { return 1; }'
+case_of "two files of one name" "$deps" fail "$a_calls_b" "$b_alone" 'top/b.c=int bb(void);'
 [ "$fails" -eq 0 ] || exit 1
 echo "layout check self-test: all cases as expected"

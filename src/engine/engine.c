@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "util/bytes.h"
 
 #define ATOMIC_INC(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)

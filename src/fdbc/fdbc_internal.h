@@ -37,13 +37,14 @@
  * What differs is listed in docs/fdb.md. */
 
 /* This header: what the files of libkvq_fdb_c.so (src/fdbc) share, its types, constants and
- * internal functions. Never installed. One file per FoundationDB object: network.c,
- * future.c, database.c, transaction.c (with ranges.c, options.c and special.c, the calls it
- * hands on); below them, txn_state.c (a transaction's state every call reads first) and
- * common.c (misuse reports, the network's state, copies); fdb_errors.c holds the error texts.
- * Calls go one way: network.c and transaction.c at the top; then ranges.c and options.c;
- * special.c; database.c; future.c and txn_state.c; common.c at the bottom. Internal names are
- * kvq__fdbc_ (the fdb_ names are FoundationDB's API). */
+ * internal functions. Never installed. One file per FoundationDB object: fdb_network.c,
+ * fdb_future.c, fdb_database.c, fdb_transaction.c (with fdb_ranges.c, fdb_options.c and
+ * fdb_special.c, the calls it hands on); below them, fdb_txn_state.c (a transaction's state
+ * every call reads first) and fdb_common.c (misuse reports, the network's state, copies);
+ * fdb_errors.c holds the error texts. Calls go one way: fdb_network.c and fdb_transaction.c at
+ * the top; then fdb_ranges.c and fdb_options.c; fdb_special.c; fdb_database.c; fdb_future.c
+ * and fdb_txn_state.c; fdb_common.c at the bottom. Internal names are kvq__fdbc_ (the fdb_
+ * names are FoundationDB's API). */
 #ifndef KVQ_FDBC_INTERNAL_H
 #define KVQ_FDBC_INTERNAL_H
 
@@ -71,7 +72,7 @@ enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031, FDB_ERR_USED_DURING_COMMIT = 2017 }
 #define NETWORK_WAIT_SEC 5
 
 
-/* The network: its state, shared by every file (network.c defines it). */
+/* The network: its state, shared by every file (fdb_common.c defines it; fdb_network.c runs it). */
 struct kvq__fdbc_net_state {
     pthread_mutex_t mu;
     pthread_cond_t cond;
@@ -198,7 +199,7 @@ struct FDB_transaction {
 /* FoundationDB's message for an error code (fdb_errors.c): never NULL, static. */
 const char *kvq__fdbc_message(int code);
 
-/* common.c */
+/* fdb_common.c */
 void kvq__fdbc_misuse(const char *fmt, ...);
 void kvq__fdbc_complain(const char *fmt, ...);
 uint8_t *kvq__fdbc_copy_bytes(const uint8_t *p, size_t n);
@@ -208,7 +209,7 @@ static inline int kvq__fdbc_key_less(const uint8_t *a, size_t alen, const uint8_
     return kvq__bytes_cmp(a, alen, b, blen) < 0;
 }
 
-/* future.c */
+/* fdb_future.c */
 FDBFuture *kvq__fdbc_fut_new(int kind);
 void kvq__fdbc_fut_ref(FDBFuture *f);
 void kvq__fdbc_fut_unref(FDBFuture *f);
@@ -219,17 +220,17 @@ FDBFuture *kvq__fdbc_fut_error(int kind, fdb_error_t err);
 FDBResult *kvq__fdbc_result_error(fdb_error_t err);
 FDBFuture *kvq__fdbc_unsupported(const char *what);
 
-/* database.c */
+/* fdb_database.c */
 fdb_error_t kvq__fdbc_dir_of(const char *line, char *dir, size_t cap);
 void kvq__fdbc_db_unref(FDBDatabase *d);
 
-/* txn_state.c */
+/* fdb_txn_state.c */
 void kvq__fdbc_knobs_read(FDBTransaction *tr);
 void kvq__fdbc_tr_timeout_check(FDBTransaction *tr);
 fdb_error_t kvq__fdbc_tr_error(FDBTransaction *tr, int after_commit);
 void kvq__fdbc_read_delay(const FDBTransaction *tr);
 
-/* ranges.c */
+/* fdb_ranges.c */
 FDBFuture *kvq__fdbc_tr_get_range(FDBTransaction *tr,
                                   const uint8_t *begin_key_name,
                                   int begin_key_name_length,
@@ -259,14 +260,14 @@ FDBFuture *kvq__fdbc_tr_get_addresses_for_key(FDBTransaction *tr,
                                               const uint8_t *key_name,
                                               int key_name_length);
 
-/* options.c */
+/* fdb_options.c */
 int kvq__fdbc_db_defaults(FDBTransaction *tr, int all);
 fdb_error_t kvq__fdbc_tr_set_option(FDBTransaction *tr,
                                     FDBTransactionOption option,
                                     const uint8_t *value,
                                     int value_length);
 
-/* special.c */
+/* fdb_special.c */
 int kvq__fdbc_is_special(const uint8_t *k, size_t len);
 int kvq__fdbc_special_value(
     FDBTransaction *tr, const uint8_t *k, size_t len, int *present, uint8_t **val, size_t *vlen);

@@ -274,18 +274,18 @@ int kvq__qop_run_marked(kvq__qop *o, kvq__qop_write write, void *arg);
 /* A convenience pop in high-contention mode (end MIN/MAX). Fills o's result; 0 or an error.
  * With watch non-NULL (consume), an empty queue is not an error: o's result holds no value and
  * *watch a watch on the push counter set in the transaction that found it empty. */
-int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch);
+int kvq__staging_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch);
 /* Runs the staging upkeep when it is due (every staging_timeout/2 of this process's clock);
  * returns the number of items it put back. */
-uint64_t kvq__hc_maybe_sweep(kvq_queue *q);
+uint64_t kvq__staging_maybe_sweep(kvq_queue *q);
 /* Runs the staging upkeep now. */
-int kvq__hc_sweep(kvq_queue *q, uint64_t *returned);
+int kvq__staging_sweep(kvq_queue *q, uint64_t *returned);
 /* Test hooks: register a waiter for end (rand20 receives its id); run one fulfil transaction
  * on behalf of nobody (*served receives the number of waiters served). */
-int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
-int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
+int kvq__staging_register(kvq_queue *q, int end, uint8_t *rand20);
+int kvq__staging_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
-int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+int kvq__staging_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
 
 /* ---- due items of work queues, for every reader (due.c) ------------------------------------ */
 

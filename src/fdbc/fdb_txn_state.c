@@ -1,6 +1,6 @@
 /* The state of a transaction that every call on it reads first, whatever file serves the call
- * (transaction.c, ranges.c, options.c): its knobs, its timeout, the error it fails with before
- * it starts, the read delay. */
+ * (fdb_transaction.c, fdb_ranges.c, fdb_options.c): its knobs, its timeout, the error it fails
+ * with before it starts, the read delay. */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>

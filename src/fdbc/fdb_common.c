@@ -1,6 +1,6 @@
-/* What every file of libkvq_fdb_c.so uses, below them all: the reports of misuse, the network's
- * state (network.c runs it, future.c queues callbacks on it) and copies of bytes the library
- * owns. */
+/* What every file of libkvq_fdb_c.so uses, below them all: the reports of misuse, the
+ * network's state (fdb_network.c runs it, fdb_future.c queues callbacks on it) and copies of
+ * bytes the library owns. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
