@@ -400,21 +400,13 @@ int kvq__ls_snap_open(emb_store *s, int64_t at, struct emb_snap **out, emb_snap_
         kvq__free(sn);
         return rc;
     }
-    emb_snap_info ti;
-    rc = emb_sqlite_store.snap_open(s->table, 0, (emb_snap **)&sn->tsnap, &ti);
-    if (rc == 0) {
-        pthread_mutex_lock(&s->pin_mu);
-        pin_move(s, pin, ti.version);
-        pin = ti.version;
-        if (ti.version > s->table_known)
-            s->table_known = ti.version;
-        pthread_mutex_unlock(&s->pin_mu);
-        sn->tver = ti.version;
-    }
+    /* The map first, then the table's snapshot: a clear-range applied while catching up puts
+     * tombstones on the keys of the table as it is then (a newer table may not hold keys the
+     * batch deleted), so the table this snapshot reads must be at least that new. When the
+     * table is newer than the map (an applier elsewhere went past this handle), the map
+     * catches up again and the table's snapshot is taken again after it. */
     int64_t latest = 0, v = 0, read_at = 0;
-    /* The map must reach the table's version (an applier elsewhere may have applied what this
-     * handle has not read yet). */
-    for (int i = 0; rc == 0 && i < 2; i++) {
+    for (int i = 0; rc == 0; i++) {
         rc = kvq__ls_catch_up(s);
         if (rc != 0)
             break;
@@ -423,8 +415,21 @@ int kvq__ls_snap_open(emb_store *s, int64_t at, struct emb_snap **out, emb_snap_
         v = at > 0 && at < latest ? batch_at(s, at) : latest;
         pthread_mutex_unlock(&s->apply_mu);
         read_at = at > 0 && at < latest ? at : latest;
-        if (latest >= sn->tver)
+        emb_snap_info ti;
+        rc = emb_sqlite_store.snap_open(s->table, 0, (emb_snap **)&sn->tsnap, &ti);
+        if (rc != 0)
             break;
+        pthread_mutex_lock(&s->pin_mu);
+        pin_move(s, pin, ti.version);
+        pin = ti.version;
+        if (ti.version > s->table_known)
+            s->table_known = ti.version;
+        pthread_mutex_unlock(&s->pin_mu);
+        sn->tver = ti.version;
+        if (latest >= sn->tver || i == 3)
+            break;
+        emb_sqlite_store.snap_close(sn->tsnap);
+        sn->tsnap = NULL;
     }
     if (rc == 0 && latest < sn->tver)
         rc = kvq__error(KVQ_EIO, "log store: the table is at version %lld, past the log's %lld",
