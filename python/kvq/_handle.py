@@ -96,6 +96,35 @@ def take(buf: _lib.kvq_buf) -> bytes:
         lib().kvq_buf_dispose(ctypes.byref(buf))
 
 
+class _ThreadBuf(threading.local):
+    """One kvq_buf per thread that single pops and receives fill again and again (kvq replaces
+    its content and grows it as needed), as a C program reuses its buffer; freed with the
+    thread."""
+
+    def __init__(self) -> None:
+        self.buf = _lib.kvq_buf()
+        self.ref = ctypes.byref(self.buf)
+
+    def __del__(self) -> None:
+        try:
+            if self.buf.data and _lib._lib is not None:
+                _lib._lib.kvq_buf_dispose(self.ref)
+        except Exception:
+            pass
+
+
+_tbuf = _ThreadBuf()
+
+
+def thread_buf() -> _lib.kvq_buf:
+    """This thread's reusable buffer (read its bytes before the next call that fills it)."""
+    return _tbuf.buf
+
+
+def thread_buf_ref() -> Any:
+    return _tbuf.ref
+
+
 class Handle:
     """A C object with counted use and a close that waits for the calls in progress."""
 
@@ -104,7 +133,8 @@ class Handle:
     def __init__(self) -> None:
         self._ptr: Optional[int] = None
         self._gen = _generation
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken by every call: a C-level lock, no Python frame
+        self._cv = threading.Condition(self._lock)  # close() waits on it
         self._busy = 0
         self._closing = False
 
@@ -115,14 +145,14 @@ class Handle:
                 f"this {self._kind} was opened by process {self._opener_pid} and cannot be used "
                 "after fork(): open the database again in this process",
             )
-        with self._cv:
+        with self._lock:
             if self._closing or self._ptr is None:
                 raise ClosedError(f"the {self._kind} is closed")
             self._busy += 1
             return self._ptr
 
     def _exit(self) -> None:
-        with self._cv:
+        with self._lock:
             self._busy -= 1
             if self._busy == 0 and self._closing:
                 self._cv.notify_all()

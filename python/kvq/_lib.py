@@ -293,6 +293,11 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    # kvq_buf_dispose again, taking a plain address (a buffer inside an array of kvq_buf)
+    at = lib["kvq_buf_dispose"]
+    at.restype = None
+    at.argtypes = [c_void_p]
+    lib.kvq_buf_dispose_at = at
     return lib
 
 

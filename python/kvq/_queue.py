@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import ctypes
 from ctypes import byref, c_int64, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
@@ -10,7 +11,8 @@ from typing import Any, Iterable, Iterator, List, Optional, Tuple
 from . import _handle
 from . import _lib
 from ._db import TYPE_NAMES, SNAPSHOT, Database, Transaction, _name
-from ._handle import Handle, as_bytes, as_int, as_ms, check, error, lib, read, take
+from ._handle import (Handle, as_bytes, as_int, as_ms, check, error, lib, read, take,
+                      thread_buf, thread_buf_ref)
 from .errors import ClosedError
 
 _ENOTFOUND = 9003
@@ -38,6 +40,29 @@ class QueueStats:
     hc_fulfil_lost: int
     hc_returned: int
     hc_waits: int
+
+
+_BYTESP = ctypes.POINTER(_lib.kvq_bytes)
+
+
+def _values(arr: Any, width: int, n: int) -> List[bytes]:
+    """The bytes of the first n kvq_buf (width 3) or kvq_bytes (width 2) of an array, its
+    (data, len) fields read in one go."""
+    if not n:
+        return []
+    f = (c_size_t * (width * n)).from_buffer(arr)[:]
+    at = ctypes.string_at
+    return [at(f[i], f[i + 1]) if f[i + 1] else b"" for i in range(0, width * n, width)]
+
+
+def _dispose(L: Any, bufs: Any, k: int) -> None:
+    """Frees the buffers of a kvq_buf array that kvq filled (the others are still empty)."""
+    f = (c_size_t * (3 * k)).from_buffer(bufs)[:]
+    base = ctypes.addressof(bufs)
+    size = ctypes.sizeof(_lib.kvq_buf)
+    for i in range(k):
+        if f[3 * i]:
+            L.kvq_buf_dispose_at(base + i * size)
 
 
 class Queue(Handle):
@@ -100,18 +125,23 @@ class Queue(Handle):
         """
         v = as_bytes(value)
         L = lib()
-        with self._use() as p:
+        p = self._enter()
+        try:
             if priority is None:
                 if tr is None:
-                    check(L.kvq_queue_push(p, v, len(v)))
+                    rc = L.kvq_queue_push(p, v, len(v))
                 else:
-                    check(L.kvq_queue_push_txn(p, self._tr(tr), v, len(v)))
+                    rc = L.kvq_queue_push_txn(p, self._tr(tr), v, len(v))
             else:
                 pr = as_int(priority, "priority")
                 if tr is None:
-                    check(L.kvq_queue_push_prio(p, v, len(v), pr))
+                    rc = L.kvq_queue_push_prio(p, v, len(v), pr)
                 else:
-                    check(L.kvq_queue_push_prio_txn(p, self._tr(tr), v, len(v), pr))
+                    rc = L.kvq_queue_push_prio_txn(p, self._tr(tr), v, len(v), pr)
+            if rc:
+                raise error(rc)
+        finally:
+            self._exit()
 
     def push_many(self, values: Iterable[Any], *, tr: Optional[Transaction] = None) -> None:
         """Pushes 1 to 10,000 values in one transaction, in order: all of them or none.
@@ -121,16 +151,30 @@ class Queue(Handle):
         vs = [as_bytes(v) for v in values]
         if not vs:
             return
-        arr = (_lib.kvq_bytes * len(vs))()
-        for i, v in enumerate(vs):
-            arr[i].data = _lib.ctypes.cast(_lib.ctypes.c_char_p(v), c_void_p).value
-            arr[i].len = len(v)
+        # one blob holds the values, and the kvq_bytes array points into it: pairs of
+        # (address, length) built in one go rather than field by field
+        blob = b"".join(vs)
+        base = ctypes.cast(ctypes.c_char_p(blob), c_void_p).value or 0
+        flat = []
+        off = 0
+        for v in vs:
+            flat.append(base + off)
+            flat.append(len(v))
+            off += len(v)
+        arr = (c_size_t * len(flat))(*flat)
         L = lib()
-        with self._use() as p:
+        p = self._enter()
+        try:
             if tr is None:
-                check(L.kvq_queue_push_many(p, arr, len(vs)))
+                rc = L.kvq_queue_push_many(p, ctypes.cast(arr, _BYTESP), len(vs))
             else:
-                check(L.kvq_queue_push_many_txn(p, self._tr(tr), arr, len(vs)))
+                rc = L.kvq_queue_push_many_txn(p, self._tr(tr), ctypes.cast(arr, _BYTESP),
+                                               len(vs))
+            if rc:
+                raise error(rc)
+        finally:
+            self._exit()
+        del blob
 
     # --- pops ------------------------------------------------------------------------------
     def pop(self, n: Optional[int] = None, *, tr: Optional[Transaction] = None) -> Any:
@@ -145,20 +189,23 @@ class Queue(Handle):
         """
         L = lib()
         if n is None:
-            with self._use() as p:
+            p = self._enter()
+            try:
                 if tr is None:
-                    buf = _lib.kvq_buf()
-                    rc = L.kvq_queue_pop(byref(buf), p)
-                    if rc == _ENOTFOUND:
-                        return None
-                    check(rc)
-                    return take(buf)
-                out = _lib.kvq_bytes()
-                rc = L.kvq_queue_pop_txn(byref(out), p, self._tr(tr))
+                    rc = L.kvq_queue_pop(thread_buf_ref(), p)
+                    if rc == 0:
+                        buf = thread_buf()
+                        return read(buf.data, buf.len)
+                else:
+                    out = _lib.kvq_bytes()
+                    rc = L.kvq_queue_pop_txn(byref(out), p, self._tr(tr))
+                    if rc == 0:
+                        return read(out.data, out.len)
                 if rc == _ENOTFOUND:
                     return None
-                check(rc)
-                return read(out.data, out.len)
+                raise error(rc)
+            finally:
+                self._exit()
         k = as_int(n, "n")
         if k < 1 or k > 10000:
             raise ValueError("n must be from 1 to 10,000")
@@ -171,17 +218,15 @@ class Queue(Handle):
                     if rc == _ENOTFOUND:
                         return []
                     check(rc)
-                    return [read(bufs[i].data, bufs[i].len) for i in range(got.value)]
+                    return _values(bufs, 3, got.value)
                 finally:
-                    for i in range(k):
-                        if bufs[i].data:
-                            L.kvq_buf_dispose(byref(bufs[i]))
+                    _dispose(L, bufs, k)
             views = (_lib.kvq_bytes * k)()
             rc = L.kvq_queue_pop_k_txn(views, byref(got), p, self._tr(tr), k)
             if rc == _ENOTFOUND:
                 return []
             check(rc)
-            return [read(views[i].data, views[i].len) for i in range(got.value)]
+            return _values(views, 2, got.value)
 
     def peek(self, *, tr: Optional[Transaction] = None, snapshot: bool = False) -> Optional[bytes]:
         """The first item's value without removing it, or None when the queue is empty.
@@ -191,12 +236,12 @@ class Queue(Handle):
         L = lib()
         with self._use() as p:
             if tr is None:
-                buf = _lib.kvq_buf()
-                rc = L.kvq_queue_peek(byref(buf), p)
+                rc = L.kvq_queue_peek(thread_buf_ref(), p)
                 if rc == _ENOTFOUND:
                     return None
                 check(rc)
-                return take(buf)
+                buf = thread_buf()
+                return read(buf.data, buf.len)
             out = _lib.kvq_bytes()
             rc = L.kvq_queue_peek_txn(byref(out), p, self._tr(tr), SNAPSHOT if snapshot else 0)
             if rc == _ENOTFOUND:
@@ -359,13 +404,11 @@ class Queue(Handle):
             with self._use() as p:
                 try:
                     check(L.kvq_queue_consume_k(bufs, byref(got), byref(w), p, k))
-                    items = [read(bufs[i].data, bufs[i].len) for i in range(got.value)]
+                    items = _values(bufs, 3, got.value)
                     if not items and w.value:
                         fired = self._sleep_on(p, w.value, deadline)
                 finally:
-                    for i in range(k):
-                        if bufs[i].data:
-                            L.kvq_buf_dispose(byref(bufs[i]))
+                    _dispose(L, bufs, k)
                     if w.value:
                         L.kvq_watch_destroy(w.value)
             if items:
