@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import ctypes
+import itertools
 from ctypes import byref, c_int64, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
@@ -51,8 +52,9 @@ def _values(arr: Any, width: int, n: int) -> List[bytes]:
     if not n:
         return []
     f = (c_size_t * (width * n)).from_buffer(arr)[:]
-    at = ctypes.string_at
-    return [at(f[i], f[i + 1]) if f[i + 1] else b"" for i in range(0, width * n, width)]
+    ch = ctypes.c_char  # (c_char * len) types are cached by ctypes; .raw copies the bytes
+    return [(ch * f[i + 1]).from_address(f[i]).raw if f[i + 1] else b""
+            for i in range(0, width * n, width)]
 
 
 def _dispose(L: Any, bufs: Any, k: int) -> None:
@@ -155,12 +157,10 @@ class Queue(Handle):
         # (address, length) built in one go rather than field by field
         blob = b"".join(vs)
         base = ctypes.cast(ctypes.c_char_p(blob), c_void_p).value or 0
-        flat = []
-        off = 0
-        for v in vs:
-            flat.append(base + off)
-            flat.append(len(v))
-            off += len(v)
+        lens = [len(v) for v in vs]
+        flat = [0] * (2 * len(vs))
+        flat[0::2] = [base + o for o in itertools.accumulate(lens, initial=0)][:-1]
+        flat[1::2] = lens
         arr = (c_size_t * len(flat))(*flat)
         L = lib()
         p = self._enter()
