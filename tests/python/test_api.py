@@ -351,3 +351,38 @@ def test_handles(db, url):
     assert q.pop() == b"relaxed"
     with kvq.Database(os.path.join(os.path.dirname(url.replace("log:", "")), "fresh")) as d4:
         assert d4.queues() == []
+
+
+def test_every_public_name_has_a_docstring_and_type_hints():
+    import inspect
+
+    missing = []
+    checked = 0
+    for name in kvq.__all__:
+        obj = getattr(kvq, name)
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isfunction(obj):
+            sig = inspect.signature(obj)
+            if sig.return_annotation is inspect.Signature.empty:
+                missing.append(name + " -> ?")
+        if inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") and attr not in ("__init__", "__len__", "__iter__",
+                                                         "__enter__"):
+                    continue
+                fn = member.fget if isinstance(member, property) else member
+                if not inspect.isfunction(fn):
+                    continue
+                if attr not in ("__init__", "__len__", "__iter__", "__enter__") and \
+                        not (fn.__doc__ or "").strip():
+                    missing.append(f"{name}.{attr}")
+                sig = inspect.signature(fn)
+                checked += 1
+                if sig.return_annotation is inspect.Signature.empty:
+                    missing.append(f"{name}.{attr} -> ?")
+                for p in list(sig.parameters.values())[1:]:
+                    if p.annotation is inspect.Parameter.empty and p.kind not in (
+                            p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                        missing.append(f"{name}.{attr}({p.name})")
+    assert missing == [] and checked > 60
