@@ -35,19 +35,22 @@ def test_pip_install_offline_and_installed_library(tmp_path):
     target = tmp_path / "site"
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index",
                         "--no-build-isolation", "--no-cache-dir", "--quiet", "--target",
-                        str(target), str(src)], capture_output=True, text=True)
+                        str(target), str(src)], capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (target / "kvq" / "__init__.py").exists() and (target / "kvq" / "py.typed").exists()
     # kvq installed with cmake into a prefix: found through the dynamic linker's search
     prefix = tmp_path / "prefix"
-    p = subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)],
-                       capture_output=True, text=True)
+    # (without the ASan runtime a Sanitize build preloads into python: cmake is not built
+    # with it)
+    plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    p = subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)], env=plain,
+                       capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     libdirs = [str(d) for d in (prefix / "lib", prefix / "lib64",
                                 prefix / "lib" / "x86_64-linux-gnu") if d.is_dir()]
     env = _env(PYTHONPATH=str(target), LD_LIBRARY_PATH=os.pathsep.join(libdirs))
     p = subprocess.run([sys.executable, "-c", CODE, str(tmp_path / "db")], env=env,
-                       cwd=tmp_path, capture_output=True, text=True)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     value, where, loaded = p.stdout.split("\n")[:3]
     assert value == "installed"
@@ -56,6 +59,6 @@ def test_pip_install_offline_and_installed_library(tmp_path):
     # KVQ_LIBRARY, when set, wins over the installed one
     env["KVQ_LIBRARY"] = lib
     p = subprocess.run([sys.executable, "-c", CODE, str(tmp_path / "db2")], env=env,
-                       cwd=tmp_path, capture_output=True, text=True)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[2] == lib
