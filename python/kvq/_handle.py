@@ -96,10 +96,10 @@ def take(buf: _lib.kvq_buf) -> bytes:
         lib().kvq_buf_dispose(ctypes.byref(buf))
 
 
-class _ThreadBuf(threading.local):
-    """One kvq_buf per thread that single pops and receives fill again and again (kvq replaces
-    its content and grows it as needed), as a C program reuses its buffer; freed with the
-    thread."""
+class _Buf:
+    """A kvq_buf that frees its memory with kvq_buf_dispose when it is collected."""
+
+    __slots__ = ("buf", "ref")
 
     def __init__(self) -> None:
         self.buf = _lib.kvq_buf()
@@ -113,16 +113,26 @@ class _ThreadBuf(threading.local):
             pass
 
 
+class _ThreadBuf(threading.local):
+    """One kvq_buf per thread that single pops and peeks fill again and again (kvq replaces its
+    content and grows it as needed), as a C program reuses its buffer; freed when the thread
+    ends (its per-thread _Buf is collected then)."""
+
+    def __init__(self) -> None:
+        self.b = _Buf()
+
+
 _tbuf = _ThreadBuf()
 
 
 def thread_buf() -> _lib.kvq_buf:
     """This thread's reusable buffer (read its bytes before the next call that fills it)."""
-    return _tbuf.buf
+    return _tbuf.b.buf
 
 
 def thread_buf_ref() -> Any:
-    return _tbuf.ref
+    """A byref() of thread_buf(), made once."""
+    return _tbuf.b.ref
 
 
 class Handle:

@@ -197,3 +197,29 @@ def test_fork(db, url):
     assert p.exitcode == 0
     assert not q.closed
     assert q.pop(10) == [b"before", b"child", b"from a child's own handle"]
+
+
+def test_a_threads_pop_buffer_is_freed_with_the_thread(db, monkeypatch):
+    """Single pops reuse one C buffer per thread; it is given back to kvq when the thread ends."""
+    q = db.create_queue("jobs")
+    freed = []
+    orig = _handle._Buf.__del__
+
+    def spy(self):
+        freed.append(bool(self.buf.data))
+        orig(self)
+
+    monkeypatch.setattr(_handle._Buf, "__del__", spy)
+
+    def popper():
+        q.push("x" * 1000)
+        assert q.pop() == b"x" * 1000
+        assert q.peek() is None
+
+    t = threading.Thread(target=popper)
+    t.start()
+    t.join()
+    import gc
+
+    gc.collect()
+    assert freed == [True]
