@@ -38,7 +38,8 @@ static const cli_cmd commands[] = {
       "  -0            standard input holds NUL-terminated values (values with newlines)\n"
       "values: up to 100,000 bytes each. Lines end at \\n (a \\r before it is kept). Lines\n"
       "are committed 100 per transaction; SIGINT or SIGTERM commits what was read, then exits\n"
-      "130 or 143. On a failure nothing after the failed value is pushed, and the message says\n"
+      "130 or 143 (a last line cut by the signal, with no newline, is not pushed; its size is\n"
+      "said). On a failure nothing after the failed value is pushed, and the message says\n"
       "how many were pushed before it, N (tail -n +N+1 resumes at the failed one).\n",
       cmd_push },
     { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",

@@ -73,6 +73,18 @@ void cli_reader_dispose(cli_reader *r)
     r->buf = NULL;
 }
 
+/* Whether SIGINT or SIGTERM is pending (blocked outside the waits); if so it is taken now, so
+ * that cli_stop_signals_caught() names it. */
+static int stop_signal_pending(cli_reader *r)
+{
+    if (r->sigs == NULL)
+        return 0;
+    sigset_t p;
+    if (sigpending(&p) != 0 || (sigismember(&p, SIGINT) != 1 && sigismember(&p, SIGTERM) != 1))
+        return 0;
+    return cli_stop_signals_poll(r->sigs) != 0;
+}
+
 /* Reads what is there (one read); 1 bytes, 0 end of input, -1 error (errno). */
 static int fill(cli_reader *r)
 {
@@ -131,6 +143,16 @@ int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out)
         if (r->eof) {
             if (have == 0)
                 return CLI_READ_EOF;
+            /* An unterminated last record is a value at a plain end of input, but not when a
+             * stop signal came with it: Ctrl-C reaches the writer and kvq at once (one process
+             * group), the writer dies in the middle of a line, and the end of input that
+             * follows is its death, not the end of its data. The signal is blocked while
+             * records are handled (it may be pending, not yet caught) and a ppoll that finds
+             * input ready does not take it, so both are looked at. */
+            if (stop_signal != 0 || stop_signal_pending(r)) {
+                r->partial = have;
+                return CLI_READ_SIGNAL;
+            }
             /* The last record, without its terminator. */
             out->data = from;
             out->len = have;
