@@ -43,8 +43,15 @@ static const cli_cmd commands[] = {
       "how many were pushed before it, N (tail -n +N+1 resumes at the failed one).\n",
       cmd_push },
     { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
-      "  -n K         pop up to K items (1,000 per transaction; with --max, one)\n"
-      "  --max        priority queues: pop the highest priority (default: the lowest)\n",
+      "  -n K         pop up to K items, K from 1 to 100,000 (1,000 per transaction; with\n"
+      "               --max, one)\n"
+      "  --max        priority queues: pop the highest priority (default: the lowest)\n"
+      "a pop is destructive, at most once: an item written is gone from the queue, whatever\n"
+      "the reader does with it. To a pipe, pop waits until the reader has read what it wrote;\n"
+      "when the reader goes away first, or a write fails, pop says how many popped items were\n"
+      "lost and exits 141. A reader that read items and threw them away (head -1 reads\n"
+      "kilobytes at once) cannot be seen. To feed another program at least once, use receive\n"
+      "and ack, or consume (which acks an item once its reader has read it).\n",
       cmd_pop },
     { "peek", "NAME [--max]", "print the next item without popping it",
       "  --max        priority queues: the highest priority\n", cmd_peek },

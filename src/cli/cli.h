@@ -86,6 +86,10 @@ size_t cli_utf8_len(const uint8_t *p, size_t n);
 /* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
  * `kvq pop q -n 5000 | head -1`). */
 int cli_stdout_reader_gone(void);
+/* Whether standard output is a pipe; the bytes written to it that its reader has not read yet
+ * (FIONREAD, which also works once the reader is gone; -1: cannot tell). */
+int cli_stdout_is_pipe(void);
+long cli_stdout_unread(void);
 /* Values end with this (a newline, or NUL with -0). */
 void cli_set_value_end(char end);
 /* Writes a message with its control bytes escaped (a terminal never gets them raw). */

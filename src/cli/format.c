@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -194,6 +196,20 @@ int cli_stdout_reader_gone(void)
 {
     struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}
+
+int cli_stdout_is_pipe(void)
+{
+    struct stat st;
+    return fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+long cli_stdout_unread(void)
+{
+    int unread = 0;
+    if (ioctl(STDOUT_FILENO, FIONREAD, &unread) != 0 || unread < 0)
+        return -1;
+    return unread;
 }
 
 

@@ -77,5 +77,57 @@ done
 k push s a "$(head -c 100001 /dev/zero | tr '\0' x)" c 2>"$T/err7"; rc=$?
 check "push of arguments: value 2 failed, 1 pushed before it" bash -c "[ $rc = 2 ] && grep -q 'value 2 (1 pushed before it)' '$T/err7' && [ \"\$('$KVQ' --db '$DB' pop s -n 5 | tr '\n' ,)\" = a, ]"
 
+# ---- 2. pop into a pipe: what kvq can see it reports, with the count -------------------------
+# Every claim is tried with an output smaller (10 kB) and larger (200 kB) than a pipe's 64 KiB.
+# Values of 10 bytes with their newline, so that a reader that takes 10 bytes took one item.
+k create p >/dev/null
+for n in 1000 20000; do
+    size=$([ $n = 1000 ] && echo "10 kB" || echo "200 kB")
+    # A reader that takes one item and exits, at once or after kvq wrote all it could: kvq sees
+    # the write fail, or the bytes left unread in the pipe, and counts the items exactly.
+    for when in 0 0.5; do
+        seq -f '%09g' 1 $n | k push p
+        k pop p -n $n 2>"$T/err2" | (sleep $when; dd bs=10 count=1 of=/dev/null 2>/dev/null); rc=${PIPESTATUS[0]}
+        lost=$(sed -n 's/.*[:] \([0-9]*\) popped items* w.*/\1/p' "$T/err2")
+        check "pop -n $n ($size) | (sleep $when; a reader of one item): exit 141, every item counted (lost + read + left = $n, 1 read)" bash -c "[ $rc = 141 ] && grep -q '(1 read from it)' '$T/err2' && l=\$('$KVQ' --db '$DB' len p) && [ \$((l + ${lost:-x} + 1)) = $n ]"
+        k pop p -n 100000 >/dev/null 2>&1
+    done
+    # head -1: on the larger output it cannot read all, and what it left is counted; on the
+    # smaller one it reads everything in one read and throws all but a line away, which no
+    # writer can see: pop is destructive, and that is what the docs say.
+    # (GNU head reads 8 KiB at a time: the smaller output here is 5 kB.)
+    m=$([ $n = 1000 ] && echo 500 || echo $n)
+    seq -f '%09g' 1 $m | k push p
+    k pop p -n $m 2>"$T/err2" | (sleep 0.5; head -1 >/dev/null); rc=${PIPESTATUS[0]}
+    if [ $n = 1000 ]; then
+        check "pop -n $m (5 kB) | head -1 of it all: exit 0, nothing said, the items are gone (at most once)" bash -c "[ $rc = 0 ] && [ ! -s '$T/err2' ] && [ \"\$('$KVQ' --db '$DB' len p)\" = 0 ]"
+    else
+        lost=$(sed -n 's/.*[:] \([0-9]*\) popped items* w.*/\1/p' "$T/err2")
+        read=$(sed -n 's/.*(\([0-9]*\) read from it).*/\1/p' "$T/err2")
+        check "pop -n $n ($size) | head -1: exit 141, lost + read + left = $n" bash -c "[ $rc = 141 ] && l=\$('$KVQ' --db '$DB' len p) && [ \$((l + ${lost:-x} + ${read:-x})) = $n ] && [ ${read:-0} -ge 1 ] && [ ${lost:-0} -ge 1 ]"
+    fi
+    k pop p -n 100000 >/dev/null 2>&1
+    # The at-least-once ways to feed another program lose nothing: consume (acked once the
+    # reader has read the item) and receive (leased: what the reader did not take comes back).
+    seq -f '%09g' 1 $n | k push p
+    k consume p --drain 2>/dev/null | head -1 >/dev/null; rc=${PIPESTATUS[0]}
+    check "consume ($size) | head -1: exit 141, only the item read is gone" bash -c "[ $rc = 141 ] && [ \"\$('$KVQ' --db '$DB' len p)\" = $((n - 1)) ]"
+    k receive p -n 1000 --lease 1s 2>/dev/null | head -1 >/dev/null
+    sleep 1.5
+    check "receive ($size) | head -1: the items not acked are back when their lease ends" bash -c "[ \"\$('$KVQ' --db '$DB' len p)\" = $((n - 1)) ]"
+    k pop p -n 100000 >/dev/null 2>&1
+done
+# The reader gone before pop starts: nothing is popped.
+k push p one
+python3 -c "
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+sys.exit(subprocess.call(['$KVQ', '--db', '$DB', 'pop', 'p', '-n', '5'], stdout=w, stderr=open('$T/err2', 'w')))"; rc=$?
+check "pop into a pipe whose reader is gone: exit 141, nothing popped" bash -c "[ $rc = 141 ] && grep -q 'nothing popped' '$T/err2' && [ \"\$('$KVQ' --db '$DB' len p)\" = 1 ]"
+k pop p -n 5 >/dev/null 2>&1
+check "pop --help: destructive, at most once once written, receive + ack or consume for at least once, the limit of -n" bash -c "h=\$('$KVQ' pop --help); grep -q 'at most once' <<<\"\$h\" && grep -q 'receive' <<<\"\$h\" && grep -q 'consume' <<<\"\$h\" && grep -q '100,000' <<<\"\$h\""
+check "the README and the man page say that pop is at most once and name the at-least-once way" bash -c "grep -q 'A pop is\$' '$SRC/README.md' && grep -q '^destructive, at most once' '$SRC/README.md' && grep -q 'To feed another program at least once, use .receive. and .ack., or .consume.' '$SRC/README.md' && grep -q 'A pop is destructive, .fBat most once' '$SRC/docs/kvq.1' && grep -q 'fBat least once.fR, use .fBreceive' '$SRC/docs/kvq.1'"
+
 echo "# $pass passed, $fail failed"
 [ $fail = 0 ]

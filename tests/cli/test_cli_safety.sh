@@ -76,7 +76,7 @@ seq 1 5000 | awk '{ printf "%05d%095d\n", $1, 0 }' | k push s
 "$KVQ" --db "$DB" pop s -n 5000 2>"$T/err" | head -1 >/dev/null; rc=${PIPESTATUS[0]}
 lost=$(sed -n 's/.*: \([0-9]*\) popped items* w.*/\1/p' "$T/err")
 check "pop | head -1: exit 141, the lost items counted" bash -c "[ $rc = 141 ] && [ -n '$lost' ] && [ '$lost' -ge 1 ]"
-check "pop | head -1: left + written + lost = 5000, and no more popped than one transaction" bash -c "l=\$('$KVQ' --db '$DB' len s); w=\$(sed -n 's/.*(\([0-9]*\) written before).*/\1/p' '$T/err'); [ \$((l + w + $lost)) = 5000 ] && [ \$l -ge 3000 ]"
+check "pop | head -1: left + read + lost = 5000, and no more popped than one transaction" bash -c "l=\$('$KVQ' --db '$DB' len s); w=\$(sed -n 's/.*(\([0-9]*\) read from it).*/\1/p' '$T/err'); [ \$((l + w + $lost)) = 5000 ] && [ \$l -ge 3000 ]"
 k pop s -n 10000 >/dev/null
 
 # ---- values: -0 (NUL-delimited), --file, the limit ---------------------------------------------
