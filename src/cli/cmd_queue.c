@@ -83,16 +83,37 @@ int cmd_create(cli *c, int argc, char **argv)
     }
     if (err == KVQ_EWRONGTYPE) {
         kvq_queue_settings have = KVQ_QUEUE_SETTINGS_INIT;
-        if (kvq_queue_get_named(&have, c->db, name) != 0)
-            return cli_fail(err, "cannot create the queue (--adopt names an existing queue of "
-                                 "this type that another program wrote there)");
+        if (kvq_queue_get_named(&have, c->db, name) != 0) {
+            /* No queue of that name: its subspace holds keys kvq did not write under it. */
+            char msg[1400];
+            snprintf(msg, sizeof(msg),
+                     "cannot create the queue: the subspace (%s'%s',) of a %s queue named '%s' "
+                     "already holds keys that kvq did not write under this name. If they are a %s "
+                     "queue another program wrote (%s), give --adopt to name it: kvq create %s "
+                     "--type %s --adopt; if they are the application's own data, choose another "
+                     "name",
+                     type == KVQ_QUEUE_DURABLE ? "b" : "", name, cli_type_name(type), name,
+                     cli_type_name(type),
+                     type == KVQ_QUEUE_FIFO       ? "FoundationDB's queue recipe"
+                     : type == KVQ_QUEUE_PRIORITY ? "the priority queue recipe"
+                                                  : "the erlfdb queue",
+                     name, cli_type_name(type));
+            fputs("kvq: ", stderr);
+            cli_put_text(stderr, msg);
+            fputs(" (wrong_type)\n", stderr);
+            cli_json_error(KVQ_EWRONGTYPE, "wrong_type", msg);
+            return EXIT_USAGE;
+        }
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
                 cli_type_name(have.type));
         cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
         return EXIT_USAGE;
     }
-    if (err != 0)
-        return cli_fail(err, "cannot create the queue");
+    if (err != 0) {
+        int code = cli_fail(err, "cannot create the queue");
+        cli_create_undo(c); /* a new database that could not take its first queue goes */
+        return code;
+    }
     if (c->json) {
         printf("{\"created\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
@@ -214,7 +235,12 @@ static void format_item(cli *c, FILE *f, long i, const uint8_t *v, size_t n)
     if (c->json) {
         if (i > 0)
             fputc(',', f);
-        cli_json_str(f, v, n);
+        if (c->tuple)
+            cli_json_tuple(f, v, n);
+        else
+            cli_json_str(f, v, n);
+    } else if (c->tuple) {
+        cli_print_tuple(f, v, n);
     } else {
         cli_print_value(f, v, n);
     }
@@ -299,6 +325,8 @@ int cmd_pop(cli *c, int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--max") == 0) {
             max = 1;
+        } else if (strcmp(argv[i], "--tuple") == 0) {
+            c->tuple = 1;
         } else {
             return cli_usage("pop", "unexpected argument '%s'", cli_arg(argv[i]));
         }
@@ -369,6 +397,7 @@ int cmd_pop(cli *c, int argc, char **argv)
             o.out_errno = EPIPE;
         }
     }
+    cli_tuple_report("pop");
     long left = unread_items(&o, unread), reached = o.n - left;
     fclose(o.mem);
     free(o.mem_buf);
@@ -415,6 +444,8 @@ int cmd_peek(cli *c, int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--max") == 0)
             max = 1;
+        else if (strcmp(argv[i], "--tuple") == 0)
+            c->tuple = 1;
         else
             return cli_usage("peek", "unexpected argument '%s'", cli_arg(argv[i]));
     }
@@ -440,12 +471,10 @@ int cmd_peek(cli *c, int argc, char **argv)
         return EXIT_EMPTY;
     }
     if (err == 0) {
-        if (c->json) {
-            cli_json_str(stdout, v.data, v.len);
+        format_item(c, stdout, 0, v.data, v.len);
+        if (c->json)
             printf("\n");
-        } else {
-            cli_print_value(stdout, v.data, v.len);
-        }
+        cli_tuple_report("peek");
     }
     kvq_buf_dispose(&v);
     if (err != 0)
@@ -494,12 +523,17 @@ int cmd_list(cli *c, int argc, char **argv)
             inflight = 1;
         } else if (strcmp(argv[i], "--delayed") == 0) {
             delayed = 1;
+        } else if (strcmp(argv[i], "--tuple") == 0) {
+            c->tuple = 1;
         } else {
             return cli_usage("list", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (inflight + delayed > 1 || ((inflight || delayed) && limit > 0))
         return cli_usage("list", "--in-flight, --delayed and --limit exclude each other");
+    if ((inflight || delayed) && c->tuple)
+        return cli_usage("list",
+                         "--tuple applies to the ready items, not --in-flight or --delayed");
     if (inflight || delayed)
         return cli_list_workq(c, name, delayed);
     cli_queue *q;
@@ -512,6 +546,7 @@ int cmd_list(cli *c, int argc, char **argv)
     int err = cli_queue_list(q, (size_t)limit, print_item, &o);
     if (c->json)
         printf("]\n");
+    cli_tuple_report("list");
     cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "list failed");

@@ -129,5 +129,132 @@ k pop p -n 5 >/dev/null 2>&1
 check "pop --help: destructive, at most once once written, receive + ack or consume for at least once, the limit of -n" bash -c "h=\$('$KVQ' pop --help); grep -q 'at most once' <<<\"\$h\" && grep -q 'receive' <<<\"\$h\" && grep -q 'consume' <<<\"\$h\" && grep -q '100,000' <<<\"\$h\""
 check "the README and the man page say that pop is at most once and name the at-least-once way" bash -c "grep -q 'A pop is\$' '$SRC/README.md' && grep -q '^destructive, at most once' '$SRC/README.md' && grep -q 'To feed another program at least once, use .receive. and .ack., or .consume.' '$SRC/README.md' && grep -q 'A pop is destructive, .fBat most once' '$SRC/docs/kvq.1' && grep -q 'fBat least once.fR, use .fBreceive' '$SRC/docs/kvq.1'"
 
+# ---- 5. create on a small disk: the size it needs said, nothing left behind ------------------
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# mounts a tmpfs of $1 on $T/mnt (0: done)
+mnt() {
+    [ -n "$MNT" ] && { umount "$MNT"; MNT=""; }
+    mkdir -p "$T/mnt"
+    mount -t tmpfs -o "size=$1" tmpfs "$T/mnt" 2>/dev/null || return 1
+    MNT="$T/mnt"
+}
+# need MSGFILE: the MiB a message says a new database needs
+need() { sed -n 's/.*a new database needs about \([0-9.]*\) MiB free.*/\1/p' "$1"; }
+if [ "$(id -u)" = 0 ] && mnt 4m; then
+    for st in sqlite log; do
+        url="$MNT/db"; [ $st = log ] && url="log:$MNT/db"
+        small=$([ $st = sqlite ] && echo 4m || echo 16m)
+        mnt $small
+        "$KVQ" --db "$url" create q >/dev/null 2>"$T/err5"; rc=$?
+        n=$(need "$T/err5")
+        check "$st: create on a $small file system: exit 3, the size a new database needs said ($n MiB)" bash -c "[ $rc = 3 ] && grep -q disk_full '$T/err5' && [ -n '$n' ]"
+        what=$([ $st = sqlite ] && echo '8 MiB of the disk in reserve' || echo 'segments of 64 MiB')
+        check "$st: the message names what the room is for ($what)" grep -q "$what" "$T/err5"
+        check "$st: a failed create leaves nothing behind" bash -c "[ ! -e '$MNT/db' ] && [ -z \"\$(ls -A '$MNT')\" ]"
+        "$KVQ" --db "$MNT/db" len q >/dev/null 2>"$T/err5b"; rc=$?
+        check "$st: after it, no half-made database: 'no database at' (not 'no kvq database in')" bash -c "[ $rc = 4 ] && grep -q 'no database at' '$T/err5b'"
+        if [ -n "$n" ]; then
+            # The size said is the size needed: on it (rounded up) a create and a push work, on
+            # 2 MiB less they do not.
+            up=$(python3 -c "import math; print(math.ceil($n))"); down=$(python3 -c "import math; print(math.floor($n) - 2)")
+            mnt ${up}m
+            "$KVQ" --db "$url" create q >/dev/null 2>"$T/err5" && seq 1 100 | "$KVQ" --db "$MNT/db" push q 2>>"$T/err5"; rc=$?
+            check "$st: on ${up} MiB (the size said, rounded up) create and a push work" bash -c "[ $rc = 0 ]"
+            mnt ${down}m
+            { "$KVQ" --db "$url" create q >/dev/null && seq 1 100 | "$KVQ" --db "$MNT/db" push q; } 2>/dev/null; rc=$?
+            check "$st: on ${down} MiB they do not (the size said is not an overstatement)" bash -c "[ $rc != 0 ]"
+        fi
+    done
+    umount "$MNT"; MNT=""
+else
+    echo "skip - create on small file systems (mounting a tmpfs needs root; uid $(id -u))"
+fi
+
+# ---- 8. messages that say the right thing --------------------------------------------------------
+"$KVQ" --db "$T/a/missing/parent" create q >/dev/null 2>"$T/err8"; rc=$?
+check "create under missing parents: they are made (as mkdir -p), the queue created" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$T/a/missing/parent' len q)\" = 0 ]"
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$T/ro"; chmod 555 "$T/ro"; chmod 755 "$T"
+    as_nobody "$KVQ" --db "$T/ro/x/db" create q >/dev/null 2>"$T/err8"; rc=$?
+    check "create under a parent that cannot be made: exit 3, the parent named, no --read-only hint" bash -c "[ $rc = 3 ] && grep -q 'parent directory $T/ro/x does not exist' '$T/err8' && grep -q permission_denied '$T/err8' && ! grep -q -- --read-only '$T/err8'"
+    as_nobody "$KVQ" --db "$T/ro/db" create q >/dev/null 2>"$T/err8"; rc=$?
+    check "create refused for permission: exit 3, permission_denied, no --read-only hint" bash -c "[ $rc = 3 ] && grep -q permission_denied '$T/err8' && ! grep -q -- --read-only '$T/err8'"
+    k create mine >/dev/null; chmod -R a+rX "$DB"
+    as_nobody "$KVQ" --db "$DB" push mine x >/dev/null 2>"$T/err8"; rc=$?
+    check "a write to a database one cannot write still suggests --read-only (for reading it)" bash -c "[ $rc = 3 ] && grep -q -- --read-only '$T/err8'"
+else
+    echo "skip - permission messages (setpriv to another user needs root; uid $(id -u))"
+fi
+# Another program's FIFO queue in the subspace ("jobs",): written through kvq's libfdb_c
+# (build/fdbc), as FoundationDB's Python recipe would.
+FDBC="$(dirname "$KVQ")/fdbc/libfdb_c.so"
+cat > "$T/rawset.py" <<'PY'
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+cluster, key, val = sys.argv[2], bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])
+P = ctypes.c_void_p
+lib.fdb_create_database.argtypes = [ctypes.c_char_p, ctypes.POINTER(P)]
+lib.fdb_database_create_transaction.argtypes = [P, ctypes.POINTER(P)]
+lib.fdb_transaction_set.argtypes = [P, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+lib.fdb_transaction_commit.argtypes = [P]
+lib.fdb_transaction_commit.restype = P
+for f in ("fdb_future_block_until_ready", "fdb_future_get_error", "fdb_future_destroy",
+          "fdb_transaction_destroy", "fdb_database_destroy"):
+    getattr(lib, f).argtypes = [P]
+assert lib.fdb_select_api_version_impl(710, 710) == 0 and lib.fdb_setup_network() == 0
+t = threading.Thread(target=lib.fdb_run_network, daemon=True)
+t.start()
+db, tr = P(), P()
+assert lib.fdb_create_database(cluster.encode(), ctypes.byref(db)) == 0
+assert lib.fdb_database_create_transaction(db, ctypes.byref(tr)) == 0
+lib.fdb_transaction_set(tr, key, len(key), val, len(val))
+f = lib.fdb_transaction_commit(tr)
+lib.fdb_future_block_until_ready(f)
+err = lib.fdb_future_get_error(f)
+lib.fdb_future_destroy(f)
+lib.fdb_transaction_destroy(tr)
+lib.fdb_database_destroy(db)
+lib.fdb_stop_network()
+t.join()
+sys.exit(err)
+PY
+if [ -e "$FDBC" ]; then
+    echo "kvq:$DB" > "$T/kvq.cluster"
+    # ("jobs", 1, 20 random bytes) -> ("a",): the recipe's first item, its value packed.
+    python3 "$T/rawset.py" "$FDBC" "$T/kvq.cluster" "$(python3 -c "print((b'\x02jobs\x00\x15\x01\x01' + b'r' * 20 + b'\x00').hex())")" 026100
+    k create jobs --type fifo >/dev/null 2>"$T/err8"; rc=$?
+    check "create --type fifo over another program's queue: exit 2, points at --adopt" bash -c "[ $rc = 2 ] && grep -q -- '--adopt' '$T/err8' && grep -q wrong_type '$T/err8' && ! grep -q 'the object has another type' '$T/err8'"
+    k create jobs --type fifo --adopt >/dev/null
+    check "create --adopt names it; pop --tuple prints the recipe's value decoded" bash -c "[ \"\$('$KVQ' --db '$DB' pop jobs --tuple)\" = '(\"a\")' ]"
+else
+    echo "skip - create over another program's queue (no $FDBC)"
+fi
+
+# ---- 11. values the recipes wrote: --tuple -------------------------------------------------------
+k create tu --type fifo >/dev/null
+printf '\x02a\x00' | k push tu --file -
+printf '\x02jobs\x00\x15\x07\x01b\x00\xff"\\\x00\x26\x00' | k push tu --file -
+k push tu 'plain "x"'
+check "list --tuple: each value decoded, a value that is no tuple as b\"...\"" bash -c "[ \"\$('$KVQ' --db '$DB' list tu --tuple 2>/dev/null)\" = '(\"a\")
+(\"jobs\", 7, b\"b\\x00\\x22\\\\\", false, null)
+b\"plain \\x22x\\x22\"' ]"
+check "list --tuple: the values that are no tuple are counted on standard error" bash -c "'$KVQ' --db '$DB' list tu --tuple 2>&1 >/dev/null | grep -q '1 value was not a packed tuple'"
+check "peek --tuple" bash -c "[ \"\$('$KVQ' --db '$DB' peek tu --tuple)\" = '(\"a\")' ]"
+check "--json list --tuple: {\"tuple\": TEXT}, or {\"value\": V}" python3 -c "
+import json, subprocess
+v = json.loads(subprocess.run(['$KVQ', '--db', '$DB', '--json', 'list', 'tu', '--tuple'], capture_output=True, check=True).stdout)
+assert v == [{'tuple': '(\"a\")'}, {'tuple': '(\"jobs\", 7, b\"b\\\\x00\\\\x22\\\\\\\\\", false, null)'}, {'value': 'plain \"x\"'}], v"
+k export tu --tuple > "$T/tu.jsonl" 2>/dev/null
+k create tu2 --type fifo >/dev/null
+k import tu2 < "$T/tu.jsonl" 2>/dev/null; rc=$?
+cat > "$T/tu.py" <<'PY'
+import json, sys
+v = [json.loads(l) for l in open(sys.argv[1])]
+assert v[0]["tuple"] == '("a")' and v[1]["tuple"].startswith('("jobs", 7') and v[2]["tuple"] is None, v
+PY
+check "export --tuple: a \"tuple\" beside each value (null for no tuple); import takes the values back" bash -c "[ $rc = 0 ] && python3 '$T/tu.py' '$T/tu.jsonl' && cmp -s <('$KVQ' --db '$DB' list tu) <('$KVQ' --db '$DB' list tu2)"
+check "pop --tuple pops, decoded" bash -c "[ \"\$('$KVQ' --db '$DB' pop tu -n 3 --tuple 2>/dev/null | head -1)\" = '(\"a\")' ] && [ \"\$('$KVQ' --db '$DB' len tu)\" = 0 ]"
+check "--tuple is in pop, peek, list and export --help and in the man page" bash -c "for c in pop peek list export; do '$KVQ' \$c --help | grep -q -- --tuple || exit 1; done; grep -q 'fB\\\\-\\\\-tuple' '$SRC/docs/kvq.1'"
+
 echo "# $pass passed, $fail failed"
 [ $fail = 0 ]

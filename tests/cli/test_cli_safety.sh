@@ -243,7 +243,7 @@ mkdir -p "$T/small"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$T/small" 2>/dev/null; then
     "$KVQ" --db "$T/small/db" create q >/dev/null 2>"$T/err"; rc=$?
     umount "$T/small"
-    check "create on a 4 MB file system: exit 3, the reserve explained" bash -c "[ $rc = 3 ] && grep -q '8 MB' '$T/err'"
+    check "create on a 4 MB file system: exit 3, the reserve explained" bash -c "[ $rc = 3 ] && grep -q '8 MiB' '$T/err'"
 else
     echo "skip - create on a 4 MB file system (mounting a tmpfs needs root)"
 fi
