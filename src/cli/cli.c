@@ -179,7 +179,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvq [--db URL] [--json] [-0] [--read-only] COMMAND [ARGS...]\n"
                "       kvq --help | --version | COMMAND --help\n\n"
                "Durable, transactional queues. URL is a directory (the embedded engine; default\n"
-               "$KVQ_DB or ./kvq-data) or fdb:[cluster-file].\n\ncommands:\n");
+               "$KVQ_DB or ./kvq-data), log:DIR (a new database made with the log store, as\n"
+               "with KVQ_STORAGE=log; an existing one keeps its storage) or fdb:[cluster-file].\n"
+               "\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nexit codes: 0 ok, 1 empty queue (or timed out), 2 usage, 3 database or I/O error,\n"

@@ -43,7 +43,7 @@ static const char *enospc_note(void)
         return " (the log store writes its log in preallocated segments of 64 MiB and keeps "
                "room for a checkpoint and a spare segment, ckpt.reserve, beside the engine's "
                "8 MiB reserve, and takes pushes only while a segment's worth more is free: a new "
-               "database needs about 211 MiB free)";
+               "database needs about 212 MiB free)";
     return "";
 }
 
