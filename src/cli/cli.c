@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 static const cli_cmd commands[] = {
     { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--exist-ok] [--adopt]",
       "create a queue (durable by default)",

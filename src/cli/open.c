@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 
 /* The directory of an embedded database URL (the default one for NULL), as the engine takes it:
  * without "log:"; NULL for fdb:. */
