@@ -129,13 +129,32 @@ static int create_prepare(cli *c)
     return 0;
 }
 
+static int any_queue(const char *name, const kvq_queue_settings *settings, void *payload)
+{
+    (void)name;
+    (void)settings;
+    (void)payload;
+    return 1;
+}
+
 void cli_create_undo(cli *c)
 {
     if (c->undo_dir == NULL)
         return;
+    /* Another create of the same new path may have run at the same time: a complete database
+     * (its marker written) goes only when this handle sees no queue in it, and never when this
+     * open failed (it may be the other's). */
+    const char *dir = embedded_dir(c->db_url);
+    char marker[4200];
+    snprintf(marker, sizeof(marker), "%s/kvq.marker", dir != NULL ? dir : "");
+    struct stat st;
+    int keep = 0;
+    if (dir != NULL && stat(marker, &st) == 0)
+        keep = c->db == NULL || kvq_queue_list_named(c->db, any_queue, NULL) != 0;
     kvq_db_close(c->db);
     c->db = NULL;
-    (void)nftw(c->undo_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (!keep)
+        (void)nftw(c->undo_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     free(c->undo_dir);
     c->undo_dir = NULL;
 }
