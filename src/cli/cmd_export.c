@@ -15,7 +15,7 @@ typedef struct export_ctx {
     kvq_queue_type type;
     long n;
     int out_errno;
-    int tuple;     /* --tuple: "tuple": the value decoded as a packed tuple (text), or null */
+    int tuple; /* --tuple: "tuple": the value decoded as a packed tuple (text), or null */
     kvq_buf text;
 } export_ctx;
 

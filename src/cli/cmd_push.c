@@ -65,9 +65,9 @@ static int push_add(push_state *s, kvq_bytes v)
         int err = push_flush(s);
         if (err != 0)
             return err;
-        return kvq__error(KVQ_EVALUE_TOO_LARGE, "%s %ld (%zu bytes) is over the limit of %d bytes "
-                          "per value", s->what, s->pushed + s->duplicates + 1, v.len,
-                          KVQ_MAX_VALUE_SIZE);
+        return kvq__error(KVQ_EVALUE_TOO_LARGE,
+                          "%s %ld (%zu bytes) is over the limit of %d bytes per value", s->what,
+                          s->pushed + s->duplicates + 1, v.len, KVQ_MAX_VALUE_SIZE);
     }
     kvq_buf *b = &s->vals[s->n];
     b->len = 0;
@@ -121,9 +121,8 @@ static int push_stdin(push_state *s, char delim, int64_t flush_ms, int *sig, siz
             *sig = cli_stop_signals_caught();
             *partial = r.partial;
         } else if (got == CLI_READ_TOO_LONG) {
-            err = kvq__error(KVQ_EVALUE_TOO_LARGE,
-                             "%s %ld is over the limit of %d bytes per value", s->what,
-                             r.records, KVQ_MAX_VALUE_SIZE);
+            err = kvq__error(KVQ_EVALUE_TOO_LARGE, "%s %ld is over the limit of %d bytes per value",
+                             s->what, r.records, KVQ_MAX_VALUE_SIZE);
         } else if (got == CLI_READ_ERROR) {
             err = kvq__error(KVQ_EIO, "cannot read standard input: %s", strerror(errno));
         }
