@@ -131,7 +131,7 @@ sys.exit(subprocess.call(['$KVQ', '--db', '$DB', 'pop', 'p', '-n', '5'], stdout=
 check "pop into a pipe whose reader is gone: exit 141, nothing popped" bash -c "[ $rc = 141 ] && grep -q 'nothing popped' '$T/err2' && [ \"\$('$KVQ' --db '$DB' len p)\" = 1 ]"
 k pop p -n 5 >/dev/null 2>&1
 check "pop --help: destructive, at most once once written, receive + ack or consume for at least once, the limit of -n" bash -c "h=\$('$KVQ' pop --help); grep -q 'at most once' <<<\"\$h\" && grep -q 'receive' <<<\"\$h\" && grep -q 'consume' <<<\"\$h\" && grep -q '100,000' <<<\"\$h\""
-check "the README and the man page say that pop is at most once and name the at-least-once way" bash -c "grep -q 'A pop is\$' '$SRC/README.md' && grep -q '^destructive, at most once' '$SRC/README.md' && grep -q 'To feed another program at least once, use .receive. and .ack., or .consume.' '$SRC/README.md' && grep -q 'A pop is destructive, .fBat most once' '$SRC/docs/kvq.1' && grep -q 'fBat least once.fR, use .fBreceive' '$SRC/docs/kvq.1'"
+check "the README and the man page say that pop is at most once and name the at-least-once way" bash -c "r=\$(tr '\n' ' ' < '$SRC/README.md'); m=\$(tr '\n' ' ' < '$SRC/docs/kvq.1'); grep -q 'A pop is destructive, at most once' <<<\"\$r\" && grep -q 'To feed another program at least once, use .receive. and .ack., or .consume.' <<<\"\$r\" && grep -q 'A pop is destructive, .fBat most once' <<<\"\$m\" && grep -q 'fBat least once.fR, use .fBreceive' <<<\"\$m\""
 
 # ---- 5. create on a small disk: the size it needs said, nothing left behind ------------------
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
