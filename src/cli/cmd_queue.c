@@ -250,14 +250,20 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
 {
     out_ctx *o = arg;
     if (o->mem != NULL) {
-        rewind(o->mem);
-        format_item(o->c, o->mem, o->n, v, n);
-        if (fflush(o->mem) != 0) {
-            o->out_errno = ENOMEM;
-            return OUT_FAILED;
+        size_t len = n + 1; /* a plain value: its bytes and its end */
+        if (o->c->json || o->c->tuple) {
+            rewind(o->mem);
+            format_item(o->c, o->mem, o->n, v, n);
+            if (fflush(o->mem) != 0) {
+                o->out_errno = ENOMEM;
+                return OUT_FAILED;
+            }
+            len = (size_t)ftello(o->mem);
+            fwrite(o->mem_buf, 1, len, stdout);
+        } else {
+            cli_print_value(stdout, v, n);
         }
-        size_t len = (size_t)ftello(o->mem);
-        if (fwrite(o->mem_buf, 1, len, stdout) != len || fflush(stdout) != 0) {
+        if (ferror(stdout) || fflush(stdout) != 0) {
             o->out_errno = errno;
             clearerr(stdout);
             return OUT_FAILED;
