@@ -225,6 +225,7 @@ typedef struct out_ctx {
     size_t mem_len;
     uint64_t *ends;
     uint64_t written;
+    kvq_buf line; /* pop: a plain value and its end */
 } out_ctx;
 
 /* print_item's return when standard output failed (not a kvq error number). */
@@ -250,25 +251,42 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
 {
     out_ctx *o = arg;
     if (o->mem != NULL) {
-        size_t len = n + 1; /* a plain value: its bytes and its end */
-        if (o->c->json || o->c->tuple) {
+        /* Written with write(2), so that the bytes that reached the pipe are known exactly,
+         * even of an item a reader's exit cut (a write to a pipe returns what it wrote). */
+        const uint8_t *p;
+        size_t len;
+        if (!o->c->json && !o->c->tuple) {
+            /* A plain value and its end, in one write. */
+            uint8_t end = o->c->nul ? 0 : '\n';
+            o->line.len = 0;
+            if ((n > 0 && kvq_buf_append(&o->line, v, n) != 0) ||
+                kvq_buf_append(&o->line, &end, 1) != 0) {
+                o->out_errno = ENOMEM;
+                return OUT_FAILED;
+            }
+            p = o->line.data;
+            len = o->line.len;
+        } else {
             rewind(o->mem);
             format_item(o->c, o->mem, o->n, v, n);
             if (fflush(o->mem) != 0) {
                 o->out_errno = ENOMEM;
                 return OUT_FAILED;
             }
+            p = (const uint8_t *)o->mem_buf;
             len = (size_t)ftello(o->mem);
-            fwrite(o->mem_buf, 1, len, stdout);
-        } else {
-            cli_print_value(stdout, v, n);
         }
-        if (ferror(stdout) || fflush(stdout) != 0) {
-            o->out_errno = errno;
-            clearerr(stdout);
-            return OUT_FAILED;
+        for (size_t off = 0; off < len;) {
+            ssize_t w = write(STDOUT_FILENO, p + off, len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                o->out_errno = errno;
+                return OUT_FAILED;
+            }
+            off += (size_t)w;
+            o->written += (uint64_t)w;
         }
-        o->written += len;
         o->ends[o->n] = o->written;
         o->n++;
         return 0;
@@ -367,6 +385,17 @@ int cmd_pop(cli *c, int argc, char **argv)
         printf("[");
         o.written = 1;
     }
+    /* The items go out with write(2): what stdio holds goes first. */
+    if (fflush(stdout) != 0) {
+        int e = errno;
+        fclose(o.mem);
+        free(o.mem_buf);
+        kvq__free(o.ends);
+        cli_queue_close(q);
+        fprintf(stderr, "kvq pop: cannot write to standard output (%s): nothing popped\n",
+                strerror(e));
+        return e == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
+    }
     size_t popped = 0;
     int err = 0;
     /* In transactions of up to 1,000 items; before each, whether the output's reader is still
@@ -408,6 +437,7 @@ int cmd_pop(cli *c, int argc, char **argv)
     fclose(o.mem);
     free(o.mem_buf);
     kvq__free(o.ends);
+    kvq_buf_dispose(&o.line);
     if (err == OUT_FAILED) {
         /* Popped items are gone from the queue: say how many never reached the reader. */
         unsigned long long not_written = (unsigned long long)popped - (unsigned long long)o.n;

@@ -121,6 +121,13 @@ for n in 1000 20000; do
     check "receive ($size) | head -1: the items not acked are back when their lease ends" bash -c "[ \"\$('$KVQ' --db '$DB' len p)\" = $((n - 1)) ]"
     k pop p -n 100000 >/dev/null 2>&1
 done
+# Items of 50 kB, one cut by the reader's exit: counted exactly (the reader took 10 bytes of the
+# first: no item whole).
+for i in $(seq 1 20); do head -c 49999 /dev/zero | tr '\0' a; echo; done | k push p
+k pop p -n 20 2>"$T/err2" | (sleep 0.3; dd bs=10 count=1 of=/dev/null 2>/dev/null); rc=${PIPESTATUS[0]}
+lost=$(sed -n 's/.*[:] \([0-9]*\) popped items* w.*/\1/p' "$T/err2")
+check "pop of 20 items of 50 kB | a reader of 10 bytes: exit 141, all 20 counted lost, 0 read" bash -c "[ $rc = 141 ] && grep -q '(0 read from it)' '$T/err2' && l=\$('$KVQ' --db '$DB' len p) && [ \$((l + ${lost:-x})) = 20 ]"
+k pop p -n 100 >/dev/null 2>&1
 # The reader gone before pop starts: nothing is popped.
 k push p one
 python3 -c "
