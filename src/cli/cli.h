@@ -145,8 +145,10 @@ typedef struct cli_reader {
     uint8_t *buf;
     size_t len, cap, start;
     int eof;
-    long records; /* records returned so far (the one just returned included) */
+    long records;   /* records returned so far (the one just returned included) */
     size_t partial; /* CLI_READ_SIGNAL: bytes of an unterminated record left unread */
+    int stopping;   /* a stop signal came: what the input held then is read, no more */
+    size_t drain;   /* stopping: bytes still to read */
 } cli_reader;
 enum {
     CLI_READ_RECORD = 0, /* *out: the record without its terminator, valid until the next call */
@@ -156,6 +158,9 @@ enum {
     CLI_READ_TOO_LONG, /* a record over KVQ_MAX_VALUE_SIZE bytes (*out: its start) */
     CLI_READ_ERROR,    /* read(2) failed (errno) */
 };
+/* After a stop signal, the most a reader reads of what the input holds (a pipe holds 64 KiB;
+ * a file would give all it has left). */
+#define CLI_READ_DRAIN_MAX (1u << 20)
 void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
 /* The next record, waiting up to wait_ms (-1: no limit) for input. */
 int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);

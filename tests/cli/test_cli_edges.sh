@@ -63,6 +63,19 @@ for run in 1 2 3 TERM; do
     k delete cc
 done
 check "the cut line is said, with its size ($said of 4 runs cut one)" bash -c "[ $said -ge 1 ]"
+# SIGTERM to kvq alone while its writer goes on writing: kvq stops all the same (a pending signal
+# was never taken while every wait found input ready, so it pushed on as long as input came).
+k create st >/dev/null
+seq 1 100000000 | "$KVQ" --db "$DB" push st 2>"$T/st.err" &
+kp=$!
+for _ in $(seq 1 400); do [ "$(len st)" -gt 0 ] 2>/dev/null && break; sleep 0.05; done
+kill -TERM $kp
+for _ in $(seq 1 200); do kill -0 $kp 2>/dev/null || break; sleep 0.05; done
+kill -0 $kp 2>/dev/null && { stuck=1; kill -KILL $kp; } || stuck=0
+wait $kp; rc=$?
+n=$(len st)
+check "SIGTERM to kvq alone, its writer writing on: it stops within 10 s, exit 143, $n values whole" bash -c "[ $stuck = 0 ] && [ $rc = 143 ] && '$KVQ' --db '$DB' list st | cmp -s - <(seq 1 $n)"
+k delete st
 printf 'a\nb' | k push s
 check "a plain end of input: an unterminated last line is a value" bash -c "[ \"\$('$KVQ' --db '$DB' pop s -n 5 | tr '\n' ,)\" = a,b, ]"
 
