@@ -30,8 +30,9 @@ typedef struct cli {
     int create_db; /* cli_open may create the database (create, demo, bench); else never */
     int tuple;     /* --tuple (pop, peek, list, export): values decoded as packed tuples */
     kvq_db *db;
-    int fresh_db;   /* create: the database directory did not exist */
-    char *undo_dir; /* create: the highest directory it made (removed if the create fails) */
+    int fresh_db;      /* create: no database was there (no directory, or an empty one) */
+    char *undo_dir;    /* create: the highest directory it made (removed if the create fails) */
+    int undo_keep_top; /* create: undo_dir was there, empty: only what it holds goes */
     /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
      * returning CLI_PARSED, so that only the parsing of the command line runs. */
     int parse_only;

@@ -1,5 +1,6 @@
 /* Helpers every command shares: opening the database, the queue NAME argument, and opening a
  * named queue (or its work queue) with the messages and exit codes of a missing one. */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdlib.h>
@@ -69,10 +70,14 @@ static int storage_of(const char *url)
     return CLI_STORAGE_SQLITE;
 }
 
+/* remove_one keeps the top directory (a directory the user made, empty, for the database). */
+static int keep_top;
+
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
-    (void)ftw;
+    if (ftw->level == 0 && keep_top)
+        return 0;
     if (flag == FTW_DP)
         (void)rmdir(path);
     else
@@ -88,7 +93,26 @@ static int create_prepare(cli *c)
 {
     const char *dir = embedded_dir(c->db_url);
     struct stat st;
-    if (dir == NULL || dir[0] == '\0' || lstat(dir, &st) == 0 || errno != ENOENT)
+    if (dir == NULL || dir[0] == '\0')
+        return 0;
+    if (lstat(dir, &st) == 0) {
+        /* An empty directory made for the database: what a failed create puts in it goes. */
+        DIR *d = S_ISDIR(st.st_mode) ? opendir(dir) : NULL;
+        struct dirent *e;
+        int empty = d != NULL;
+        while (d != NULL && (e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                empty = 0;
+        if (d != NULL)
+            closedir(d);
+        if (empty) {
+            c->undo_dir = strdup(dir);
+            c->undo_keep_top = 1;
+            c->fresh_db = 1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT)
         return 0;
     char *p = strdup(dir);
     if (p == NULL)
@@ -153,6 +177,7 @@ void cli_create_undo(cli *c)
         keep = c->db == NULL || kvq_queue_list_named(c->db, any_queue, NULL) != 0;
     kvq_db_close(c->db);
     c->db = NULL;
+    keep_top = c->undo_keep_top;
     if (!keep)
         (void)nftw(c->undo_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     free(c->undo_dir);

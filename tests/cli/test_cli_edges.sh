@@ -175,6 +175,11 @@ if [ "$(id -u)" = 0 ] && mnt 4m; then
         what=$([ $st = sqlite ] && echo '8 MiB of the disk in reserve' || echo 'segments of 64 MiB')
         check "$st: the message names what the room is for ($what)" grep -q "$what" "$T/err5"
         check "$st: a failed create leaves nothing behind" bash -c "[ ! -e '$MNT/db' ] && [ -z \"\$(ls -A '$MNT')\" ]"
+        mkdir "$MNT/mine"
+        mine="$MNT/mine"; [ $st = log ] && mine="log:$MNT/mine"
+        "$KVQ" --db "$mine" create q >/dev/null 2>&1; rc=$?
+        check "$st: a failed create in an empty directory made for it: the directory stays, empty" bash -c "[ $rc = 3 ] && [ -d '$MNT/mine' ] && [ -z \"\$(ls -A '$MNT/mine')\" ]"
+        rmdir "$MNT/mine"
         "$KVQ" --db "$MNT/db" len q >/dev/null 2>"$T/err5b"; rc=$?
         check "$st: after it, no half-made database: 'no database at' (not 'no kvq database in')" bash -c "[ $rc = 4 ] && grep -q 'no database at' '$T/err5b'"
         if [ -n "$n" ]; then
