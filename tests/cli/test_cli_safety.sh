@@ -240,7 +240,7 @@ check "--read-only: a read-only database can be read" bash -c "[ $rc = 0 ] && py
 as_reader "$KVQ" --db "$T/ro" --read-only push ak x >/dev/null 2>"$T/err"; rc=$?
 check "--read-only: a write fails with exit 3, changing nothing" bash -c "[ $rc = 3 ] && grep -q permission_denied '$T/err'"
 chmod -R u+w "$T/ro"
-# A small file system: the 8 MB reserve is said, not a bare "disk is full".
+# A small file system: the 8 MiB reserve is said, not a bare "disk is full".
 mkdir -p "$T/small"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$T/small" 2>/dev/null; then
     "$KVQ" --db "$T/small/db" create q >/dev/null 2>"$T/err"; rc=$?
