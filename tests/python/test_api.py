@@ -317,8 +317,9 @@ def test_consume_and_wait(db):
     q.push("a")
     q.push("last")
     t.join()
-    # Both woke the consumer. Not their order: on the log store a consume_k woken by its watch
-    # sometimes takes "last" before "a" (a C-level bug, reproduced without Python; reported).
+    # Both woke the consumer. Not their order: a consume_k that lost a race to a push (1020)
+    # spreads its next pops (docs/queues.md) and may take "last" before "a" (seen on both
+    # storages, also from C; reported, as docs/queues.md says a lone consumer never loses).
     assert sorted(got) == [b"a", b"last"]
     got.clear()
 
