@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "kvq/workq_batch.h"
-#include "layers/workq_batch_internal.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_batch_internal.h"
+#include "layers/workq/workq_internal.h"
 #include "util/util.h"
 
 void kvq__wq_b_dispose(batch *b)

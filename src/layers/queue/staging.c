@@ -28,7 +28,7 @@
  */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 enum {
     PH_SIMPLE,

@@ -27,8 +27,8 @@
  *     ("npush",)                   FIFO and priority: 8-byte LE count of the pushes kvq made
  *                                  (atomic ADD), the key their waiting consumers watch
  */
-#ifndef KVQ_LAYERS_INTERNAL_H
-#define KVQ_LAYERS_INTERNAL_H
+#ifndef KVQ_QUEUE_INTERNAL_H
+#define KVQ_QUEUE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -317,4 +317,4 @@ int kvq__wq_receive_wait(kvq_buf *out,
 /* The work queue's default lease. */
 int64_t kvq__wq_lease_ms(const kvq_workq *w);
 
-#endif /* KVQ_LAYERS_INTERNAL_H */
+#endif /* KVQ_QUEUE_INTERNAL_H */

@@ -3,7 +3,7 @@
  * (idempotency.c). */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- pushes (transaction forms) ----------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * in flight and delayed, and metrics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
 #include <string.h>
 
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 /* ---- dead letters -------------------------------------------------------------------------- */
 

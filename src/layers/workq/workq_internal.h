@@ -48,7 +48,7 @@
 #define KVQ_WORKQ_INTERNAL_H
 
 #include "kvq/workq.h"
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* Rows a work-queue transaction reads or moves at most (upkeep passes, listings, redrives). */
 #define KVQ__WQ_BATCH 64

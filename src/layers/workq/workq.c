@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kvq/testing.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 #define MAX_DEDUP_KEY 1000
 

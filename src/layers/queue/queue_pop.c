@@ -3,7 +3,7 @@
  * built on them. Peeks, lengths and the rest of the shared operations are in queue.c. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- pops (transaction forms) ------------------------------------------------------------- */
 

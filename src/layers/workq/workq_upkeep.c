@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kvq/workq_batch.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 #define SETTLED_WINDOW_BUCKETS 60
 #define BATCH_BUDGET           (2 * 1000 * 1000)

@@ -3,7 +3,7 @@
  * committed, and the public idempotency tokens. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- idempotency ---------------------------------------------------------------------------- */
 

@@ -3,7 +3,7 @@
  * ready, in flight, delayed and dead (see workq_internal.h for the key layout). */
 #include <string.h>
 
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 /* ---- keys ---------------------------------------------------------------------------------- */
 

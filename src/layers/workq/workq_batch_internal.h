@@ -4,7 +4,7 @@
 #ifndef KVQ_WORKQ_BATCH_INTERNAL_H
 #define KVQ_WORKQ_BATCH_INTERNAL_H
 
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 #define MANY_MAX 10000
 
