@@ -149,3 +149,71 @@ int emb_sync_upto(emb_db *e, int64_t v)
             futex_wait(&m->sync_gen, gen, 2000);
     }
 }
+
+/* ---- the handle's syncer thread ------------------------------------------------------------ */
+
+/* The gap between two syncs is what keeps the disk idle while commits wait: a sync that ends
+ * wakes the committers asleep on sync_gen, and the next sync would start only once one of them
+ * is scheduled (a fraction of a millisecond on a busy machine, the length of a sync). So each
+ * read-write durable handle runs one syncer thread, started with its first commit: it syncs
+ * whatever is written and not yet synced, by any process, again and again while there is some
+ * (it is running when a sync ends), and sleeps when there is none until a leader that wrote a
+ * batch kicks it. Committers still sync for themselves when they find nobody at it (the same
+ * protocol, emb_sync_upto), so the thread only ever makes the sync start sooner. */
+
+static void *syncer_main(void *arg)
+{
+    emb_db *e = arg;
+    emb_shm *m = e->shm;
+    while (!__atomic_load_n(&e->syncer_stop, __ATOMIC_ACQUIRE)) {
+        uint32_t kick = __atomic_load_n(&e->syncer_kick, __ATOMIC_SEQ_CST);
+        int64_t w = __atomic_load_n(&m->written_version, __ATOMIC_SEQ_CST);
+        if (!covered(m, w) && !__atomic_load_n(&m->sync_broken, __ATOMIC_SEQ_CST)) {
+            /* A failed sync is left to the committers, who learn of it (sync_broken) and
+             * repair. */
+            if (emb_sync_upto(e, w) == 0)
+                continue;
+        }
+        __atomic_store_n(&e->syncer_sleeping, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&e->syncer_kick, __ATOMIC_SEQ_CST) == kick &&
+            !__atomic_load_n(&e->syncer_stop, __ATOMIC_ACQUIRE)) {
+            struct timespec ts = { 0, 100 * 1000000L };
+            syscall(SYS_futex, &e->syncer_kick, FUTEX_WAIT_PRIVATE, kick, &ts, NULL, 0);
+        }
+        __atomic_store_n(&e->syncer_sleeping, 0, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+void emb_sync_kick(emb_db *e)
+{
+    if (!e->durable || e->shm == NULL || e->shm_fd < 0 || (e->opts.flags & KVQ_DB_READ_ONLY))
+        return;
+    int st = __atomic_load_n(&e->syncer_state, __ATOMIC_ACQUIRE);
+    if (st == 0) {
+        int expected = 0;
+        if (__atomic_compare_exchange_n(&e->syncer_state, &expected, 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            /* Without the thread (no memory for one), committers sync for themselves. */
+            st = pthread_create(&e->syncer, NULL, syncer_main, e) == 0 ? 2 : 3;
+            __atomic_store_n(&e->syncer_state, st, __ATOMIC_RELEASE);
+        }
+        return; /* a new thread looks for work before it sleeps */
+    }
+    __atomic_add_fetch(&e->syncer_kick, 1, __ATOMIC_SEQ_CST);
+    if (st == 2 && __atomic_load_n(&e->syncer_sleeping, __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, &e->syncer_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void emb_sync_shutdown(emb_db *e)
+{
+    /* close runs when no other operation of the handle is in flight: no kick can start the
+     * thread now. */
+    if (__atomic_load_n(&e->syncer_state, __ATOMIC_ACQUIRE) != 2)
+        return;
+    __atomic_store_n(&e->syncer_stop, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&e->syncer_kick, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &e->syncer_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    pthread_join(e->syncer, NULL);
+    e->syncer_state = 0;
+}
