@@ -596,8 +596,6 @@ int emb_commit(void *tp)
             if (e->queue_head != NULL)
                 pthread_cond_signal(&e->queue_head->cond);
             pthread_mutex_unlock(&e->gc_mu);
-            if (to_sync > 0)
-                emb_sync_kick(e);
             int src = to_sync > 0 ? emb_sync_upto(e, to_sync) : 0;
             upkeep |= src == 0 && to_sync > 0;
             pthread_mutex_lock(&e->gc_mu);

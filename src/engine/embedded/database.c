@@ -246,7 +246,6 @@ static void emb_close(void *ep)
     if (e == NULL)
         return;
     emb_watch_shutdown(e);
-    emb_sync_shutdown(e);
     if (e->store != NULL)
         e->so->close(e->store);
     emb_shm_close(e);

@@ -126,12 +126,6 @@ typedef struct emb_db {
     /* The shared sync (sync.c). */
     int durable;         /* commits and reads wait for the storage's sync */
     int sync_busy;       /* a thread of this handle is the syncer, or trying to be (atomic) */
-    /* The handle's syncer thread (sync.c): 0 not started, 1 starting, 2 running, 3 none. */
-    int syncer_state;
-    int syncer_stop;
-    int syncer_sleeping;
-    uint32_t syncer_kick; /* futex word: bumped by a leader that wrote a batch */
-    pthread_t syncer;
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;
@@ -359,10 +353,6 @@ void emb_watch_publish(emb_db *e);
  * sync covers all the commits written so far) or waits for the process that is syncing.
  * 0, or KVQ_EIO when the sync failed (the commits' durability is then unknown). */
 int emb_sync_upto(emb_db *e, int64_t v);
-/* A leader wrote a batch: wakes the handle's syncer thread (starting it the first time). */
-void emb_sync_kick(emb_db *e);
-/* At close: stops the syncer thread. */
-void emb_sync_shutdown(emb_db *e);
 /* Is every commit up to version v known to be on disk (or the handle relaxed)? */
 int emb_synced(emb_db *e, int64_t v);
 /* Notes, under the commit lock, that commit version v is written. */
