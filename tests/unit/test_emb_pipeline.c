@@ -284,6 +284,8 @@ static int open_gate(void **state)
 
 int main(void)
 {
+    /* The pipeline is off by default (docs/engine.md): these tests are of it. */
+    setenv("KVQ_PIPELINE", "1", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_read_does_not_wait_for_sync, open_gate),
         cmocka_unit_test_teardown(test_watch_fires_after_sync, open_gate),

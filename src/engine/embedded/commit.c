@@ -591,16 +591,26 @@ int emb_commit(void *tp)
              * process's next batch is written while this one waits for the disk (as other
              * processes' are: the commit lock is free). Its sync then covers this one's, or
              * starts as soon as this one ends (sync.c). */
-            pthread_mutex_lock(&e->gc_mu);
-            e->leader_active = 0;
-            if (e->queue_head != NULL)
-                pthread_cond_signal(&e->queue_head->cond);
-            pthread_mutex_unlock(&e->gc_mu);
+            int pipelined = emb_pipelined(e);
+            if (pipelined) {
+                pthread_mutex_lock(&e->gc_mu);
+                e->leader_active = 0;
+                if (e->queue_head != NULL)
+                    pthread_cond_signal(&e->queue_head->cond);
+                pthread_mutex_unlock(&e->gc_mu);
+            }
             int src = to_sync > 0 ? emb_sync_upto(e, to_sync) : 0;
             upkeep |= src == 0 && to_sync > 0;
             pthread_mutex_lock(&e->gc_mu);
             if (src != 0)
                 sync_failed(e, batch, n);
+            if (!pipelined) {
+                /* Without the pipeline the leadership is kept through the sync: this
+                 * process's next commits gather meanwhile and go as the next batch. */
+                e->leader_active = 0;
+                if (e->queue_head != NULL)
+                    pthread_cond_signal(&e->queue_head->cond);
+            }
             /* Each waiter sleeps on its own condition, so only the finished ones and the next
              * leader (the head of the queue) are woken, not every committer. */
             for (size_t i = 0; i < n; i++) {

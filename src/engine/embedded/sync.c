@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -60,6 +61,18 @@ static void wake_syncwaiters(emb_shm *m);
 static int covered(const emb_shm *m, int64_t v)
 {
     return m != NULL && __atomic_load_n(&m->synced_version, __ATOMIC_SEQ_CST) >= v;
+}
+
+int emb_pipelined(const emb_db *e)
+{
+    static int on = -1; /* read once per process */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *s = getenv("KVQ_PIPELINE");
+        v = s != NULL && strcmp(s, "1") == 0;
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v && e->durable;
 }
 
 int emb_synced(emb_db *e, int64_t v)

@@ -123,7 +123,7 @@ static int ensure_rv(emb_txn *t)
      * one, synced_version, so a read never waits for a sync: every commit up to it is written
      * (it was synced), and the snapshot holds all of them. */
     int64_t durable = 0;
-    if (e->durable && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 && e->shm != NULL &&
+    if (emb_pipelined(e) && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 && e->shm != NULL &&
         !(e->opts.flags & KVQ_DB_READ_ONLY))
         durable = __atomic_load_n(&e->shm->synced_version, __ATOMIC_SEQ_CST);
     emb_rv_before_snapshot(e, &probe);

@@ -113,7 +113,7 @@ static void scan(emb_db *e)
      * arming watches do not wait behind it. Watches armed meanwhile are read as well: their
      * counters, loaded before the snapshot or not at all, can only make the next scan read
      * them again. */
-    if (e->durable && !emb_synced(e, info.latest)) {
+    if (emb_pipelined(e) && !emb_synced(e, info.latest)) {
         pthread_mutex_unlock(&e->watch_mu);
         int rc = emb_sync_upto(e, info.latest);
         pthread_mutex_lock(&e->watch_mu);
