@@ -177,6 +177,7 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
 
     pthread_mutex_init(&e->gc_mu, NULL);
     pthread_mutex_init(&e->watch_mu, NULL);
+    pthread_mutex_init(&e->sync_mu, NULL);
     /* KVQ_TEST_ACK_BEFORE_SYNC is the test-only broken engine of the sync-order checker: it
      * stops syncing each commit while the handle still claims to be durable. */
     e->durable = !(opts->flags & KVQ_DB_RELAXED) && !(opts->test_flags & KVQ_TEST_ACK_BEFORE_SYNC);
@@ -254,6 +255,7 @@ static void emb_close(void *ep)
     pthread_mutex_destroy(&e->gc_mu);
     pthread_mutex_destroy(&e->watch_mu);
     emb_cq_close(e);
+    pthread_mutex_destroy(&e->sync_mu);
     kvq__free(e->dir);
     kvq__free(e);
 }

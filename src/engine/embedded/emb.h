@@ -125,7 +125,8 @@ typedef struct emb_db {
     uint64_t boot_id[2]; /* this boot's id (zeros when the system does not say) */
     /* The shared sync (sync.c). */
     int durable;         /* commits and reads wait for the storage's sync */
-    int sync_busy;       /* a thread of this handle is the syncer, or trying to be (atomic) */
+    pthread_mutex_t sync_mu; /* without the commit pipeline: the syncer of this handle */
+    int sync_busy; /* with it: a thread of this handle is the syncer, or trying to be (atomic) */
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;

@@ -9,15 +9,16 @@
  * carry it: written_version, set by the commit lock holder once its storage commit has returned
  * (versions grow in commit order), and synced_version, raised by whoever synced. One sync runs
  * at a time: its syncer holds an flock on kvq.shm (a dead syncer releases it) that nobody waits
- * on; every other thread, of this process or another, sleeps on the futex sync_gen, which the
- * syncer bumps when done, and the first of them whose commit is still not covered starts the
- * next sync at once. So while commits wait, a sync is under way, and no mutex is held across
- * one.
+ * on. With the commit pipeline on (emb_pipelined), every other thread, of this process or
+ * another, sleeps on the futex sync_gen, which the syncer bumps when done, and the first of them
+ * whose commit is still not covered starts the next sync at once: while commits wait, a sync is
+ * under way, and no mutex is held across one. Without it, the threads of one handle take turns
+ * on sync_mu, held across the sync, as before the pipeline.
  *
- * Readers keep FoundationDB's promise that a read sees only durable data: on a storage that
- * keeps versions (EMB_STORE_MVCC) a transaction reads at synced_version and never waits
- * (txn.c); on another, a snapshot whose newest commit is not yet synced waits for it (or syncs
- * it: it is written, since the snapshot sees it). A commit that is synced implies every earlier
+ * Readers keep FoundationDB's promise that a read sees only durable data: with the pipeline on,
+ * on a storage that keeps versions (EMB_STORE_MVCC), a transaction reads at synced_version and
+ * never waits (txn.c); otherwise, a snapshot whose newest commit is not yet synced waits for it
+ * (or syncs it: it is written, since the snapshot sees it). A commit that is synced implies every earlier
  * one is (store.h: sync covers every commit written by then; for SQLite, the WAL is one file
  * written in commit order, and a checkpoint syncs the WAL before it copies frames and the
  * database file before the WAL is reused). */
@@ -122,6 +123,34 @@ static void wake_syncwaiters(emb_shm *m)
     syscall(SYS_futex, &m->sync_gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Without the commit pipeline: the threads of a handle take turns on sync_mu, held across the
+ * sync; the syncer of each handle tries the flock and otherwise waits on sync_gen. */
+static int sync_upto_locked(emb_db *e, int64_t v)
+{
+    emb_shm *m = e->shm;
+    pthread_mutex_lock(&e->sync_mu);
+    int locked = 0;
+    int64_t deadline = kvq__mono_us() + SYNC_PATIENCE_US;
+    int rw = m != NULL && e->shm_fd >= 0 && !(e->opts.flags & KVQ_DB_READ_ONLY);
+    while (rw && !covered(m, v)) {
+        uint32_t gen = __atomic_load_n(&m->sync_gen, __ATOMIC_SEQ_CST);
+        if (flock(e->shm_fd, LOCK_EX | LOCK_NB) == 0) {
+            locked = 1;
+            break;
+        }
+        int64_t left = deadline - kvq__mono_us();
+        if (left <= 0)
+            break; /* the syncer is stuck: sync without it */
+        if (!covered(m, v))
+            futex_wait(&m->sync_gen, gen, left < 2000 ? left : 2000);
+    }
+    int rc = covered(m, v) ? 0 : sync_now(e, v);
+    if (locked)
+        flock(e->shm_fd, LOCK_UN);
+    pthread_mutex_unlock(&e->sync_mu);
+    return rc;
+}
+
 int emb_sync_upto(emb_db *e, int64_t v)
 {
     if (!e->durable)
@@ -129,6 +158,8 @@ int emb_sync_upto(emb_db *e, int64_t v)
     emb_shm *m = e->shm;
     if (covered(m, v))
         return 0;
+    if (!emb_pipelined(e))
+        return sync_upto_locked(e, v);
     int rw = m != NULL && e->shm_fd >= 0 && !(e->opts.flags & KVQ_DB_READ_ONLY);
     if (!rw)
         return sync_now(e, v); /* a storage's sync may run on many threads at once (store.h) */
