@@ -18,10 +18,10 @@
  * Readers keep FoundationDB's promise that a read sees only durable data: with the pipeline on,
  * on a storage that keeps versions (EMB_STORE_MVCC), a transaction reads at synced_version and
  * never waits (txn.c); otherwise, a snapshot whose newest commit is not yet synced waits for it
- * (or syncs it: it is written, since the snapshot sees it). A commit that is synced implies every earlier
- * one is (store.h: sync covers every commit written by then; for SQLite, the WAL is one file
- * written in commit order, and a checkpoint syncs the WAL before it copies frames and the
- * database file before the WAL is reused). */
+ * (or syncs it: it is written, since the snapshot sees it). A commit that is synced implies
+ * every earlier one is (store.h: sync covers every commit written by then; for SQLite, the WAL
+ * is one file written in commit order, and a checkpoint syncs the WAL before it copies frames
+ * and the database file before the WAL is reused). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
