@@ -108,6 +108,8 @@ typedef struct leased_ctx {
     int stop;     /* atomic: set on SIGINT/SIGTERM (cuts a wait for the pipe's reader short) */
     int out_gone; /* atomic: standard output was closed */
     int pipe;     /* standard output is a pipe */
+    uint32_t max_deliveries; /* the queue's: a nack of such a delivery dead-letters it (0: never) */
+    uint64_t dead;           /* atomic: failed items that went to the dead letters */
     pthread_mutex_t out_mu;
 } leased_ctx;
 
@@ -154,6 +156,14 @@ static int print_leased(leased_ctx *x, kvq_bytes v)
     return rc;
 }
 
+/* A count as text, in a static buffer per thread (for one message at a time). */
+static const char *u32_text(uint32_t v)
+{
+    static _Thread_local char buf[16];
+    snprintf(buf, sizeof(buf), "%u", v);
+    return buf;
+}
+
 /* Whether kvq itself is stopping on SIGINT/SIGTERM (the main thread takes the signal, perhaps a
  * moment after the command it also reached has died): looks for up to 200ms. */
 static int stop_coming(leased_ctx *x)
@@ -196,9 +206,19 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
             return KVQ_WORKQ_RELEASE;
         char how[160];
         cli_exec_describe(status, took_all, how, sizeof(how));
-        fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
-                        "deliveries so far)\n",
-                worker, how, lease->deliveries);
+        /* The nack of a delivery that reached the queue's max moves the item to the dead
+         * letters (kvq_workq_nack): say so, rather than that it goes back. */
+        if (x->max_deliveries > 0 && lease->deliveries >= x->max_deliveries) {
+            __atomic_add_fetch(&x->dead, 1, __ATOMIC_ACQ_REL);
+            fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes to the dead "
+                            "letters (%u deliveries, the queue's max; see kvq dlq list %s)\n",
+                    worker, how, lease->deliveries, x->name);
+        } else {
+            fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
+                            "of %s deliveries so far)\n",
+                    worker, how, lease->deliveries,
+                    x->max_deliveries > 0 ? u32_text(x->max_deliveries) : "unlimited");
+        }
         return KVQ_WORKQ_NACK;
     }
     if (print_leased(x, v) == 0)
@@ -214,7 +234,8 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
                           int drain, int64_t nack_delay_ms, const sigset_t *sigs,
                           const char *name, int raw)
 {
-    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw };
+    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw,
+                     .max_deliveries = info->max_deliveries };
     int stopped_by = 0;
     kvq_workq *w;
     int err = cli_queue_workq(q, info, &w);
@@ -251,11 +272,18 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
     (void)kvq_workq_consumer_get_stats(&s, cons);
     kvq_workq_consumer_destroy(cons);
     pthread_mutex_destroy(&x.out_mu);
+    /* A nack that found the lease ended first is counted in lost_leases, not in nacked: the
+     * dead letters counted here are those of nacks that went through. */
+    uint64_t dead = __atomic_load_n(&x.dead, __ATOMIC_ACQUIRE);
+    if (dead > s.nacked)
+        dead = s.nacked;
     fprintf(stderr,
-            "kvq consume: %llu items acked, %llu given back after a failed command, %llu leases "
-            "lost to expiry, %llu given back unread\n",
-            (unsigned long long)s.acked, (unsigned long long)s.nacked,
-            (unsigned long long)s.lost_leases, (unsigned long long)s.released);
+            "kvq consume: %llu items acked, %llu given back after a failed command, %llu moved "
+            "to the dead letters after a failed command, %llu leases lost to expiry, %llu given "
+            "back unread\n",
+            (unsigned long long)s.acked, (unsigned long long)(s.nacked - dead),
+            (unsigned long long)dead, (unsigned long long)s.lost_leases,
+            (unsigned long long)s.released);
     if (err != 0)
         return cli_fail(err, "consume stopped");
     if (s.nacked > 0)

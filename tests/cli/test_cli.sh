@@ -154,8 +154,12 @@ k --json push dd --dedup order-1 payload >"$T/dd.json"
 check "dedup: the second push enqueues nothing" bash -c "[ \"\$('$KVQ' --db '$DB' len dd)\" = 1 ] && grep -q '\"duplicates\":1' '$T/dd.json'"
 k create jobs2 --lease 2000 --max-deliveries 2
 seq 1 10 | k push jobs2
-k consume jobs2 --ack --nack-delay 0 --workers 2 --drain --exec "v=\$(cat); [ \"\$v\" != 4 ] || exit 1; echo \"\$v\" >> '$T/ack.out'" 2>/dev/null; rc=$?
+k consume jobs2 --ack --nack-delay 0 --workers 2 --drain --exec "v=\$(cat); [ \"\$v\" != 4 ] || exit 1; echo \"\$v\" >> '$T/ack.out'" 2>"$T/ack.err"; rc=$?
 check "consume --ack: every good item once, exit 5 for the failed one" bash -c "[ $rc = 5 ] && sort -n '$T/ack.out' | tr '\n' , | grep -qx '1,2,3,5,6,7,8,9,10,'"
+# The first failure gives the item back; the failure of its last allowed delivery says that it
+# went to the dead letters, and the summary counts it there (issue 32 item 8).
+check "consume --ack: a failed delivery before the max says the item goes back" bash -c "[ \"\$(grep -c 'its item goes back (1 of 2 deliveries so far)' '$T/ack.err')\" = 1 ]"
+check "consume --ack: the failed last delivery says dead letters, not goes back" bash -c "[ \"\$(grep -c 'its item goes to the dead letters (2 deliveries, the queue.s max' '$T/ack.err')\" = 1 ] && ! grep -q 'goes back (2' '$T/ack.err' && grep -q ' 1 given back after a failed command, 1 moved to the dead letters' '$T/ack.err'"
 check "consume --ack: the poison item is dead-lettered" bash -c "'$KVQ' --db '$DB' dlq list jobs2 | grep -qx \$'2\t4'"
 check "dlq redrive: back in the queue" bash -c "[ \"\$('$KVQ' --db '$DB' dlq redrive jobs2)\" = 1 ] && [ \"\$('$KVQ' --db '$DB' len jobs2)\" = 1 ]"
 # A consumer killed mid-work: its item comes back after the lease, once.
