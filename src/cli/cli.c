@@ -1,7 +1,7 @@
 /* The kvq command: the command table, global options and the dispatch to a command. */
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 static const cli_cmd commands[] = {
     { "create", "NAME [--type fifo|priority|durable] [--lease D] [--max-deliveries N] [--exist-ok] [--adopt]",
       "create a queue (durable by default)",

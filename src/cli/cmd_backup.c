@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 #define READ_PAGE  1000

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 typedef struct bench_run {

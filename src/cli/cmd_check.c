@@ -4,7 +4,7 @@
  * all is well, 3 on damage, with what to do about it. */
 #include <string.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 #define PAGE 1000

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 extern char **environ;

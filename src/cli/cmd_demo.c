@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 typedef struct demo {

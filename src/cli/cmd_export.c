@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 typedef struct export_ctx {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 /* A batch: up to PUSH_BATCH values or PUSH_BATCH_BYTES bytes, one transaction on a durable

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 static int open_queue(cli *c, const char *name, cli_queue **q, kvq_queue_type *type)

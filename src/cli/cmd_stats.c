@@ -6,7 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 /* The counted figures of a queue, each meaning one thing. */

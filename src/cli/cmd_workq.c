@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/util.h"
 
 /* Items a receive transaction takes (the issue's batch size: 100 per commit), and tokens an

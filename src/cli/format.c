@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 int cli_parse_int(const char *s, long long min, long long max, long long *out)
 {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "util/util.h"
 
 static volatile sig_atomic_t stop_signal;

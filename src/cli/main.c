@@ -1,5 +1,5 @@
 /* The kvq command's entry point (kept apart so that the argument fuzzer can link the rest). */
-#include "cli.h"
+#include "cli/cli.h"
 
 int main(int argc, char **argv)
 {

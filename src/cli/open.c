@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 
 /* Whether the embedded database path (the default one for NULL) exists and is not a directory. */
 static int path_not_dir(const char *url)

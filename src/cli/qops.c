@@ -4,7 +4,7 @@
  * the recipes on the same keys see the same queues. */
 #include <string.h>
 
-#include "qops.h"
+#include "cli/qops.h"
 #include "util/bytes.h"
 #include "util/util.h"
 

@@ -3,7 +3,7 @@
 #ifndef KVQ_CLI_QOPS_H
 #define KVQ_CLI_QOPS_H
 
-#include "cli.h"
+#include "cli/cli.h"
 
 typedef struct cli_queue cli_queue; /* an open queue of the command */
 

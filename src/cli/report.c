@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 /* Writes a message with its control bytes escaped (a terminal never gets them raw). */
 void cli_put_text(FILE *f, const char *s)

@@ -8,7 +8,7 @@
 #include "consumer/crew.h"
 #include "kvq/consumer.h"
 #include "kvq/workq.h"
-#include "layers/layers_internal.h"
+#include "layers/workq/workq_internal.h"
 
 #define MAX_WORKERS 1024
 /* How long one wait of a worker lasts; a worker with nothing to do waits again. It sleeps on

@@ -37,9 +37,14 @@
  * What differs is listed in docs/fdb.md. */
 
 /* This header: what the files of libkvq_fdb_c.so (src/fdbc) share, its types, constants and
- * internal functions. Never installed. One file per FoundationDB object: network.c,
- * future.c, database.c, transaction.c, ranges.c, options.c, special.c; fdb_errors.c holds
- * the error texts. */
+ * internal functions. Never installed. One file per FoundationDB object: fdb_network.c,
+ * fdb_future.c, fdb_database.c, fdb_transaction.c (with fdb_ranges.c, fdb_options.c and
+ * fdb_special.c, the calls it hands on); below them, fdb_txn_state.c (a transaction's state
+ * every call reads first) and fdb_common.c (misuse reports, the network's state, copies);
+ * fdb_errors.c holds the error texts. Calls go one way: fdb_network.c and fdb_transaction.c at
+ * the top; then fdb_ranges.c and fdb_options.c; fdb_special.c; fdb_database.c; fdb_future.c
+ * and fdb_txn_state.c; fdb_common.c at the bottom. Internal names are kvq__fdbc_ (the fdb_
+ * names are FoundationDB's API). */
 #ifndef KVQ_FDBC_INTERNAL_H
 #define KVQ_FDBC_INTERNAL_H
 
@@ -50,6 +55,7 @@
 #include "kvq/kvq.h"
 #include "engine/fdb/fdb_api.h"
 #include "fdbc/fdbc_extra.h"
+#include "util/util.h"
 
 #define KVQ_FDB_PROTOTYPE(ret, name, params) ret name params;
 KVQ_FDB_FUNCTIONS(KVQ_FDB_PROTOTYPE)
@@ -66,8 +72,8 @@ enum { FDB_ERR_TRANSACTION_TIMED_OUT = 1031, FDB_ERR_USED_DURING_COMMIT = 2017 }
 #define NETWORK_WAIT_SEC 5
 
 
-/* The network: its state, shared by every file (network.c defines it). */
-struct fdbc_net {
+/* The network: its state, shared by every file (fdb_common.c defines it; fdb_network.c runs it). */
+struct kvq__fdbc_net_state {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     int api;                /* the selected API version; 0 until then */
@@ -83,7 +89,7 @@ struct fdbc_net {
     int n_hooks;
 };
 
-extern struct fdbc_net net;
+extern struct kvq__fdbc_net_state kvq__fdbc_net;
 
 /* The kinds of results a future holds. */
 enum {
@@ -193,77 +199,81 @@ struct FDB_transaction {
 /* FoundationDB's message for an error code (fdb_errors.c): never NULL, static. */
 const char *kvq__fdbc_message(int code);
 
-/* network.c */
-void misuse(const char *fmt, ...);
-void complain(const char *fmt, ...);
+/* fdb_common.c */
+void kvq__fdbc_misuse(const char *fmt, ...);
+void kvq__fdbc_complain(const char *fmt, ...);
+uint8_t *kvq__fdbc_copy_bytes(const uint8_t *p, size_t n);
+/* Whether key a sorts before key b. */
+static inline int kvq__fdbc_key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    return kvq__bytes_cmp(a, alen, b, blen) < 0;
+}
 
-/* future.c */
-FDBFuture *fut_new(int kind);
-void fut_ref(FDBFuture *f);
-void fut_unref(FDBFuture *f);
-fdb_error_t fdb_code(int rc);
-void fut_complete(FDBFuture *f, fdb_error_t err);
-void fut_settle(FDBFuture *f, fdb_error_t err);
-FDBFuture *fut_error(int kind, fdb_error_t err);
-FDBResult *result_error(fdb_error_t err);
+/* fdb_future.c */
+FDBFuture *kvq__fdbc_fut_new(int kind);
+void kvq__fdbc_fut_ref(FDBFuture *f);
+void kvq__fdbc_fut_unref(FDBFuture *f);
+fdb_error_t kvq__fdbc_fdb_code(int rc);
+void kvq__fdbc_fut_complete(FDBFuture *f, fdb_error_t err);
+void kvq__fdbc_fut_settle(FDBFuture *f, fdb_error_t err);
+FDBFuture *kvq__fdbc_fut_error(int kind, fdb_error_t err);
+FDBResult *kvq__fdbc_result_error(fdb_error_t err);
+FDBFuture *kvq__fdbc_unsupported(const char *what);
 
-/* database.c */
-fdb_error_t dir_of(const char *line, char *dir, size_t cap);
-void db_unref(FDBDatabase *d);
-FDBFuture *unsupported(const char *what);
+/* fdb_database.c */
+fdb_error_t kvq__fdbc_dir_of(const char *line, char *dir, size_t cap);
+void kvq__fdbc_db_unref(FDBDatabase *d);
 
-/* transaction.c */
-void knobs_read(FDBTransaction *tr);
-int64_t mono_us(void);
-void tr_timeout_check(FDBTransaction *tr);
-fdb_error_t tr_error(FDBTransaction *tr, int after_commit);
-void read_delay(const FDBTransaction *tr);
-uint8_t *copy_bytes(const uint8_t *p, size_t n);
-int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+/* fdb_txn_state.c */
+void kvq__fdbc_knobs_read(FDBTransaction *tr);
+void kvq__fdbc_tr_timeout_check(FDBTransaction *tr);
+fdb_error_t kvq__fdbc_tr_error(FDBTransaction *tr, int after_commit);
+void kvq__fdbc_read_delay(const FDBTransaction *tr);
 
-/* ranges.c */
-FDBFuture *tr_get_range(FDBTransaction *tr,
-                        const uint8_t *begin_key_name,
-                        int begin_key_name_length,
-                        fdb_bool_t begin_or_equal,
-                        int begin_offset,
-                        const uint8_t *end_key_name,
-                        int end_key_name_length,
-                        fdb_bool_t end_or_equal,
-                        int end_offset,
-                        int limit,
-                        int target_bytes,
-                        FDBStreamingMode mode,
-                        int iteration,
-                        fdb_bool_t snapshot,
-                        fdb_bool_t reverse);
-FDBFuture *tr_get_key(FDBTransaction *tr,
-                      const uint8_t *key_name,
-                      int key_name_length,
-                      fdb_bool_t or_equal,
-                      int offset,
-                      fdb_bool_t snapshot);
-FDBFuture *tr_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
-                                             int bl, const uint8_t *e, int el);
-FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
-                                     const uint8_t *e, int el, int64_t chunk_size);
-FDBFuture *tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
-                                    int key_name_length);
+/* fdb_ranges.c */
+FDBFuture *kvq__fdbc_tr_get_range(FDBTransaction *tr,
+                                  const uint8_t *begin_key_name,
+                                  int begin_key_name_length,
+                                  fdb_bool_t begin_or_equal,
+                                  int begin_offset,
+                                  const uint8_t *end_key_name,
+                                  int end_key_name_length,
+                                  fdb_bool_t end_or_equal,
+                                  int end_offset,
+                                  int limit,
+                                  int target_bytes,
+                                  FDBStreamingMode mode,
+                                  int iteration,
+                                  fdb_bool_t snapshot,
+                                  fdb_bool_t reverse);
+FDBFuture *kvq__fdbc_tr_get_key(FDBTransaction *tr,
+                                const uint8_t *key_name,
+                                int key_name_length,
+                                fdb_bool_t or_equal,
+                                int offset,
+                                fdb_bool_t snapshot);
+FDBFuture *kvq__fdbc_tr_get_estimated_range_size_bytes(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el);
+FDBFuture *kvq__fdbc_tr_get_range_split_points(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el, int64_t chunk_size);
+FDBFuture *kvq__fdbc_tr_get_addresses_for_key(FDBTransaction *tr,
+                                              const uint8_t *key_name,
+                                              int key_name_length);
 
-/* options.c */
-int db_defaults(FDBTransaction *tr, int all);
-fdb_error_t tr_set_option(FDBTransaction *tr,
-                          FDBTransactionOption option,
-                          const uint8_t *value,
-                          int value_length);
+/* fdb_options.c */
+int kvq__fdbc_db_defaults(FDBTransaction *tr, int all);
+fdb_error_t kvq__fdbc_tr_set_option(FDBTransaction *tr,
+                                    FDBTransactionOption option,
+                                    const uint8_t *value,
+                                    int value_length);
 
-/* special.c */
-int is_special(const uint8_t *k, size_t len);
-int special_value(FDBTransaction *tr, const uint8_t *k, size_t len, int *present,
-                  uint8_t **val, size_t *vlen);
-int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t *e,
-                  size_t el, FDBFuture *f);
-int special_write(FDBTransaction *tr, int clear, const uint8_t *b, int bl, const uint8_t *e,
-                  int el);
+/* fdb_special.c */
+int kvq__fdbc_is_special(const uint8_t *k, size_t len);
+int kvq__fdbc_special_value(
+    FDBTransaction *tr, const uint8_t *k, size_t len, int *present, uint8_t **val, size_t *vlen);
+int kvq__fdbc_special_range(
+    FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t *e, size_t el, FDBFuture *f);
+int kvq__fdbc_special_write(
+    FDBTransaction *tr, int clear, const uint8_t *b, int bl, const uint8_t *e, int el);
 
 #endif /* KVQ_FDBC_INTERNAL_H */

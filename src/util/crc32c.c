@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 static uint32_t table[8][256];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;

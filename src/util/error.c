@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "kvq/error.h"
-#include "util.h"
+#include "util/util.h"
 
 const char *kvq_strerror(int err)
 {

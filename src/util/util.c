@@ -5,7 +5,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "util.h"
+#include "util/util.h"
 
 void *kvq__malloc(size_t n)
 {

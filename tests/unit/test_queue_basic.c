@@ -6,7 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 #include "test_queue_common.h"
 
 static kvq_db *db;

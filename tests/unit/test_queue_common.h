@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "kvq_test.h"
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 #include "util/util.h"
 
 static char tq_dir[256];

@@ -73,8 +73,8 @@ static void test_stranded_result_returns(void **state)
     /* A popper registers, a fulfil hands it "A", and it dies before collecting. */
     uint8_t me[20];
     size_t served = 0;
-    assert_ok(kvq__hc_register(dead, KVQ__END_MIN, me));
-    assert_ok(kvq__hc_fulfil_once(dead, &served));
+    assert_ok(kvq__staging_register(dead, KVQ__END_MIN, me));
+    assert_ok(kvq__staging_fulfil_once(dead, &served));
     assert_int_equal(served, 1);
     assert_int_equal(staging_keys(), 2); /* its result and record */
     /* Someone else pops "B"; "A" is in flight, not lost, not visible. */
@@ -92,7 +92,7 @@ static void test_stranded_result_returns(void **state)
     assert_int_equal(st.hc_returned, 1);
     /* The dead popper's collect finds nothing now. */
     kvq_buf b = KVQ_BUF_INIT;
-    assert_int_equal(kvq__hc_collect(dead, me, &b), KVQ_ENOTFOUND);
+    assert_int_equal(kvq__staging_collect(dead, me, &b), KVQ_ENOTFOUND);
     kvq_queue_close(dead);
     kvq_queue_close(live);
 }
@@ -107,8 +107,8 @@ static void test_returned_item_wakes(void **state)
     push_s(live, "A");
     uint8_t me[20];
     size_t served = 0;
-    assert_ok(kvq__hc_register(dead, KVQ__END_MIN, me));
-    assert_ok(kvq__hc_fulfil_once(dead, &served));
+    assert_ok(kvq__staging_register(dead, KVQ__END_MIN, me));
+    assert_ok(kvq__staging_fulfil_once(dead, &served));
     assert_int_equal(served, 1);
     /* "A" is in flight: the queue looks empty, and consume_k arms its watch. */
     kvq_buf b = KVQ_BUF_INIT;
@@ -143,9 +143,9 @@ static void test_recover_keeps_order(void **state)
     push_s(q, "3");
     uint8_t w1[20], w2[20];
     size_t served;
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, w1));
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, w2));
-    assert_ok(kvq__hc_fulfil_once(q, &served));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, w1));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, w2));
+    assert_ok(kvq__staging_fulfil_once(q, &served));
     assert_int_equal(served, 2);
     uint64_t back = 9;
     assert_ok(kvq_queue_recover(&back, q));
@@ -165,7 +165,7 @@ static void test_stale_waiter_removed(void **state)
     (void)state;
     kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, 200, KVQ_QUEUE_HIGH_CONTENTION);
     uint8_t w[20];
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, w));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, w));
     assert_int_equal(staging_keys(), 1);
     kvq__sleep_us(300000);
     /* A stale waiter at the head of the line gets no item: the live popper does. */
@@ -173,9 +173,9 @@ static void test_stale_waiter_removed(void **state)
     pop_expect(q, "X");
     assert_int_equal(staging_keys(), 0);
     kvq_buf b = KVQ_BUF_INIT;
-    assert_int_equal(kvq__hc_collect(q, w, &b), KVQ_ENOTFOUND);
+    assert_int_equal(kvq__staging_collect(q, w, &b), KVQ_ENOTFOUND);
     /* A waiter that is not stale yet but dies: the item it gets returns after the timeout. */
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, w));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, w));
     push_s(q, "Y");
     pop_expect(q, NULL); /* the dead waiter was first in line and took "Y" */
     kvq__sleep_us(300000);
@@ -194,25 +194,25 @@ static void test_collect_priority(void **state)
     /* One waiter for each end: the max waiter gets "hi", the min waiter "lo". */
     uint8_t wmin[20], wmax[20];
     size_t served;
-    assert_ok(kvq__hc_register(q, KVQ__END_MAX, wmax));
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, wmin));
-    assert_ok(kvq__hc_fulfil_once(q, &served));
+    assert_ok(kvq__staging_register(q, KVQ__END_MAX, wmax));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, wmin));
+    assert_ok(kvq__staging_fulfil_once(q, &served));
     assert_int_equal(served, 2);
     kvq_buf b = KVQ_BUF_INIT;
-    assert_ok(kvq__hc_collect(q, wmax, &b));
+    assert_ok(kvq__staging_collect(q, wmax, &b));
     assert_bytes(b.data, b.len, (const uint8_t *)"hi", 2);
-    assert_ok(kvq__hc_collect(q, wmin, &b));
+    assert_ok(kvq__staging_collect(q, wmin, &b));
     assert_bytes(b.data, b.len, (const uint8_t *)"lo", 2);
     /* Three waiters for one item: the first gets it, the others are cleared. */
     uint8_t a[20], c[20], d[20];
-    assert_ok(kvq__hc_register(q, KVQ__END_MAX, a));
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, c));
-    assert_ok(kvq__hc_register(q, KVQ__END_MIN, d));
-    assert_ok(kvq__hc_fulfil_once(q, &served));
+    assert_ok(kvq__staging_register(q, KVQ__END_MAX, a));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, c));
+    assert_ok(kvq__staging_register(q, KVQ__END_MIN, d));
+    assert_ok(kvq__staging_fulfil_once(q, &served));
     assert_int_equal(served, 1);
-    assert_ok(kvq__hc_collect(q, a, &b));
+    assert_ok(kvq__staging_collect(q, a, &b));
     assert_bytes(b.data, b.len, (const uint8_t *)"mid", 3);
-    assert_int_equal(kvq__hc_collect(q, c, &b), KVQ_ENOTFOUND);
+    assert_int_equal(kvq__staging_collect(q, c, &b), KVQ_ENOTFOUND);
     int64_t p;
     assert_int_equal(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN), KVQ_ENOTFOUND);
     kvq_buf_dispose(&b);

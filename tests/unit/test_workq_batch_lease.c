@@ -1,4 +1,4 @@
-/* Batch leases of the work queue (src/layers/workq_batch_lease.c): a batch received in one
+/* Batch leases of the work queue (src/layers/queue/batch_lease.c): a batch received in one
  * transaction is leased as one record, and every guarantee of a lease holds for each of its
  * items:
  *   - the token of one item settles that item alone, once (ack, nack, extend by token; a second

@@ -11,7 +11,7 @@
 #include "kvq_test.h"
 #include "kvq/consumer.h"
 #include "kvq/workq.h"
-#include "layers/layers_internal.h"
+#include "layers/workq/workq_internal.h"
 #include "util/util.h"
 
 static kvq_db *db;

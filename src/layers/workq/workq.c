@@ -1,32 +1,18 @@
 /* Work-queue semantics over the durable and priority queues (kvq/workq.h): handles, pushes
  * (delayed and deduplicated), receives and the settling of leases (ack, nack, extend). The
- * long poll is in workq_wait.c, upkeep in workq_upkeep.c, dead letters, listings and metrics
+ * long poll is in workq_wait.c, upkeep in layers/queue/due.c, dead letters, listings and metrics
  * in workq_admin.c; the key layout and the conflicts are described in workq_internal.h. */
 #include <signal.h>
 #include <string.h>
 
 #include "kvq/testing.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 #define MAX_DEDUP_KEY 1000
 
 enum { OUT_ACK = 'a', OUT_NACK = 'n' };
 
 /* ---- keys of leases -------------------------------------------------------------------- */
-
-/* out = bk + pack(("wq", tag)) [+ pack((name,)) when name != NULL] */
-static int make_base(kvq_workq *w, kvq_buf *out, const char *tag, const char *name)
-{
-    static const uint8_t ff = 0xff;
-    kvq_tuple_elem e[3] = { kvq_tuple_str("wq"), kvq_tuple_str(tag),
-                            kvq_tuple_str(name != NULL ? name : "") };
-    int rc = kvq_buf_append(out, w->q->prefix.data, w->q->prefix.len);
-    if (rc == 0)
-        rc = kvq_buf_append(out, &ff, 1);
-    if (rc == 0)
-        rc = kvq_tuple_pack_buf(out, e, name != NULL ? 3 : 2);
-    return rc;
-}
 
 static int x_key(kvq_buf *out, kvq_workq *w, int64_t deadline, const uint8_t *id)
 {
@@ -47,14 +33,7 @@ void kvq_workq_close(kvq_workq *w)
 {
     if (w == NULL)
         return;
-    kvq_buf *bufs[] = { &w->base_c,         &w->base_dlq,   &w->base_l,          &w->base_v,
-                        &w->base_x,         &w->base_y,     &w->base_s,          &w->base_dd,
-                        &w->base_ddx,       &w->n_inflight, &w->n_delayed,       &w->n_dead,
-                        &w->n_ready,        &w->tick,       &w->base_a,          &w->base_t,
-                        &w->n_received,     &w->n_taken,    &w->n_acked,         &w->n_requeued,
-                        &w->n_deadlettered, &w->n_cleared,  &w->n_cleared_ready, &w->base_b };
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        kvq_buf_dispose(bufs[i]);
+    kvq__wq_keys_dispose(w);
     kvq__free(w);
 }
 
@@ -100,55 +79,7 @@ int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
     kvq_workq *w = kvq__calloc(1, sizeof(*w));
     if (w == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue");
-    w->q = q;
-    w->opts = o;
-    int rc = make_base(w, &w->base_c, "c", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_dlq, "dlq", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_l, "l", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_v, "v", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_x, "x", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_y, "y", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_s, "s", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_dd, "dd", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_ddx, "ddx", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_a, "a", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_t, "t", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->base_b, "b", NULL);
-    if (rc == 0)
-        rc = make_base(w, &w->n_inflight, "n", "inflight");
-    if (rc == 0)
-        rc = make_base(w, &w->n_delayed, "n", "delayed");
-    if (rc == 0)
-        rc = make_base(w, &w->n_dead, "n", "dead");
-    if (rc == 0)
-        rc = make_base(w, &w->n_ready, "n", "ready");
-    if (rc == 0)
-        rc = make_base(w, &w->tick, "n", "tick");
-    if (rc == 0)
-        rc = make_base(w, &w->n_received, "n", "received");
-    if (rc == 0)
-        rc = make_base(w, &w->n_taken, "n", "taken");
-    if (rc == 0)
-        rc = make_base(w, &w->n_acked, "n", "acked");
-    if (rc == 0)
-        rc = make_base(w, &w->n_requeued, "n", "requeued");
-    if (rc == 0)
-        rc = make_base(w, &w->n_deadlettered, "n", "deadlettered");
-    if (rc == 0)
-        rc = make_base(w, &w->n_cleared, "n", "cleared");
-    if (rc == 0)
-        rc = make_base(w, &w->n_cleared_ready, "n", "clearedr");
+    int rc = kvq__wq_keys_init(w, q, &o);
     if (rc != 0) {
         kvq_workq_close(w);
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue's keys");
@@ -678,7 +609,7 @@ int64_t kvq__wq_lease_ms(const kvq_workq *w)
 int kvq__wq_settle_txn(
     kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg, kvq__wq_tally *tally)
 {
-    /* An item of a batch lease (workq_batch_lease.c) is settled there. */
+    /* An item of a batch lease (batch_lease.c) is settled there. */
     int handled = 0;
     int rc = kvq__wq_batch_settle(&handled, w, txn, lease, kind, arg, tally);
     if (rc != 0 || handled)

@@ -3,7 +3,7 @@
  * committed, and the public idempotency tokens. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- idempotency ---------------------------------------------------------------------------- */
 
@@ -349,8 +349,8 @@ int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg)
         rc = body(txn, o, arg);
         if (rc == 0)
             rc = kvq_txn_commit(txn);
-        if (o->tag[0] == 'r' && o->q->type == KVQ_QUEUE_DURABLE)
-            kvq__q_pop_pressure_note(o->q, rc);
+        if (o->after_commit != NULL)
+            o->after_commit(o->q, rc);
         if (rc == 0 || o->expired || o->settled)
             break;
         if (kvq__txn_maybe_committed(txn, rc)) {
@@ -370,6 +370,29 @@ int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg)
     }
     kvq_txn_destroy(txn);
     return rc;
+}
+
+typedef struct marked_arg {
+    kvq__qop_write write;
+    void *arg;
+} marked_arg;
+
+static int marked_body(kvq_txn *txn, kvq__qop *o, void *arg)
+{
+    marked_arg *m = arg;
+    int rc = kvq__qop_begin(o, txn);
+    if (rc != 0 || o->found)
+        return rc;
+    rc = m->write(txn, o->q, m->arg);
+    if (rc == 0)
+        rc = kvq__qop_mark(o, txn);
+    return rc;
+}
+
+int kvq__qop_run_marked(kvq__qop *o, kvq__qop_write write, void *arg)
+{
+    marked_arg m = { write, arg };
+    return kvq__qop_run(o, marked_body, &m);
 }
 
 /* ---- tokens ------------------------------------------------------------------------------- */

@@ -2,7 +2,7 @@
  * in flight and delayed, and metrics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
 #include <string.h>
 
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 /* ---- dead letters -------------------------------------------------------------------------- */
 
@@ -101,7 +101,7 @@ typedef struct item_page {
     int delayed;   /* 0: in-flight items (by lease end), 1: delayed items (by due time) */
     kvq_buf after; /* continue after this index key (empty: from the start) */
     /* A page lists up to KVQ__WQ_BATCH index entries; a batch lease's entry lists all its items
-     * in flight (workq_batch_lease.c), so the page grows as needed. */
+     * in flight (batch_lease.c), so the page grows as needed. */
     kvq_buf *vals;
     kvq_workq_item *info;
     size_t n, cap;

@@ -3,7 +3,7 @@
  * built on them. Peeks, lengths and the rest of the shared operations are in queue.c. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- pops (transaction forms) ------------------------------------------------------------- */
 
@@ -179,12 +179,14 @@ static int pop_single(kvq_queue *q,
         kvq__qop_free(&o);
         return rc;
     }
+    if (q->type == KVQ_QUEUE_DURABLE)
+        o.after_commit = kvq__q_pop_pressure_note;
     int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
         /* Its steps do not look for due items: a transaction of its own does first. */
         rc = q->type == KVQ_QUEUE_PRIORITY ? kvq_db_transact(q->db, gate_body, q) : 0;
         if (rc == 0)
-            rc = kvq__hc_pop(q, &o, end, watch != NULL ? &a.watch : NULL);
+            rc = kvq__staging_pop(q, &o, end, watch != NULL ? &a.watch : NULL);
     } else {
         a.views = kvq__calloc(k, sizeof(kvq_bytes));
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
@@ -214,7 +216,7 @@ static int pop_single(kvq_queue *q,
             kvq_watch_destroy(a.watch);
     }
     if (q->type != KVQ_QUEUE_DURABLE) {
-        uint64_t back = kvq__hc_maybe_sweep(q);
+        uint64_t back = kvq__staging_maybe_sweep(q);
         if (swept != NULL)
             *swept = back;
     }
@@ -267,6 +269,8 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
     kvq__qop o;
     int rc = kvq__qop_init(&o, q, "r", total);
+    if (q->type == KVQ_QUEUE_DURABLE)
+        o.after_commit = kvq__q_pop_pressure_note;
     if (rc == 0 && views == NULL)
         rc = kvq__error(KVQ_ENOMEM, "out of memory");
     if (rc == 0)
@@ -284,7 +288,7 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
         __atomic_add_fetch(&q->cmb_batches, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&q->cmb_items, (uint64_t)got, __ATOMIC_RELAXED);
     }
-    uint64_t back = kvq__hc_maybe_sweep(q);
+    uint64_t back = kvq__staging_maybe_sweep(q);
     size_t wi = 0, next = 0;
     for (size_t i = 0; i < m; i++) {
         kvq__cmb_req *r = reqs[i];

@@ -3,7 +3,7 @@
  * (idempotency.c). */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- pushes (transaction forms) ----------------------------------------------------------- */
 
@@ -159,16 +159,11 @@ typedef struct push_arg {
     int64_t prio;
 } push_arg;
 
-static int push_body(kvq_txn *txn, kvq__qop *o, void *arg)
+/* The writes of one attempt; kvq__qop_run_marked begins it and writes its marker. */
+static int push_write(kvq_txn *txn, kvq_queue *q, void *arg)
 {
     push_arg *a = arg;
-    int rc = kvq__qop_begin(o, txn);
-    if (rc != 0 || o->found)
-        return rc;
-    rc = push_many_any(o->q, txn, a->values, a->n, a->prio);
-    if (rc == 0)
-        rc = kvq__qop_mark(o, txn);
-    return rc;
+    return push_many_any(q, txn, a->values, a->n, a->prio);
 }
 
 static int push_conv(kvq_queue *q, const kvq_bytes *values, size_t n, int64_t prio)
@@ -177,7 +172,7 @@ static int push_conv(kvq_queue *q, const kvq_bytes *values, size_t n, int64_t pr
     int rc = kvq__qop_init(&o, q, "m", 0);
     push_arg a = { values, n, prio };
     if (rc == 0)
-        rc = kvq__qop_run(&o, push_body, &a);
+        rc = kvq__qop_run_marked(&o, push_write, &a);
     kvq__qop_free(&o);
     return rc;
 }

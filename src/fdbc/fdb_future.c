@@ -36,7 +36,7 @@ static void fut_cache_drop(void *p)
 static void fut_cache_init(void)
 {
     if (pthread_key_create(&fut_cache_key, fut_cache_drop) != 0)
-        misuse("cannot create a thread key");
+        kvq__fdbc_misuse("cannot create a thread key");
 }
 
 static fut_cache *fut_cache_get(void)
@@ -53,12 +53,12 @@ static fut_cache *fut_cache_get(void)
     return c;
 }
 
-FDBFuture *fut_new(int kind)
+FDBFuture *kvq__fdbc_fut_new(int kind)
 {
     fut_cache *c = fut_cache_get();
     FDBFuture *f = c != NULL && c->n > 0 ? c->v[--c->n] : malloc(sizeof(*f));
     if (f == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     memset(f, 0, sizeof(*f));
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cond, NULL);
@@ -67,7 +67,7 @@ FDBFuture *fut_new(int kind)
     return f;
 }
 
-void fut_ref(FDBFuture *f)
+void kvq__fdbc_fut_ref(FDBFuture *f)
 {
     pthread_mutex_lock(&f->mu);
     f->refs++;
@@ -98,7 +98,7 @@ static void fut_free(FDBFuture *f)
         free(f);
 }
 
-void fut_unref(FDBFuture *f)
+void kvq__fdbc_fut_unref(FDBFuture *f)
 {
     pthread_mutex_lock(&f->mu);
     int left = --f->refs;
@@ -110,29 +110,29 @@ void fut_unref(FDBFuture *f)
 /* Hands a completed future's callback to the network thread. */
 static void net_post(FDBFuture *f)
 {
-    fut_ref(f);
-    pthread_mutex_lock(&net.mu);
-    if (net.finished) {
+    kvq__fdbc_fut_ref(f);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (kvq__fdbc_net.finished) {
         /* A stopped network runs nothing, as libfdb_c's. */
-        pthread_mutex_unlock(&net.mu);
-        fut_unref(f);
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
+        kvq__fdbc_fut_unref(f);
         return;
     }
     f->next = NULL;
-    if (net.tail != NULL)
-        net.tail->next = f;
+    if (kvq__fdbc_net.tail != NULL)
+        kvq__fdbc_net.tail->next = f;
     else
-        net.head = f;
-    net.tail = f;
-    pthread_cond_broadcast(&net.cond);
-    pthread_mutex_unlock(&net.mu);
+        kvq__fdbc_net.head = f;
+    kvq__fdbc_net.tail = f;
+    pthread_cond_broadcast(&kvq__fdbc_net.cond);
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
 }
 
 /* The FoundationDB error for an outcome of kvq's: kvq's transaction errors are FoundationDB's
  * own numbers and pass unchanged; its own conditions (the 9000 band: a directory that cannot be
  * opened, a damaged file, a full disk) leave this library as the FoundationDB errors closest to
  * them, never as numbers FoundationDB does not have. */
-fdb_error_t fdb_code(int rc)
+fdb_error_t kvq__fdbc_fdb_code(int rc)
 {
     switch (rc) {
     case KVQ_EINVAL:
@@ -156,9 +156,9 @@ fdb_error_t fdb_code(int rc)
 }
 
 /* Sets a future's outcome (once; later outcomes are ignored). The results must be in place. */
-void fut_complete(FDBFuture *f, fdb_error_t err)
+void kvq__fdbc_fut_complete(FDBFuture *f, fdb_error_t err)
 {
-    err = fdb_code(err);
+    err = kvq__fdbc_fdb_code(err);
     pthread_mutex_lock(&f->mu);
     if (f->ready) {
         pthread_mutex_unlock(&f->mu);
@@ -175,16 +175,16 @@ void fut_complete(FDBFuture *f, fdb_error_t err)
 
 /* Sets the outcome of a future this thread has just made and not yet handed out: nobody else
  * can see it, so no lock, and no callback can be set yet. */
-void fut_settle(FDBFuture *f, fdb_error_t err)
+void kvq__fdbc_fut_settle(FDBFuture *f, fdb_error_t err)
 {
     f->ready = 1;
-    f->err = fdb_code(err);
+    f->err = kvq__fdbc_fdb_code(err);
 }
 
-FDBFuture *fut_error(int kind, fdb_error_t err)
+FDBFuture *kvq__fdbc_fut_error(int kind, fdb_error_t err)
 {
-    FDBFuture *f = fut_new(kind);
-    fut_settle(f, err);
+    FDBFuture *f = kvq__fdbc_fut_new(kind);
+    kvq__fdbc_fut_settle(f, err);
     return f;
 }
 
@@ -193,35 +193,37 @@ fdb_error_t fdb_future_block_until_ready(FDBFuture *f)
     /* A future that is ready has nothing to wait for (most are, at once: reads are local). */
     if (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
         if (f->destroyed)
-            misuse("fdb_future_block_until_ready on a destroyed future");
+            kvq__fdbc_misuse("fdb_future_block_until_ready on a destroyed future");
         return 0;
     }
     /* Nothing completes unless the network thread runs: wait a while for it to start. */
-    pthread_mutex_lock(&net.mu);
-    if (!net.setup) {
-        pthread_mutex_unlock(&net.mu);
-        complain("fdb_future_block_until_ready before fdb_setup_network");
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (!kvq__fdbc_net.setup) {
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
+        kvq__fdbc_complain("fdb_future_block_until_ready before fdb_setup_network");
         return FDB_ERR_NETWORK_NOT_SETUP;
     }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += NETWORK_WAIT_SEC;
-    while (!net.running && !net.finished) {
-        if (pthread_cond_timedwait(&net.cond, &net.mu, &deadline) == ETIMEDOUT) {
-            pthread_mutex_unlock(&net.mu);
-            complain("fdb_future_block_until_ready: nobody called fdb_run_network within %d s",
-                     NETWORK_WAIT_SEC);
+    while (!kvq__fdbc_net.running && !kvq__fdbc_net.finished) {
+        if (pthread_cond_timedwait(&kvq__fdbc_net.cond, &kvq__fdbc_net.mu, &deadline) ==
+            ETIMEDOUT) {
+            pthread_mutex_unlock(&kvq__fdbc_net.mu);
+            kvq__fdbc_complain(
+                "fdb_future_block_until_ready: nobody called fdb_run_network within %d s",
+                NETWORK_WAIT_SEC);
             return FDB_ERR_NETWORK_NOT_SETUP;
         }
     }
-    int finished = net.finished;
-    pthread_mutex_unlock(&net.mu);
+    int finished = kvq__fdbc_net.finished;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
-        misuse("fdb_future_block_until_ready on a destroyed future");
+        kvq__fdbc_misuse("fdb_future_block_until_ready on a destroyed future");
     if (finished && !f->ready) {
         pthread_mutex_unlock(&f->mu);
-        complain("fdb_future_block_until_ready after the network was stopped");
+        kvq__fdbc_complain("fdb_future_block_until_ready after the network was stopped");
         return FDB_ERR_NETWORK_NOT_SETUP;
     }
     while (!f->ready)
@@ -234,7 +236,7 @@ fdb_error_t fdb_future_set_callback(FDBFuture *f, FDBCallback callback, void *ca
 {
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
-        misuse("fdb_future_set_callback on a destroyed future");
+        kvq__fdbc_misuse("fdb_future_set_callback on a destroyed future");
     int ready = f->ready;
     if (ready) {
         /* Runs now, below; the future keeps nothing. */
@@ -242,7 +244,7 @@ fdb_error_t fdb_future_set_callback(FDBFuture *f, FDBCallback callback, void *ca
         /* A callback set again (or another one) is added: each runs once, in order. */
         struct fut_cb *v = realloc(f->more_cbs, ((size_t)f->n_more_cbs + 1) * sizeof(*v));
         if (v == NULL)
-            misuse("out of memory");
+            kvq__fdbc_misuse("out of memory");
         v[f->n_more_cbs].cb = callback;
         v[f->n_more_cbs].arg = callback_parameter;
         f->more_cbs = v;
@@ -270,14 +272,14 @@ void fdb_future_cancel(FDBFuture *f)
     if (f->kw != NULL)
         kvq_watch_cancel(f->kw); /* wakes the watch's thread */
     pthread_mutex_unlock(&f->mu);
-    fut_complete(f, FDB_ERR_OPERATION_CANCELLED);
+    kvq__fdbc_fut_complete(f, FDB_ERR_OPERATION_CANCELLED);
 }
 
 void fdb_future_destroy(FDBFuture *f)
 {
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
-        misuse("fdb_future_destroy called twice on one future");
+        kvq__fdbc_misuse("fdb_future_destroy called twice on one future");
     f->destroyed = 1;
     int ready = f->ready;
     if (ready)
@@ -286,7 +288,7 @@ void fdb_future_destroy(FDBFuture *f)
     pthread_mutex_unlock(&f->mu);
     if (!ready) {
         fdb_future_cancel(f);
-        fut_unref(f);
+        kvq__fdbc_fut_unref(f);
     } else if (left == 0) {
         fut_free(f);
     }
@@ -313,7 +315,7 @@ static void fut_unlock(FDBFuture *f, int locked)
 static fdb_error_t fut_check(FDBFuture *f, int kind, const char *what)
 {
     if (f->destroyed)
-        misuse("%s on a destroyed future", what);
+        kvq__fdbc_misuse("%s on a destroyed future", what);
     if (!f->ready)
         return FDB_ERR_FUTURE_NOT_SET;
     if (f->err != 0)
@@ -321,7 +323,7 @@ static fdb_error_t fut_check(FDBFuture *f, int kind, const char *what)
     if (f->released)
         return FDB_ERR_FUTURE_RELEASED;
     if (f->kind != kind)
-        misuse("%s on a future of another kind (%d, not %d)", what, f->kind, kind);
+        kvq__fdbc_misuse("%s on a future of another kind (%d, not %d)", what, f->kind, kind);
     return 0;
 }
 
@@ -391,7 +393,7 @@ fdb_bool_t fdb_future_is_ready(FDBFuture *f)
 {
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
-        misuse("fdb_future_is_ready on a destroyed future");
+        kvq__fdbc_misuse("fdb_future_is_ready on a destroyed future");
     int r = f->ready;
     pthread_mutex_unlock(&f->mu);
     return r;
@@ -402,7 +404,7 @@ void fdb_future_release_memory(FDBFuture *f)
 {
     pthread_mutex_lock(&f->mu);
     if (f->destroyed)
-        misuse("fdb_future_release_memory on a destroyed future");
+        kvq__fdbc_misuse("fdb_future_release_memory on a destroyed future");
     if (f->ready && f->err == 0) {
         bytes_free(f);
         free(f->kvs);
@@ -479,7 +481,7 @@ static fdb_error_t get_none(FDBFuture *f, const char *what)
     fdb_error_t err = fut_check(f, FUT_NONE, what);
     pthread_mutex_unlock(&f->mu);
     if (err == 0)
-        misuse("%s on a future that holds no such result", what);
+        kvq__fdbc_misuse("%s on a future that holds no such result", what);
     return err;
 }
 
@@ -525,11 +527,11 @@ struct FDB_result {
     fdb_error_t err;
 };
 
-FDBResult *result_error(fdb_error_t err)
+FDBResult *kvq__fdbc_result_error(fdb_error_t err)
 {
     FDBResult *r = malloc(sizeof(*r));
     if (r == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     r->err = err;
     return r;
 }
@@ -564,7 +566,7 @@ FDBResult *fdb_readbg_parse_snapshot_file(const uint8_t *file_data, int file_len
     (void)file_len;
     (void)tenant_prefix;
     (void)encryption_ctx;
-    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+    return kvq__fdbc_result_error(KVQ_EUNSUPPORTED_OPERATION);
 }
 
 FDBResult *fdb_readbg_parse_delta_file(const uint8_t *file_data, int file_len,
@@ -575,5 +577,13 @@ FDBResult *fdb_readbg_parse_delta_file(const uint8_t *file_data, int file_len,
     (void)file_len;
     (void)tenant_prefix;
     (void)encryption_ctx;
-    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+    return kvq__fdbc_result_error(KVQ_EUNSUPPORTED_OPERATION);
+}
+
+/* The future of a call kvq does not have: ready at once with unsupported_operation (2108), or
+ * tenants_disabled (2136) for tenants (a FoundationDB cluster without tenants says the same). */
+FDBFuture *kvq__fdbc_unsupported(const char *what)
+{
+    kvq__fdbc_complain("%s is not supported on a kvq directory", what);
+    return kvq__fdbc_fut_error(FUT_NONE, KVQ_EUNSUPPORTED_OPERATION);
 }

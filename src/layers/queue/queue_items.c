@@ -3,7 +3,7 @@
  * of durable queues under contention and its pressure. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- argument checks -------------------------------------------------------------------- */
 

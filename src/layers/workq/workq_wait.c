@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "kvq/testing.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 
 /* ---- waiting for an item ------------------------------------------------------------------- */
 

@@ -17,7 +17,7 @@
  * special_keys_no_module_found (2113); writes with special_keys_write_disabled (2114). */
 #define SPECIAL_CONFLICTING "\xff\xff/transaction/conflicting_keys/"
 
-int is_special(const uint8_t *k, size_t len)
+int kvq__fdbc_is_special(const uint8_t *k, size_t len)
 {
     return len >= 2 && k[0] == 0xff && k[1] == 0xff;
 }
@@ -45,8 +45,8 @@ static void json_str(char *out, size_t cap, const char *s)
 }
 
 /* The value of one special key, malloc'd into *val (present), or 2113 when no module has it. */
-int special_value(FDBTransaction *tr, const uint8_t *k, size_t len, int *present,
-                  uint8_t **val, size_t *vlen)
+int kvq__fdbc_special_value(
+    FDBTransaction *tr, const uint8_t *k, size_t len, int *present, uint8_t **val, size_t *vlen)
 {
     static const char *const names[] = { "\xff\xff/cluster_file_path",
                                          "\xff\xff/connection_string", "\xff\xff/status/json" };
@@ -60,8 +60,8 @@ int special_value(FDBTransaction *tr, const uint8_t *k, size_t len, int *present
         if (len == strlen(names[i]) && memcmp(k, names[i], len) == 0)
             which = i;
     if (which < 0) {
-        complain("no special key module holds this key (kvq has cluster_file_path, "
-                 "connection_string, status/json and transaction/conflicting_keys/)");
+        kvq__fdbc_complain("no special key module holds this key (kvq has cluster_file_path, "
+                           "connection_string, status/json and transaction/conflicting_keys/)");
         return KVQ_ESPECIAL_KEYS_NO_MODULE_FOUND;
     }
     char doc[8192] = "";
@@ -81,24 +81,24 @@ int special_value(FDBTransaction *tr, const uint8_t *k, size_t len, int *present
                  "\"cluster\":{\"kvq\":{\"directory\":\"",
                  (long long)time(NULL));
         char dir[4096];
-        if (dir_of(tr->db->conn, dir, sizeof(dir)) == 0)
+        if (kvq__fdbc_dir_of(tr->db->conn, dir, sizeof(dir)) == 0)
             json_str(doc, sizeof(doc), dir);
         o = strlen(doc);
         snprintf(doc + o, sizeof(doc) - o, "\"}}}");
     }
     *present = 1;
     *vlen = strlen(doc);
-    *val = copy_bytes((const uint8_t *)doc, *vlen);
+    *val = kvq__fdbc_copy_bytes((const uint8_t *)doc, *vlen);
     return 0;
 }
 
 /* A range read in the special space: the special keys within [b, e), which must lie in it. */
-int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t *e,
-                  size_t el, FDBFuture *f)
+int kvq__fdbc_special_range(
+    FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t *e, size_t el, FDBFuture *f)
 {
     static const char *const names[] = { "\xff\xff/cluster_file_path",
                                          "\xff\xff/connection_string", "\xff\xff/status/json" };
-    if (!is_special(b, bl) || !is_special(e, el))
+    if (!kvq__fdbc_is_special(b, bl) || !kvq__fdbc_is_special(e, el))
         return KVQ_EKEY_OUTSIDE_LEGAL_RANGE;
     FDBKeyValue kv[3];
     uint8_t *vals[3];
@@ -106,20 +106,20 @@ int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t
     for (int i = 0; i < 3; i++) {
         const uint8_t *k = (const uint8_t *)names[i];
         size_t kl = strlen(names[i]);
-        if (key_less(k, kl, b, bl) || !key_less(k, kl, e, el))
+        if (kvq__fdbc_key_less(k, kl, b, bl) || !kvq__fdbc_key_less(k, kl, e, el))
             continue;
         int present;
         size_t vl;
-        int rc = special_value(tr, k, kl, &present, &vals[n], &vl);
+        int rc = kvq__fdbc_special_value(tr, k, kl, &present, &vals[n], &vl);
         if (rc != 0)
             return rc;
         kv[n] = (FDBKeyValue){ k, (int)kl, vals[n], (int)vl };
         n++;
     }
     if (n == 0 && !(has_prefix(b, bl, SPECIAL_CONFLICTING) &&
-                    !key_less((const uint8_t *)SPECIAL_CONFLICTING "\xff",
-                              strlen(SPECIAL_CONFLICTING) + 1, e, el))) {
-        complain("no special key module holds this range");
+                    !kvq__fdbc_key_less((const uint8_t *)SPECIAL_CONFLICTING "\xff",
+                                        strlen(SPECIAL_CONFLICTING) + 1, e, el))) {
+        kvq__fdbc_complain("no special key module holds this range");
         return KVQ_ESPECIAL_KEYS_NO_MODULE_FOUND;
     }
     size_t total = 0;
@@ -128,7 +128,7 @@ int special_range(FDBTransaction *tr, const uint8_t *b, size_t bl, const uint8_t
     f->kvs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*f->kvs));
     f->bytes = malloc(total > 0 ? total : 1);
     if (f->kvs == NULL || f->bytes == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     uint8_t *p = f->bytes;
     for (int i = 0; i < n; i++) {
         memcpy(p, kv[i].key, (size_t)kv[i].key_length);
@@ -158,7 +158,7 @@ static int in_tenant_map(const uint8_t *b, size_t bl, const uint8_t *e, size_t e
         const uint8_t *lo = (const uint8_t *)tenant_maps[i][0];
         const uint8_t *hi = (const uint8_t *)tenant_maps[i][1];
         size_t lol = strlen(tenant_maps[i][0]), hil = strlen(tenant_maps[i][1]);
-        if (!key_less(b, bl, lo, lol) && !key_less(hi, hil, e, el))
+        if (!kvq__fdbc_key_less(b, bl, lo, lol) && !kvq__fdbc_key_less(hi, hil, e, el))
             return 1;
     }
     return 0;
@@ -171,10 +171,10 @@ static int in_tenant_map(const uint8_t *b, size_t bl, const uint8_t *e, size_t e
  * bindingtester clears it before each test) and a set would create a tenant (tenants_disabled,
  * 2136). kvq has no other write module (special_keys_no_write_module_found, 2115). Errors are
  * deferred, as every write error is. */
-int special_write(FDBTransaction *tr, int clear, const uint8_t *b, int bl, const uint8_t *e,
-                  int el)
+int kvq__fdbc_special_write(
+    FDBTransaction *tr, int clear, const uint8_t *b, int bl, const uint8_t *e, int el)
 {
-    if (!is_special(b, (size_t)bl))
+    if (!kvq__fdbc_is_special(b, (size_t)bl))
         return 0;
     if (e == NULL) {
         e = b;
@@ -182,15 +182,16 @@ int special_write(FDBTransaction *tr, int clear, const uint8_t *b, int bl, const
     }
     int err = 0;
     if (!tr->special_writes) {
-        complain("writes to special keys are disabled (special_key_space_enable_writes)");
+        kvq__fdbc_complain("writes to special keys are disabled (special_key_space_enable_writes)");
         err = KVQ_ESPECIAL_KEYS_WRITE_DISABLED;
     } else if (in_tenant_map(b, (size_t)bl, e, (size_t)el) && clear) {
         err = 0; /* no tenants: nothing to delete */
     } else if (in_tenant_map(b, (size_t)bl, e, (size_t)el)) {
-        complain("a kvq directory has no tenants");
+        kvq__fdbc_complain("a kvq directory has no tenants");
         err = KVQ_ETENANTS_DISABLED;
     } else {
-        complain("no special key write module of a kvq directory holds this key or range");
+        kvq__fdbc_complain(
+            "no special key write module of a kvq directory holds this key or range");
         err = 2115; /* special_keys_no_write_module_found */
     }
     if (err != 0 && tr->deferred == 0)

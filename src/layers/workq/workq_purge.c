@@ -2,7 +2,7 @@
  * whatever its state (ready, in flight, delayed, dead), and counted as cleared rather than as
  * popped. */
 #include "kvq/workq_batch.h"
-#include "layers/workq_internal.h"
+#include "layers/workq/workq_internal.h"
 #include "util/util.h"
 
 static int read_count(kvq_txn *txn, const kvq_buf *key, int64_t *out)

@@ -27,7 +27,7 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
     size_t slen = (size_t)len + (or_equal ? 1 : 0);
     uint8_t *start = malloc(slen + 1);
     if (start == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     if (len > 0)
         memcpy(start, key, (size_t)len);
     start[len] = 0;
@@ -45,7 +45,7 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
     size_t want;
     if (offset >= 1) {
         want = (size_t)offset;
-        rc = key_less(start, slen, end_key, end_len)
+        rc = kvq__fdbc_key_less(start, slen, end_key, end_len)
                  ? kvq_txn_get_range(&kvs, &got, NULL, tr->kt, start, slen, end_key, end_len,
                                      (int)(want > INT32_MAX ? INT32_MAX : want), flags)
                  : 0;
@@ -67,7 +67,7 @@ static int resolve_selector(FDBTransaction *tr, const uint8_t *key, int len, fdb
     }
     *out = malloc(klen + 1);
     if (*out == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     if (klen > 0)
         memcpy(*out, k, klen);
     (*out)[klen] = 0;
@@ -159,7 +159,7 @@ static int page_probe(FDBTransaction *tr, const uint8_t *b, size_t blen, const u
                 cap *= 2;
             kvq_kv *v = realloc(pg->v, cap * sizeof(*v));
             if (v == NULL)
-                misuse("out of memory");
+                kvq__fdbc_misuse("out of memory");
             pg->v = v;
             pg->cap = cap;
         }
@@ -182,7 +182,7 @@ static int page_probe(FDBTransaction *tr, const uint8_t *b, size_t blen, const u
         } else {
             uint8_t *k = realloc(after, last->len + 1);
             if (k == NULL)
-                misuse("out of memory");
+                kvq__fdbc_misuse("out of memory");
             if (last->len > 0)
                 memmove(k, last->data, last->len);
             k[last->len] = 0;
@@ -204,7 +204,7 @@ static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mo
 {
     if ((int)mode < FDB_STREAMING_MODE_WANT_ALL || (int)mode > FDB_STREAMING_MODE_SERIAL ||
         (mode == FDB_STREAMING_MODE_ITERATOR && iteration <= 0)) {
-        complain("get_range: streaming mode %d with iteration %d", (int)mode, iteration);
+        kvq__fdbc_complain("get_range: streaming mode %d with iteration %d", (int)mode, iteration);
         return FDB_ERR_CLIENT_INVALID_OPERATION;
     }
     if (mode == FDB_STREAMING_MODE_EXACT && limit <= 0 && target_bytes <= 0 &&
@@ -215,38 +215,39 @@ static fdb_error_t range_params(int limit, int target_bytes, FDBStreamingMode mo
     return 0;
 }
 
-FDBFuture *tr_get_range(FDBTransaction *tr,
-                        const uint8_t *begin_key_name,
-                        int begin_key_name_length,
-                        fdb_bool_t begin_or_equal,
-                        int begin_offset,
-                        const uint8_t *end_key_name,
-                        int end_key_name_length,
-                        fdb_bool_t end_or_equal,
-                        int end_offset,
-                        int limit,
-                        int target_bytes,
-                        FDBStreamingMode mode,
-                        int iteration,
-                        fdb_bool_t snapshot,
-                        fdb_bool_t reverse)
+FDBFuture *kvq__fdbc_tr_get_range(FDBTransaction *tr,
+                                  const uint8_t *begin_key_name,
+                                  int begin_key_name_length,
+                                  fdb_bool_t begin_or_equal,
+                                  int begin_offset,
+                                  const uint8_t *end_key_name,
+                                  int end_key_name_length,
+                                  fdb_bool_t end_or_equal,
+                                  int end_offset,
+                                  int limit,
+                                  int target_bytes,
+                                  FDBStreamingMode mode,
+                                  int iteration,
+                                  fdb_bool_t snapshot,
+                                  fdb_bool_t reverse)
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
-        misuse("fdb_transaction_get_range with a NULL key or a negative length");
+        kvq__fdbc_misuse("fdb_transaction_get_range with a NULL key or a negative length");
     fdb_error_t perr = range_params(limit, target_bytes, mode, iteration);
     if (perr != 0)
-        return fut_error(FUT_KV_ARRAY, perr);
-    fdb_error_t gate = tr_error(tr, 1);
+        return kvq__fdbc_fut_error(FUT_KV_ARRAY, perr);
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_KV_ARRAY, gate);
+        return kvq__fdbc_fut_error(FUT_KV_ARRAY, gate);
     if (limit == -1)
         limit = 0; /* -1 is "no limit" too */
-    if (is_special(begin_key_name, (size_t)begin_key_name_length)) {
+    if (kvq__fdbc_is_special(begin_key_name, (size_t)begin_key_name_length)) {
         /* The special space is read as plain [begin, end): its keys are few and fixed. */
-        FDBFuture *f = fut_new(FUT_KV_ARRAY);
-        fut_settle(f, special_range(tr, begin_key_name, (size_t)begin_key_name_length,
-                                      end_key_name, (size_t)end_key_name_length, f));
+        FDBFuture *f = kvq__fdbc_fut_new(FUT_KV_ARRAY);
+        kvq__fdbc_fut_settle(f, kvq__fdbc_special_range(tr, begin_key_name,
+                                                        (size_t)begin_key_name_length, end_key_name,
+                                                        (size_t)end_key_name_length, f));
         return f;
     }
     uint8_t *b = NULL, *e = NULL;
@@ -256,8 +257,8 @@ FDBFuture *tr_get_range(FDBTransaction *tr,
     if (rc == 0)
         rc = resolve_selector(tr, end_key_name, end_key_name_length, end_or_equal, end_offset,
                               snapshot, 0, &e, &elen);
-    read_delay(tr);
-    FDBFuture *f = fut_new(FUT_KV_ARRAY);
+    kvq__fdbc_read_delay(tr);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_KV_ARRAY);
     int rows = 0;
     long budget = -1;
     page_limits(tr, limit, target_bytes, mode, iteration, &rows, &budget);
@@ -267,7 +268,7 @@ FDBFuture *tr_get_range(FDBTransaction *tr,
     page pg = { 0 };
     unsigned flags = (snapshot ? KVQ_SNAPSHOT : 0) | (reverse ? KVQ_REVERSE : 0);
     /* Selectors that meet or cross resolve to an empty range, not an error. */
-    if (rc == 0 && key_less(b, blen, e, elen)) {
+    if (rc == 0 && kvq__fdbc_key_less(b, blen, e, elen)) {
         if (budget < 0) {
             /* Rows only: one read. */
             rc = kvq_txn_get_range(&kvs, &n, NULL, tr->kt, b, blen, e, elen, rows, flags);
@@ -279,7 +280,7 @@ FDBFuture *tr_get_range(FDBTransaction *tr,
                           kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_ENABLE, 0) == 0;
             rc = page_probe(tr, b, blen, e, elen, rows, budget, reverse != 0, &pg);
             if (toggled && kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0) != 0)
-                misuse("cannot restore snapshot_ryw_disable");
+                kvq__fdbc_misuse("cannot restore snapshot_ryw_disable");
             if (rc == 0 && snapshot) {
                 kvs = pg.v;
                 n = pg.n;
@@ -303,7 +304,7 @@ FDBFuture *tr_get_range(FDBTransaction *tr,
         f->kvs = malloc(n * sizeof(*f->kvs));
         f->bytes = malloc(total > 0 ? total : 1);
         if (f->kvs == NULL || f->bytes == NULL)
-            misuse("out of memory");
+            kvq__fdbc_misuse("out of memory");
         uint8_t *p = f->bytes;
         for (size_t i = 0; i < n; i++) {
             memcpy(p, kvs[i].key.data, kvs[i].key.len);
@@ -322,24 +323,24 @@ FDBFuture *tr_get_range(FDBTransaction *tr,
         f->more = more;
     }
     free(pg.v);
-    fut_settle(f, rc);
+    kvq__fdbc_fut_settle(f, rc);
     return f;
 }
 
-FDBFuture *tr_get_key(FDBTransaction *tr,
-                      const uint8_t *key_name,
-                      int key_name_length,
-                      fdb_bool_t or_equal,
-                      int offset,
-                      fdb_bool_t snapshot)
+FDBFuture *kvq__fdbc_tr_get_key(FDBTransaction *tr,
+                                const uint8_t *key_name,
+                                int key_name_length,
+                                fdb_bool_t or_equal,
+                                int offset,
+                                fdb_bool_t snapshot)
 {
     if (key_name == NULL || key_name_length < 0)
-        misuse("fdb_transaction_get_key with a NULL key or a negative length");
-    fdb_error_t gate = tr_error(tr, 1);
+        kvq__fdbc_misuse("fdb_transaction_get_key with a NULL key or a negative length");
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_KEY, gate);
-    read_delay(tr);
-    FDBFuture *f = fut_new(FUT_KEY);
+        return kvq__fdbc_fut_error(FUT_KEY, gate);
+    kvq__fdbc_read_delay(tr);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_KEY);
     uint8_t *k = NULL;
     size_t klen = 0;
     int rc = 0;
@@ -357,7 +358,7 @@ FDBFuture *tr_get_key(FDBTransaction *tr,
         f->bytes = k;
         f->len = (int)klen;
     }
-    fut_settle(f, rc);
+    kvq__fdbc_fut_settle(f, rc);
     return f;
 }
 
@@ -368,12 +369,12 @@ static int walk_range(FDBTransaction *tr, const uint8_t *b, int bl, const uint8_
                       int (*row)(void *, const kvq_kv *), void *arg)
 {
     if (b == NULL || e == NULL || bl < 0 || el < 0)
-        misuse("a range with a NULL key or a negative length");
+        kvq__fdbc_misuse("a range with a NULL key or a negative length");
     kvq_txn *t;
     int rc = kvq_txn_create(&t, tr->db->kdb);
     if (rc != 0)
         return rc;
-    uint8_t *from = copy_bytes(b, (size_t)bl);
+    uint8_t *from = kvq__fdbc_copy_bytes(b, (size_t)bl);
     size_t from_len = (size_t)bl;
     for (;;) {
         const kvq_kv *kvs;
@@ -390,7 +391,7 @@ static int walk_range(FDBTransaction *tr, const uint8_t *b, int bl, const uint8_
         from_len = kvs[n - 1].key.len + 1;
         from = malloc(from_len);
         if (from == NULL)
-            misuse("out of memory");
+            kvq__fdbc_misuse("out of memory");
         memcpy(from, kvs[n - 1].key.data, from_len - 1);
         from[from_len - 1] = 0;
         /* A long walk must not meet the 5-second limit of one read version. */
@@ -408,14 +409,14 @@ static int add_row_size(void *arg, const kvq_kv *kv)
 }
 
 /* Exact, not an estimate: the bytes of the keys and values stored in the range. */
-FDBFuture *tr_get_estimated_range_size_bytes(FDBTransaction *tr, const uint8_t *b,
-                                             int bl, const uint8_t *e, int el)
+FDBFuture *kvq__fdbc_tr_get_estimated_range_size_bytes(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el)
 {
-    fdb_error_t gate = tr_error(tr, 1);
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_INT64, gate);
-    FDBFuture *f = fut_new(FUT_INT64);
-    fut_settle(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
+        return kvq__fdbc_fut_error(FUT_INT64, gate);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_INT64);
+    kvq__fdbc_fut_settle(f, walk_range(tr, b, bl, e, el, add_row_size, &f->i64));
     return f;
 }
 
@@ -434,9 +435,9 @@ static void split_add(split_walk *w, const uint8_t *k, size_t len)
         w->keys = realloc(w->keys, w->cap * sizeof(*w->keys));
         w->lens = realloc(w->lens, w->cap * sizeof(*w->lens));
         if (w->keys == NULL || w->lens == NULL)
-            misuse("out of memory");
+            kvq__fdbc_misuse("out of memory");
     }
-    w->keys[w->n] = copy_bytes(k, len);
+    w->keys[w->n] = kvq__fdbc_copy_bytes(k, len);
     w->lens[w->n++] = len;
 }
 
@@ -455,22 +456,23 @@ static int split_row(void *arg, const kvq_kv *kv)
 }
 
 /* Keys that cut [b, e) into chunks of about chunk_size bytes, b first and e last. */
-FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int bl,
-                                     const uint8_t *e, int el, int64_t chunk_size)
+FDBFuture *kvq__fdbc_tr_get_range_split_points(
+    FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el, int64_t chunk_size)
 {
-    fdb_error_t gate = tr_error(tr, 1);
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_KEY_ARRAY, gate);
+        return kvq__fdbc_fut_error(FUT_KEY_ARRAY, gate);
     if (chunk_size <= 0) {
-        complain("fdb_transaction_get_range_split_points: chunk_size %lld is not positive",
-                 (long long)chunk_size);
-        return fut_error(FUT_KEY_ARRAY, FDB_ERR_INVALID_OPTION_VALUE);
+        kvq__fdbc_complain(
+            "fdb_transaction_get_range_split_points: chunk_size %lld is not positive",
+            (long long)chunk_size);
+        return kvq__fdbc_fut_error(FUT_KEY_ARRAY, FDB_ERR_INVALID_OPTION_VALUE);
     }
     split_walk w = { .chunk = chunk_size };
     split_add(&w, b, (size_t)(bl < 0 ? 0 : bl));
     int rc = walk_range(tr, b, bl, e, el, split_row, &w);
     split_add(&w, e, (size_t)(el < 0 ? 0 : el));
-    FDBFuture *f = fut_new(FUT_KEY_ARRAY);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_KEY_ARRAY);
     if (rc == 0) {
         size_t total = 0;
         for (size_t i = 0; i < w.n; i++)
@@ -478,7 +480,7 @@ FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int b
         f->keys = malloc(w.n * sizeof(*f->keys));
         f->bytes = malloc(total > 0 ? total : 1);
         if (f->keys == NULL || f->bytes == NULL)
-            misuse("out of memory");
+            kvq__fdbc_misuse("out of memory");
         uint8_t *p = f->bytes;
         for (size_t i = 0; i < w.n; i++) {
             if (w.lens[i] > 0)
@@ -493,29 +495,30 @@ FDBFuture *tr_get_range_split_points(FDBTransaction *tr, const uint8_t *b, int b
         free(w.keys[i]);
     free(w.keys);
     free(w.lens);
-    fut_settle(f, rc);
+    kvq__fdbc_fut_settle(f, rc);
     return f;
 }
 
 /* Every key lives in this process's local directory: one local address, in FoundationDB's
  * ip:port form (nothing listens on it; it names the one machine). */
-FDBFuture *tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name,
-                                    int key_name_length)
+FDBFuture *
+kvq__fdbc_tr_get_addresses_for_key(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
-        misuse("fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
-    fdb_error_t gate = tr_error(tr, 1);
+        kvq__fdbc_misuse(
+            "fdb_transaction_get_addresses_for_key with a NULL key or a negative length");
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_STRING_ARRAY, gate);
+        return kvq__fdbc_fut_error(FUT_STRING_ARRAY, gate);
     static const char local[] = "127.0.0.1:4500";
-    FDBFuture *f = fut_new(FUT_STRING_ARRAY);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_STRING_ARRAY);
     f->strs = malloc(sizeof(*f->strs));
     if (f->strs == NULL)
-        misuse("out of memory");
-    f->bytes = copy_bytes((const uint8_t *)local, sizeof(local));
+        kvq__fdbc_misuse("out of memory");
+    f->bytes = kvq__fdbc_copy_bytes((const uint8_t *)local, sizeof(local));
     f->strs[0] = (const char *)f->bytes;
     f->count = 1;
-    fut_settle(f, 0);
+    kvq__fdbc_fut_settle(f, 0);
     return f;
 }
 
@@ -529,5 +532,5 @@ FDBFuture *fdb_transaction_get_mapped_range(FDBTransaction *tr, const uint8_t *b
     (void)tr, (void)b, (void)bl, (void)boe, (void)bo, (void)e, (void)el, (void)eoe, (void)eo;
     (void)mapper, (void)mapper_length, (void)limit, (void)target_bytes, (void)mode;
     (void)iteration, (void)snapshot, (void)reverse;
-    return unsupported("fdb_transaction_get_mapped_range");
+    return kvq__fdbc_unsupported("fdb_transaction_get_mapped_range");
 }

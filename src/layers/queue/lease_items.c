@@ -1,11 +1,94 @@
-/* The work queue's keys, counters and item moves, shared by its other files: the key
- * builders, the age of ready items on priority queues, and the moves of an item between
- * ready, in flight, delayed and dead (see workq_internal.h for the key layout). */
+/* The keys, counters and moves of a work queue's items (leases_internal.h, which describes the
+ * key layout): the key builders, the age of ready items on priority queues, and the moves of an
+ * item between ready, in flight, delayed and dead. */
 #include <string.h>
 
-#include "layers/workq_internal.h"
+#include "layers/queue/leases_internal.h"
 
 /* ---- keys ---------------------------------------------------------------------------------- */
+
+/* out = bk + pack(("wq", tag)) [+ pack((name,)) when name != NULL] */
+static int make_base(kvq_workq *w, kvq_buf *out, const char *tag, const char *name)
+{
+    static const uint8_t ff = 0xff;
+    kvq_tuple_elem e[3] = { kvq_tuple_str("wq"), kvq_tuple_str(tag),
+                            kvq_tuple_str(name != NULL ? name : "") };
+    int rc = kvq_buf_append(out, w->q->prefix.data, w->q->prefix.len);
+    if (rc == 0)
+        rc = kvq_buf_append(out, &ff, 1);
+    if (rc == 0)
+        rc = kvq_tuple_pack_buf(out, e, name != NULL ? 3 : 2);
+    return rc;
+}
+
+int kvq__wq_keys_init(kvq_workq *w, kvq_queue *q, const kvq_workq_options *o)
+{
+    w->q = q;
+    w->opts = *o;
+    int rc = make_base(w, &w->base_c, "c", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_dlq, "dlq", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_l, "l", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_v, "v", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_x, "x", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_y, "y", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_s, "s", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_dd, "dd", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_ddx, "ddx", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_a, "a", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_t, "t", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->base_b, "b", NULL);
+    if (rc == 0)
+        rc = make_base(w, &w->n_inflight, "n", "inflight");
+    if (rc == 0)
+        rc = make_base(w, &w->n_delayed, "n", "delayed");
+    if (rc == 0)
+        rc = make_base(w, &w->n_dead, "n", "dead");
+    if (rc == 0)
+        rc = make_base(w, &w->n_ready, "n", "ready");
+    if (rc == 0)
+        rc = make_base(w, &w->tick, "n", "tick");
+    if (rc == 0)
+        rc = make_base(w, &w->n_received, "n", "received");
+    if (rc == 0)
+        rc = make_base(w, &w->n_taken, "n", "taken");
+    if (rc == 0)
+        rc = make_base(w, &w->n_acked, "n", "acked");
+    if (rc == 0)
+        rc = make_base(w, &w->n_requeued, "n", "requeued");
+    if (rc == 0)
+        rc = make_base(w, &w->n_deadlettered, "n", "deadlettered");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared, "n", "cleared");
+    if (rc == 0)
+        rc = make_base(w, &w->n_cleared_ready, "n", "clearedr");
+    if (rc != 0)
+        kvq__wq_keys_dispose(w);
+    return rc;
+}
+
+void kvq__wq_keys_dispose(kvq_workq *w)
+{
+    kvq_buf *bufs[] = { &w->base_c,         &w->base_dlq,   &w->base_l,          &w->base_v,
+                        &w->base_x,         &w->base_y,     &w->base_s,          &w->base_dd,
+                        &w->base_ddx,       &w->n_inflight, &w->n_delayed,       &w->n_dead,
+                        &w->n_ready,        &w->tick,       &w->base_a,          &w->base_t,
+                        &w->n_received,     &w->n_taken,    &w->n_acked,         &w->n_requeued,
+                        &w->n_deadlettered, &w->n_cleared,  &w->n_cleared_ready, &w->base_b };
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        kvq_buf_dispose(bufs[i]);
+}
+
 
 /* out = base + pack(e) (out reset first). */
 int kvq__wq_key_of(kvq_buf *out, const kvq_buf *base, const kvq_tuple_elem *e, size_t n)

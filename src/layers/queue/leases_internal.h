@@ -1,15 +1,16 @@
-/* Internals of the work queue (kvq/workq.h): leases, ack, nack, extend, delivery counts, dead
- * letters, delayed items, deduplicated pushes and metrics. Its files:
+/* The states of the items of a durable or priority queue used as a work queue (kvq/workq.h):
+ * ready, in flight (leased, alone or in a batch), delayed and dead, their keys and counters, the
+ * moves between them, and the upkeep that brings ended leases and due delayed items back to
+ * ready. They are the queue's, because every reader of such a queue runs that upkeep first
+ * (kvq__q_due_gate), whether or not it opened a work queue; the work queue above
+ * (layers/workq/) leases, settles and lists items through them. The work queue's settings
+ * reach them as data: a kvq_workq holds its keys and options and nothing else of the work
+ * queue. Files:
  *
- *   workq.c         handles, pushes, receives, settling leases (ack, nack, extend)
- *   workq_items.c   keys, counters, the age of priority items, moving items between states
- *   workq_upkeep.c  ended leases and due delayed items back to ready, pruning, kvq_workq_recover
- *   workq_wait.c    the long poll (kvq_workq_receive_wait)
- *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
- *   workq_batch.c   receive, ack and nack of many items in one transaction
- *   workq_batch_lease.c  batch leases: their record, settling an item, expiry
- *   workq_purge.c   removing every item, whatever its state
- *   workq_token.c   leases as text
+ *   lease_items.c   keys, counters, the age of priority items, moving items between states
+ *   batch_lease.c   batch leases: their record, settling an item, expiry
+ *   due.c           ended leases and due delayed items back to ready, pruning, every reader's
+ *                   gate
  *
  * Written only against the transaction interface and the queue's key layout, so it runs the
  * same on every engine. Keys (bk = the queue's prefix + 0xFF; "suffix" is a ready item's key
@@ -21,7 +22,7 @@
  *   bk ("wq","l", id16)         lease: 8 LE deadline, 4 LE deliveries, 8 LE received, suffix
  *   bk ("wq","v", id16)         the leased item's value
  *   bk ("wq","x", deadline, id16)           expiry index of leases (empty value)
- *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (workq_batch_lease.c)
+ *   bk ("wq","x", deadline, bid14)          expiry index of a batch lease (batch_lease.c)
  *   bk ("wq","b", bid14)                    batch lease: header and the items' records
  *   bk ("wq","b", bid14, 0|1, n)            more item records (0) and the values (1)
  *   bk ("wq","b", bid14, 2, item)           an item of a live batch settled (1 byte: 'a' ack,
@@ -44,11 +45,11 @@
  * Conflicts: a receive reads the head (as a pop does) and the head's count key. Ack, nack and
  * extend read only their lease's own keys; counters change by atomic adds. So settling leases of
  * different items never conflicts, and nothing a push writes is read by them. */
-#ifndef KVQ_WORKQ_INTERNAL_H
-#define KVQ_WORKQ_INTERNAL_H
+#ifndef KVQ_LEASES_INTERNAL_H
+#define KVQ_LEASES_INTERNAL_H
 
 #include "kvq/workq.h"
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* Rows a work-queue transaction reads or moves at most (upkeep passes, listings, redrives). */
 #define KVQ__WQ_BATCH 64
@@ -59,7 +60,7 @@ struct kvq_workq {
     unsigned int test_flags; /* KVQ_WORKQ_TEST_* (kvq/testing.h) */
     kvq_buf base_c, base_dlq, base_l, base_v, base_x, base_y, base_s, base_dd, base_ddx;
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
-    kvq_buf base_b;         /* batch leases (workq_batch_lease.c) */
+    kvq_buf base_b;         /* batch leases (batch_lease.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
     /* Totals since the queue was made (atomic adds; only read by the metrics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
@@ -70,10 +71,13 @@ struct kvq_workq {
     uint64_t wait_looks, wait_sleeps, wait_wakes;
 };
 
-/* kvq_workq_open without noting the options in q (workq.c; the readers' passes use it). */
-int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts);
+/* Fills w's keys for queue q, with options o (checked by the caller); 0 or KVQ_ENOMEM (w's
+ * keys then disposed). */
+int kvq__wq_keys_init(kvq_workq *w, kvq_queue *q, const kvq_workq_options *o);
+/* Disposes of w's keys (not of w). */
+void kvq__wq_keys_dispose(kvq_workq *w);
 
-/* ---- keys (workq_items.c) ---------------------------------------------------------------- */
+/* ---- keys (lease_items.c) ---------------------------------------------------------------- */
 
 /* out = base + pack(e) (out reset first). */
 int kvq__wq_key_of(kvq_buf *out, const kvq_buf *base, const kvq_tuple_elem *e, size_t n);
@@ -99,7 +103,7 @@ int kvq__wq_check(const kvq_workq *w, const kvq_txn *txn, int need_txn, const ch
  * knob) everything, so that a checker can be shown to catch early redeliveries. */
 int64_t kvq__wq_expiry_bound(const kvq_workq *w, int64_t rv);
 
-/* ---- the age of ready items on priority queues (workq_items.c) ---------------------------- */
+/* ---- the age of ready items on priority queues (lease_items.c) ---------------------------- */
 
 /* out = bk ("wq","a", since) + suffix */
 int kvq__wq_age_key(kvq_buf *out, kvq_workq *w, int64_t since, const uint8_t *suffix, size_t slen);
@@ -109,7 +113,7 @@ int kvq__wq_age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *sin
  * set, clears the index entries of items that are gone. */
 int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out);
 
-/* ---- moving items (workq_items.c) --------------------------------------------------------- */
+/* ---- moving items (lease_items.c) --------------------------------------------------------- */
 
 /* Writes a ready item back at prefix + suffix with its delivery count (and, on a priority queue,
  * its ready version `since`; -1: from now). */
@@ -153,41 +157,9 @@ int kvq__wq_put_delayed(kvq_workq *w,
 int kvq__wq_push_ready(
     kvq_workq *w, kvq_txn *txn, int64_t prio, uint32_t deliveries, kvq_bytes value, kvq_buf *tmp);
 
-/* ---- receiving and settling one item (workq.c; batches in workq_batch.c) ------------------ */
-
-/* A lease in versions: lease_ms (0: the handle's default) checked and converted. */
-int kvq__wq_lease_versions(const kvq_workq *w, int64_t lease_ms, int64_t *out);
-/* Takes the ready item at key (value: its value) off the queue in txn, read at version rv, and
- * leases it for lv versions (*lease filled); or, when it has had its deliveries, moves it to the
- * dead letters (*dead = 1, *lease untouched). key and value must stay valid across the writes
- * (copies, not views borrowed from txn). lease_id: the lease's 16-byte id, or NULL for a random
- * one; tally: NULL, or a batch's counters (the counters' adds are left to the batch). */
-int kvq__wq_receive_item(kvq_workq *w,
-                         kvq_txn *txn,
-                         kvq_bytes key,
-                         kvq_bytes value,
-                         int64_t rv,
-                         int64_t lv,
-                         const uint8_t *lease_id,
-                         kvq__wq_tally *tally,
-                         kvq_workq_lease *lease,
-                         int *dead);
 enum { SETTLE_ACK, SETTLE_NACK, SETTLE_EXTEND };
-/* Acks, nacks (arg: the delay in versions) or extends (arg: the new lease in versions) a lease
- * in txn. A lease that is expired or settled fails with KVQ_ELEASE_EXPIRED or
- * KVQ_ELEASE_SETTLED having written nothing. tally as kvq__wq_receive_item's. */
-int kvq__wq_settle_txn(kvq_workq *w,
-                       kvq_txn *txn,
-                       kvq_workq_lease *lease,
-                       int kind,
-                       int64_t arg,
-                       kvq__wq_tally *tally);
-/* The retry loop of the idempotent convenience forms (workq.c); *maybe_out (may be NULL): an
- * attempt may have committed before the one that did. */
-int kvq__wq_run_idempotent(
-    kvq_db *db, kvq_txn_fn body, void *ctx, int settled_done, int *maybe_out);
 
-/* ---- batch leases (workq_batch_lease.c) ---------------------------------------------------- */
+/* ---- batch leases (batch_lease.c) ---------------------------------------------------- */
 
 /* Bytes of a batch's id; an item's lease id is the batch id and the item's number (2 bytes,
  * big-endian). A single lease's id has 16 bytes, so expiry index keys tell the two apart. */
@@ -213,4 +185,12 @@ typedef int (*kvq__wq_batch_item_fn)(const kvq_workq_lease *lease, kvq_bytes val
 int kvq__wq_batch_items(
     kvq_workq *w, kvq_txn *txn, const uint8_t *bid, kvq__wq_batch_item_fn fn, void *arg);
 
-#endif /* KVQ_WORKQ_INTERNAL_H */
+/* ---- upkeep (due.c) ------------------------------------------------------------------------ */
+
+/* Upkeep passes, each a transaction that first looks again, while something is due; *out (may be
+ * NULL) adds what they moved. prune: also prune old markers, dedup keys and age entries. */
+int kvq__wq_passes_while_due(kvq_workq *w, int prune, uint64_t *out);
+/* Upkeep passes until none is left, without looking first (kvq_workq_recover). */
+int kvq__wq_recover_all(kvq_workq *w, uint64_t *out);
+
+#endif /* KVQ_LEASES_INTERNAL_H */

@@ -1,11 +1,10 @@
-/* Batch leases of the work queue (workq_batch_internal.h, which describes the record): loading
+/* Batch leases of the work queue (batch_lease_internal.h, which describes the record): loading
  * a batch's record and states, settling one of its items, moving an extended item out, the
  * upkeep of an expired batch and the listing of its items in flight. */
 #include <string.h>
 
-#include "kvq/workq_batch.h"
-#include "layers/workq_batch_internal.h"
-#include "layers/workq_internal.h"
+#include "layers/queue/batch_lease_internal.h"
+#include "layers/queue/leases_internal.h"
 #include "util/util.h"
 
 void kvq__wq_b_dispose(batch *b)

@@ -1,10 +1,10 @@
-/* Batch leases of the work queue, shared by workq_batch_lease.c (the lease record: loading,
- * settling its items, expiry, listing) and workq_batch.c (receive, ack and nack of many, which
- * writes the record). Calls go one way: workq_batch.c calls workq_batch_lease.c. */
-#ifndef KVQ_WORKQ_BATCH_INTERNAL_H
-#define KVQ_WORKQ_BATCH_INTERNAL_H
+/* Batch leases of the work queue, shared by batch_lease.c (the lease record: loading, settling
+ * its items, expiry, listing) and the work queue's workq_batch.c (receive, ack and nack of many,
+ * which writes the record). Calls go one way: workq_batch.c calls batch_lease.c. */
+#ifndef KVQ_BATCH_LEASE_INTERNAL_H
+#define KVQ_BATCH_LEASE_INTERNAL_H
 
-#include "layers/workq_internal.h"
+#include "layers/queue/leases_internal.h"
 
 #define MANY_MAX 10000
 

@@ -28,7 +28,7 @@
  */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 enum {
     PH_SIMPLE,
@@ -454,7 +454,7 @@ static void do_wait(hc *h, int *next)
     *next = PH_LEAD;
 }
 
-int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch)
+int kvq__staging_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch)
 {
     hc h;
     memset(&h, 0, sizeof(h));
@@ -683,7 +683,7 @@ static int tick_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq__hc_sweep(kvq_queue *q, uint64_t *returned)
+int kvq__staging_sweep(kvq_queue *q, uint64_t *returned)
 {
     /* Ages are measured in database versions. A read version advances with time, but on the
      * embedded engine one taken while a commit is in flight may be the last commit's version,
@@ -701,7 +701,7 @@ int kvq__hc_sweep(kvq_queue *q, uint64_t *returned)
     return rc;
 }
 
-uint64_t kvq__hc_maybe_sweep(kvq_queue *q)
+uint64_t kvq__staging_maybe_sweep(kvq_queue *q)
 {
     /* When to sweep is this process's decision, so its own clock decides it. */
     int64_t now = kvq__mono_us();
@@ -714,7 +714,7 @@ uint64_t kvq__hc_maybe_sweep(kvq_queue *q)
         return 0;
     uint64_t back = 0;
     /* Upkeep: a failure here is not the pop's failure; the next sweep tries again. */
-    if (kvq__hc_sweep(q, &back) != 0)
+    if (kvq__staging_sweep(q, &back) != 0)
         return 0;
     return back;
 }
@@ -727,7 +727,7 @@ int kvq_queue_recover(uint64_t *out, kvq_queue *q)
         *out = 0;
     if (q->type == KVQ_QUEUE_DURABLE)
         return kvq__error(KVQ_EWRONGTYPE, "durable queues have no staging to recover");
-    return kvq__hc_sweep(q, out);
+    return kvq__staging_sweep(q, out);
 }
 
 /* ---- test hooks ------------------------------------------------------------------------------ */
@@ -747,7 +747,7 @@ static int reg_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20)
+int kvq__staging_register(kvq_queue *q, int end, uint8_t *rand20)
 {
     kvq__qop o;
     hc h;
@@ -778,7 +778,7 @@ static int fulfil_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq__hc_fulfil_once(kvq_queue *q, size_t *served)
+int kvq__staging_fulfil_once(kvq_queue *q, size_t *served)
 {
     kvq__qop o;
     hc h;
@@ -829,7 +829,7 @@ static int collect_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out)
+int kvq__staging_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out)
 {
     collect_arg a = { q, rand20, out };
     return kvq_db_transact(q->db, collect_body, &a);

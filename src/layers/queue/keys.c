@@ -1,7 +1,7 @@
-/* Key builders and parsers of the queue layers (see layers_internal.h for the layouts). */
+/* Key builders and parsers of the queue layers (see queue_internal.h for the layouts). */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* Appends prefix (+ 0xFF for bookkeeping keys) + pack(elems); out->len is unchanged on error. */
 static int put_key(kvq_buf *out, kvq_bytes prefix, int bk, const kvq_tuple_elem *e, size_t n)

@@ -14,7 +14,7 @@
 
 /* The directory a connection string names: $KVQ_FDBC_DIR when set, else the string
  * `kvq:<directory>`. */
-fdb_error_t dir_of(const char *line, char *dir, size_t cap)
+fdb_error_t kvq__fdbc_dir_of(const char *line, char *dir, size_t cap)
 {
     const char *env = getenv("KVQ_FDBC_DIR");
     const char *d = NULL;
@@ -23,8 +23,9 @@ fdb_error_t dir_of(const char *line, char *dir, size_t cap)
     else if (strncmp(line, "kvq:", 4) == 0 && line[4] != '\0')
         d = line + 4;
     if (d == NULL || strlen(d) >= cap) {
-        complain("no kvq directory: write `kvq:<directory>` as the cluster file's first line "
-                 "(or set $KVQ_FDBC_DIR)");
+        kvq__fdbc_complain(
+            "no kvq directory: write `kvq:<directory>` as the cluster file's first line "
+            "(or set $KVQ_FDBC_DIR)");
         return FDB_ERR_CONNECTION_STRING_INVALID;
     }
     memcpy(dir, d, strlen(d) + 1);
@@ -43,7 +44,7 @@ static fdb_error_t make_parents(const char *dir)
         *p = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
             int e = errno;
-            complain("cannot create the directory %s: %s", path, strerror(e));
+            kvq__fdbc_complain("cannot create the directory %s: %s", path, strerror(e));
             return e == EACCES || e == EPERM || e == EROFS ? 1514 /* file_not_writable */
                    : e == ENOSPC || e == EIO              ? 1510 /* io_error */
                                                           : FDB_ERR_FILE_NOT_FOUND;
@@ -57,15 +58,15 @@ static fdb_error_t make_parents(const char *dir)
 static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDatabase **out_database)
 {
     *out_database = NULL;
-    pthread_mutex_lock(&net.mu);
-    fdb_error_t err = net.api == 0 ? FDB_ERR_API_VERSION_UNSET
-                      : !net.setup ? FDB_ERR_NETWORK_NOT_SETUP
-                                   : 0;
-    pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    fdb_error_t err = kvq__fdbc_net.api == 0 ? FDB_ERR_API_VERSION_UNSET
+                      : !kvq__fdbc_net.setup ? FDB_ERR_NETWORK_NOT_SETUP
+                                             : 0;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     if (err != 0)
         return err;
     char dir[4096];
-    err = dir_of(conn, dir, sizeof(dir));
+    err = kvq__fdbc_dir_of(conn, dir, sizeof(dir));
     if (err == 0)
         err = make_parents(dir);
     if (err != 0)
@@ -88,11 +89,11 @@ static fdb_error_t db_open(const char *conn, const char *cluster_file, FDBDataba
     opts.timeout_ms = 0;
     int rc = kvq_db_open(&d->kdb, dir, &opts);
     if (rc != 0) {
-        complain("cannot open the embedded database %s: %s", dir, kvq_last_error());
+        kvq__fdbc_complain("cannot open the embedded database %s: %s", dir, kvq_last_error());
         free(d->conn);
         free(d->cluster_file);
         free(d);
-        return fdb_code(rc);
+        return kvq__fdbc_fdb_code(rc);
     }
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cond, NULL);
@@ -121,7 +122,7 @@ static const char *default_cluster_file(void)
 fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out_database)
 {
     if (out_database == NULL)
-        misuse("fdb_create_database with a NULL out_database");
+        kvq__fdbc_misuse("fdb_create_database with a NULL out_database");
     *out_database = NULL;
     int named = cluster_file_path != NULL && cluster_file_path[0] != '\0';
     const char *file = named ? cluster_file_path : default_cluster_file();
@@ -133,8 +134,8 @@ fdb_error_t fdb_create_database(const char *cluster_file_path, FDBDatabase **out
         const char *env = getenv("KVQ_FDBC_DIR");
         if (!named && env != NULL && env[0] != '\0')
             return db_open("", "", out_database);
-        complain("cannot read the cluster file %s: %s", file[0] != '\0' ? file : "(none)",
-                 strerror(e));
+        kvq__fdbc_complain("cannot read the cluster file %s: %s", file[0] != '\0' ? file : "(none)",
+                           strerror(e));
         return e == ENOENT ? 1515 /* no_cluster_file_found */ : 1513 /* file_not_readable */;
     }
     if (fgets(line, sizeof(line), fp) == NULL)
@@ -150,13 +151,13 @@ fdb_error_t fdb_create_database_from_connection_string(const char *connection_st
                                                        FDBDatabase **out_database)
 {
     if (connection_string == NULL || out_database == NULL)
-        misuse("fdb_create_database_from_connection_string with a NULL argument");
+        kvq__fdbc_misuse("fdb_create_database_from_connection_string with a NULL argument");
     return db_open(connection_string, "", out_database);
 }
 
 /* Drops a reference; the last one cancels the watches still waiting, waits for their threads
  * and closes the embedded database. */
-void db_unref(FDBDatabase *d)
+void kvq__fdbc_db_unref(FDBDatabase *d)
 {
     pthread_mutex_lock(&d->mu);
     if (--d->refs > 0) {
@@ -184,50 +185,12 @@ void db_unref(FDBDatabase *d)
 void fdb_database_destroy(FDBDatabase *d)
 {
     /* Transactions keep the database alive, as in libfdb_c. */
-    db_unref(d);
-}
-
-fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
-{
-    if (d == NULL || out_transaction == NULL)
-        misuse("fdb_database_create_transaction with a NULL argument");
-    *out_transaction = NULL;
-    FDBTransaction *tr = calloc(1, sizeof(*tr));
-    if (tr == NULL)
-        return FDB_ERR_INTERNAL_ERROR;
-    int rc = kvq_txn_create(&tr->kt, d->kdb);
-    if (rc != 0) {
-        free(tr);
-        return fdb_code(rc);
-    }
-    pthread_mutex_lock(&d->mu);
-    d->refs++;
-    pthread_mutex_unlock(&d->mu);
-    pthread_mutex_init(&tr->mu, NULL);
-    pthread_cond_init(&tr->cond, NULL);
-    tr->db = d;
-    tr->start_us = mono_us();
-    knobs_read(tr);
-    rc = db_defaults(tr, 1);
-    if (rc != 0) {
-        fdb_transaction_destroy(tr);
-        return fdb_code(rc);
-    }
-    *out_transaction = tr;
-    return 0;
-}
-
-/* The future of a call kvq does not have: ready at once with unsupported_operation (2108), or
- * tenants_disabled (2136) for tenants (a FoundationDB cluster without tenants says the same). */
-FDBFuture *unsupported(const char *what)
-{
-    complain("%s is not supported on a kvq directory", what);
-    return fut_error(FUT_NONE, KVQ_EUNSUPPORTED_OPERATION);
+    kvq__fdbc_db_unref(d);
 }
 
 static FDBFuture *no_tenants(void)
 {
-    return fut_error(FUT_NONE, KVQ_ETENANTS_DISABLED);
+    return kvq__fdbc_fut_error(FUT_NONE, KVQ_ETENANTS_DISABLED);
 }
 
 fdb_error_t fdb_database_open_tenant(FDBDatabase *d, const uint8_t *tenant_name,
@@ -248,7 +211,7 @@ FDBFuture *fdb_database_reboot_worker(FDBDatabase *db, const uint8_t *address, i
     (void)address_length;
     (void)check;
     (void)duration;
-    return unsupported("fdb_database_reboot_worker");
+    return kvq__fdbc_unsupported("fdb_database_reboot_worker");
 }
 
 FDBFuture *fdb_database_force_recovery_with_data_loss(FDBDatabase *db, const uint8_t *dcid,
@@ -257,7 +220,7 @@ FDBFuture *fdb_database_force_recovery_with_data_loss(FDBDatabase *db, const uin
     (void)db;
     (void)dcid;
     (void)dcid_length;
-    return unsupported("fdb_database_force_recovery_with_data_loss");
+    return kvq__fdbc_unsupported("fdb_database_force_recovery_with_data_loss");
 }
 
 FDBFuture *fdb_database_create_snapshot(FDBDatabase *db, const uint8_t *uid, int uid_length,
@@ -268,7 +231,7 @@ FDBFuture *fdb_database_create_snapshot(FDBDatabase *db, const uint8_t *uid, int
     (void)uid_length;
     (void)snap_command;
     (void)snap_command_length;
-    return unsupported("fdb_database_create_snapshot");
+    return kvq__fdbc_unsupported("fdb_database_create_snapshot");
 }
 
 /* No network thread does any work here: it is never busy. */
@@ -282,7 +245,7 @@ FDBFuture *fdb_database_get_server_protocol(FDBDatabase *db, uint64_t expected_v
 {
     (void)db;
     (void)expected_version;
-    return unsupported("fdb_database_get_server_protocol");
+    return kvq__fdbc_unsupported("fdb_database_get_server_protocol");
 }
 
 FDBFuture *fdb_database_purge_blob_granules(FDBDatabase *db, const uint8_t *b, int bl,
@@ -290,48 +253,48 @@ FDBFuture *fdb_database_purge_blob_granules(FDBDatabase *db, const uint8_t *b, i
                                             fdb_bool_t force)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el, (void)purge_version, (void)force;
-    return unsupported("fdb_database_purge_blob_granules");
+    return kvq__fdbc_unsupported("fdb_database_purge_blob_granules");
 }
 
 FDBFuture *fdb_database_wait_purge_granules_complete(FDBDatabase *db, const uint8_t *k, int kl)
 {
     (void)db, (void)k, (void)kl;
-    return unsupported("fdb_database_wait_purge_granules_complete");
+    return kvq__fdbc_unsupported("fdb_database_wait_purge_granules_complete");
 }
 
 FDBFuture *fdb_database_blobbify_range(FDBDatabase *db, const uint8_t *b, int bl,
                                        const uint8_t *e, int el)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el;
-    return unsupported("fdb_database_blobbify_range");
+    return kvq__fdbc_unsupported("fdb_database_blobbify_range");
 }
 
 FDBFuture *fdb_database_blobbify_range_blocking(FDBDatabase *db, const uint8_t *b, int bl,
                                                 const uint8_t *e, int el)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el;
-    return unsupported("fdb_database_blobbify_range_blocking");
+    return kvq__fdbc_unsupported("fdb_database_blobbify_range_blocking");
 }
 
 FDBFuture *fdb_database_unblobbify_range(FDBDatabase *db, const uint8_t *b, int bl,
                                          const uint8_t *e, int el)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el;
-    return unsupported("fdb_database_unblobbify_range");
+    return kvq__fdbc_unsupported("fdb_database_unblobbify_range");
 }
 
 FDBFuture *fdb_database_list_blobbified_ranges(FDBDatabase *db, const uint8_t *b, int bl,
                                                const uint8_t *e, int el, int range_limit)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el, (void)range_limit;
-    return unsupported("fdb_database_list_blobbified_ranges");
+    return kvq__fdbc_unsupported("fdb_database_list_blobbified_ranges");
 }
 
 FDBFuture *fdb_database_verify_blob_range(FDBDatabase *db, const uint8_t *b, int bl,
                                           const uint8_t *e, int el, int64_t version)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el, (void)version;
-    return unsupported("fdb_database_verify_blob_range");
+    return kvq__fdbc_unsupported("fdb_database_verify_blob_range");
 }
 
 FDBFuture *fdb_database_flush_blob_range(FDBDatabase *db, const uint8_t *b, int bl,
@@ -339,13 +302,13 @@ FDBFuture *fdb_database_flush_blob_range(FDBDatabase *db, const uint8_t *b, int 
                                          int64_t version)
 {
     (void)db, (void)b, (void)bl, (void)e, (void)el, (void)compact, (void)version;
-    return unsupported("fdb_database_flush_blob_range");
+    return kvq__fdbc_unsupported("fdb_database_flush_blob_range");
 }
 
 FDBFuture *fdb_database_get_client_status(FDBDatabase *db)
 {
     (void)db;
-    return unsupported("fdb_database_get_client_status");
+    return kvq__fdbc_unsupported("fdb_database_get_client_status");
 }
 
 /* fdb_database_open_tenant never hands out a tenant, so these only answer that tenants are
@@ -422,5 +385,5 @@ FDBFuture *fdb_tenant_get_id(FDBTenant *t)
 void fdb_tenant_destroy(FDBTenant *t)
 {
     if (t != NULL)
-        misuse("fdb_tenant_destroy of a tenant this library never made");
+        kvq__fdbc_misuse("fdb_tenant_destroy of a tenant this library never made");
 }

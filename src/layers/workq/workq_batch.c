@@ -1,13 +1,13 @@
 /* Batches of the work queue (kvq/workq_batch.h): receive, ack and nack many items in one
  * transaction, so that a consumer of small jobs pays one commit per batch instead of one per
- * item; a batch received together is leased as one record (workq_batch_lease.c). Leases of single
+ * item; a batch received together is leased as one record (batch_lease.c). Leases of single
  * receives (workq.c) and of batch items mix freely in every call: an item's lease is settled by the
  * batch that holds it, any other by workq.c's single-lease path. */
 #include <string.h>
 
 #include "kvq/workq_batch.h"
-#include "layers/workq_batch_internal.h"
-#include "layers/workq_internal.h"
+#include "layers/queue/batch_lease_internal.h"
+#include "layers/workq/workq_internal.h"
 #include "util/util.h"
 
 /* ---- receive ----------------------------------------------------------------------------------
@@ -20,7 +20,8 @@ typedef struct collect {
     uint32_t n;
 } collect;
 
-/* Writes the batch record of c's items (workq_batch_internal.h) and its expiry entry. */
+/* Writes the batch record of c's items (layers/queue/batch_lease_internal.h) and its expiry
+ * entry. */
 static int write_batch(
     kvq_workq *w, kvq_txn *txn, const uint8_t *bid, int64_t deadline, int64_t rv, const collect *c)
 {

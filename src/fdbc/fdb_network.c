@@ -1,6 +1,6 @@
 /* libkvq_fdb_c.so: the network (API version selection, setup, the network thread that runs
  * the callbacks of futures completed later, its completion hooks), the client's version, error
- * texts and predicates, and the library's reports of misuse. */
+ * texts and predicates. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -11,30 +11,6 @@
 #include <time.h>
 
 #include "fdbc/fdbc_internal.h"
-
-/* A misuse that a real client would punish with a crash or a hang: stop loudly. */
-void misuse(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("libkvq_fdb_c: misuse: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    abort();
-}
-
-void complain(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("libkvq_fdb_c: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-struct fdbc_net net = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 int fdb_get_max_api_version(void)
 {
@@ -59,86 +35,86 @@ const char *fdb_get_error(fdb_error_t code)
 fdb_error_t fdb_select_api_version_impl(int runtime_version, int header_version)
 {
     fdb_error_t err = 0;
-    pthread_mutex_lock(&net.mu);
-    if (net.api != 0)
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (kvq__fdbc_net.api != 0)
         err = FDB_ERR_API_VERSION_ALREADY_SET;
     else if (runtime_version > header_version)
         err = FDB_ERR_API_VERSION_INVALID;
     else if (header_version > fdb_get_max_api_version() || runtime_version < 13)
         err = FDB_ERR_API_VERSION_NOT_SUPPORTED;
     else
-        net.api = runtime_version;
-    pthread_mutex_unlock(&net.mu);
+        kvq__fdbc_net.api = runtime_version;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     return err;
 }
 
 fdb_error_t fdb_setup_network(void)
 {
     fdb_error_t err = 0;
-    pthread_mutex_lock(&net.mu);
-    if (net.api == 0)
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (kvq__fdbc_net.api == 0)
         err = FDB_ERR_API_VERSION_UNSET;
-    else if (net.setup)
+    else if (kvq__fdbc_net.setup)
         err = FDB_ERR_NETWORK_ALREADY_SETUP;
     else
-        net.setup = 1;
-    pthread_mutex_unlock(&net.mu);
+        kvq__fdbc_net.setup = 1;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     return err;
 }
 
 fdb_error_t fdb_run_network(void)
 {
-    pthread_mutex_lock(&net.mu);
-    if (!net.setup) {
-        pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (!kvq__fdbc_net.setup) {
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return FDB_ERR_NETWORK_NOT_SETUP;
     }
-    if (net.running || net.finished) {
-        pthread_mutex_unlock(&net.mu);
+    if (kvq__fdbc_net.running || kvq__fdbc_net.finished) {
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return FDB_ERR_NETWORK_ALREADY_SETUP;
     }
-    net.running = 1;
-    pthread_cond_broadcast(&net.cond);
+    kvq__fdbc_net.running = 1;
+    pthread_cond_broadcast(&kvq__fdbc_net.cond);
     for (;;) {
         /* Callbacks queued before the stop still run. */
-        while (net.head != NULL) {
-            FDBFuture *f = net.head;
-            net.head = f->next;
-            if (net.head == NULL)
-                net.tail = NULL;
-            pthread_mutex_unlock(&net.mu);
+        while (kvq__fdbc_net.head != NULL) {
+            FDBFuture *f = kvq__fdbc_net.head;
+            kvq__fdbc_net.head = f->next;
+            if (kvq__fdbc_net.head == NULL)
+                kvq__fdbc_net.tail = NULL;
+            pthread_mutex_unlock(&kvq__fdbc_net.mu);
             /* Every callback set on the future, in the order they were set. */
             f->cb(f, f->cb_arg);
             for (int i = 0; i < f->n_more_cbs; i++)
                 f->more_cbs[i].cb(f, f->more_cbs[i].arg);
-            fut_unref(f);
-            pthread_mutex_lock(&net.mu);
+            kvq__fdbc_fut_unref(f);
+            pthread_mutex_lock(&kvq__fdbc_net.mu);
         }
-        if (net.stop)
+        if (kvq__fdbc_net.stop)
             break;
-        pthread_cond_wait(&net.cond, &net.mu);
+        pthread_cond_wait(&kvq__fdbc_net.cond, &kvq__fdbc_net.mu);
     }
-    net.running = 0;
-    net.finished = 1;
-    pthread_cond_broadcast(&net.cond);
-    int n_hooks = net.n_hooks;
-    pthread_mutex_unlock(&net.mu);
+    kvq__fdbc_net.running = 0;
+    kvq__fdbc_net.finished = 1;
+    pthread_cond_broadcast(&kvq__fdbc_net.cond);
+    int n_hooks = kvq__fdbc_net.n_hooks;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     /* As libfdb_c does when its network thread is about to end. */
     for (int i = 0; i < n_hooks; i++)
-        net.hooks[i].fn(net.hooks[i].arg);
+        kvq__fdbc_net.hooks[i].fn(kvq__fdbc_net.hooks[i].arg);
     return 0;
 }
 
 fdb_error_t fdb_stop_network(void)
 {
-    pthread_mutex_lock(&net.mu);
-    if (!net.setup) {
-        pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (!kvq__fdbc_net.setup) {
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return FDB_ERR_NETWORK_NOT_SETUP;
     }
-    net.stop = 1;
-    pthread_cond_broadcast(&net.cond);
-    pthread_mutex_unlock(&net.mu);
+    kvq__fdbc_net.stop = 1;
+    pthread_cond_broadcast(&kvq__fdbc_net.cond);
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     return 0;
 }
 
@@ -158,9 +134,9 @@ fdb_bool_t fdb_error_predicate(int predicate_test, fdb_error_t code)
     static const fdb_error_t not_committed[] = { 1020, 1007, 1009, 1038, 1042, 1051, 1037, 1213 };
     static const fdb_error_t since_730[] = { 1078, 1223 };
     static const fdb_error_t until_730[] = { 2137 };
-    pthread_mutex_lock(&net.mu);
-    int api = net.api;
-    pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    int api = kvq__fdbc_net.api;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     int m = in_set(code, maybe, 2);
     int r = in_set(code, not_committed, 8) ||
             (api >= 730 ? in_set(code, since_730, 2) : in_set(code, until_730, 1));
@@ -181,13 +157,14 @@ fdb_error_t fdb_add_network_thread_completion_hook(void (*hook)(void *), void *h
     if (hook == NULL)
         return FDB_ERR_INVALID_OPTION_VALUE;
     fdb_error_t err = 0;
-    pthread_mutex_lock(&net.mu);
-    if (!net.setup)
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    if (!kvq__fdbc_net.setup)
         err = FDB_ERR_NETWORK_NOT_SETUP;
-    else if (net.n_hooks == (int)(sizeof(net.hooks) / sizeof(net.hooks[0])))
+    else if (kvq__fdbc_net.n_hooks ==
+             (int)(sizeof(kvq__fdbc_net.hooks) / sizeof(kvq__fdbc_net.hooks[0])))
         err = FDB_ERR_CLIENT_INVALID_OPERATION;
     else
-        net.hooks[net.n_hooks++] = (struct net_hook){ hook, hook_parameter };
-    pthread_mutex_unlock(&net.mu);
+        kvq__fdbc_net.hooks[kvq__fdbc_net.n_hooks++] = (struct net_hook){ hook, hook_parameter };
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     return err;
 }

@@ -11,21 +11,14 @@
 #include <time.h>
 
 #include "fdbc/fdbc_internal.h"
-
-void knobs_read(FDBTransaction *tr)
-{
-    const char *env = getenv("KVQ_FDBC_READ_DELAY_MS");
-    tr->read_delay_ms = env != NULL && atol(env) > 0 ? atol(env) : 0;
-    env = getenv("KVQ_FDBC_PAGE_ROWS");
-    tr->page_rows = env != NULL && atoi(env) > 0 ? atoi(env) : 0;
-}
+#include "util/util.h"
 
 /* Takes the transaction for one call: waits for the calls of other threads, and for the thread
  * of an fdb_transaction_on_error (its backoff and retry) to end. */
 static void tr_lock(FDBTransaction *tr)
 {
     if (tr == NULL)
-        misuse("a transaction call on a NULL transaction");
+        kvq__fdbc_misuse("a transaction call on a NULL transaction");
     pthread_mutex_lock(&tr->mu);
     while (tr->on_error_live)
         pthread_cond_wait(&tr->cond, &tr->mu);
@@ -36,47 +29,13 @@ static void tr_unlock(FDBTransaction *tr)
     pthread_mutex_unlock(&tr->mu);
 }
 
-int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* A timeout that has passed has fired, as libfdb_c's timer would have fired by now: the
- * transaction stays timed out (1031) until it is reset, whatever timeout is set afterwards. */
-void tr_timeout_check(FDBTransaction *tr)
-{
-    if (tr->reset_err == 0 && tr->timeout_ms > 0 &&
-        mono_us() - tr->start_us >= tr->timeout_ms * 1000)
-        tr->reset_err = FDB_ERR_TRANSACTION_TIMED_OUT;
-}
-
-/* The error a call fails with before it starts, as ReadYourWritesTransaction orders them: the
- * deferred error of a call that returned nothing; then, for a call that may not follow a commit
- * (`after_commit`: reads, writes, watches, the commit itself), used_during_commit (2017) once a
- * commit has been attempted, which also leaves the transaction in that state until a reset or a
- * retry; then the state of a cancelled or timed-out transaction. */
-fdb_error_t tr_error(FDBTransaction *tr, int after_commit)
-{
-    tr_timeout_check(tr);
-    if (tr->deferred != 0)
-        return tr->deferred;
-    if (after_commit && tr->commit_started) {
-        if (tr->reset_err == 0)
-            tr->reset_err = FDB_ERR_USED_DURING_COMMIT;
-        return FDB_ERR_USED_DURING_COMMIT;
-    }
-    return tr->reset_err;
-}
-
 /* Whether a write may go to the embedded transaction: not after a deferred error (the first is
  * kept), and not once a commit was attempted (used_during_commit, deferred). */
 static int tr_writable(FDBTransaction *tr)
 {
     if (tr->deferred != 0)
         return 0;
-    fdb_error_t err = tr_error(tr, 1);
+    fdb_error_t err = kvq__fdbc_tr_error(tr, 1);
     if (err == FDB_ERR_USED_DURING_COMMIT)
         tr->deferred = err;
     return err != FDB_ERR_USED_DURING_COMMIT;
@@ -102,14 +61,44 @@ static void stamps_complete(FDBTransaction *tr, fdb_error_t err)
             if (e == 0) {
                 f->bytes = malloc(sizeof(stamp));
                 if (f->bytes == NULL)
-                    misuse("out of memory");
+                    kvq__fdbc_misuse("out of memory");
                 memcpy(f->bytes, stamp, sizeof(stamp));
                 f->len = (int)sizeof(stamp);
             }
         }
-        fut_complete(f, e);
-        fut_unref(f);
+        kvq__fdbc_fut_complete(f, e);
+        kvq__fdbc_fut_unref(f);
     }
+}
+
+fdb_error_t fdb_database_create_transaction(FDBDatabase *d, FDBTransaction **out_transaction)
+{
+    if (d == NULL || out_transaction == NULL)
+        kvq__fdbc_misuse("fdb_database_create_transaction with a NULL argument");
+    *out_transaction = NULL;
+    FDBTransaction *tr = calloc(1, sizeof(*tr));
+    if (tr == NULL)
+        return FDB_ERR_INTERNAL_ERROR;
+    int rc = kvq_txn_create(&tr->kt, d->kdb);
+    if (rc != 0) {
+        free(tr);
+        return kvq__fdbc_fdb_code(rc);
+    }
+    pthread_mutex_lock(&d->mu);
+    d->refs++;
+    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cond, NULL);
+    tr->db = d;
+    tr->start_us = kvq__mono_us();
+    kvq__fdbc_knobs_read(tr);
+    rc = kvq__fdbc_db_defaults(tr, 1);
+    if (rc != 0) {
+        fdb_transaction_destroy(tr);
+        return kvq__fdbc_fdb_code(rc);
+    }
+    *out_transaction = tr;
+    return 0;
 }
 
 void fdb_transaction_destroy(FDBTransaction *tr)
@@ -120,7 +109,7 @@ void fdb_transaction_destroy(FDBTransaction *tr)
     stamps_complete(tr, FDB_ERR_TRANSACTION_CANCELLED);
     /* Uncommitted watches end with 1025 through the embedded engine. */
     kvq_txn_destroy(tr->kt);
-    db_unref(tr->db);
+    kvq__fdbc_db_unref(tr->db);
     tr_unlock(tr);
     pthread_cond_destroy(&tr->cond);
     pthread_mutex_destroy(&tr->mu);
@@ -136,69 +125,42 @@ static void tr_reset(FDBTransaction *tr)
     tr->deferred = 0;
     tr->reset_err = 0;
     tr->timeout_ms = 0;
-    tr->start_us = mono_us();
+    tr->start_us = kvq__mono_us();
     tr->system_keys = 0;
     tr->special_writes = 0;
     tr->commit_started = 0;
-    defer(tr, db_defaults(tr, 1));
+    defer(tr, kvq__fdbc_db_defaults(tr, 1));
 }
 
 static FDBFuture *tr_get_read_version(FDBTransaction *tr)
 {
-    fdb_error_t gate = tr_error(tr, 0);
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 0);
     if (gate != 0)
-        return fut_error(FUT_INT64, gate);
-    FDBFuture *f = fut_new(FUT_INT64);
-    fut_settle(f, kvq_txn_get_read_version(&f->i64, tr->kt));
+        return kvq__fdbc_fut_error(FUT_INT64, gate);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_INT64);
+    kvq__fdbc_fut_settle(f, kvq_txn_get_read_version(&f->i64, tr->kt));
     return f;
 }
 
 /* $KVQ_FDBC_READ_DELAY_MS plays a slow storage server: reads wait that long first. */
-void read_delay(const FDBTransaction *tr)
-{
-    long ms = tr->read_delay_ms;
-    if (ms > 0) {
-        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
-    }
-}
-
-uint8_t *copy_bytes(const uint8_t *p, size_t n)
-{
-    uint8_t *c = malloc(n > 0 ? n : 1);
-    if (c == NULL)
-        misuse("out of memory");
-    if (n > 0)
-        memcpy(c, p, n);
-    return c;
-}
-
-/* Whether key a sorts before key b. */
-int key_less(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
-{
-    int c = memcmp(a, b, alen < blen ? alen : blen);
-    return c < 0 || (c == 0 && alen < blen);
-}
-
 static FDBFuture *tr_get(FDBTransaction *tr,
                          const uint8_t *key_name,
                          int key_name_length,
                          fdb_bool_t snapshot)
 {
     if (key_name == NULL || key_name_length < 0)
-        misuse("fdb_transaction_get with a NULL key or a negative length");
-    fdb_error_t gate = tr_error(tr, 1);
+        kvq__fdbc_misuse("fdb_transaction_get with a NULL key or a negative length");
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_VALUE, gate);
-    read_delay(tr);
-    FDBFuture *f = fut_new(FUT_VALUE);
-    if (is_special(key_name, (size_t)key_name_length)) {
+        return kvq__fdbc_fut_error(FUT_VALUE, gate);
+    kvq__fdbc_read_delay(tr);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_VALUE);
+    if (kvq__fdbc_is_special(key_name, (size_t)key_name_length)) {
         size_t vl = 0;
-        int rc = special_value(tr, key_name, (size_t)key_name_length, &f->present, &f->bytes,
-                               &vl);
+        int rc = kvq__fdbc_special_value(tr, key_name, (size_t)key_name_length, &f->present,
+                                         &f->bytes, &vl);
         f->len = (int)vl;
-        fut_settle(f, rc);
+        kvq__fdbc_fut_settle(f, rc);
         return f;
     }
     kvq_bytes v;
@@ -208,12 +170,12 @@ static FDBFuture *tr_get(FDBTransaction *tr,
     if (rc == 0 && present) {
         f->present = 1;
         /* Small values (most) are kept in the future itself: one allocation fewer. */
-        f->bytes = v.len <= sizeof(f->small) ? f->small : copy_bytes(v.data, v.len);
+        f->bytes = v.len <= sizeof(f->small) ? f->small : kvq__fdbc_copy_bytes(v.data, v.len);
         if (v.len > 0 && f->bytes == f->small)
             memcpy(f->small, v.data, v.len);
         f->len = (int)v.len;
     }
-    fut_settle(f, rc);
+    kvq__fdbc_fut_settle(f, rc);
     return f;
 }
 
@@ -224,8 +186,8 @@ static void tr_set(FDBTransaction *tr,
                    int value_length)
 {
     if (key_name == NULL || value == NULL || key_name_length < 0 || value_length < 0)
-        misuse("fdb_transaction_set with a NULL pointer or a negative length");
-    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
+        kvq__fdbc_misuse("fdb_transaction_set with a NULL pointer or a negative length");
+    if (!kvq__fdbc_special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr,
               kvq_txn_set(tr->kt, key_name, (size_t)key_name_length, value, (size_t)value_length));
 }
@@ -238,9 +200,9 @@ static void tr_clear_range(FDBTransaction *tr,
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
-        misuse("fdb_transaction_clear_range with a NULL key or a negative length");
-    if (!special_write(tr, 1, begin_key_name, begin_key_name_length, end_key_name,
-                       end_key_name_length) &&
+        kvq__fdbc_misuse("fdb_transaction_clear_range with a NULL key or a negative length");
+    if (!kvq__fdbc_special_write(tr, 1, begin_key_name, begin_key_name_length, end_key_name,
+                                 end_key_name_length) &&
         tr_writable(tr))
         defer(tr, kvq_txn_clear_range(tr->kt, begin_key_name, (size_t)begin_key_name_length,
                                       end_key_name, (size_t)end_key_name_length));
@@ -254,10 +216,10 @@ static void tr_atomic_op(FDBTransaction *tr,
                          FDBMutationType operation_type)
 {
     if (key_name == NULL || param == NULL || key_name_length < 0 || param_length < 0)
-        misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
+        kvq__fdbc_misuse("fdb_transaction_atomic_op with a NULL pointer or a negative length");
     /* The mutation types are kvq's numbers: every atomic operation, APPEND_IF_FITS and
      * COMPARE_AND_CLEAR included, is applied at commit without a read conflict. */
-    if (!special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
+    if (!kvq__fdbc_special_write(tr, 0, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr, kvq_txn_atomic_op(tr->kt, key_name, (size_t)key_name_length, param,
                                     (size_t)param_length, (kvq_mutation)operation_type));
 }
@@ -271,7 +233,7 @@ static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
 {
     if (begin_key_name == NULL || end_key_name == NULL || begin_key_name_length < 0 ||
         end_key_name_length < 0)
-        misuse("fdb_transaction_add_conflict_range with a NULL key or a negative length");
+        kvq__fdbc_misuse("fdb_transaction_add_conflict_range with a NULL key or a negative length");
     if (type != FDB_CONFLICT_RANGE_TYPE_READ && type != FDB_CONFLICT_RANGE_TYPE_WRITE)
         return FDB_ERR_CLIENT_INVALID_OPERATION;
     if (tr->commit_started) {
@@ -286,13 +248,13 @@ static fdb_error_t tr_add_conflict_range(FDBTransaction *tr,
 
 static FDBFuture *tr_commit(FDBTransaction *tr)
 {
-    fdb_error_t err = tr_error(tr, 1);
+    fdb_error_t err = kvq__fdbc_tr_error(tr, 1);
     if (err == 0) {
         tr->commit_started = 1;
         err = kvq_txn_commit(tr->kt);
     }
     stamps_complete(tr, err);
-    return fut_error(FUT_VOID, err);
+    return kvq__fdbc_fut_error(FUT_VOID, err);
 }
 
 static fdb_error_t tr_get_committed_version(FDBTransaction *tr, int64_t *out_version)
@@ -307,9 +269,9 @@ static FDBFuture *tr_get_versionstamp(FDBTransaction *tr)
 {
     /* Asked for before the commit; once it was attempted, used_during_commit. */
     if (tr->commit_started)
-        return fut_error(FUT_KEY, tr_error(tr, 1));
-    FDBFuture *f = fut_new(FUT_KEY);
-    fut_ref(f); /* the transaction's, until the commit */
+        return kvq__fdbc_fut_error(FUT_KEY, kvq__fdbc_tr_error(tr, 1));
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_KEY);
+    kvq__fdbc_fut_ref(f); /* the transaction's, until the commit */
     f->next = tr->stamps;
     tr->stamps = f;
     return f;
@@ -327,7 +289,7 @@ static void *watch_main(void *arg)
     f->kw = NULL;
     pthread_mutex_unlock(&f->mu);
     kvq_watch_destroy(kw);
-    fut_complete(f, cancelled ? FDB_ERR_OPERATION_CANCELLED : rc);
+    kvq__fdbc_fut_complete(f, cancelled ? FDB_ERR_OPERATION_CANCELLED : rc);
     FDBDatabase *d = f->db;
     pthread_mutex_lock(&d->mu);
     if (f->wprev != NULL)
@@ -339,17 +301,17 @@ static void *watch_main(void *arg)
     d->watch_threads--;
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->mu);
-    fut_unref(f);
+    kvq__fdbc_fut_unref(f);
     return NULL;
 }
 
 static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
-        misuse("fdb_transaction_watch with a NULL key or a negative length");
-    fdb_error_t gate = tr_error(tr, 1);
+        kvq__fdbc_misuse("fdb_transaction_watch with a NULL key or a negative length");
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 1);
     if (gate != 0)
-        return fut_error(FUT_VOID, gate);
+        return kvq__fdbc_fut_error(FUT_VOID, gate);
     /* FoundationDB's watch compares against what a read of the key in the transaction sees, its
      * own writes included whatever snapshot_ryw says, and that read is not a snapshot: it adds
      * a read conflict on the key unless the transaction wrote it (RYWImpl::watch reads with
@@ -360,7 +322,7 @@ static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_
     kvq_watch *kw = NULL;
     int rc = kvq_txn_watch(&kw, tr->kt, key_name, (size_t)key_name_length);
     if (toggled && kvq_txn_set_option(tr->kt, KVQ_TXN_SNAPSHOT_RYW_DISABLE, 0) != 0)
-        misuse("cannot restore snapshot_ryw_disable");
+        kvq__fdbc_misuse("cannot restore snapshot_ryw_disable");
     if (rc == 0) {
         kvq_bytes v;
         int present;
@@ -371,8 +333,8 @@ static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_
         }
     }
     if (rc != 0)
-        return fut_error(FUT_VOID, rc);
-    FDBFuture *f = fut_new(FUT_VOID);
+        return kvq__fdbc_fut_error(FUT_VOID, rc);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_VOID);
     f->kw = kw;
     f->db = tr->db;
     f->refs++; /* the watch thread's */
@@ -401,8 +363,8 @@ static FDBFuture *tr_watch(FDBTransaction *tr, const uint8_t *key_name, int key_
 static void tr_clear(FDBTransaction *tr, const uint8_t *key_name, int key_name_length)
 {
     if (key_name == NULL || key_name_length < 0)
-        misuse("fdb_transaction_clear with a NULL key or a negative length");
-    if (!special_write(tr, 1, key_name, key_name_length, NULL, 0) && tr_writable(tr))
+        kvq__fdbc_misuse("fdb_transaction_clear with a NULL key or a negative length");
+    if (!kvq__fdbc_special_write(tr, 1, key_name, key_name_length, NULL, 0) && tr_writable(tr))
         defer(tr, kvq_txn_clear(tr->kt, key_name, (size_t)key_name_length));
 }
 
@@ -432,7 +394,7 @@ static void *on_error_main(void *arg)
     int rc = kvq_txn_on_error(tr->kt, j->err);
     if (rc == 0) {
         /* A timeout that fired during the backoff ends the retry, as in libfdb_c. */
-        tr_timeout_check(tr);
+        kvq__fdbc_tr_timeout_check(tr);
         rc = tr->reset_err;
     }
     if (rc == 0) {
@@ -442,7 +404,7 @@ static void *on_error_main(void *arg)
         tr->system_keys = 0;
         tr->special_writes = 0;
         tr->commit_started = 0;
-        defer(tr, db_defaults(tr, 0));
+        defer(tr, kvq__fdbc_db_defaults(tr, 0));
     } else if (tr->reset_err == 0) {
         /* A transaction that is not to be retried is cancelled until it is reset (one whose
          * timeout fired stays timed out), as libfdb_c does from API 610. */
@@ -452,8 +414,8 @@ static void *on_error_main(void *arg)
     pthread_cond_broadcast(&tr->cond);
     pthread_mutex_unlock(&tr->mu);
     /* The transaction is the caller's again before the future says so. */
-    fut_complete(j->f, rc);
-    fut_unref(j->f);
+    kvq__fdbc_fut_complete(j->f, rc);
+    kvq__fdbc_fut_unref(j->f);
     free(j);
     return NULL;
 }
@@ -464,21 +426,21 @@ static void *on_error_main(void *arg)
 static FDBFuture *tr_on_error(FDBTransaction *tr, fdb_error_t error)
 {
     stamps_complete(tr, error != 0 ? error : FDB_ERR_TRANSACTION_CANCELLED);
-    tr_timeout_check(tr);
+    kvq__fdbc_tr_timeout_check(tr);
     if (tr->reset_err != 0)
-        return fut_error(FUT_VOID, tr->reset_err);
+        return kvq__fdbc_fut_error(FUT_VOID, tr->reset_err);
     if (error == 0) {
         tr->reset_err = FDB_ERR_TRANSACTION_CANCELLED;
-        return fut_error(FUT_VOID, FDB_ERR_CLIENT_INVALID_OPERATION);
+        return kvq__fdbc_fut_error(FUT_VOID, FDB_ERR_CLIENT_INVALID_OPERATION);
     }
-    FDBFuture *f = fut_new(FUT_VOID);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_VOID);
     on_error_job *j = malloc(sizeof(*j));
     if (j == NULL)
-        misuse("out of memory");
+        kvq__fdbc_misuse("out of memory");
     j->tr = tr;
     j->f = f;
     j->err = error;
-    fut_ref(f); /* the thread's */
+    kvq__fdbc_fut_ref(f); /* the thread's */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -486,9 +448,9 @@ static FDBFuture *tr_on_error(FDBTransaction *tr, fdb_error_t error)
     tr->on_error_live = 1;
     if (pthread_create(&th, &attr, on_error_main, j) != 0) {
         tr->on_error_live = 0;
-        fut_unref(f);
+        kvq__fdbc_fut_unref(f);
         free(j);
-        fut_complete(f, FDB_ERR_INTERNAL_ERROR);
+        kvq__fdbc_fut_complete(f, FDB_ERR_INTERNAL_ERROR);
     }
     pthread_attr_destroy(&attr);
     return f;
@@ -504,11 +466,11 @@ static void tr_set_read_version(FDBTransaction *tr, int64_t version)
 
 static FDBFuture *tr_get_approximate_size(FDBTransaction *tr)
 {
-    fdb_error_t gate = tr_error(tr, 0);
+    fdb_error_t gate = kvq__fdbc_tr_error(tr, 0);
     if (gate != 0)
-        return fut_error(FUT_INT64, gate);
-    FDBFuture *f = fut_new(FUT_INT64);
-    fut_settle(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
+        return kvq__fdbc_fut_error(FUT_INT64, gate);
+    FDBFuture *f = kvq__fdbc_fut_new(FUT_INT64);
+    kvq__fdbc_fut_settle(f, kvq_txn_get_approximate_size(&f->i64, tr->kt));
     return f;
 }
 
@@ -516,20 +478,20 @@ static FDBFuture *tr_get_approximate_size(FDBTransaction *tr)
 FDBFuture *fdb_transaction_get_tag_throttled_duration(FDBTransaction *tr)
 {
     (void)tr;
-    return unsupported("fdb_transaction_get_tag_throttled_duration");
+    return kvq__fdbc_unsupported("fdb_transaction_get_tag_throttled_duration");
 }
 
 FDBFuture *fdb_transaction_get_total_cost(FDBTransaction *tr)
 {
     (void)tr;
-    return unsupported("fdb_transaction_get_total_cost");
+    return kvq__fdbc_unsupported("fdb_transaction_get_total_cost");
 }
 
 FDBFuture *fdb_transaction_get_blob_granule_ranges(FDBTransaction *tr, const uint8_t *b, int bl,
                                                    const uint8_t *e, int el, int range_limit)
 {
     (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)range_limit;
-    return unsupported("fdb_transaction_get_blob_granule_ranges");
+    return kvq__fdbc_unsupported("fdb_transaction_get_blob_granule_ranges");
 }
 
 FDBResult *fdb_transaction_read_blob_granules(FDBTransaction *tr, const uint8_t *b, int bl,
@@ -539,8 +501,8 @@ FDBResult *fdb_transaction_read_blob_granules(FDBTransaction *tr, const uint8_t 
 {
     (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)begin_version, (void)read_version;
     (void)granule_context;
-    complain("fdb_transaction_read_blob_granules is not supported on a kvq directory");
-    return result_error(KVQ_EUNSUPPORTED_OPERATION);
+    kvq__fdbc_complain("fdb_transaction_read_blob_granules is not supported on a kvq directory");
+    return kvq__fdbc_result_error(KVQ_EUNSUPPORTED_OPERATION);
 }
 
 FDBFuture *fdb_transaction_summarize_blob_granules(FDBTransaction *tr, const uint8_t *b, int bl,
@@ -548,7 +510,7 @@ FDBFuture *fdb_transaction_summarize_blob_granules(FDBTransaction *tr, const uin
                                                    int64_t summary_version, int range_limit)
 {
     (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)summary_version, (void)range_limit;
-    return unsupported("fdb_transaction_summarize_blob_granules");
+    return kvq__fdbc_unsupported("fdb_transaction_summarize_blob_granules");
 }
 
 FDBFuture *fdb_transaction_read_blob_granules_description(FDBTransaction *tr, const uint8_t *b,
@@ -559,7 +521,7 @@ FDBFuture *fdb_transaction_read_blob_granules_description(FDBTransaction *tr, co
 {
     (void)tr, (void)b, (void)bl, (void)e, (void)el, (void)begin_version, (void)read_version;
     (void)read_version_out;
-    return unsupported("fdb_transaction_read_blob_granules_description");
+    return kvq__fdbc_unsupported("fdb_transaction_read_blob_granules_description");
 }
 
 /* The transaction calls: each runs whole, one at a time (tr_lock). ------------------------- */
@@ -585,7 +547,7 @@ fdb_error_t fdb_transaction_set_option(FDBTransaction *tr,
                                        int value_length)
 {
     tr_lock(tr);
-    fdb_error_t r = tr_set_option(tr, option, value, value_length);
+    fdb_error_t r = kvq__fdbc_tr_set_option(tr, option, value, value_length);
     tr_unlock(tr);
     return r;
 }
@@ -627,9 +589,9 @@ FDBFuture *fdb_transaction_get_range(FDBTransaction *tr,
 {
     tr_lock(tr);
     FDBFuture *r =
-        tr_get_range(tr, begin_key_name, begin_key_name_length, begin_or_equal, begin_offset,
-                     end_key_name, end_key_name_length, end_or_equal, end_offset, limit,
-                     target_bytes, mode, iteration, snapshot, reverse);
+        kvq__fdbc_tr_get_range(tr, begin_key_name, begin_key_name_length, begin_or_equal,
+                               begin_offset, end_key_name, end_key_name_length, end_or_equal,
+                               end_offset, limit, target_bytes, mode, iteration, snapshot, reverse);
     tr_unlock(tr);
     return r;
 }
@@ -676,8 +638,8 @@ fdb_error_t fdb_transaction_add_conflict_range(FDBTransaction *tr,
                                                FDBConflictRangeType type)
 {
     tr_lock(tr);
-    fdb_error_t r = fdb_code(tr_add_conflict_range(tr, begin_key_name, begin_key_name_length,
-                                                   end_key_name, end_key_name_length, type));
+    fdb_error_t r = kvq__fdbc_fdb_code(tr_add_conflict_range(
+        tr, begin_key_name, begin_key_name_length, end_key_name, end_key_name_length, type));
     tr_unlock(tr);
     return r;
 }
@@ -736,7 +698,7 @@ FDBFuture *fdb_transaction_get_key(FDBTransaction *tr,
                                    fdb_bool_t snapshot)
 {
     tr_lock(tr);
-    FDBFuture *r = tr_get_key(tr, key_name, key_name_length, or_equal, offset, snapshot);
+    FDBFuture *r = kvq__fdbc_tr_get_key(tr, key_name, key_name_length, or_equal, offset, snapshot);
     tr_unlock(tr);
     return r;
 }
@@ -760,7 +722,7 @@ FDBFuture *fdb_transaction_get_estimated_range_size_bytes(
     FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el)
 {
     tr_lock(tr);
-    FDBFuture *r = tr_get_estimated_range_size_bytes(tr, b, bl, e, el);
+    FDBFuture *r = kvq__fdbc_tr_get_estimated_range_size_bytes(tr, b, bl, e, el);
     tr_unlock(tr);
     return r;
 }
@@ -769,7 +731,7 @@ FDBFuture *fdb_transaction_get_range_split_points(
     FDBTransaction *tr, const uint8_t *b, int bl, const uint8_t *e, int el, int64_t chunk_size)
 {
     tr_lock(tr);
-    FDBFuture *r = tr_get_range_split_points(tr, b, bl, e, el, chunk_size);
+    FDBFuture *r = kvq__fdbc_tr_get_range_split_points(tr, b, bl, e, el, chunk_size);
     tr_unlock(tr);
     return r;
 }
@@ -779,7 +741,7 @@ FDBFuture *fdb_transaction_get_addresses_for_key(FDBTransaction *tr,
                                                  int key_name_length)
 {
     tr_lock(tr);
-    FDBFuture *r = tr_get_addresses_for_key(tr, key_name, key_name_length);
+    FDBFuture *r = kvq__fdbc_tr_get_addresses_for_key(tr, key_name, key_name_length);
     tr_unlock(tr);
     return r;
 }

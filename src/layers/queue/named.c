@@ -11,7 +11,7 @@
  * for durable ones (as erlfdb does). */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 static const char PREFIX[] = "\xfekvq\x00queues\x00";
 #define PREFIX_LEN    (sizeof(PREFIX) - 1)

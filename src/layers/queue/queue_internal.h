@@ -9,7 +9,8 @@
  *   staging.c       high-contention pops (waiters and hand-overs)
  *   named.c         named queues and their stored settings
  *   producer.c      the batching producer
- *   workq*.c        work queues (workq_internal.h)
+ *   lease_items.c, batch_lease.c, due.c   the states of a work queue's items and their upkeep
+ *                   (leases_internal.h)
  *
  * Keys (prefix = the queue's subspace prefix):
  *   FIFO item       prefix + pack((index, rand20))
@@ -27,15 +28,15 @@
  *     ("npush",)                   FIFO and priority: 8-byte LE count of the pushes kvq made
  *                                  (atomic ADD), the key their waiting consumers watch
  */
-#ifndef KVQ_LAYERS_INTERNAL_H
-#define KVQ_LAYERS_INTERNAL_H
+#ifndef KVQ_QUEUE_INTERNAL_H
+#define KVQ_QUEUE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdint.h>
 
 #include "engine/engine_layers.h"
 #include "kvq/queue.h"
-#include "kvq/workq.h"
+#include "kvq/workq.h" /* kvq_workq, the settings of kvq__q_due_gate */
 #include "kvq/consumer.h"
 #include "util/bytes.h"
 #include "util/util.h"
@@ -80,7 +81,7 @@ struct kvq_queue {
      * reader looks at first (kvq__q_due_gate). */
     kvq_buf wq_x, wq_y;
     /* atomic: max deliveries of the work queue last opened over this handle (-1: none), with
-     * which a plain reader makes ended leases ready (workq_upkeep.c). */
+     * which a plain reader makes ended leases ready (due.c). */
     int64_t wq_max_deliveries;
     /* Single-item convenience pops of FIFO and priority queues by many threads of this handle
      * are combined (queue_pop.c): one thread pops for all that are waiting, in one transaction. */
@@ -226,6 +227,9 @@ typedef struct kvq__qop {
     kvq__qres cur;    /* what the current attempt popped */
     kvq__qres *cands; /* results of attempts that may have committed */
     size_t ncands;
+    /* Called by kvq__qop_run with each attempt's commit outcome (NULL: nothing); the durable
+     * queue's pops note their contention with it (kvq__q_pop_pressure_note). */
+    void (*after_commit)(kvq_queue *q, int rc);
 } kvq__qop;
 
 int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap);
@@ -252,85 +256,47 @@ int kvq__qop_out_of_time(kvq__qop *o, kvq_txn *txn, int err);
 kvq__qres *kvq__qop_result(kvq__qop *o);
 /* Moves a result's values into caller buffers. */
 int kvq__qres_deliver(kvq__qres *r, kvq_buf *outs);
-/* One attempt of a convenience operation in txn (kvq__qop_begin first). */
+/* One attempt of a convenience operation in txn, which runs the attempt's protocol itself:
+ * kvq__qop_begin first (and nothing more when o->found), kvq__qop_mark once it took effect (the
+ * pops, whose marks depend on what they took and whose found results arm watches). */
 typedef int (*kvq__qop_body)(kvq_txn *txn, kvq__qop *o, void *arg);
 /* The retry loop of the convenience forms: kvq_txn_run's, plus the bookkeeping of attempts that
  * may have committed. */
 int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg);
+/* The writes of one attempt of a marked write (a convenience push), nothing else. */
+typedef int (*kvq__qop_write)(kvq_txn *txn, kvq_queue *q, void *arg);
+/* kvq__qop_run for a marked write: each attempt begins (kvq__qop_begin), stops there when an
+ * earlier attempt's marker is found (it committed), else calls write and writes the marker. */
+int kvq__qop_run_marked(kvq__qop *o, kvq__qop_write write, void *arg);
 
 /* ---- high-contention staging (staging.c) --------------------------------------------------- */
 
 /* A convenience pop in high-contention mode (end MIN/MAX). Fills o's result; 0 or an error.
  * With watch non-NULL (consume), an empty queue is not an error: o's result holds no value and
  * *watch a watch on the push counter set in the transaction that found it empty. */
-int kvq__hc_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch);
+int kvq__staging_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch);
 /* Runs the staging upkeep when it is due (every staging_timeout/2 of this process's clock);
  * returns the number of items it put back. */
-uint64_t kvq__hc_maybe_sweep(kvq_queue *q);
+uint64_t kvq__staging_maybe_sweep(kvq_queue *q);
 /* Runs the staging upkeep now. */
-int kvq__hc_sweep(kvq_queue *q, uint64_t *returned);
+int kvq__staging_sweep(kvq_queue *q, uint64_t *returned);
 /* Test hooks: register a waiter for end (rand20 receives its id); run one fulfil transaction
  * on behalf of nobody (*served receives the number of waiters served). */
-int kvq__hc_register(kvq_queue *q, int end, uint8_t *rand20);
-int kvq__hc_fulfil_once(kvq_queue *q, size_t *served);
+int kvq__staging_register(kvq_queue *q, int end, uint8_t *rand20);
+int kvq__staging_fulfil_once(kvq_queue *q, size_t *served);
 /* Test hook: collects the result of waiter rand20 (KVQ_ENOTFOUND when none). */
-int kvq__hc_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
+int kvq__staging_collect(kvq_queue *q, const uint8_t *rand20, kvq_buf *out);
 
-/* ---- due items of work queues, for every reader (workq_upkeep.c) --------------------------- */
+/* ---- due items of work queues, for every reader (due.c) ------------------------------------ */
 
 /* Called by every reader of a durable or priority queue in its transaction, before it reads
  * (FIFO queues: a no-op). Two snapshot reads at txn's read version look for a delayed item that
  * is due or a lease that has ended (no conflict range, nothing written). When one is found, it
- * and every other that is due are made ready in transactions of their own (w's options, or those
- * of kvq__q_reader_options when w is NULL), and KVQ_ENOT_COMMITTED is returned: the caller's
- * retry loop then reads again at a newer version, which sees them ready. A read-only database,
- * where nothing can be moved, is read as it is stored (0). */
+ * and every other that is due are made ready in transactions of their own (with w's keys and
+ * settings, or, when w is NULL, with the max deliveries q holds: wq_max_deliveries), and
+ * KVQ_ENOT_COMMITTED is returned: the caller's retry loop then reads again at a newer version,
+ * which sees them ready. A read-only database, where nothing can be moved, is read as it is
+ * stored (0). */
 int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn);
 
-/* ---- the long poll, for the consumer runtime (workq_wait.c, workq.c) -------------------- */
-
-/* What a long poll sleeps on: its watches' helper threads and a stop request wake it through
- * cond. One waiter uses a waker at a time; kvq__wq_waker_stop may be called from any thread. */
-typedef struct kvq__wq_waker {
-    pthread_mutex_t mu;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC */
-    int stop;            /* set once by kvq__wq_waker_stop: the waiter gives up */
-    int fired;           /* a watch of the current sleep fired */
-    int failed;          /* a watch of the current sleep failed (too many watches, ...) */
-} kvq__wq_waker;
-
-/* 0 or KVQ_ENOMEM. */
-int kvq__wq_waker_init(kvq__wq_waker *k);
-void kvq__wq_waker_destroy(kvq__wq_waker *k);
-/* Asks the waiter to give up and wakes it at once. */
-void kvq__wq_waker_stop(kvq__wq_waker *k);
-
-/* kvq_workq_receive_wait without the argument checks, that also gives up, at once, when the
- * waker (NULL: none) is stopped. With ack (NULL: none), its first look also acks that lease in
- * the same transaction (kvq__wq_ack_receive): one commit for the ack and the next item, and the
- * ack alone, at once, when nothing is ready; *ack_rc (when ack is given) gets its outcome. */
-int kvq__wq_receive_wait(kvq_buf *out,
-                         kvq_workq_lease *lease,
-                         kvq_workq *w,
-                         int64_t lease_ms,
-                         int64_t wait_ms,
-                         kvq__wq_waker *waker,
-                         kvq_workq_lease *ack,
-                         int *ack_rc);
-
-/* Acks `ack` and receives the next ready item in one transaction (its own retry loop). Returns
- * the receive's result (0, KVQ_ENOTFOUND, an error); *ack_rc gets the ack's: 0 (acked, also
- * when nothing was ready: the ack then commits alone), KVQ_ELEASE_EXPIRED or KVQ_ELEASE_SETTLED
- * (nothing changed; the receive still ran), or the transaction's error (not acked). After a
- * 1021 a retry that finds the lease settled counts it as acked by the attempt that committed. */
-int kvq__wq_ack_receive(kvq_buf *out,
-                        kvq_workq_lease *lease,
-                        kvq_workq *w,
-                        int64_t lease_ms,
-                        kvq_workq_lease *ack,
-                        int *ack_rc);
-
-/* The work queue's default lease. */
-int64_t kvq__wq_lease_ms(const kvq_workq *w);
-
-#endif /* KVQ_LAYERS_INTERNAL_H */
+#endif /* KVQ_QUEUE_INTERNAL_H */

@@ -100,7 +100,7 @@ static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption optio
         return kvq_txn_set_option(tr->kt, KVQ_TXN_SIZE_LIMIT, v);
     /* Counted from the transaction's start (its creation or reset), as libfdb_c counts it. A
      * timeout that has fired stays fired. */
-    tr_timeout_check(tr);
+    kvq__fdbc_tr_timeout_check(tr);
     fdb_error_t err = kvq_txn_set_option(tr->kt, KVQ_TXN_TIMEOUT_MS, v);
     if (err == 0)
         tr->timeout_ms = v;
@@ -112,7 +112,7 @@ static fdb_error_t set_int_option(FDBTransaction *tr, FDBTransactionOption optio
  * timeout, retry limit and max retry delay the transaction had (FoundationDB's persistent
  * options, from API 610) but not its size limit or snapshot read-your-writes choice, which go
  * back to the database's. The transaction may override them. */
-int db_defaults(FDBTransaction *tr, int all)
+int kvq__fdbc_db_defaults(FDBTransaction *tr, int all)
 {
     FDBDatabase *d = tr->db;
     pthread_mutex_lock(&d->mu);
@@ -201,9 +201,9 @@ static int tr_option_known(int option)
     case FDB_TR_OPTION_READ_PRIORITY_NORMAL:
     case FDB_TR_OPTION_READ_PRIORITY_LOW:
     case FDB_TR_OPTION_READ_PRIORITY_HIGH: {
-        pthread_mutex_lock(&net.mu);
-        int api = net.api;
-        pthread_mutex_unlock(&net.mu);
+        pthread_mutex_lock(&kvq__fdbc_net.mu);
+        int api = kvq__fdbc_net.api;
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return api >= 730;
     }
     default:
@@ -254,16 +254,17 @@ static fdb_error_t tr_option_apply(FDBTransaction *tr,
     }
 }
 
-fdb_error_t tr_set_option(FDBTransaction *tr,
-                          FDBTransactionOption option,
-                          const uint8_t *value,
-                          int value_length)
+fdb_error_t kvq__fdbc_tr_set_option(FDBTransaction *tr,
+                                    FDBTransactionOption option,
+                                    const uint8_t *value,
+                                    int value_length)
 {
     if (value_length < 0)
         return FDB_ERR_INVALID_OPTION_VALUE;
     int known = tr_option_known((int)option);
     if (known != 1) {
-        complain("transaction option %d is not supported on a kvq directory", (int)option);
+        kvq__fdbc_complain("transaction option %d is not supported on a kvq directory",
+                           (int)option);
         return FDB_ERR_INVALID_OPTION;
     }
     /* Only an unknown option is refused by the call itself. As with libfdb_c, which hands a
@@ -319,10 +320,10 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
 {
     if (value_length < 0)
         return FDB_ERR_INVALID_OPTION_VALUE;
-    pthread_mutex_lock(&net.mu);
-    int api = net.api;
-    int setup = net.setup;
-    pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    int api = kvq__fdbc_net.api;
+    int setup = kvq__fdbc_net.setup;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     if (api == 0)
         return FDB_ERR_API_VERSION_UNSET;
     static const char *const formats[] = { "xml", "json", NULL };
@@ -392,23 +393,23 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
         err = no_param(value, value_length);
         if (err != 0)
             return err;
-        pthread_mutex_lock(&net.mu);
-        if (net.setup || mv.local_client_disabled || mv.bypass_disabled)
+        pthread_mutex_lock(&kvq__fdbc_net.mu);
+        if (kvq__fdbc_net.setup || mv.local_client_disabled || mv.bypass_disabled)
             err = FDB_ERR_INVALID_OPTION;
         else
             mv.multi_version_disabled = 1;
-        pthread_mutex_unlock(&net.mu);
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return err;
     case 64: /* disable_local_client */
         err = no_param(value, value_length);
         if (err != 0)
             return err;
-        pthread_mutex_lock(&net.mu);
-        if (net.setup || mv.multi_version_disabled)
+        pthread_mutex_lock(&kvq__fdbc_net.mu);
+        if (kvq__fdbc_net.setup || mv.multi_version_disabled)
             err = FDB_ERR_INVALID_OPTION;
         else
             mv.local_client_disabled = 1;
-        pthread_mutex_unlock(&net.mu);
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return err;
     case 62: /* external_client_library */
     case 66: /* future_version_client_library (730) */
@@ -457,19 +458,19 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
     case 72: /* disable_client_bypass (730) */
         if (api < 730)
             break;
-        pthread_mutex_lock(&net.mu);
-        if (net.setup)
+        pthread_mutex_lock(&kvq__fdbc_net.mu);
+        if (kvq__fdbc_net.setup)
             err = FDB_ERR_INTERNAL_ERROR;
         else if (mv.multi_version_disabled)
             err = FDB_ERR_INVALID_OPTION;
         else
             mv.bypass_disabled = 1;
-        pthread_mutex_unlock(&net.mu);
+        pthread_mutex_unlock(&kvq__fdbc_net.mu);
         return err;
     default:
         break;
     }
-    complain("network option %d is not supported on a kvq directory", option);
+    kvq__fdbc_complain("network option %d is not supported on a kvq directory", option);
     return FDB_ERR_INVALID_OPTION;
 }
 
@@ -482,12 +483,12 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
                                     int value_length)
 {
     if (d == NULL)
-        misuse("fdb_database_set_option on a NULL database");
+        kvq__fdbc_misuse("fdb_database_set_option on a NULL database");
     if (value_length < 0)
         return FDB_ERR_INVALID_OPTION_VALUE;
-    pthread_mutex_lock(&net.mu);
-    int api = net.api;
-    pthread_mutex_unlock(&net.mu);
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    int api = kvq__fdbc_net.api;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
     switch (option) {
     case 10: /* location_cache_size */
         return int_param(value, value_length, 0, INT32_MAX, NULL);
@@ -529,7 +530,7 @@ fdb_error_t fdb_database_set_option(FDBDatabase *d, int option, const uint8_t *v
     case 503:
         break;
     default:
-        complain("database option %d is not supported on a kvq directory", option);
+        kvq__fdbc_complain("database option %d is not supported on a kvq directory", option);
         return FDB_ERR_INVALID_OPTION;
     }
     fdb_error_t err = tr_option_value(option, value, value_length);

@@ -4,7 +4,7 @@
  * idempotency.c, the high-contention pops in staging.c. */
 #include <string.h>
 
-#include "layers/layers_internal.h"
+#include "layers/queue/queue_internal.h"
 
 /* ---- open / close ------------------------------------------------------------------------ */
 

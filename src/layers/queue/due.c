@@ -1,11 +1,11 @@
-/* The work queue's upkeep: leases that ended go back to the queue (or to the dead letters), due
- * delayed items become ready, old settled-lease markers, dedup keys and age index entries are
- * pruned. A receive runs one pass when something is due; kvq_workq_recover runs passes until
+/* The upkeep of the states of a work queue's items (leases_internal.h): leases that ended go
+ * back to the queue (or to the dead letters), due delayed items become ready, old settled-lease
+ * markers, dedup keys and age index entries are pruned. Every reader of a durable or priority
+ * queue runs passes when something is due (kvq__q_due_gate); kvq_workq_recover runs passes until
  * none is left. */
 #include <string.h>
 
-#include "kvq/workq_batch.h"
-#include "layers/workq_internal.h"
+#include "layers/queue/leases_internal.h"
 
 #define SETTLED_WINDOW_BUCKETS 60
 #define BATCH_BUDGET           (2 * 1000 * 1000)
@@ -68,7 +68,7 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
             break;
         }
         if (kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
-            /* A batch lease (workq_batch_lease.c): its items, as far as the pass's budget goes. */
+            /* A batch lease (batch_lease.c): its items, as far as the pass's budget goes. */
             uint8_t bid[KVQ__WQ_BATCH_ID];
             memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, sizeof(bid));
             kvq_tuple_destroy(t);
@@ -309,9 +309,7 @@ static int pass_body(kvq_txn *txn, void *arg)
     return recover_pass(c->w, txn, c->prune, &c->moved, &c->more);
 }
 
-/* Passes, each a transaction that first looks again, while something is due; *out (may be NULL)
- * adds what they moved. */
-static int passes_while_due(kvq_workq *w, int prune, uint64_t *out)
+int kvq__wq_passes_while_due(kvq_workq *w, int prune, uint64_t *out)
 {
     pass_ctx p = { w, 0, 1, 1, prune };
     int rc = 0;
@@ -323,22 +321,10 @@ static int passes_while_due(kvq_workq *w, int prune, uint64_t *out)
     return rc;
 }
 
-int kvq_workq_ready_due(uint64_t *out, kvq_workq *w)
-{
-    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_ready_due");
-    if (rc != 0)
-        return rc;
-    if (out != NULL)
-        *out = 0;
-    /* What every reader does when it finds something due: a read-only look, and passes only
-     * while something is due. */
-    return passes_while_due(w, 1, out);
-}
-
 /* ---- every reader makes what is due ready first ------------------------------------------------
  */
 
-/* The passes of a reader that has no work-queue handle: a transient one over q, with the max
+/* The passes of a reader that has no work-queue handle: transient keys over q, with the max
  * deliveries of the work queue last opened over q, else of the named queue's settings, else 0
  * (an ended lease always goes back to the queue; a receiver that takes an item which has had its
  * deliveries moves it to the dead letters then, with its own settings). No pruning: the dedup
@@ -348,11 +334,12 @@ static int reader_passes(kvq_queue *q)
     kvq_workq_options o = KVQ_WORKQ_OPTIONS_INIT;
     int64_t md = __atomic_load_n(&q->wq_max_deliveries, __ATOMIC_RELAXED);
     o.max_deliveries = md >= 0 ? (uint32_t)md : q->is_named ? q->named.max_deliveries : 0;
-    kvq_workq *w = NULL;
-    int rc = kvq__wq_open(&w, q, &o);
+    kvq_workq w;
+    memset(&w, 0, sizeof(w));
+    int rc = kvq__wq_keys_init(&w, q, &o);
     if (rc == 0)
-        rc = passes_while_due(w, 0, NULL);
-    kvq_workq_close(w);
+        rc = kvq__wq_passes_while_due(&w, 0, NULL);
+    kvq__wq_keys_dispose(&w);
     return rc;
 }
 
@@ -367,7 +354,7 @@ int kvq__q_due_gate(kvq_queue *q, kvq_workq *w, kvq_txn *txn)
         rc = look_due(q, txn, w != NULL ? kvq__wq_expiry_bound(w, rv) : rv, rv, &due);
     if (rc != 0 || !due)
         return rc;
-    rc = w != NULL ? passes_while_due(w, 1, NULL) : reader_passes(q);
+    rc = w != NULL ? kvq__wq_passes_while_due(w, 1, NULL) : reader_passes(q);
     if (rc == KVQ_EPERM)
         return 0; /* a read-only database: read as it is stored */
     if (rc != 0)
@@ -383,15 +370,10 @@ static int tick_body(kvq_txn *txn, void *arg)
     return kvq__wq_counter_add(txn, &w->tick, 1);
 }
 
-int kvq_workq_recover(uint64_t *out, kvq_workq *w)
+int kvq__wq_recover_all(kvq_workq *w, uint64_t *out)
 {
-    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_recover");
-    if (rc != 0)
-        return rc;
-    if (out != NULL)
-        *out = 0;
     /* A tiny commit, so that the read versions below are the present on every engine. */
-    rc = kvq_db_transact(w->q->db, tick_body, w);
+    int rc = kvq_db_transact(w->q->db, tick_body, w);
     pass_ctx p = { w, 0, 1, 0, 1 };
     while (rc == 0 && p.more) {
         rc = kvq_db_transact(w->q->db, pass_body, &p);
