@@ -53,10 +53,10 @@ now() { date +%s.%N; }
 rate() { awk -v n="$JOBS" -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", n / (b - a) }'; }
 
 kvq_round() {
-    "$KVQ" --db "$DB" push q <"$T/jobs" >/dev/null
+    "$KVQ" --db "$URL" push q <"$T/jobs" >/dev/null
     local a b
     a=$(now)
-    "$KVQ" --db "$DB" consume q --workers "$WORKERS" --ack --drain --exec "$CMD" 2>"$T/err" || {
+    "$KVQ" --db "$URL" consume q --workers "$WORKERS" --ack --drain --exec "$CMD" 2>"$T/err" || {
         cat "$T/err" >&2
         exit 1
     }
