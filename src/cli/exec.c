@@ -53,6 +53,33 @@ static void keeper_on_signal(int sig)
 static pid_t shared_group; /* the anchor's pid: the commands' process group (0: none) */
 static pid_t shared_keeper;
 
+/* The shared keeper's handler: when kvq died, the commands' group goes and so does the keeper
+ * (it must not outlive kvq either: it would hold kvq's standard output open). */
+static void shared_keeper_on_signal(int sig)
+{
+    if (keeper_group <= 0)
+        return;
+    if (sig == SIGUSR1) {
+        kill(-keeper_group, SIGKILL);
+        _exit(0);
+    }
+    if (keeper_forward)
+        kill(-keeper_group, sig);
+}
+
+/* A helper keeps none of kvq's files, its standard ones included: a reader of kvq's output must
+ * see its end when kvq ends. */
+static void drop_files(void)
+{
+    int fd = open("/dev/null", O_RDWR);
+    if (fd >= 0) {
+        dup2(fd, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+    }
+    close_range(3, ~0U, 0);
+}
+
 /* The anchor, in the child of fork: leads the commands' group and waits; only SIGKILL (from
  * the keeper, or cli_exec_stop) ends it. Never returns. */
 static void anchor(pid_t parent)
@@ -68,7 +95,7 @@ static void anchor(pid_t parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(0);
-    close_range(3, ~0U, 0);
+    drop_files();
     for (;;)
         pause();
 }
@@ -80,7 +107,7 @@ static void shared_keeper_main(pid_t parent, pid_t group, int forward)
     keeper_group = group;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = keeper_on_signal;
+    sa.sa_handler = shared_keeper_on_signal;
     sigemptyset(&sa.sa_mask);
     int sigs[] = { SIGUSR1, SIGINT, SIGTERM, SIGHUP, SIGQUIT };
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
@@ -90,7 +117,7 @@ static void shared_keeper_main(pid_t parent, pid_t group, int forward)
         kill(-group, SIGKILL);
         _exit(0);
     }
-    close_range(3, ~0U, 0);
+    drop_files();
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

@@ -165,11 +165,15 @@ check "dlq redrive: back in the queue" bash -c "[ \"\$('$KVQ' --db '$DB' dlq red
 # A consumer killed mid-work: its item comes back after the lease, once.
 k create crash --lease 500
 k push crash survivor
-"$KVQ" --db "$DB" consume crash --ack --exec "cat > '$T/started'; sleep 30" 2>/dev/null &
+# Its standard error goes through a pipe to a reader that must see the pipe's end once kvq is
+# dead: nothing kvq started (the command, kvq's keeper of commands) may hold it open.
+"$KVQ" --db "$DB" consume crash --ack --exec "cat > '$T/started'; sleep 30" 2> >(cat >/dev/null; echo eof >"$T/crash.eof") &
 pk=$!
 for _ in $(seq 1 400); do [ -s "$T/started" ] && break; sleep 0.05; done
 kill -9 $pk; wait $pk 2>/dev/null
 check "killed consumer: the item was received" bash -c "grep -qx survivor '$T/started'"
+for _ in $(seq 1 200); do [ -s "$T/crash.eof" ] && break; sleep 0.05; done
+check "killed consumer: neither its command nor its keeper outlives it" bash -c "[ -s '$T/crash.eof' ]"
 sleep 0.8
 k consume crash --ack --drain >"$T/again" 2>/dev/null
 check "killed consumer: redelivered after the lease, once" bash -c "[ \"\$(cat '$T/again')\" = survivor ] && [ \"\$('$KVQ' --db '$DB' len crash)\" = 0 ]"
