@@ -152,9 +152,11 @@ typedef struct cli_exec_item {
     uint32_t deliveries; /* $KVQ_DELIVERIES */
     int worker;          /* $KVQ_WORKER */
 } cli_exec_item;
-/* Runs /bin/sh -c cmd with the item on its standard input, in a process group that is killed
- * if kvq dies (the helpers' shared one, else one of its own under a keeper of its own). 0 when it read the whole item and exited 0; else -1, with *status its
- * wait status (-1: not started) and *took_all whether it read the whole item. */
+/* Runs cmd (/bin/sh -c cmd, or its program directly when it is plain words) with the item on
+ * its standard input, in a process group that is killed if kvq dies (the helpers' shared one,
+ * else one of its own under a keeper of its own). 0 when it read the whole item and exited 0;
+ * else -1, with *status its wait status (-1: not started) and *took_all whether it read the
+ * whole item. */
 int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *took_all);
 /* Starts the helpers that keep consume's commands from outliving kvq (exec.c), from the main
  * thread (their parent-death signal follows the thread that forked them) before any command

@@ -108,8 +108,7 @@ static void crash_case(int at, const char *name, const uint32_t expect[ITEMS])
     assert_int_equal(waitpid(pid, &status, WUNTRACED), pid);
     if (at == AT_BEFORE || at == AT_INSIDE) {
         if (!WIFSTOPPED(status))
-            fail_msg("%s: the child did not stop at its crash point (status 0x%x)", name,
-                     status);
+            fail_msg("%s: the child did not stop at its crash point (status 0x%x)", name, status);
         kill(pid, SIGKILL);
         assert_int_equal(waitpid(pid, &status, 0), pid);
     }
