@@ -43,6 +43,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <sys/wait.h>
 
 #include "test_queue_common.h"
@@ -229,6 +231,10 @@ static int consume_one(kvq_db *db,
              l.deadline);
     int nack = 0;
     if (rng != NULL) {
+        if (kvq__rng_next(rng) % 150 == 0) {
+            log_line(fd, "P %s\n", id);
+            kill(getpid(), SIGSTOP); /* until the waker's next SIGCONT */
+        }
         uint64_t roll = kvq__rng_next(rng) % 1000;
         if ((int)roll < slow_permille) /* too slow: the ack must fail */
             kvq__sleep_us(LEASE_MS * 1000 + 50000 + (int64_t)(kvq__rng_next(rng) % 150000));
@@ -288,9 +294,32 @@ static void *consumer_thread(void *arg)
     return NULL;
 }
 
+/* Pauses: a consumer thread stops its whole process now and then (SIGSTOP, "P" logged first),
+ * as an operator's or a debugger's pause does; a waker process forked at the start sends it
+ * SIGCONT every WAKE_MS, so that a pause lasts up to that, often past the 300 ms lease. Its
+ * in-flight items are then delivered to others, and its late acks are refused. */
+#define WAKE_MS 450
+
+static void start_waker(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0)
+        return; /* no waker (fork failed): a paused consumer stays paused until it is killed */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) {
+        struct timespec ts = { 0, WAKE_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        if (getppid() != parent)
+            _exit(0);
+        kill(parent, SIGCONT);
+    }
+}
+
 static void
 consumer_main(const char *dir, kvq_queue_type type, uint32_t tag, unsigned wflags, uint64_t seed)
 {
+    start_waker();
     kvq_db *db = open_db(dir);
     kvq_queue *q;
     kvq_workq *w;
@@ -369,6 +398,7 @@ typedef struct history {
     delivery *d;
     size_t nd, capd;
     kt_ids inv, ok; /* producers' histories: pushes invoked, pushes returned */
+    size_t pauses;  /* consumers' pauses (SIGSTOP of their process) */
 } history;
 
 static int parse_hex16(uint8_t out[16], const char *s)
@@ -425,7 +455,9 @@ static void read_consumer_log(history *h, const char *path)
             break;
         if (cur == NULL || memcmp(lid, cur->lid, 16) != 0)
             fail_msg("%s: \"%s\" does not follow its receive", path, line);
-        if (line[0] == 'A')
+        if (line[0] == 'P')
+            h->pauses++;
+        else if (line[0] == 'A')
             cur->ack_invoked = 1;
         else if (line[0] == 'N')
             cur->nack_invoked = 1;
@@ -803,12 +835,12 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
            "explained_killed=%zu explained_late_ack=%zu explained_nacked=%zu explained_unlogged=%zu "
            "late_acks=%zu "
            "ack_info=%zu ack_recovered=%zu drained=%zu lost=%zu unexpected=%zu unexplained=%zu "
-           "counts_disagreeing=%zu broken_engine=%s seed=%" PRIu64 "\n",
+           "counts_disagreeing=%zu pauses=%zu broken_engine=%s seed=%" PRIu64 "\n",
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.push_recovered,
            r.deliveries, r.items, r.consumer_acks, r.redelivered, r.explained, r.ex_killed,
            r.ex_late, r.ex_nacked, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
-           r.unexpected, r.unexplained, r.count_mismatch, wflags ? "workq_ignore_leases" : "no",
-           kt_seed());
+           r.unexpected, r.unexplained, r.count_mismatch, h.pauses,
+           wflags ? "workq_ignore_leases" : "no", kt_seed());
     fflush(stdout);
     free(h.d);
     kt_ids_free(&h.inv);
