@@ -125,8 +125,10 @@ static const cli_cmd commands[] = {
       "list the dead letters, move them back to the queue, or delete them", NULL, cmd_dlq },
     { "consume", "NAME [--workers N] [--exec CMD [--raw]] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
       "hand each item to standard output or a command, at least once (durable and priority queues)",
-      "  --workers N  consumer threads (default 1)\n"
-      "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
+      "  --workers N  consumer threads (default 1); with --exec, commands run at once\n"
+      "               (at least once, each worker also has its next item in hand)\n"
+      "  --exec CMD   run CMD (with /bin/sh, or directly when it is a program and plain\n"
+      "               words) for each item, the item on its standard input\n"
       "               as pop prints it (the value, then a newline), with $KVQ_QUEUE,\n"
       "               $KVQ_DELIVERIES, $KVQ_LEASE (its token), $KVQ_WORKER and $KVQ_DB set; it\n"
       "               never outlives kvq (killed with it, even by SIGKILL)\n"

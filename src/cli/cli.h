@@ -182,10 +182,19 @@ typedef struct cli_exec_item {
     uint32_t deliveries; /* $KVQ_DELIVERIES */
     int worker;          /* $KVQ_WORKER */
 } cli_exec_item;
-/* Runs /bin/sh -c cmd with the item on its standard input, in a process group of its own that
- * is killed if kvq dies. 0 when it read the whole item and exited 0; else -1, with *status its
- * wait status (-1: not started) and *took_all whether it read the whole item. */
+/* Runs cmd (/bin/sh -c cmd, or its program directly when it is plain words) with the item on
+ * its standard input, in a process group that is killed if kvq dies (the helpers' shared one,
+ * else one of its own under a keeper of its own). 0 when it read the whole item and exited 0;
+ * else -1, with *status its wait status (-1: not started) and *took_all whether it read the
+ * whole item. */
 int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *took_all);
+/* Starts the helpers that keep consume's commands from outliving kvq (exec.c), from the main
+ * thread (their parent-death signal follows the thread that forked them) before any command
+ * runs; forward_signals: SIGINT/SIGTERM/SIGHUP/SIGQUIT of kvq's group reach the commands. 0, or
+ * -1 (then each command gets a keeper of its own, the slower way). */
+int cli_exec_start(int forward_signals);
+/* Stops them, once no command runs. */
+void cli_exec_stop(void);
 /* "exited with status 3", "was killed by signal 9 (Killed)"... */
 void cli_exec_describe(int status, int took_all, char *buf, size_t cap);
 
