@@ -11,7 +11,7 @@ set -euo pipefail
 # --no-install-recommends below would otherwise leave out.
 # python3: the command-line tests parse its --json output with it.
 pkgs=(cmake make gcc clang libclang-rt-dev pkg-config libsqlite3-dev libcmocka-dev strace valgrind
-      python3)
+      python3 python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,7 +11,9 @@
  *
  * The work-queue row (kvq-workq) pushes as the durable queue's does and consumes as an
  * at-least-once consumer: kvq_workq_receive_many then kvq_workq_ack_many, two transactions per
- * batch (kvq_workq_receive and kvq_workq_ack for one message).
+ * batch; one message at a time, as the consumer runtime does (issue 30 item 5), the ack of the
+ * message handed over last rides in the transaction of the next receive (kvq_workq_ack_txn with
+ * kvq_workq_receive_txn): one transaction per message, the ack alone when nothing is ready.
  *
  * Every row runs on both storages of the embedded engine: the SQLite storage (a plain path,
  * the default) and the log store (the kvq-log rows: a "log:" URL). qb_kvq_memory measures the
@@ -83,6 +85,8 @@ typedef struct kq_conn {
     kvq_bytes *views;
     kvq_workq_lease *leases;
     size_t cap;
+    int pending; /* done: the lease of the message handed over last, not yet acked */
+    kvq_workq_lease done;
 } kq_conn;
 
 static int kq_fail(const char *what, int rc)
@@ -251,6 +255,56 @@ static int take(uint8_t *dst, const kvq_buf *b, size_t size)
     return 0;
 }
 
+/* One message: ack the pending lease and receive the next in one transaction. */
+typedef struct ackrecv {
+    kq_conn *c;
+    kvq_bytes got;
+    int empty, maybe;
+} ackrecv;
+
+static int ackrecv_body(kvq_txn *txn, void *arg)
+{
+    ackrecv *a = arg;
+    kq_conn *c = a->c;
+    a->empty = 0;
+    int rc = kvq_workq_ack_txn(c->s->w, txn, &c->done);
+    if (rc == KVQ_ELEASE_SETTLED && a->maybe)
+        rc = 0; /* an attempt that reported 1021 had committed it */
+    if (rc != 0)
+        return rc;
+    rc = kvq_workq_receive_txn(&a->got, &c->leases[0], c->s->w, txn, 0);
+    if (rc == KVQ_ENOTFOUND) {
+        a->empty = 1; /* the ack alone */
+        return 0;
+    }
+    if (rc == 0) {
+        c->bufs[0].len = 0;
+        if (kvq_buf_append(&c->bufs[0], a->got.data, a->got.len) != 0)
+            rc = KVQ_ENOMEM;
+    }
+    return rc;
+}
+
+static int ack_receive(kq_conn *c)
+{
+    ackrecv a = { c, { NULL, 0 }, 0, 0 };
+    kvq_txn *txn;
+    int rc = kvq_txn_create(&txn, c->s->db);
+    for (; rc == 0;) {
+        rc = ackrecv_body(txn, &a);
+        if (rc == 0)
+            rc = kvq_txn_commit(txn);
+        if (rc == 0)
+            break;
+        if (kvq_error_maybe_committed(rc))
+            a.maybe = 1;
+        rc = kvq_txn_on_error(txn, rc);
+    }
+    kvq_txn_destroy(txn);
+    c->pending = 0;
+    return rc == 0 && a.empty ? KVQ_ENOTFOUND : rc;
+}
+
 /* The work-queue row: up to max items received in one transaction (a lease each), then acked
  * in one transaction, as an at-least-once consumer of small jobs does; an empty queue is waited
  * on with the long poll (one item, then acked). */
@@ -259,8 +313,9 @@ static int wq_pop_batch(kq_conn *c, uint8_t *buf, size_t size, size_t max, size_
 {
     kvq_workq *w = c->s->w;
     size_t n = 0;
-    int rc = max == 1 ? kvq_workq_receive(&c->bufs[0], &c->leases[0], w, 0)
-                      : kvq_workq_receive_many(c->bufs, c->leases, &n, w, max, 0);
+    int rc = max == 1 && c->pending ? ack_receive(c)
+             : max == 1             ? kvq_workq_receive(&c->bufs[0], &c->leases[0], w, 0)
+                                    : kvq_workq_receive_many(c->bufs, c->leases, &n, w, max, 0);
     if (max == 1 && rc == 0)
         n = 1;
     if (rc == KVQ_ENOTFOUND && wait_ms > 0) {
@@ -274,6 +329,13 @@ static int wq_pop_batch(kq_conn *c, uint8_t *buf, size_t size, size_t max, size_
     for (size_t i = 0; i < n; i++)
         if (take(buf + i * size, &c->bufs[i], size) != 0)
             return QB_FAIL;
+    if (max == 1 && n == 1) {
+        /* Acked with the next receive (or at disconnect). */
+        c->done = c->leases[0];
+        c->pending = 1;
+        *got = 1;
+        return 0;
+    }
     rc = n == 1 ? kvq_workq_ack(w, &c->leases[0]) : kvq_workq_ack_many(NULL, w, c->leases, n);
     if (rc != 0)
         return kq_fail("ack", rc);
@@ -338,6 +400,8 @@ static void kq_disconnect(qb_conn *qc)
     kq_conn *c = (kq_conn *)qc;
     if (c == NULL)
         return;
+    if (c->pending && kvq_workq_ack(c->s->w, &c->done) != 0)
+        (void)kq_fail("ack", kvq_last_error_code());
     kq_release(c->s);
     for (size_t i = 0; i < c->cap; i++)
         kvq_buf_dispose(&c->bufs[i]);

@@ -2,9 +2,13 @@
  * @file kvq/db.h
  * @brief Databases and transactions: FoundationDB's transaction model on every engine.
  *
- * A kvq_db is opened from a URL: a directory path selects the embedded engine (SQLite
- * underneath), `fdb:` or `fdb:/path/to/fdb.cluster` a FoundationDB cluster. Everything below
- * behaves the same on both.
+ * A kvq_db is opened from a URL: a directory path selects the embedded engine, `fdb:` or
+ * `fdb:/path/to/fdb.cluster` a FoundationDB cluster. Everything below behaves the same on both.
+ * The embedded engine has two storages (docs/engine.md, docs/logstore.md): SQLite, the default,
+ * and the log store, chosen for a new database by the URL `log:/path/to/dir` or by the
+ * environment variable `KVQ_STORAGE=log`; an existing database is opened with the storage it was
+ * made with, whatever the URL's prefix or the variable say (a SQLite database opened as `log:`
+ * is refused, never converted).
  *
  * Transactions read at one read version (taken at their first read) and see their own writes.
  * Writes are buffered and applied atomically at commit. A commit fails with KVQ_ENOT_COMMITTED
@@ -85,7 +89,8 @@ typedef struct kvq_db_options {
  * Opens (creating if needed) a database.
  *
  * @param[out] out   the handle; NULL on failure
- * @param[in]  url   a directory path (embedded engine) or `fdb:[cluster-file]`; NULL means
+ * @param[in]  url   a directory path (embedded engine; `log:DIR` makes a new database a log
+ *                   store, as `$KVQ_STORAGE=log` does) or `fdb:[cluster-file]`; NULL means
  *                   `$KVQ_DB` or else `./kvq-data`
  * @param[in]  opts  options, or NULL for the defaults
  * @return 0; KVQ_EINVAL (bad argument or option); KVQ_ENOTFOUND (missing and KVQ_DB_NO_CREATE);

@@ -104,6 +104,12 @@ enum {
      * in-flight item to the queue, whether its lease has ended or not: an item is delivered
      * again while a consumer still holds a valid lease on it. */
     KVQ_WORKQ_TEST_IGNORE_LEASES = 1u << 0,
+    /** Crash points of the leased consumer runtime, whose worker acks its finished item in the
+     * transaction of its next receive: the process stops itself with SIGSTOP just before that
+     * transaction's commit, or just after it committed (before the worker learns of it), so
+     * that a test can kill it there. */
+    KVQ_WORKQ_TEST_STOP_BEFORE_ACK_RECEIVE = 1u << 1,
+    KVQ_WORKQ_TEST_STOP_AFTER_ACK_RECEIVE = 1u << 2,
 };
 
 /** Sets a work queue handle's KVQ_WORKQ_TEST_* flags (0 clears them). Call it before the handle

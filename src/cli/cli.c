@@ -1,4 +1,5 @@
 /* The kvq command: the command table, global options and the dispatch to a command. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -38,23 +39,36 @@ static const cli_cmd commands[] = {
       "  -0            standard input holds NUL-terminated values (values with newlines)\n"
       "values: up to 100,000 bytes each. Lines end at \\n (a \\r before it is kept). Lines\n"
       "are committed 100 per transaction; SIGINT or SIGTERM commits what was read, then exits\n"
-      "130 or 143. On a failure nothing after the failed value is pushed, and the message says\n"
+      "130 or 143 (a last line cut by the signal, with no newline, is not pushed; its size is\n"
+      "said). On a failure nothing after the failed value is pushed, and the message says\n"
       "how many were pushed before it, N (tail -n +N+1 resumes at the failed one).\n",
       cmd_push },
-    { "pop", "NAME [-n K] [--max]", "pop up to K items (default 1) and print them",
-      "  -n K         pop up to K items (1,000 per transaction; with --max, one)\n"
-      "  --max        priority queues: pop the highest priority (default: the lowest)\n",
+    { "pop", "NAME [-n K] [--max] [--tuple]", "pop up to K items (default 1) and print them",
+      "  -n K         pop up to K items, K from 1 to 100,000 (1,000 per transaction; with\n"
+      "               --max, one)\n"
+      "  --max        priority queues: pop the highest priority (default: the lowest)\n"
+      "  --tuple      print each value decoded as the packed tuple it holds (FoundationDB's\n"
+      "               recipes pack theirs): (\"a\", 1); b\"...\" for a value that is not one\n"
+      "a pop is destructive, at most once: an item written is gone from the queue, whatever\n"
+      "the reader does with it. To a pipe, pop waits until the reader has read what it wrote;\n"
+      "when the reader goes away first, or a write fails, pop says how many popped items were\n"
+      "lost and exits 141. A reader that read items and threw them away (head -1 reads\n"
+      "kilobytes at once) cannot be seen. To feed another program at least once, use receive\n"
+      "and ack, or consume (which acks an item once its reader has read it).\n",
       cmd_pop },
-    { "peek", "NAME [--max]", "print the next item without popping it",
-      "  --max        priority queues: the highest priority\n", cmd_peek },
+    { "peek", "NAME [--max] [--tuple]", "print the next item without popping it",
+      "  --max        priority queues: the highest priority\n"
+      "  --tuple      the value decoded as a packed tuple (as pop --tuple)\n",
+      cmd_peek },
     { "len", "NAME", "print the number of items", NULL, cmd_len },
-    { "list", "NAME [--limit N | --in-flight | --delayed]",
+    { "list", "NAME [--limit N | --in-flight | --delayed] [--tuple]",
       "print the items in order without popping them (or those in flight, or delayed)",
       "  --limit N      at most N items\n"
       "  --in-flight    the leased items, the lease ending soonest first: TOKEN, seconds until\n"
       "                 the lease ends, deliveries, value (ack or nack the TOKEN to settle it)\n"
       "  --delayed      the delayed items, due soonest first: seconds until due, deliveries,\n"
-      "                 value\n",
+      "                 value\n"
+      "  --tuple        the values decoded as packed tuples (as pop --tuple)\n",
       cmd_list },
     { "clear", "NAME", "remove every item, whatever its state; print how many (the queue stays)",
       "  ready, in flight (their leases end), delayed and dead items alike; stats counts them\n"
@@ -95,10 +109,13 @@ static const cli_cmd commands[] = {
     { "check", "", "read and verify every key and value, and each queue's counters",
       "  exit 0 when all is well; 3 on damage, naming it, with what to do (docs/errors.md)\n",
       cmd_check },
-    { "export", "NAME", "print the ready items as JSON lines, in queue order (for kvq import)",
+    { "export", "NAME [--tuple]",
+      "print the ready items as JSON lines, in queue order (for kvq import)",
       "  each line: {\"value\": V} (and \"priority\": P on a priority queue); V is a string,\n"
       "  or {\"base64\": ...} for a value that is not UTF-8. Items in flight, delayed or dead\n"
-      "  are not exported. The count goes to standard error.\n",
+      "  are not exported. The count goes to standard error.\n"
+      "  --tuple  each line also holds \"tuple\": the value decoded as a packed tuple, as\n"
+      "           text (as pop --tuple), or null; import takes the value and ignores it\n",
       cmd_export },
     { "import", "NAME", "push the JSON lines of kvq export (standard input), in order",
       "  each item pushed exactly once, one transaction each; on a bad line nothing after it\n"
@@ -108,8 +125,10 @@ static const cli_cmd commands[] = {
       "list the dead letters, move them back to the queue, or delete them", NULL, cmd_dlq },
     { "consume", "NAME [--workers N] [--exec CMD [--raw]] [--drain] [--nack-delay MS] [--at-most-once [--batch K]]",
       "hand each item to standard output or a command, at least once (durable and priority queues)",
-      "  --workers N  consumer threads (default 1)\n"
-      "  --exec CMD   run CMD (with /bin/sh) for each item, the item on its standard input\n"
+      "  --workers N  consumer threads (default 1); with --exec, commands run at once\n"
+      "               (at least once, each worker also has its next item in hand)\n"
+      "  --exec CMD   run CMD (with /bin/sh, or directly when it is a program and plain\n"
+      "               words) for each item, the item on its standard input\n"
       "               as pop prints it (the value, then a newline), with $KVQ_QUEUE,\n"
       "               $KVQ_DELIVERIES, $KVQ_LEASE (its token), $KVQ_WORKER and $KVQ_DB set; it\n"
       "               never outlives kvq (killed with it, even by SIGKILL)\n"
@@ -162,7 +181,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvq [--db URL] [--json] [-0] [--read-only] COMMAND [ARGS...]\n"
                "       kvq --help | --version | COMMAND --help\n\n"
                "Durable, transactional queues. URL is a directory (the embedded engine; default\n"
-               "$KVQ_DB or ./kvq-data) or fdb:[cluster-file].\n\ncommands:\n");
+               "$KVQ_DB or ./kvq-data), log:DIR (a new database made with the log store, as\n"
+               "with KVQ_STORAGE=log; an existing one keeps its storage) or fdb:[cluster-file].\n"
+               "\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nexit codes: 0 ok, 1 empty queue (or timed out), 2 usage, 3 database or I/O error,\n"
@@ -266,6 +287,8 @@ int cli_main(cli *c, int argc, char **argv)
     int rc = cmd->run(c, argc - i, argv + i);
     kvq_db_close(c->db);
     c->db = NULL;
+    free(c->undo_dir); /* a create that succeeded keeps what it made */
+    c->undo_dir = NULL;
     if (fflush(stdout) != 0 && rc == 0)
         rc = EXIT_DB;
     return rc;

@@ -28,7 +28,11 @@ typedef struct cli {
     int read_only; /* --read-only: the database is opened read-only (writes fail) */
     int nul;       /* -0: values end with NUL (input and output) instead of a newline */
     int create_db; /* cli_open may create the database (create, demo, bench); else never */
+    int tuple;     /* --tuple (pop, peek, list, export): values decoded as packed tuples */
     kvq_db *db;
+    int fresh_db;      /* create: no database was there (no directory, or an empty one) */
+    char *undo_dir;    /* create: the highest directory it made (removed if the create fails) */
+    int undo_keep_top; /* create: undo_dir was there, empty: only what it holds goes */
     /* Test-only (the argument fuzzer): stop where the database would be opened, cli_open
      * returning CLI_PARSED, so that only the parsing of the command line runs. */
     int parse_only;
@@ -45,8 +49,16 @@ typedef struct cli_cmd {
     int (*run)(cli *c, int argc, char **argv);
 } cli_cmd;
 
-/* Opens the database on first use; prints the error and returns an exit code on failure. */
+/* Opens the database on first use; prints the error and returns an exit code on failure. With
+ * create_db, a new database's missing parent directories are made too, and a failed open
+ * removes what it made. */
 int cli_open(cli *c);
+/* A create that failed after the open: closes the database and removes the directories the
+ * open made (nothing when the database existed). */
+void cli_create_undo(cli *c);
+/* The storage the messages of a full disk speak of (report.c). */
+enum { CLI_STORAGE_NONE, CLI_STORAGE_SQLITE, CLI_STORAGE_LOG };
+void cli_set_storage(int storage);
 /* Prints "kvq: <what>: <message>" for a kvq error and returns the matching exit code (with
  * --json, also the error as one JSON value on standard output). */
 int cli_fail(int rc, const char *what);
@@ -86,12 +98,25 @@ size_t cli_utf8_len(const uint8_t *p, size_t n);
 /* Whether standard output has lost its reader (a pipe or socket nobody reads any more, as after
  * `kvq pop q -n 5000 | head -1`). */
 int cli_stdout_reader_gone(void);
+/* Whether standard output is a pipe; the bytes written to it that its reader has not read yet
+ * (FIONREAD, which also works once the reader is gone; -1: cannot tell). */
+int cli_stdout_is_pipe(void);
+long cli_stdout_unread(void);
 /* Values end with this (a newline, or NUL with -0). */
 void cli_set_value_end(char end);
 /* Writes a message with its control bytes escaped (a terminal never gets them raw). */
 void cli_put_text(FILE *f, const char *s);
 /* Writes a value as it is, then a newline (a NUL with -0). */
 void cli_print_value(FILE *f, const uint8_t *p, size_t n);
+/* --tuple: a value decoded as the packed tuple it holds (FoundationDB's recipes pack theirs):
+ * the tuple's text, ("a", 1), then a newline (a NUL with -0); a value that is not a packed
+ * tuple as b"..." with its bytes escaped. cli_json_tuple: {"tuple": TEXT}, or {"value": V} for
+ * a value that is not one. cli_tuple_text: the text alone in out (1: a tuple, 0: b"...",
+ * -1: out of memory). cli_tuple_report: says on standard error how many values were not. */
+void cli_print_tuple(FILE *f, const uint8_t *p, size_t n);
+void cli_json_tuple(FILE *f, const uint8_t *p, size_t n);
+int cli_tuple_text(kvq_buf *out, const uint8_t *p, size_t n);
+void cli_tuple_report(const char *cmd);
 
 /* A queue type's name as the command writes and reads it (fifo, priority, durable; "none" for
  * another value); cli_type_parse: 0, or KVQ_EINVAL. Named queues themselves are the library's
@@ -121,8 +146,10 @@ typedef struct cli_reader {
     uint8_t *buf;
     size_t len, cap, start;
     int eof;
-    long records; /* records returned so far (the one just returned included) */
+    long records;   /* records returned so far (the one just returned included) */
     size_t partial; /* CLI_READ_SIGNAL: bytes of an unterminated record left unread */
+    int stopping;   /* a stop signal came: what the input held then is read, no more */
+    size_t drain;   /* stopping: bytes still to read */
 } cli_reader;
 enum {
     CLI_READ_RECORD = 0, /* *out: the record without its terminator, valid until the next call */
@@ -132,6 +159,9 @@ enum {
     CLI_READ_TOO_LONG, /* a record over KVQ_MAX_VALUE_SIZE bytes (*out: its start) */
     CLI_READ_ERROR,    /* read(2) failed (errno) */
 };
+/* After a stop signal, the most a reader reads of what the input holds (a pipe holds 64 KiB;
+ * a file would give all it has left). */
+#define CLI_READ_DRAIN_MAX (1u << 20)
 void cli_reader_init(cli_reader *r, int fd, char delim, cli_stop_signals *sigs);
 /* The next record, waiting up to wait_ms (-1: no limit) for input. */
 int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out);
@@ -152,10 +182,19 @@ typedef struct cli_exec_item {
     uint32_t deliveries; /* $KVQ_DELIVERIES */
     int worker;          /* $KVQ_WORKER */
 } cli_exec_item;
-/* Runs /bin/sh -c cmd with the item on its standard input, in a process group of its own that
- * is killed if kvq dies. 0 when it read the whole item and exited 0; else -1, with *status its
- * wait status (-1: not started) and *took_all whether it read the whole item. */
+/* Runs cmd (/bin/sh -c cmd, or its program directly when it is plain words) with the item on
+ * its standard input, in a process group that is killed if kvq dies (the helpers' shared one,
+ * else one of its own under a keeper of its own). 0 when it read the whole item and exited 0;
+ * else -1, with *status its wait status (-1: not started) and *took_all whether it read the
+ * whole item. */
 int cli_exec_run(const char *cmd, const cli_exec_item *it, int *status, int *took_all);
+/* Starts the helpers that keep consume's commands from outliving kvq (exec.c), from the main
+ * thread (their parent-death signal follows the thread that forked them) before any command
+ * runs; forward_signals: SIGINT/SIGTERM/SIGHUP/SIGQUIT of kvq's group reach the commands. 0, or
+ * -1 (then each command gets a keeper of its own, the slower way). */
+int cli_exec_start(int forward_signals);
+/* Stops them, once no command runs. */
+void cli_exec_stop(void);
 /* "exited with status 3", "was killed by signal 9 (Killed)"... */
 void cli_exec_describe(int status, int took_all, char *buf, size_t cap);
 

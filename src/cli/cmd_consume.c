@@ -108,8 +108,60 @@ typedef struct leased_ctx {
     int stop;     /* atomic: set on SIGINT/SIGTERM (cuts a wait for the pipe's reader short) */
     int out_gone; /* atomic: standard output was closed */
     int pipe;     /* standard output is a pipe */
+    uint32_t max_deliveries; /* the queue's: a nack of such a delivery dead-letters it (0: never) */
+    uint64_t dead;           /* atomic: failed items that went to the dead letters */
     pthread_mutex_t out_mu;
+    /* --exec: how many more commands may start now (of --workers), guarded by run_mu. */
+    pthread_mutex_t run_mu;
+    pthread_cond_t run_cv;
+    int run_free;
+    unsigned char *run_busy; /* per command slot (--workers of them): a command runs there */
+    int run_slots;
 } leased_ctx;
+
+/* consume --exec --workers N runs at most N commands at once, as xargs -P N does, with 2N
+ * workers of the library's consumer: while N commands run, the other workers' commits (the ack
+ * of their last item, with the receive of their next) are under way, so that a command seldom
+ * waits for a sync before it starts (issue 32 item 10). Each worker holds one item; one that
+ * waits here for its turn holds its lease (extended by the heartbeat like any other). Returns
+ * 0 once the caller may start its command, or -1 when consume is stopping (signal, closed
+ * output): the item goes back unread. */
+static int run_take(leased_ctx *x, int *slot)
+{
+    pthread_mutex_lock(&x->run_mu);
+    while (x->run_free == 0 && !__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&x->out_gone, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&x->run_cv, &x->run_mu);
+    int ok = !__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE) &&
+             !__atomic_load_n(&x->out_gone, __ATOMIC_ACQUIRE);
+    if (ok) {
+        x->run_free--;
+        /* The command's number ($KVQ_WORKER): a slot no other running command has. */
+        *slot = 0;
+        while (*slot < x->run_slots - 1 && x->run_busy[*slot])
+            (*slot)++;
+        x->run_busy[*slot] = 1;
+    }
+    pthread_mutex_unlock(&x->run_mu);
+    return ok ? 0 : -1;
+}
+
+static void run_give(leased_ctx *x, int slot)
+{
+    pthread_mutex_lock(&x->run_mu);
+    x->run_busy[slot] = 0;
+    x->run_free++;
+    pthread_cond_signal(&x->run_cv);
+    pthread_mutex_unlock(&x->run_mu);
+}
+
+/* Wakes the workers waiting for their turn (consume is stopping). */
+static void run_wake_all(leased_ctx *x)
+{
+    pthread_mutex_lock(&x->run_mu);
+    pthread_cond_broadcast(&x->run_cv);
+    pthread_mutex_unlock(&x->run_mu);
+}
 
 /* Whether standard output is a pipe (then an item counts as handed over once the reader has
  * read it, not once it is written: a reader that exits, as head does, leaves unread bytes). */
@@ -154,6 +206,14 @@ static int print_leased(leased_ctx *x, kvq_bytes v)
     return rc;
 }
 
+/* A count as text, in a static buffer per thread (for one message at a time). */
+static const char *u32_text(uint32_t v)
+{
+    static _Thread_local char buf[16];
+    snprintf(buf, sizeof(buf), "%u", v);
+    return buf;
+}
+
 /* Whether kvq itself is stopping on SIGINT/SIGTERM (the main thread takes the signal, perhaps a
  * moment after the command it also reached has died): looks for up to 200ms. */
 static int stop_coming(leased_ctx *x)
@@ -178,10 +238,14 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
     if (x->exec != NULL) {
         char tok[KVQ_WORKQ_TOKEN_LEN + 1];
         cli_token_format(lease, tok);
+        int status, took_all;
+        if (run_take(x, &worker) != 0)
+            return KVQ_WORKQ_RELEASE;
         cli_exec_item it = { v, x->c->nul ? '\0' : '\n', x->raw, 1, x->name, tok,
                              x->c->db_url, lease->deliveries, worker };
-        int status, took_all;
-        if (cli_exec_run(x->exec, &it, &status, &took_all) == 0)
+        int ran = cli_exec_run(x->exec, &it, &status, &took_all);
+        run_give(x, worker);
+        if (ran == 0)
             return KVQ_WORKQ_ACK;
         int sig = status != -1 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         /* A command that failed because kvq's standard output lost its reader, or that was
@@ -190,15 +254,26 @@ static int leased_item(kvq_bytes v, const kvq_workq_lease *lease, int worker, vo
         if (cli_stdout_reader_gone()) {
             if (!__atomic_exchange_n(&x->out_gone, 1, __ATOMIC_ACQ_REL))
                 fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+            run_wake_all(x);
             return KVQ_WORKQ_RELEASE;
         }
         if ((sig == SIGINT || sig == SIGTERM) && stop_coming(x))
             return KVQ_WORKQ_RELEASE;
         char how[160];
         cli_exec_describe(status, took_all, how, sizeof(how));
-        fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
-                        "deliveries so far)\n",
-                worker, how, lease->deliveries);
+        /* The nack of a delivery that reached the queue's max moves the item to the dead
+         * letters (kvq_workq_nack): say so, rather than that it goes back. */
+        if (x->max_deliveries > 0 && lease->deliveries >= x->max_deliveries) {
+            __atomic_add_fetch(&x->dead, 1, __ATOMIC_ACQ_REL);
+            fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes to the dead "
+                            "letters (%u deliveries, the queue's max; see kvq dlq list %s)\n",
+                    worker, how, lease->deliveries, x->name);
+        } else {
+            fprintf(stderr, "kvq consume: worker %d: the command %s; its item goes back (%u "
+                            "of %s deliveries so far)\n",
+                    worker, how, lease->deliveries,
+                    x->max_deliveries > 0 ? u32_text(x->max_deliveries) : "unlimited");
+        }
         return KVQ_WORKQ_NACK;
     }
     if (print_leased(x, v) == 0)
@@ -214,7 +289,8 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
                           int drain, int64_t nack_delay_ms, const sigset_t *sigs,
                           const char *name, int raw)
 {
-    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw };
+    leased_ctx x = { .c = c, .exec = exec, .name = name, .raw = raw,
+                     .max_deliveries = info->max_deliveries };
     int stopped_by = 0;
     kvq_workq *w;
     int err = cli_queue_workq(q, info, &w);
@@ -224,15 +300,33 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
         return cli_fail(err, "cannot open the work queue");
     x.pipe = exec == NULL && stdout_is_pipe();
     pthread_mutex_init(&x.out_mu, NULL);
+    pthread_mutex_init(&x.run_mu, NULL);
+    pthread_cond_init(&x.run_cv, NULL);
+    x.run_free = x.run_slots = workers;
+    x.run_busy = calloc((size_t)workers, 1);
+    if (x.run_busy == NULL) {
+        pthread_mutex_destroy(&x.out_mu);
+        pthread_mutex_destroy(&x.run_mu);
+        pthread_cond_destroy(&x.run_cv);
+        return cli_fail(KVQ_ENOMEM, "out of memory");
+    }
     kvq_workq_consumer_options o = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
-    o.workers = workers;
+    o.workers = exec != NULL && workers <= 512 ? 2 * workers : workers;
     o.lease_ms = info->lease_ms > 0 ? info->lease_ms : 30000;
     o.nack_delay_ms = nack_delay_ms;
     o.drain = drain;
+    /* The commands' keeper, forked by this (the main) thread before any worker runs; without
+     * it each command gets a keeper of its own. At least once: Ctrl-C reaches the commands. */
+    if (exec != NULL)
+        (void)cli_exec_start(1);
     kvq_workq_consumer *cons;
     err = kvq_workq_consumer_start(&cons, w, leased_item, &x, &o);
     if (err != 0) {
+        cli_exec_stop();
         pthread_mutex_destroy(&x.out_mu);
+        pthread_mutex_destroy(&x.run_mu);
+        pthread_cond_destroy(&x.run_cv);
+        free(x.run_busy);
         return cli_fail(err, "cannot start the workers");
     }
     while (!kvq_workq_consumer_finished(cons)) {
@@ -241,21 +335,33 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
         if (sig == SIGINT || sig == SIGTERM) {
             stopped_by = sig;
             __atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
+            run_wake_all(&x);
             fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
             kvq_workq_consumer_stop(cons);
             break;
         }
     }
     err = kvq_workq_consumer_join(cons);
+    cli_exec_stop();
     kvq_workq_consumer_stats s;
     (void)kvq_workq_consumer_get_stats(&s, cons);
     kvq_workq_consumer_destroy(cons);
     pthread_mutex_destroy(&x.out_mu);
+    pthread_mutex_destroy(&x.run_mu);
+    pthread_cond_destroy(&x.run_cv);
+    free(x.run_busy);
+    /* A nack that found the lease ended first is counted in lost_leases, not in nacked: the
+     * dead letters counted here are those of nacks that went through. */
+    uint64_t dead = __atomic_load_n(&x.dead, __ATOMIC_ACQUIRE);
+    if (dead > s.nacked)
+        dead = s.nacked;
     fprintf(stderr,
-            "kvq consume: %llu items acked, %llu given back after a failed command, %llu leases "
-            "lost to expiry, %llu given back unread\n",
-            (unsigned long long)s.acked, (unsigned long long)s.nacked,
-            (unsigned long long)s.lost_leases, (unsigned long long)s.released);
+            "kvq consume: %llu items acked, %llu given back after a failed command, %llu moved "
+            "to the dead letters after a failed command, %llu leases lost to expiry, %llu given "
+            "back unread\n",
+            (unsigned long long)s.acked, (unsigned long long)(s.nacked - dead),
+            (unsigned long long)dead, (unsigned long long)s.lost_leases,
+            (unsigned long long)s.released);
     if (err != 0)
         return cli_fail(err, "consume stopped");
     if (s.nacked > 0)
@@ -369,9 +475,13 @@ int cmd_consume(cli *c, int argc, char **argv)
     consume_ctx ctx = { .c = c, .exec = exec, .name = name, .raw = raw };
     int stopped_by = 0;
     pthread_mutex_init(&ctx.out_mu, NULL);
+    /* At most once: a Ctrl-C lets the commands finish (their items were popped). */
+    if (exec != NULL)
+        (void)cli_exec_start(0);
     kvq_consumer *cons;
     err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &o);
     if (err != 0) {
+        cli_exec_stop();
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         cli_queue_close(q);
         return cli_fail(err, "cannot start the consumers");
@@ -406,6 +516,7 @@ int cmd_consume(cli *c, int argc, char **argv)
         }
     }
     err = kvq_consumer_join(cons);
+    cli_exec_stop();
     kvq_consumer_stats s;
     (void)kvq_consumer_get_stats(&s, cons);
     kvq_consumer_destroy(cons);

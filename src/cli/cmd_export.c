@@ -15,6 +15,8 @@ typedef struct export_ctx {
     kvq_queue_type type;
     long n;
     int out_errno;
+    int tuple; /* --tuple: "tuple": the value decoded as a packed tuple (text), or null */
+    kvq_buf text;
 } export_ctx;
 
 static int export_one(kvq_bytes value, int64_t priority, void *payload)
@@ -22,6 +24,15 @@ static int export_one(kvq_bytes value, int64_t priority, void *payload)
     export_ctx *x = payload;
     printf("{\"value\":");
     cli_json_str(stdout, value.data, value.len);
+    if (x->tuple) {
+        /* The value as the tuple it packs, as text, beside it (import takes the value). */
+        int is = cli_tuple_text(&x->text, value.data, value.len);
+        printf(",\"tuple\":");
+        if (is == 1)
+            cli_json_str(stdout, x->text.data, x->text.len);
+        else
+            printf("null");
+    }
     if (x->type == KVQ_QUEUE_PRIORITY)
         printf(",\"priority\":%lld", (long long)priority);
     printf("}\n");
@@ -39,17 +50,23 @@ int cmd_export(cli *c, int argc, char **argv)
     int rc = cli_need_name("export", argc, argv, &name);
     if (rc != 0)
         return rc;
-    if (argc > 2)
-        return cli_usage("export", "unexpected argument '%s'", cli_arg(argv[2]));
+    int tuple = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--tuple") == 0)
+            tuple = 1;
+        else
+            return cli_usage("export", "unexpected argument '%s'", cli_arg(argv[i]));
+    }
     cli_queue *q;
     kvq_queue_settings info;
     rc = cli_open_named(c, name, &q, &info);
     if (rc != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN);
-    export_ctx x = { info.type, 0, 0 };
+    export_ctx x = { info.type, 0, 0, tuple, KVQ_BUF_INIT };
     int err = kvq_queue_iterate(cli_queue_queue(q), export_one, &x);
     cli_queue_close(q);
+    kvq_buf_dispose(&x.text);
     if (err == -2 || fflush(stdout) != 0) {
         fprintf(stderr, "kvq export: cannot write to standard output (%s) after %ld items\n",
                 strerror(x.out_errno != 0 ? x.out_errno : errno), x.n);
@@ -265,6 +282,12 @@ static int parse_line(kvq_bytes line, kvq_buf *value, int64_t *prio, int *have_p
             if (rc == 0)
                 rc = expect(&j, '}');
             have_value = 1;
+        } else if (key.len == 5 && memcmp(key.data, "tuple", 5) == 0) {
+            /* export --tuple's text of the value: informative, the value is what is pushed. */
+            if (j.end - j.p >= 4 && memcmp(j.p, "null", 4) == 0)
+                j.p += 4;
+            else
+                rc = jstring(&j, &tmp);
         } else if (key.len == 8 && memcmp(key.data, "priority", 8) == 0) {
             /* An integer, read within the line (which has no terminating NUL). */
             int neg = j.p < j.end && *j.p == '-';
@@ -285,7 +308,8 @@ static int parse_line(kvq_bytes line, kvq_buf *value, int64_t *prio, int *have_p
                 *have_prio = 1;
             }
         } else {
-            j.err = "an unknown key (an item is {\"value\": ..., \"priority\": ...})";
+            j.err = "an unknown key (an item is {\"value\": ..., \"priority\": ..., "
+                    "\"tuple\": ...})";
             rc = -1;
         }
         if (rc != 0)

@@ -29,6 +29,7 @@ typedef struct push_state {
     kvq_bytes views[PUSH_BATCH];
     size_t n, bytes, batch;
     long pushed, duplicates; /* values handled: pushed + duplicates, in input order */
+    const char *what;        /* a value as messages name it: "line", "record" or "value" */
 } push_state;
 
 /* Commits the values held. 0, or the error (the values handled are counted either way). */
@@ -57,6 +58,17 @@ static int push_flush(push_state *s)
 
 static int push_add(push_state *s, kvq_bytes v)
 {
+    if (v.len > KVQ_MAX_VALUE_SIZE) {
+        /* Refused here, not by the batch's commit: a batch is all or none, so a value over the
+         * limit in it would take the values before it down too, and the position said would
+         * depend on how the input was cut into reads. The values before it are pushed first. */
+        int err = push_flush(s);
+        if (err != 0)
+            return err;
+        return kvq__error(KVQ_EVALUE_TOO_LARGE,
+                          "%s %ld (%zu bytes) is over the limit of %d bytes per value", s->what,
+                          s->pushed + s->duplicates + 1, v.len, KVQ_MAX_VALUE_SIZE);
+    }
     kvq_buf *b = &s->vals[s->n];
     b->len = 0;
     int err = kvq_buf_append(b, v.data, v.len);
@@ -109,9 +121,8 @@ static int push_stdin(push_state *s, char delim, int64_t flush_ms, int *sig, siz
             *sig = cli_stop_signals_caught();
             *partial = r.partial;
         } else if (got == CLI_READ_TOO_LONG) {
-            err = kvq__error(KVQ_EVALUE_TOO_LARGE,
-                             "%s %ld is over the limit of %d bytes per value",
-                             delim == '\n' ? "line" : "record", r.records, KVQ_MAX_VALUE_SIZE);
+            err = kvq__error(KVQ_EVALUE_TOO_LARGE, "%s %ld is over the limit of %d bytes per value",
+                             s->what, r.records, KVQ_MAX_VALUE_SIZE);
         } else if (got == CLI_READ_ERROR) {
             err = kvq__error(KVQ_EIO, "cannot read standard input: %s", strerror(errno));
         }
@@ -238,6 +249,7 @@ int cmd_push(cli *c, int argc, char **argv)
     s->q = q;
     s->prio = prio;
     s->batch = PUSH_BATCH;
+    s->what = n_files > 0 || n_values > 0 ? "value" : c->nul ? "record" : "line";
     int err = 0;
     /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
      * what goes through them) go through the work-queue layer, one transaction each. */

@@ -83,16 +83,37 @@ int cmd_create(cli *c, int argc, char **argv)
     }
     if (err == KVQ_EWRONGTYPE) {
         kvq_queue_settings have = KVQ_QUEUE_SETTINGS_INIT;
-        if (kvq_queue_get_named(&have, c->db, name) != 0)
-            return cli_fail(err, "cannot create the queue (--adopt names an existing queue of "
-                                 "this type that another program wrote there)");
+        if (kvq_queue_get_named(&have, c->db, name) != 0) {
+            /* No queue of that name: its subspace holds keys kvq did not write under it. */
+            char msg[1400];
+            snprintf(msg, sizeof(msg),
+                     "cannot create the queue: the subspace (%s'%s',) of a %s queue named '%s' "
+                     "already holds keys that kvq did not write under this name. If they are a %s "
+                     "queue another program wrote (%s), give --adopt to name it: kvq create %s "
+                     "--type %s --adopt; if they are the application's own data, choose another "
+                     "name",
+                     type == KVQ_QUEUE_DURABLE ? "b" : "", name, cli_type_name(type), name,
+                     cli_type_name(type),
+                     type == KVQ_QUEUE_FIFO       ? "FoundationDB's queue recipe"
+                     : type == KVQ_QUEUE_PRIORITY ? "the priority queue recipe"
+                                                  : "the erlfdb queue",
+                     name, cli_type_name(type));
+            fputs("kvq: ", stderr);
+            cli_put_text(stderr, msg);
+            fputs(" (wrong_type)\n", stderr);
+            cli_json_error(KVQ_EWRONGTYPE, "wrong_type", msg);
+            return EXIT_USAGE;
+        }
         fprintf(stderr, "kvq: queue '%s' already exists as a %s queue\n", name,
                 cli_type_name(have.type));
         cli_json_error(KVQ_EWRONGTYPE, "already_exists", name);
         return EXIT_USAGE;
     }
-    if (err != 0)
-        return cli_fail(err, "cannot create the queue");
+    if (err != 0) {
+        int code = cli_fail(err, "cannot create the queue");
+        cli_create_undo(c); /* a new database that could not take its first queue goes */
+        return code;
+    }
     if (c->json) {
         printf("{\"created\":");
         cli_json_str(stdout, (const uint8_t *)name, strlen(name));
@@ -196,21 +217,81 @@ typedef struct out_ctx {
     long n;        /* items written */
     int flush;     /* flush each item, so that a closed output is seen at the item it loses */
     int out_errno; /* the write failed: its errno */
+    /* pop: each item is formatted in mem, then written; ends[i] is the count of bytes written
+     * to standard output once item i was (so that the bytes a pipe's reader left unread name
+     * the items it did not read). NULL: not kept. */
+    FILE *mem;
+    char *mem_buf;
+    size_t mem_len;
+    uint64_t *ends;
+    uint64_t written;
+    kvq_buf line; /* pop: a plain value and its end */
 } out_ctx;
 
 /* print_item's return when standard output failed (not a kvq error number). */
 #define OUT_FAILED (-2)
 
+static void format_item(cli *c, FILE *f, long i, const uint8_t *v, size_t n)
+{
+    if (c->json) {
+        if (i > 0)
+            fputc(',', f);
+        if (c->tuple)
+            cli_json_tuple(f, v, n);
+        else
+            cli_json_str(f, v, n);
+    } else if (c->tuple) {
+        cli_print_tuple(f, v, n);
+    } else {
+        cli_print_value(f, v, n);
+    }
+}
+
 static int print_item(const uint8_t *v, size_t n, void *arg)
 {
     out_ctx *o = arg;
-    if (o->c->json) {
-        if (o->n > 0)
-            printf(",");
-        cli_json_str(stdout, v, n);
-    } else {
-        cli_print_value(stdout, v, n);
+    if (o->mem != NULL) {
+        /* Written with write(2), so that the bytes that reached the pipe are known exactly,
+         * even of an item a reader's exit cut (a write to a pipe returns what it wrote). */
+        const uint8_t *p;
+        size_t len;
+        if (!o->c->json && !o->c->tuple) {
+            /* A plain value and its end, in one write. */
+            uint8_t end = o->c->nul ? 0 : '\n';
+            o->line.len = 0;
+            if ((n > 0 && kvq_buf_append(&o->line, v, n) != 0) ||
+                kvq_buf_append(&o->line, &end, 1) != 0) {
+                o->out_errno = ENOMEM;
+                return OUT_FAILED;
+            }
+            p = o->line.data;
+            len = o->line.len;
+        } else {
+            rewind(o->mem);
+            format_item(o->c, o->mem, o->n, v, n);
+            if (fflush(o->mem) != 0) {
+                o->out_errno = ENOMEM;
+                return OUT_FAILED;
+            }
+            p = (const uint8_t *)o->mem_buf;
+            len = (size_t)ftello(o->mem);
+        }
+        for (size_t off = 0; off < len;) {
+            ssize_t w = write(STDOUT_FILENO, p + off, len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                o->out_errno = errno;
+                return OUT_FAILED;
+            }
+            off += (size_t)w;
+            o->written += (uint64_t)w;
+        }
+        o->ends[o->n] = o->written;
+        o->n++;
+        return 0;
     }
+    format_item(o->c, stdout, o->n, v, n);
     if (o->flush && fflush(stdout) != 0) {
         o->out_errno = errno;
         clearerr(stdout);
@@ -218,6 +299,39 @@ static int print_item(const uint8_t *v, size_t n, void *arg)
     }
     o->n++;
     return 0;
+}
+
+/* The items written to a pipe that its reader has not read (wholly): those whose last byte is
+ * among the unread bytes at the pipe's end. */
+static long unread_items(const out_ctx *o, long unread)
+{
+    if (unread <= 0 || o->ends == NULL)
+        return 0;
+    uint64_t read_to = o->written > (uint64_t)unread ? o->written - (uint64_t)unread : 0;
+    long i = o->n;
+    while (i > 0 && o->ends[i - 1] > read_to)
+        i--;
+    return o->n - i;
+}
+
+/* Waits until the pipe on standard output holds no unread byte (0) or its reader is gone with
+ * bytes unread (their count). Nothing tells a writer that a pipe was drained, so this looks
+ * every millisecond or so (at most 20 ms apart). */
+static long wait_pipe_read(void)
+{
+    unsigned int sleep_us = 200;
+    for (;;) {
+        long unread = cli_stdout_unread();
+        if (unread <= 0)
+            return 0;
+        if (cli_stdout_reader_gone()) {
+            unread = cli_stdout_unread(); /* what it read just before it went is not lost */
+            return unread > 0 ? unread : 0;
+        }
+        kvq__sleep_us(sleep_us);
+        if (sleep_us < 20000)
+            sleep_us *= 2;
+    }
 }
 
 int cmd_pop(cli *c, int argc, char **argv)
@@ -235,6 +349,8 @@ int cmd_pop(cli *c, int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--max") == 0) {
             max = 1;
+        } else if (strcmp(argv[i], "--tuple") == 0) {
+            c->tuple = 1;
         } else {
             return cli_usage("pop", "unexpected argument '%s'", cli_arg(argv[i]));
         }
@@ -251,9 +367,35 @@ int cmd_pop(cli *c, int argc, char **argv)
     }
     /* A closed output is an error to report (with what it cost), not a silent SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
-    out_ctx o = { c, 0, 1, 0 };
-    if (c->json)
+    int is_pipe = cli_stdout_is_pipe();
+    if (is_pipe && cli_stdout_reader_gone()) {
+        cli_queue_close(q);
+        fprintf(stderr, "kvq pop: standard output is closed: nothing popped\n");
+        return EXIT_OUTPUT_GONE;
+    }
+    out_ctx o = { .c = c, .flush = 1 };
+    o.ends = kvq__calloc((size_t)k, sizeof(*o.ends));
+    o.mem = o.ends != NULL ? open_memstream(&o.mem_buf, &o.mem_len) : NULL;
+    if (o.mem == NULL) {
+        kvq__free(o.ends);
+        cli_queue_close(q);
+        return cli_fail(KVQ_ENOMEM, "pop failed");
+    }
+    if (c->json) {
         printf("[");
+        o.written = 1;
+    }
+    /* The items go out with write(2): what stdio holds goes first. */
+    if (fflush(stdout) != 0) {
+        int e = errno;
+        fclose(o.mem);
+        free(o.mem_buf);
+        kvq__free(o.ends);
+        cli_queue_close(q);
+        fprintf(stderr, "kvq pop: cannot write to standard output (%s): nothing popped\n",
+                strerror(e));
+        return e == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
+    }
     size_t popped = 0;
     int err = 0;
     /* In transactions of up to 1,000 items; before each, whether the output's reader is still
@@ -273,16 +415,48 @@ int cmd_pop(cli *c, int argc, char **argv)
     if (err == KVQ_ENOTFOUND && popped > 0)
         err = 0;
     cli_queue_close(q);
+    long unread = 0;
+    if (err == OUT_FAILED && o.out_errno == EPIPE && is_pipe) {
+        unread = cli_stdout_unread(); /* the reader is gone: what it left in the pipe */
+    } else if (err != OUT_FAILED && is_pipe && o.n > 0) {
+        /* Written is not read: a reader that exits (head -c, a crashed program) leaves the
+         * items it did not read in the pipe, lost. Wait until it read them, or left. */
+        if (c->json) {
+            printf("]\n");
+            if (fflush(stdout) == 0)
+                o.written += 2;
+        }
+        unread = wait_pipe_read();
+        if (unread > 0) {
+            err = OUT_FAILED;
+            o.out_errno = EPIPE;
+        }
+    }
+    cli_tuple_report("pop");
+    long left = unread_items(&o, unread), reached = o.n - left;
+    fclose(o.mem);
+    free(o.mem_buf);
+    kvq__free(o.ends);
+    kvq_buf_dispose(&o.line);
     if (err == OUT_FAILED) {
-        /* Popped items are gone from the queue: say how many never reached the output. */
-        unsigned long long lost = (unsigned long long)popped - (unsigned long long)o.n;
-        fprintf(stderr,
-                "kvq pop: cannot write to standard output (%s): %llu popped item%s not written "
-                "and lost (%ld written before)\n",
-                strerror(o.out_errno), lost, lost == 1 ? " was" : "s were", o.n);
+        /* Popped items are gone from the queue: say how many never reached the reader. */
+        unsigned long long not_written = (unsigned long long)popped - (unsigned long long)o.n;
+        unsigned long long lost = not_written + (unsigned long long)left;
+        if (not_written > 0 || o.out_errno != EPIPE || left == 0)
+            fprintf(stderr,
+                    "kvq pop: cannot write to standard output (%s): %llu popped item%s lost: "
+                    "%llu not written, %ld written but left unread in the pipe (%ld read from "
+                    "it)\n",
+                    strerror(o.out_errno), lost, lost == 1 ? " was" : "s were", not_written, left,
+                    reached);
+        else
+            fprintf(stderr,
+                    "kvq pop: the reader of standard output went away: %ld popped item%s "
+                    "written but left unread in the pipe, lost (%ld read from it)\n",
+                    left, left == 1 ? " was" : "s were", reached);
         return o.out_errno == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
     }
-    if (c->json)
+    if (c->json && !(is_pipe && o.n > 0))
         printf("]\n");
     if (err == KVQ_ENOTFOUND) {
         if (!c->json)
@@ -306,6 +480,8 @@ int cmd_peek(cli *c, int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--max") == 0)
             max = 1;
+        else if (strcmp(argv[i], "--tuple") == 0)
+            c->tuple = 1;
         else
             return cli_usage("peek", "unexpected argument '%s'", cli_arg(argv[i]));
     }
@@ -331,12 +507,10 @@ int cmd_peek(cli *c, int argc, char **argv)
         return EXIT_EMPTY;
     }
     if (err == 0) {
-        if (c->json) {
-            cli_json_str(stdout, v.data, v.len);
+        format_item(c, stdout, 0, v.data, v.len);
+        if (c->json)
             printf("\n");
-        } else {
-            cli_print_value(stdout, v.data, v.len);
-        }
+        cli_tuple_report("peek");
     }
     kvq_buf_dispose(&v);
     if (err != 0)
@@ -385,24 +559,30 @@ int cmd_list(cli *c, int argc, char **argv)
             inflight = 1;
         } else if (strcmp(argv[i], "--delayed") == 0) {
             delayed = 1;
+        } else if (strcmp(argv[i], "--tuple") == 0) {
+            c->tuple = 1;
         } else {
             return cli_usage("list", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
     if (inflight + delayed > 1 || ((inflight || delayed) && limit > 0))
         return cli_usage("list", "--in-flight, --delayed and --limit exclude each other");
+    if ((inflight || delayed) && c->tuple)
+        return cli_usage("list",
+                         "--tuple applies to the ready items, not --in-flight or --delayed");
     if (inflight || delayed)
         return cli_list_workq(c, name, delayed);
     cli_queue *q;
     rc = open_queue(c, name, &q, NULL);
     if (rc != 0)
         return rc;
-    out_ctx o = { c, 0, 0, 0 };
+    out_ctx o = { .c = c };
     if (c->json)
         printf("[");
     int err = cli_queue_list(q, (size_t)limit, print_item, &o);
     if (c->json)
         printf("]\n");
+    cli_tuple_report("list");
     cli_queue_close(q);
     if (err != 0)
         return cli_fail(err, "list failed");

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -196,9 +198,104 @@ int cli_stdout_reader_gone(void)
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
+int cli_stdout_is_pipe(void)
+{
+    struct stat st;
+    return fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+long cli_stdout_unread(void)
+{
+    int unread = 0;
+    if (ioctl(STDOUT_FILENO, FIONREAD, &unread) != 0 || unread < 0)
+        return -1;
+    return unread;
+}
+
 
 void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1])
 {
     if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, l) != 0)
         out[0] = '\0';
+}
+
+/* --tuple: values that did not unpack as a packed tuple (said at the end of the command). */
+static long not_tuples;
+
+/* The text of a value as the tuple it packs: kvq_tuple_format's form, ("a", 1); b"..."
+ * (kvq_printable) for a value that is not a packed tuple, which no tuple's text is (it always
+ * has its parentheses). Returns 1 for a tuple, 0 for another value, -1 out of memory. */
+static int tuple_text(kvq_buf *out, const uint8_t *p, size_t n)
+{
+    out->len = 0;
+    kvq_tuple *t = NULL;
+    if (kvq_tuple_unpack(&t, p, n) == 0) {
+        int rc = kvq_tuple_format(out, kvq_tuple_at(t, 0), kvq_tuple_count(t));
+        kvq_tuple_destroy(t);
+        if (rc == 0)
+            return 1;
+        out->len = 0;
+    }
+    not_tuples++;
+    /* As kvq_tuple_format writes bytes: printable ASCII as itself, a backslash doubled, a
+     * double quote and every other byte as \xNN. */
+    if (kvq_buf_grow(out, 4 * n + 3) != 0)
+        return -1;
+    char *o = (char *)out->data;
+    size_t k = 0;
+    o[k++] = 'b';
+    o[k++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\') {
+            o[k++] = '\\';
+            o[k++] = '\\';
+        } else if (p[i] >= 0x20 && p[i] <= 0x7e && p[i] != '"') {
+            o[k++] = (char)p[i];
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            o[k++] = '\\';
+            o[k++] = 'x';
+            o[k++] = hex[p[i] >> 4];
+            o[k++] = hex[p[i] & 15];
+        }
+    }
+    o[k++] = '"';
+    out->len = k;
+    return 0;
+}
+
+void cli_print_tuple(FILE *f, const uint8_t *p, size_t n)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    if (tuple_text(&b, p, n) >= 0)
+        fwrite(b.data, 1, b.len, f);
+    fputc(value_end, f);
+    kvq_buf_dispose(&b);
+}
+
+void cli_json_tuple(FILE *f, const uint8_t *p, size_t n)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    int is = tuple_text(&b, p, n);
+    if (is == 1) {
+        fputs("{\"tuple\":", f);
+        json_string(f, b.data, b.len);
+    } else {
+        fputs("{\"value\":", f);
+        cli_json_str(f, p, n);
+    }
+    fputc('}', f);
+    kvq_buf_dispose(&b);
+}
+
+int cli_tuple_text(kvq_buf *out, const uint8_t *p, size_t n)
+{
+    return tuple_text(out, p, n);
+}
+
+void cli_tuple_report(const char *cmd)
+{
+    if (not_tuples > 0)
+        fprintf(stderr, "kvq %s: %ld value%s not a packed tuple: printed as b\"...\"\n", cmd,
+                not_tuples, not_tuples == 1 ? " was" : "s were");
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -73,8 +74,21 @@ void cli_reader_dispose(cli_reader *r)
     r->buf = NULL;
 }
 
-/* Reads what is there (one read); 1 bytes, 0 end of input, -1 error (errno). */
-static int fill(cli_reader *r)
+/* Whether SIGINT or SIGTERM is pending (blocked outside the waits); if so it is taken now, so
+ * that cli_stop_signals_caught() names it. */
+static int stop_signal_pending(cli_reader *r)
+{
+    if (r->sigs == NULL)
+        return 0;
+    sigset_t p;
+    if (sigpending(&p) != 0 || (sigismember(&p, SIGINT) != 1 && sigismember(&p, SIGTERM) != 1))
+        return 0;
+    return cli_stop_signals_poll(r->sigs) != 0;
+}
+
+/* Reads what is there (one read of at most max bytes); 1 bytes, 0 end of input, -1 error
+ * (errno). */
+static int fill(cli_reader *r, size_t max)
 {
     if (r->start > 0 && r->start == r->len) {
         r->start = r->len = 0;
@@ -93,8 +107,9 @@ static int fill(cli_reader *r)
         r->buf = b;
         r->cap = cap;
     }
+    size_t room = r->cap - r->len < max ? r->cap - r->len : max;
     for (;;) {
-        ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len);
+        ssize_t n = read(r->fd, r->buf + r->len, room);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -131,6 +146,16 @@ int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out)
         if (r->eof) {
             if (have == 0)
                 return CLI_READ_EOF;
+            /* An unterminated last record is a value at a plain end of input, but not when a
+             * stop signal came with it: Ctrl-C reaches the writer and kvq at once (one process
+             * group), the writer dies in the middle of a line, and the end of input that
+             * follows is its death, not the end of its data. The signal is blocked while
+             * records are handled (it may be pending, not yet caught) and a ppoll that finds
+             * input ready does not take it, so both are looked at. */
+            if (r->stopping || stop_signal != 0 || stop_signal_pending(r)) {
+                r->partial = have;
+                return CLI_READ_SIGNAL;
+            }
             /* The last record, without its terminator. */
             out->data = from;
             out->len = have;
@@ -138,9 +163,30 @@ int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out)
             r->records++;
             return CLI_READ_RECORD;
         }
-        if (stop_signal != 0) {
-            r->partial = have;
-            return CLI_READ_SIGNAL;
+        /* A stop signal: what the input already holds is read (the whole lines a writer killed
+         * by the same Ctrl-C wrote before it died), but no more is waited for; a writer that
+         * goes on writing does not keep kvq from stopping either (the signal stays pending
+         * while every ppoll finds input ready). */
+        if (!r->stopping && (stop_signal != 0 || stop_signal_pending(r))) {
+            int unread = 0;
+            r->stopping = 1;
+            r->drain = ioctl(r->fd, FIONREAD, &unread) == 0 && unread > 0 ? (size_t)unread : 0;
+            if (r->drain > CLI_READ_DRAIN_MAX)
+                r->drain = CLI_READ_DRAIN_MAX;
+        }
+        if (r->stopping) {
+            if (r->drain == 0) {
+                r->partial = have;
+                return CLI_READ_SIGNAL;
+            }
+            int f = fill(r, r->drain);
+            if (f < 0)
+                return CLI_READ_ERROR;
+            if (f == 0)
+                r->eof = 1;
+            size_t got = r->len - r->start - have;
+            r->drain = got < r->drain && f > 0 ? r->drain - got : 0;
+            continue;
         }
         struct pollfd p = { .fd = r->fd, .events = POLLIN };
         struct timespec ts, *tp = NULL;
@@ -156,7 +202,7 @@ int cli_reader_next(cli_reader *r, int64_t wait_ms, kvq_bytes *out)
             return CLI_READ_ERROR;
         if (n == 0)
             return CLI_READ_IDLE;
-        int f = fill(r);
+        int f = fill(r, SIZE_MAX);
         if (f < 0)
             return CLI_READ_ERROR;
         if (f == 0)

@@ -87,15 +87,42 @@ static int settle(slot *s, int answer)
     return 0;
 }
 
+/* Counts the outcome of an ack that rode on a receive (kvq__wq_ack_receive). 0, or an error
+ * that stops everything (the ack did not commit). */
+static int count_ack(kvq_workq_consumer *c, int ack_rc)
+{
+    if (ack_rc == KVQ_ELEASE_EXPIRED || ack_rc == KVQ_ELEASE_SETTLED) {
+        count(c, &c->stats.lost_leases);
+        return 0;
+    }
+    if (ack_rc != 0)
+        return ack_rc;
+    count(c, &c->stats.acked);
+    return 0;
+}
+
+/* One item at a time. An item the handler acks is acked in the transaction of the worker's next
+ * receive (one commit per item), and alone, at once, when that receive finds nothing ready or
+ * the consumer is stopping: its ack never waits for another item. */
 static void *worker_main(void *arg)
 {
     slot *s = arg;
     kvq_workq_consumer *c = s->c;
     kvq_buf v = KVQ_BUF_INIT;
-    kvq_workq_lease lease;
+    kvq_workq_lease lease, done;
+    int pending = 0; /* done holds a finished item's lease, not yet acked */
     while (!stopping(c)) {
+        int ack_rc = 0;
         int rc = kvq__wq_receive_wait(&v, &lease, c->w, c->lease_ms, c->opts.drain ? 0 : WAIT_MS,
-                                      &s->waker);
+                                      &s->waker, pending ? &done : NULL, &ack_rc);
+        if (pending) {
+            pending = 0;
+            int arc = count_ack(c, ack_rc);
+            if (arc != 0) {
+                fail(c, arc);
+                break;
+            }
+        }
         if (rc == KVQ_ENOTFOUND) {
             if (c->opts.drain)
                 break;
@@ -115,6 +142,15 @@ static void *worker_main(void *arg)
         int answer = c->fn(item, &lease, s->id, c->payload);
         if (answer != KVQ_WORKQ_ACK && answer != KVQ_WORKQ_RELEASE)
             answer = KVQ_WORKQ_NACK;
+        if (answer == KVQ_WORKQ_ACK && !stopping(c)) {
+            /* The heartbeat stops extending it; the next receive acks it. */
+            pthread_mutex_lock(&s->mu);
+            s->holding = 0;
+            done = s->lease;
+            pthread_mutex_unlock(&s->mu);
+            pending = 1;
+            continue;
+        }
         rc = settle(s, answer);
         if (rc != 0) {
             fail(c, rc);
@@ -122,6 +158,13 @@ static void *worker_main(void *arg)
         }
         if (answer == KVQ_WORKQ_RELEASE)
             kvq_workq_consumer_stop(c);
+    }
+    if (pending) {
+        /* Stopped before the next receive: the ack alone. */
+        int rc = kvq_workq_ack(c->w, &done);
+        rc = rc == 0 ? count_ack(c, 0) : count_ack(c, rc);
+        if (rc != 0)
+            fail(c, rc);
     }
     kvq_buf_dispose(&v);
     kvq__crew_exit(&c->crew);

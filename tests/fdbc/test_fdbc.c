@@ -55,10 +55,11 @@ static fdb_error_t commit(FDBTransaction *tr)
     return e;
 }
 
-/* Reads k: 0 absent, 1 present (the value copied into out). */
-static fdb_error_t get_s(FDBTransaction *tr, const char *k, int *present, char *out, size_t cap)
+/* Reads k, as a snapshot read or not: 0 absent, 1 present (the value copied into out). */
+static fdb_error_t get_err(FDBTransaction *tr, const char *k, int snapshot, int *present,
+                           char *out, size_t cap)
 {
-    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)k, (int)strlen(k), 0);
+    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)k, (int)strlen(k), snapshot);
     fdb_error_t e = wait_f(f);
     if (e == 0) {
         fdb_bool_t p = 0;
@@ -70,6 +71,11 @@ static fdb_error_t get_s(FDBTransaction *tr, const char *k, int *present, char *
     }
     fdb_future_destroy(f);
     return e;
+}
+
+static fdb_error_t get_s(FDBTransaction *tr, const char *k, int *present, char *out, size_t cap)
+{
+    return get_err(tr, k, 0, present, out, cap);
 }
 
 static void test_versions_and_network_options(void **state)
@@ -372,23 +378,6 @@ static void le64(uint8_t out[8], int64_t v)
 {
     for (int i = 0; i < 8; i++)
         out[i] = (uint8_t)((uint64_t)v >> (8 * i));
-}
-
-static fdb_error_t get_err(FDBTransaction *tr, const char *k, int snapshot, int *present,
-                           char *out, size_t cap)
-{
-    FDBFuture *f = fdb_transaction_get(tr, (const uint8_t *)k, (int)strlen(k), snapshot);
-    fdb_error_t e = wait_f(f);
-    if (e == 0) {
-        fdb_bool_t p = 0;
-        const uint8_t *v = NULL;
-        int n = 0;
-        assert_int_equal(fdb_future_get_value(f, &p, &v, &n), 0);
-        *present = p;
-        snprintf(out, cap, "%.*s", n, (const char *)v);
-    }
-    fdb_future_destroy(f);
-    return e;
 }
 
 static void test_sizes_split_points_addresses(void **state)

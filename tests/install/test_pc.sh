@@ -38,5 +38,17 @@ EXTRA=()
 check "a program builds with pkg-config's flags" test -x "$T/prog"
 libdir="$(pkg-config --variable=libdir kvq)"
 check "and runs against the moved library" env LD_LIBRARY_PATH="$libdir" "$T/prog"
+# Without LD_LIBRARY_PATH a prefix the loader does not search is not found: what the README says
+# and the two ways out it gives (the one above, and an rpath).
+env -u LD_LIBRARY_PATH "$T/prog" 2>"$T/run.err"
+if ldconfig -p 2>/dev/null | grep -q 'libkvq\.so\.0 '; then
+    echo "skip - without LD_LIBRARY_PATH (a libkvq.so.0 is installed where the loader looks)"
+else
+check "without LD_LIBRARY_PATH: libkvq.so.0 not found, as the README says" bash -c "grep -q 'libkvq.so.0: cannot open shared object file' '$T/run.err' && grep -q 'libkvq.so.0: cannot open shared object' '$(dirname "$0")/../../README.md'"
+fi
+"${CC_:-cc}" "${EXTRA[@]}" "$T/prog.c" -o "$T/prog-rpath" $(pkg-config --cflags --libs kvq) \
+    -Wl,-rpath,"$(pkg-config --variable=libdir kvq)" 2>"$T/cc.log"
+check "linked with the README's -Wl,-rpath: runs without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$T/prog-rpath"
+check "the README gives LD_LIBRARY_PATH, ldconfig and -Wl,-rpath" bash -c "r='$(dirname "$0")/../../README.md'; grep -q 'LD_LIBRARY_PATH=\$(pkg-config --variable=libdir kvq)' \"\$r\" && grep -q ldconfig \"\$r\" && grep -q -- '-Wl,-rpath,\$(pkg-config --variable=libdir kvq)' \"\$r\""
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

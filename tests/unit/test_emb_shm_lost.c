@@ -17,6 +17,7 @@
 
 #include "engine/embedded/emb.h"
 #include "kvq/kvq.h"
+#include "kvq_test.h"
 
 /* How far ahead of the wall clock the versions are put: 100 seconds of versions. */
 #define AHEAD_US 100000000LL
@@ -26,8 +27,7 @@ static char dir[64];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-emb-shm-lost-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (kt_mkdtemp(dir, sizeof(dir) - 3, "emb-shm-lost") != 0)
         return -1;
     strcat(dir, "/db");
     return 0;
@@ -36,10 +36,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
     dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_rm_rf(dir) == 0 ? 0 : -1;
 }
 
 #define K(s) (const uint8_t *)(s), strlen(s)

@@ -7,21 +7,18 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A fresh directory under /tmp; removed by tl_rmdir. */
+#include "kvq_test.h"
+
+/* A fresh directory (kt_mkdtemp); removed by tl_rmdir. */
 static inline void tl_mkdir(char *buf, size_t cap, const char *tag)
 {
-    snprintf(buf, cap, "/tmp/kvq-%s-XXXXXX", tag);
-    if (mkdtemp(buf) == NULL) {
-        perror("mkdtemp");
+    if (kt_mkdtemp(buf, cap, tag) != 0)
         abort();
-    }
 }
 
 static inline void tl_rmdir(const char *dir)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (kt_rm_rf(dir) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 

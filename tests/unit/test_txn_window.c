@@ -21,8 +21,9 @@
 #include <unistd.h>
 
 #include "kvq/kvq.h"
+#include "kvq_test.h"
 
-static char dir[64];
+static char dir[256];
 
 static int64_t mono_ms(void)
 {
@@ -69,8 +70,7 @@ static int get(kvq_txn *t, const char *k)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvq-txn-window-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (kt_mkdtemp(dir, sizeof(dir) - 3, "txn-window") != 0)
         return -1;
     strcat(dir, "/db");
     return 0;
@@ -79,10 +79,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
     dir[strlen(dir) - 3] = '\0';
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_rm_rf(dir) == 0 ? 0 : -1;
 }
 
 static void test_shrunk_window(void **state)

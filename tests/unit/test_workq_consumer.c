@@ -154,6 +154,72 @@ static void test_every_item_acked_once_priority(void **state)
     ack_case(KVQ_QUEUE_PRIORITY);
 }
 
+/* One commit per item: a single worker acks each item in the transaction of its next receive,
+ * and the last item's ack commits with the receive that finds the queue empty. Counted with the
+ * handle's commit counter (kvq_db_get_stats), not with time. */
+static void commits_case(kvq_queue_type type)
+{
+    env e = env_open(type, 30000, 0);
+    push_items(&e, N);
+    static seen s;
+    memset(&s, 0, sizeof(s));
+    kvq_db_stats a, b;
+    assert_int_equal(kvq_db_get_stats(&a, db), 0);
+    kvq_workq_consumer_stats st;
+    run_drain(&e, &s, 1, 1000, &st);
+    assert_int_equal(kvq_db_get_stats(&b, db), 0);
+    expect_all_acked_once(&e, &s);
+    assert_int_equal(st.acked, N);
+    assert_int_equal(st.lost_leases, 0);
+    uint64_t commits = b.commits - a.commits;
+    printf("# %s: %llu commits for %d items received and acked one at a time\n",
+           type == KVQ_QUEUE_DURABLE ? "durable" : "priority", (unsigned long long)commits, N);
+    /* N receives, each but the first carrying the previous ack, and one ack alone. */
+    assert_int_equal(commits, N + 1);
+    env_close(&e);
+}
+
+static void test_one_commit_per_item_durable(void **state)
+{
+    (void)state;
+    commits_case(KVQ_QUEUE_DURABLE);
+}
+
+static void test_one_commit_per_item_priority(void **state)
+{
+    (void)state;
+    commits_case(KVQ_QUEUE_PRIORITY);
+}
+
+/* A finished item does not wait for the next one: with nothing more to receive, a waiting
+ * worker's item is acked at once (the long poll's first look commits the ack alone). */
+static void test_last_ack_not_held(void **state)
+{
+    (void)state;
+    env e = env_open(KVQ_QUEUE_DURABLE, 30000, 0);
+    push_items(&e, 1);
+    static seen s;
+    memset(&s, 0, sizeof(s));
+    kvq_workq_consumer_options o = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
+    kvq_workq_consumer *c;
+    assert_int_equal(kvq_workq_consumer_start(&c, e.w, handler, &s, &o), 0);
+    kvq_workq_metrics m;
+    /* The worker keeps waiting for more items; the ack must land meanwhile. */
+    for (int i = 0; i < 60000; i++) {
+        assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
+        if (m.acked == 1)
+            break;
+        kvq__sleep_us(1000);
+    }
+    assert_int_equal(m.acked, 1);
+    assert_int_equal(m.inflight, 0);
+    assert_false(kvq_workq_consumer_finished(c));
+    kvq_workq_consumer_stop(c);
+    assert_int_equal(kvq_workq_consumer_join(c), 0);
+    kvq_workq_consumer_destroy(c);
+    env_close(&e);
+}
+
 /* A failed item is given back and delivered again: each item is handled twice, acked once. */
 static void test_failed_items_come_back(void **state)
 {
@@ -359,6 +425,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_item_acked_once_durable),
         cmocka_unit_test(test_every_item_acked_once_priority),
+        cmocka_unit_test(test_one_commit_per_item_durable),
+        cmocka_unit_test(test_one_commit_per_item_priority),
+        cmocka_unit_test(test_last_ack_not_held),
         cmocka_unit_test(test_failed_items_come_back),
         cmocka_unit_test(test_failed_items_dead_letter),
         cmocka_unit_test(test_heartbeat_keeps_a_long_lease),

@@ -43,9 +43,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <sys/wait.h>
 
 #include "test_queue_common.h"
+#include "layers/workq/workq_internal.h"
 #include "test_scale.h"
 
 extern char **environ;
@@ -165,18 +168,58 @@ static int ack_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-/* Receives, logs, works, acks: the loop of one consumer thread (also the parent's drain). */
+/* How a consumer thread settles: kvq_workq_ack; kvq_workq_ack_txn in its own retry loop; or
+ * the consumer runtime's way, the ack of the last item in the transaction of the next receive
+ * (kvq__wq_ack_receive, issue 30 item 5). */
+enum { SETTLE_PLAIN, SETTLE_TXN, SETTLE_PIGGY };
+
+/* One consumer thread's state across items (the piggybacked ack waits for the next receive). */
+typedef struct cstate {
+    int mode;
+    int pending; /* SETTLE_PIGGY: `held` is done, its ack rides on the next receive */
+    kvq_workq_lease held;
+    char held_id[33];
+} cstate;
+
+/* Logs the outcome of an ack: "a" acked, "x" refused as expired (rv: the refusing read
+ * version, or -1). 0, or the error to stop on. */
+static int log_ack(int fd, const char *id, int rc, int64_t rv)
+{
+    if (rc == 0)
+        log_line(fd, "a %s\n", id);
+    else if (rc == KVQ_ELEASE_EXPIRED)
+        log_line(fd, "x %s %" PRId64 "\n", id, rv);
+    else
+        return rc;
+    return 0;
+}
+
+/* Receives, logs, works, settles: the loop of one consumer thread (also the parent's drain).
+ * Every end of a lease that the thread sees is logged: "a" (acked), "x" (its ack refused: the
+ * thread was too slow or paused past the lease), "n" (nacked); a lease whose holder died has
+ * no end in the log, and is the last delivery of its log. */
 static int consume_one(kvq_db *db,
                        kvq_workq *w,
                        int fd,
-                       int use_txn,
+                       cstate *st,
                        kvq__rng *rng,
                        int64_t lease_ms,
                        int slow_permille,
                        kvq_buf *b)
 {
     kvq_workq_lease l;
-    int rc = kvq_workq_receive(b, &l, w, lease_ms);
+    int rc;
+    if (st->pending) {
+        int ack_rc = 0;
+        rc = kvq__wq_ack_receive(b, &l, w, lease_ms, &st->held, &ack_rc);
+        st->pending = 0;
+        /* The piggybacked ack's refusal has no read version to show. */
+        int lrc = log_ack(fd, st->held_id, ack_rc, -1);
+        if (lrc != 0)
+            return lrc;
+    } else {
+        rc = kvq_workq_receive(b, &l, w, lease_ms);
+    }
     if (rc != 0)
         return rc;
     uint32_t pw = NO_ITEM, ps = NO_ITEM;
@@ -186,28 +229,42 @@ static int consume_one(kvq_db *db,
     hex16(id, l.id);
     log_line(fd, "r %u %u %s %u %" PRId64 " %" PRId64 "\n", pw, ps, id, l.deliveries, l.received,
              l.deadline);
+    int nack = 0;
     if (rng != NULL) {
-        if ((int)(kvq__rng_next(rng) % 1000) < slow_permille) /* too slow: the ack must fail */
+        if (kvq__rng_next(rng) % 150 == 0) {
+            log_line(fd, "P %s\n", id);
+            kill(getpid(), SIGSTOP); /* until the waker's next SIGCONT */
+        }
+        uint64_t roll = kvq__rng_next(rng) % 1000;
+        if ((int)roll < slow_permille) /* too slow: the ack must fail */
             kvq__sleep_us(LEASE_MS * 1000 + 50000 + (int64_t)(kvq__rng_next(rng) % 150000));
         else
             kvq__sleep_us((int64_t)(kvq__rng_next(rng) % 2000));
+        nack = roll >= 960; /* one in 25: the work failed, the item goes back at once */
+    }
+    if (nack) {
+        log_line(fd, "N %s\n", id);
+        rc = kvq_workq_nack(w, &l, 0);
+        if (rc == 0)
+            log_line(fd, "n %s\n", id);
+        return rc == 0 ? 0 : log_ack(fd, id, rc, -1);
     }
     log_line(fd, "A %s\n", id);
+    if (st->mode == SETTLE_PIGGY) {
+        st->held = l;
+        memcpy(st->held_id, id, sizeof(id));
+        st->pending = 1;
+        return 0;
+    }
     int64_t rv = -1;
-    if (use_txn) {
+    if (st->mode == SETTLE_TXN) {
         ack_ctx a = { w, &l, -1 };
         rc = kvq_db_transact(db, ack_body, &a);
         rv = a.rv;
     } else {
         rc = kvq_workq_ack(w, &l);
     }
-    if (rc == 0)
-        log_line(fd, "a %s\n", id);
-    else if (rc == KVQ_ELEASE_EXPIRED)
-        log_line(fd, "x %s %" PRId64 "\n", id, rv);
-    else
-        return rc;
-    return 0;
+    return log_ack(fd, id, rc, rv);
 }
 
 static void *consumer_thread(void *arg)
@@ -220,8 +277,13 @@ static void *consumer_thread(void *arg)
         _exit(11);
     kvq__rng rng = { c->seed * 0x9e3779b97f4a7c15ULL + c->tag * 7 + (uint64_t)c->thread + 1 };
     kvq_buf b = KVQ_BUF_INIT;
+    /* Thread 1 acks in its own transaction; thread 0 acks alone or, every other incarnation, as
+     * the consumer runtime does, with its next receive. */
+    cstate st;
+    memset(&st, 0, sizeof(st));
+    st.mode = c->thread % 2 ? SETTLE_TXN : (c->tag >> 4) % 2 ? SETTLE_PIGGY : SETTLE_PLAIN;
     for (;;) {
-        int rc = consume_one(c->db, c->w, fd, c->thread % 2, &rng, LEASE_MS, 30, &b);
+        int rc = consume_one(c->db, c->w, fd, &st, &rng, LEASE_MS, 30, &b);
         if (rc == KVQ_ENOTFOUND) {
             kvq__sleep_us(2000);
         } else if (rc != 0) {
@@ -232,9 +294,32 @@ static void *consumer_thread(void *arg)
     return NULL;
 }
 
+/* Pauses: a consumer thread stops its whole process now and then (SIGSTOP, "P" logged first),
+ * as an operator's or a debugger's pause does; a waker process forked at the start sends it
+ * SIGCONT every WAKE_MS, so that a pause lasts up to that, often past the 300 ms lease. Its
+ * in-flight items are then delivered to others, and its late acks are refused. */
+#define WAKE_MS 450
+
+static void start_waker(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0)
+        return; /* no waker (fork failed): a paused consumer stays paused until it is killed */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) {
+        struct timespec ts = { 0, WAKE_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        if (getppid() != parent)
+            _exit(0);
+        kill(parent, SIGCONT);
+    }
+}
+
 static void
 consumer_main(const char *dir, kvq_queue_type type, uint32_t tag, unsigned wflags, uint64_t seed)
 {
+    start_waker();
     kvq_db *db = open_db(dir);
     kvq_queue *q;
     kvq_workq *w;
@@ -302,14 +387,18 @@ typedef struct delivery {
     uint32_t deliv;
     int64_t received, deadline;
     int ack_invoked, acked, expired;
+    int nack_invoked, nacked;
+    int followed; /* its thread logged another delivery after it (so its holder lived on) */
     int64_t ack_rv;
-    int acked_final; /* acked, or an unlogged ack that the settled marker shows committed */
+    int acked_final;  /* acked, or an unlogged ack that the settled marker shows committed */
+    int nacked_final; /* nacked, or an unlogged nack that the settled marker shows committed */
 } delivery;
 
 typedef struct history {
     delivery *d;
     size_t nd, capd;
     kt_ids inv, ok; /* producers' histories: pushes invoked, pushes returned */
+    size_t pauses;  /* consumers' pauses (SIGSTOP of their process) */
 } history;
 
 static int parse_hex16(uint8_t out[16], const char *s)
@@ -347,6 +436,8 @@ static void read_consumer_log(history *h, const char *path)
                 h->d = realloc(h->d, h->capd * sizeof(*h->d));
                 assert_non_null(h->d);
             }
+            if (cur != NULL)
+                cur->followed = 1;
             cur = &h->d[h->nd++];
             memset(cur, 0, sizeof(*cur));
             cur->item = (uint64_t)w << 32 | s;
@@ -364,8 +455,14 @@ static void read_consumer_log(history *h, const char *path)
             break;
         if (cur == NULL || memcmp(lid, cur->lid, 16) != 0)
             fail_msg("%s: \"%s\" does not follow its receive", path, line);
-        if (line[0] == 'A')
+        if (line[0] == 'P')
+            h->pauses++;
+        else if (line[0] == 'A')
             cur->ack_invoked = 1;
+        else if (line[0] == 'N')
+            cur->nack_invoked = 1;
+        else if (line[0] == 'n')
+            cur->nacked = 1;
         else if (line[0] == 'a')
             cur->acked = 1;
         else if (line[0] == 'x') {
@@ -403,7 +500,8 @@ static int marker_body(kvq_txn *txn, void *arg)
     for (size_t i = 0; rc == 0 && i < c->h->nd; i++) {
         delivery *d = &c->h->d[i];
         d->acked_final = d->acked;
-        if (!d->ack_invoked || d->expired)
+        d->nacked_final = d->nacked;
+        if ((!d->ack_invoked && !d->nack_invoked) || d->expired)
             continue;
         kvq_tuple_elem e[4] = { kvq_tuple_str("wq"), kvq_tuple_str("s"),
                                 kvq_tuple_int(d->received / KVQ__BUCKET_VERSIONS),
@@ -416,6 +514,12 @@ static int marker_body(kvq_txn *txn, void *arg)
         int present = 0;
         if (rc == 0)
             rc = kvq_txn_get(&v, &present, txn, k.data, k.len, KVQ_SNAPSHOT);
+        if (d->nack_invoked) {
+            /* A nack: its marker says 'n' once it committed. */
+            if (!d->nacked && rc == 0 && present && v.len == 1 && v.data[0] == 'n')
+                d->nacked_final = 1;
+            continue;
+        }
         int marked = rc == 0 && present && v.len == 1 && v.data[0] == 'a';
         if (d->acked) {
             c->logged_missing += !marked;
@@ -433,8 +537,8 @@ static int marker_body(kvq_txn *txn, void *arg)
 
 typedef struct result {
     size_t kills, invoked, acked, push_recovered, deliveries, items, consumer_acks, redelivered,
-        explained, ex_killed, ex_late, ex_unlogged, late_acks, ack_info, ack_recovered, drained,
-        lost, unexpected, unexplained;
+        explained, ex_killed, ex_late, ex_nacked, ex_unlogged, late_acks, ack_info, ack_recovered, drained,
+        lost, unexpected, unexplained, count_mismatch;
 } result;
 
 /* The first few violations are printed; the counts say how many there were. */
@@ -512,10 +616,17 @@ static void check(history *h, result *r)
                 continue;
             }
             r->redelivered += steps;
+            /* The previous lease's end must be known: an ack (then no redelivery may follow), a
+             * nack, a refused ack (too slow or paused past the lease: the lease had ended), or
+             * the death of its holder (its log ends with that delivery). */
             const char *why = NULL;
             if (p->acked_final)
                 why = "after it was acked";
-            else if (d->received < p->deadline + (int64_t)(steps - 1) * LEASE_V)
+            else if (!p->nacked_final && !p->expired && p->followed)
+                why = "although its previous lease ended with no cause (its holder lived on, "
+                      "and neither acked nor nacked it nor was refused)";
+            else if (!p->nacked_final &&
+                     d->received < p->deadline + (int64_t)(steps - 1) * LEASE_V)
                 why = "before the previous lease ended";
             if (why != NULL) {
                 r->unexplained += steps;
@@ -527,7 +638,9 @@ static void check(history *h, result *r)
             }
             r->explained += steps;
             r->ex_unlogged += steps - 1;
-            if (p->expired)
+            if (p->nacked_final)
+                r->ex_nacked++;
+            else if (p->expired)
                 r->ex_late++;
             else
                 r->ex_killed++;
@@ -568,6 +681,67 @@ static void check(history *h, result *r)
     kt_ids_free(&done);
 }
 
+/* ---- at rest, every count agrees (issue 32 item 12) ---------------------------------------- */
+
+static int count_item(kvq_bytes value, int64_t priority, void *payload)
+{
+    (void)value;
+    (void)priority;
+    (*(uint64_t *)payload)++;
+    return 0;
+}
+
+static int count_listed(const kvq_workq_item *item, void *payload)
+{
+    (void)item;
+    (*(uint64_t *)payload)++;
+    return 0;
+}
+
+/* No process runs: every count that kvq prints about the queue must agree. The leases of the
+ * killed consumers are let run out and made ready first (kvq_workq_recover), so that nothing
+ * moves between the reads: then len (npush - npop of a durable queue, the items counted on a
+ * priority queue: what `kvq len` and `kvq stats` print), the items listed (`kvq list`), the
+ * metrics' ready count and the listings of in-flight and delayed items against the metrics'
+ * counters. Returns how many disagreed (each printed). */
+static size_t check_at_rest(kvq_queue_type type, const char *when)
+{
+    kvq_db *db = open_db(tq_dir);
+    assert_non_null(db);
+    kvq_queue *q;
+    kvq_workq *w;
+    assert_int_equal(open_wq(db, type, 0, &q, &w), 0);
+    kvq__sleep_us((LEASE_MS + 100) * 1000);
+    assert_ok(kvq_workq_recover(NULL, w));
+    uint64_t len = 0, listed = 0, inflight = 0, delayed = 0;
+    kvq_workq_metrics m;
+    assert_ok(kvq_queue_len(&len, q));
+    assert_ok(kvq_queue_iterate(q, count_item, &listed));
+    assert_ok(kvq_workq_get_metrics(&m, w));
+    assert_ok(kvq_workq_list_inflight(w, count_listed, &inflight));
+    assert_ok(kvq_workq_list_delayed(w, count_listed, &delayed));
+    uint64_t len2 = 0;
+    assert_ok(kvq_queue_len(&len2, q));
+    size_t bad = 0;
+    printf("# at rest %s: len=%llu listed=%llu ready=%lld inflight=%lld/%llu listed "
+           "delayed=%lld/%llu listed dead=%lld\n",
+           when, (unsigned long long)len, (unsigned long long)listed, (long long)m.ready,
+           (long long)m.inflight, (unsigned long long)inflight, (long long)m.delayed,
+           (unsigned long long)delayed, (long long)m.dead);
+    bad += len != listed;
+    bad += len2 != len;
+    bad += m.ready < 0 || (uint64_t)m.ready != len;
+    bad += m.inflight < 0 || (uint64_t)m.inflight != inflight;
+    bad += m.delayed < 0 || (uint64_t)m.delayed != delayed;
+    if (bad > 0)
+        fprintf(stderr, "counts disagree at rest %s (replay: %s --seed %" PRIu64 ")\n", when,
+                kt_prog(), kt_seed());
+    kvq_workq_close(w);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    return bad;
+}
+
 /* ---- the campaign -------------------------------------------------------------------------- */
 
 static result campaign(kvq_queue_type type, const char *name, int cycles, unsigned wflags)
@@ -580,6 +754,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     pid_t pids[NPROCS];
     /* A process that had exited by itself when the campaign ends fails it too. */
     r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 1);
+    r.count_mismatch = check_at_rest(type, "after the kills");
 
     /* Drain with acks on a correct handle, with long leases; the leases of killed consumers
      * run out meanwhile and their items come back. */
@@ -594,7 +769,10 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     int64_t end = kvq__mono_us() + DRAIN_US;
     kvq_workq_metrics m;
     for (;;) {
-        int rc = consume_one(db, w, fd, 0, NULL, 60000, 0, &b);
+        cstate st;
+        memset(&st, 0, sizeof(st));
+        st.mode = SETTLE_PLAIN;
+        int rc = consume_one(db, w, fd, &st, NULL, 60000, 0, &b);
         if (rc == 0) {
             r.drained++;
             continue;
@@ -618,6 +796,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     assert_ok(kvq_queue_len(&len, q));
     assert_int_equal(len, 0);
     assert_int_equal(m.dead, 0);
+    r.count_mismatch += check_at_rest(type, "after the drain");
 
     /* The histories. */
     history h;
@@ -653,13 +832,15 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 
     printf("crash: workload=%s cycles=%d kills=%zu invoked=%zu acked=%zu info=%zu recovered=%zu "
            "deliveries=%zu items=%zu consumer_acks=%zu redelivered=%zu explained=%zu "
-           "explained_killed=%zu explained_late_ack=%zu explained_unlogged=%zu late_acks=%zu "
+           "explained_killed=%zu explained_late_ack=%zu explained_nacked=%zu explained_unlogged=%zu "
+           "late_acks=%zu "
            "ack_info=%zu ack_recovered=%zu drained=%zu lost=%zu unexpected=%zu unexplained=%zu "
-           "broken_engine=%s seed=%" PRIu64 "\n",
+           "counts_disagreeing=%zu pauses=%zu broken_engine=%s seed=%" PRIu64 "\n",
            name, cycles, r.kills, r.invoked, r.acked, r.invoked - r.acked, r.push_recovered,
            r.deliveries, r.items, r.consumer_acks, r.redelivered, r.explained, r.ex_killed,
-           r.ex_late, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
-           r.unexpected, r.unexplained, wflags ? "workq_ignore_leases" : "no", kt_seed());
+           r.ex_late, r.ex_nacked, r.ex_unlogged, r.late_acks, r.ack_info, r.ack_recovered, r.drained, r.lost,
+           r.unexpected, r.unexplained, r.count_mismatch, h.pauses,
+           wflags ? "workq_ignore_leases" : "no", kt_seed());
     fflush(stdout);
     free(h.d);
     kt_ids_free(&h.inv);
@@ -670,6 +851,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
 
 static void check_clean(result r)
 {
+    assert_int_equal(r.count_mismatch, 0);
     assert_true(r.acked > 0);
     assert_true(r.consumer_acks > 0);
     assert_int_equal(r.lost, 0);

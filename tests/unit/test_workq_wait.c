@@ -85,7 +85,8 @@ static void *waiter_main(void *arg)
 {
     waiter *x = arg;
     x->rc = x->waker != NULL
-                ? kvq__wq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms, x->waker)
+                ? kvq__wq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms, x->waker, NULL,
+                                       NULL)
                 : kvq_workq_receive_wait(&x->v, &x->lease, x->e->w, 0, x->wait_ms);
     x->done_us = kvq__mono_us();
     __atomic_store_n(&x->done, 1, __ATOMIC_RELEASE);
@@ -338,7 +339,7 @@ static void test_waker_stop(void **state)
     /* A waker stopped before the wait: one look, no wait. */
     kvq_workq_lease l;
     t0 = kvq__mono_us();
-    assert_int_equal(kvq__wq_receive_wait(&x.v, &l, e.w, 0, 60000, &k), KVQ_ENOTFOUND);
+    assert_int_equal(kvq__wq_receive_wait(&x.v, &l, e.w, 0, 60000, &k, NULL, NULL), KVQ_ENOTFOUND);
     assert_true(kvq__mono_us() - t0 < 30 * 1000000LL);
     kvq__wq_waker_destroy(&k);
     kvq_buf_dispose(&x.v);

@@ -104,10 +104,59 @@ static int apply_atomic_row(emb_db *e, const emb_mut *m)
     return rc;
 }
 
-/* Applies the transaction's mutations in the order they were made. */
-static int apply(emb_db *e, emb_txn *t)
+/* The write-conflict ranges of a transaction's versionstamped keys, one per run: keys that
+ * share everything up to the end of their stamp (the same template prefix, and the stamp is
+ * the transaction's own) and come in ascending order are covered by one range from the first
+ * to the last. Every key inside such a range begins with the transaction's unique stamp, so
+ * only this transaction can ever write one: the range conflicts with exactly the readers that
+ * the single keys would, and a push of a hundred items costs one range, not a hundred. */
+typedef struct stamp_run {
+    kvq_buf lo, hi; /* hi holds the last key and a 0x00 after it: the range's end */
+    size_t shared;  /* the bytes every key of the run shares: prefix and stamp */
+    int open;
+} stamp_run;
+
+static int run_flush(emb_txn *t, stamp_run *r)
+{
+    if (!r->open)
+        return 0;
+    r->open = 0;
+    return emb_ranges_add(&t->writes, r->lo.data, r->lo.len, r->hi.data, r->hi.len);
+}
+
+static int run_add(emb_txn *t, stamp_run *r, const uint8_t *k, size_t kn, size_t shared)
+{
+    if (r->open && shared == r->shared && r->lo.len >= shared &&
+        memcmp(r->lo.data, k, shared) == 0 &&
+        kvq__bytes_cmp(k, kn, r->hi.data, r->hi.len - 1) > 0) {
+        r->hi.len = 0;
+    } else {
+        int rc = run_flush(t, r);
+        if (rc != 0)
+            return rc;
+        r->lo.len = 0;
+        r->hi.len = 0;
+        if (kvq_buf_grow(&r->lo, kn) != 0)
+            return kvq__error(KVQ_ENOMEM, "out of memory");
+        memcpy(r->lo.data, k, kn);
+        r->lo.len = kn;
+        r->shared = shared;
+        r->open = 1;
+    }
+    if (kvq_buf_grow(&r->hi, kn + 1) != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    memcpy(r->hi.data, k, kn);
+    r->hi.data[kn] = 0;
+    r->hi.len = kn + 1;
+    return 0;
+}
+
+/* Applies the transaction's mutations in the order they were made. scratch: a buffer the
+ * caller keeps for the batch, so that stamping a key or value allocates nothing per item. */
+static int apply(emb_db *e, emb_txn *t, kvq_buf *scratch, stamp_run *run)
 {
     int rc = 0;
+    run->open = 0;
     for (size_t i = 0; rc == 0 && i < t->n_muts; i++) {
         const emb_mut *m = &t->muts[i];
         switch (m->op) {
@@ -120,32 +169,32 @@ static int apply(emb_db *e, emb_txn *t)
         case KVQ_MUT_SET_VERSIONSTAMPED_KEY: {
             size_t kn = m->a.n - 4;
             uint32_t off = le32(m->a.p + kn);
-            uint8_t *k = kvq__malloc(kn + 1);
-            if (k == NULL)
+            scratch->len = 0;
+            if (kvq_buf_grow(scratch, kn + 1) != 0)
                 return kvq__error(KVQ_ENOMEM, "out of memory");
+            uint8_t *k = scratch->data;
             memcpy(k, m->a.p, kn);
             memcpy(k + off, t->stamp, 10);
             k[kn] = 0;
             rc = put_row(e, k, kn, m->b.p, m->b.n);
             /* The stamped key is a write like any other for the transactions that read its
-             * range: it gets a single-key write-conflict range, [k, k + 0x00), once its stamp
-             * is known. The transaction itself still reads nothing, so pushes never conflict
-             * with each other. */
+             * range: it gets a write-conflict range once its stamp is known (one per run of
+             * such keys, above). The transaction itself still reads nothing, so pushes never
+             * conflict with each other. */
             if (rc == 0)
-                rc = emb_ranges_add(&t->writes, k, kn, k, kn + 1);
-            kvq__free(k);
+                rc = run_add(t, run, k, kn, (size_t)off + 10);
             break;
         }
         case KVQ_MUT_SET_VERSIONSTAMPED_VALUE: {
             size_t vn = m->b.n - 4;
             uint32_t off = le32(m->b.p + vn);
-            uint8_t *v = kvq__malloc(vn);
-            if (v == NULL)
+            scratch->len = 0;
+            if (kvq_buf_grow(scratch, vn + 1) != 0)
                 return kvq__error(KVQ_ENOMEM, "out of memory");
+            uint8_t *v = scratch->data;
             memcpy(v, m->b.p, vn);
             memcpy(v + off, t->stamp, 10);
             rc = put_row(e, m->a.p, m->a.n, v, vn);
-            kvq__free(v);
             break;
         }
         default:
@@ -153,6 +202,8 @@ static int apply(emb_db *e, emb_txn *t)
             break;
         }
     }
+    if (rc == 0)
+        rc = run_flush(t, run);
     return rc;
 }
 
@@ -283,7 +334,8 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
 
     int skip_check = (e->opts.test_flags & KVQ_TEST_SKIP_CONFLICT_CHECK) != 0;
     uint16_t order = 0;
-    kvq_buf batch = KVQ_BUF_INIT;
+    kvq_buf batch = KVQ_BUF_INIT, scratch = KVQ_BUF_INIT;
+    stamp_run run = { KVQ_BUF_INIT, KVQ_BUF_INIT, 0, 0 };
     size_t applied = 0;
     for (size_t i = 0; i < total && rc == 0; i++) {
         emb_commit_req *r = all[i];
@@ -338,7 +390,7 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
         s[8] = (uint8_t)(order >> 8);
         s[9] = (uint8_t)order;
         order++;
-        rc = apply(e, t);
+        rc = apply(e, t, &scratch, &run);
         if (rc == 0) {
             emb_ranges_normalize(&t->writes);
             rc = emb_ranges_pack(&batch, &t->writes);
@@ -381,6 +433,9 @@ static int write_batch(emb_db *e, emb_commit_req **reqs, size_t n, int own, int 
         e->so->write_abort(e->store);
     }
     kvq_buf_dispose(&batch);
+    kvq_buf_dispose(&scratch);
+    kvq_buf_dispose(&run.lo);
+    kvq_buf_dispose(&run.hi);
     if (rc == 0 && applied > 0) {
         /* Written, not yet synced: the committers wait for the shared sync (sync.c) once the
          * commit lock is free for the next batch. */
@@ -532,17 +587,30 @@ int emb_commit(void *tp)
                 to_sync = emb_cq_collect(e, own, batch, n);
             else if (own >= 0)
                 emb_cq_release(e, own);
-            /* Other processes write their commits while this batch waits for the disk (the
-             * commit lock is free); this process's next commits gather meanwhile and go as the
-             * next batch. */
+            /* The batch is written: hand the leadership on before the sync, so that this
+             * process's next batch is written while this one waits for the disk (as other
+             * processes' are: the commit lock is free). Its sync then covers this one's, or
+             * starts as soon as this one ends (sync.c). */
+            int pipelined = emb_pipelined(e);
+            if (pipelined) {
+                pthread_mutex_lock(&e->gc_mu);
+                e->leader_active = 0;
+                if (e->queue_head != NULL)
+                    pthread_cond_signal(&e->queue_head->cond);
+                pthread_mutex_unlock(&e->gc_mu);
+            }
             int src = to_sync > 0 ? emb_sync_upto(e, to_sync) : 0;
             upkeep |= src == 0 && to_sync > 0;
             pthread_mutex_lock(&e->gc_mu);
             if (src != 0)
                 sync_failed(e, batch, n);
-            e->leader_active = 0;
-            if (e->queue_head != NULL)
-                pthread_cond_signal(&e->queue_head->cond);
+            if (!pipelined) {
+                /* Without the pipeline the leadership is kept through the sync: this
+                 * process's next commits gather meanwhile and go as the next batch. */
+                e->leader_active = 0;
+                if (e->queue_head != NULL)
+                    pthread_cond_signal(&e->queue_head->cond);
+            }
             /* Each waiter sleeps on its own condition, so only the finished ones and the next
              * leader (the head of the queue) are woken, not every committer. */
             for (size_t i = 0; i < n; i++) {

@@ -125,7 +125,8 @@ typedef struct emb_db {
     uint64_t boot_id[2]; /* this boot's id (zeros when the system does not say) */
     /* The shared sync (sync.c). */
     int durable;         /* commits and reads wait for the storage's sync */
-    pthread_mutex_t sync_mu;
+    pthread_mutex_t sync_mu; /* without the commit pipeline: the syncer of this handle */
+    int sync_busy; /* with it: a thread of this handle is the syncer, or trying to be (atomic) */
     pthread_mutex_t watch_mu;
     kvq_watch *watches; /* armed watches, a doubly linked list */
     size_t n_watches;
@@ -353,6 +354,12 @@ void emb_watch_publish(emb_db *e);
  * sync covers all the commits written so far) or waits for the process that is syncing.
  * 0, or KVQ_EIO when the sync failed (the commits' durability is then unknown). */
 int emb_sync_upto(emb_db *e, int64_t v);
+/* The commit pipeline of issue 30 ($KVQ_PIPELINE=1, read once per process; off by default
+ * until it measures better, docs/engine.md): reads at the durable version on a storage that
+ * keeps versions, leadership handed on before the sync, watches fired once durable. */
+int emb_pipelined(const emb_db *e);
+/* Is every commit up to version v known to be on disk (or the handle relaxed)? */
+int emb_synced(emb_db *e, int64_t v);
 /* Notes, under the commit lock, that commit version v is written. */
 void emb_sync_written(emb_db *e, int64_t v);
 

@@ -3,21 +3,29 @@
  * A storage's write_commit returns without syncing (SQLite runs with synchronous=NORMAL: a
  * commit writes its WAL frames under the commit lock). kvq then makes it durable before anyone
  * learns of it: the committer calls emb_sync_upto with its version after releasing the commit
- * lock, so the next commit (of any process) writes while this one waits for the disk, and one
- * sync (SQLite: an fdatasync of the WAL) covers every commit written by then. Two counters in
- * kvq.shm carry it: written_version, set by the commit lock holder once its storage commit has
- * returned (versions grow in commit order), and synced_version, raised by whoever synced. The
- * sync itself is serialised by an flock on kvq.shm (a dead syncer releases it) and, among the
- * threads of one handle, by sync_mu.
+ * lock and handing its process's leadership on (commit.c), so the next batch (of any process)
+ * is written while this one waits for the disk, and one sync (SQLite: an fdatasync of the WAL;
+ * the log store: of its segment) covers every commit written by then. Two counters in kvq.shm
+ * carry it: written_version, set by the commit lock holder once its storage commit has returned
+ * (versions grow in commit order), and synced_version, raised by whoever synced. One sync runs
+ * at a time: its syncer holds an flock on kvq.shm (a dead syncer releases it) that nobody waits
+ * on. With the commit pipeline on (emb_pipelined), every other thread, of this process or
+ * another, sleeps on the futex sync_gen, which the syncer bumps when done, and the first of them
+ * whose commit is still not covered starts the next sync at once: while commits wait, a sync is
+ * under way, and no mutex is held across one. Without it, the threads of one handle take turns
+ * on sync_mu, held across the sync, as before the pipeline.
  *
- * Readers keep FoundationDB's promise that a read sees only durable data: a snapshot whose newest
- * commit is not yet synced waits for it (or syncs it: it is written, since the snapshot sees
- * it). A commit that is synced implies every earlier one is (store.h: sync covers every commit
- * written by then; for SQLite, the WAL is one file written in commit order, and a checkpoint
- * syncs the WAL before it copies frames and the database file before the WAL is reused). */
+ * Readers keep FoundationDB's promise that a read sees only durable data: with the pipeline on,
+ * on a storage that keeps versions (EMB_STORE_MVCC), a transaction reads at synced_version and
+ * never waits (txn.c); otherwise, a snapshot whose newest commit is not yet synced waits for it
+ * (or syncs it: it is written, since the snapshot sees it). A commit that is synced implies
+ * every earlier one is (store.h: sync covers every commit written by then; for SQLite, the WAL
+ * is one file written in commit order, and a checkpoint syncs the WAL before it copies frames
+ * and the database file before the WAL is reused). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -49,9 +57,28 @@ static void futex_wait(uint32_t *word, uint32_t val, int64_t us)
     syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
+static void wake_syncwaiters(emb_shm *m);
+
 static int covered(const emb_shm *m, int64_t v)
 {
     return m != NULL && __atomic_load_n(&m->synced_version, __ATOMIC_SEQ_CST) >= v;
+}
+
+int emb_pipelined(const emb_db *e)
+{
+    static int on = -1; /* read once per process */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *s = getenv("KVQ_PIPELINE");
+        v = s != NULL && strcmp(s, "1") == 0;
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v && e->durable;
+}
+
+int emb_synced(emb_db *e, int64_t v)
+{
+    return !e->durable || covered(e->shm, v);
 }
 
 /* Has the storage sync (sync_broken: after a failed sync, by repairing first) and publishes
@@ -85,20 +112,23 @@ static int sync_now(emb_db *e, int64_t target)
                                             __ATOMIC_SEQ_CST)) {
         }
         __atomic_add_fetch(&m->sync_gen, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, &m->sync_gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        wake_syncwaiters(m);
     }
     return rc;
 }
 
-int emb_sync_upto(emb_db *e, int64_t v)
+/* Wakes every thread, of any process, asleep on sync_gen (they look at synced_version again). */
+static void wake_syncwaiters(emb_shm *m)
 {
-    if (!e->durable)
-        return 0;
+    syscall(SYS_futex, &m->sync_gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Without the commit pipeline: the threads of a handle take turns on sync_mu, held across the
+ * sync; the syncer of each handle tries the flock and otherwise waits on sync_gen. */
+static int sync_upto_locked(emb_db *e, int64_t v)
+{
     emb_shm *m = e->shm;
-    if (covered(m, v))
-        return 0;
     pthread_mutex_lock(&e->sync_mu);
-    /* Become the syncer, or wait for the one at work: its sync may cover v. */
     int locked = 0;
     int64_t deadline = kvq__mono_us() + SYNC_PATIENCE_US;
     int rw = m != NULL && e->shm_fd >= 0 && !(e->opts.flags & KVQ_DB_READ_ONLY);
@@ -119,4 +149,47 @@ int emb_sync_upto(emb_db *e, int64_t v)
         flock(e->shm_fd, LOCK_UN);
     pthread_mutex_unlock(&e->sync_mu);
     return rc;
+}
+
+int emb_sync_upto(emb_db *e, int64_t v)
+{
+    if (!e->durable)
+        return 0;
+    emb_shm *m = e->shm;
+    if (covered(m, v))
+        return 0;
+    if (!emb_pipelined(e))
+        return sync_upto_locked(e, v);
+    int rw = m != NULL && e->shm_fd >= 0 && !(e->opts.flags & KVQ_DB_READ_ONLY);
+    if (!rw)
+        return sync_now(e, v); /* a storage's sync may run on many threads at once (store.h) */
+    /* Become the syncer, or sleep on sync_gen until the one at work is done: its sync may
+     * cover v, and if it does not, a waiter starts the next one at once. No lock is held
+     * across the sync but the flock on kvq.shm, which nobody sleeps on: one thread of a
+     * process tries it (sync_busy), the others and other processes' threads sleep on the
+     * futex. */
+    int64_t deadline = kvq__mono_us() + SYNC_PATIENCE_US;
+    for (;;) {
+        uint32_t gen = __atomic_load_n(&m->sync_gen, __ATOMIC_SEQ_CST);
+        if (covered(m, v))
+            return 0;
+        if (!__atomic_exchange_n(&e->sync_busy, 1, __ATOMIC_ACQUIRE)) {
+            int locked = flock(e->shm_fd, LOCK_EX | LOCK_NB) == 0;
+            /* Another process's syncer may be stopped or stuck: past the patience, sync
+             * without it. */
+            if (locked || kvq__mono_us() >= deadline) {
+                int rc = covered(m, v) ? 0 : sync_now(e, v);
+                if (locked)
+                    flock(e->shm_fd, LOCK_UN);
+                __atomic_store_n(&e->sync_busy, 0, __ATOMIC_RELEASE);
+                wake_syncwaiters(m);
+                return rc;
+            }
+            __atomic_store_n(&e->sync_busy, 0, __ATOMIC_RELEASE);
+        }
+        /* The syncer bumps sync_gen when done; the timeout bounds the wait for one of
+         * another process that died, or for a thread of this one that gave up the flock. */
+        if (!covered(m, v) && __atomic_load_n(&m->sync_gen, __ATOMIC_SEQ_CST) == gen)
+            futex_wait(&m->sync_gen, gen, 2000);
+    }
 }

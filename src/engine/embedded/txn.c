@@ -119,21 +119,42 @@ static int ensure_rv(emb_txn *t)
      * clock (read_version.c). */
     emb_rv_probe probe;
     emb_snap_info info;
+    /* Reads see only durable data. A storage that keeps versions is read at the newest durable
+     * one, synced_version, so a read never waits for a sync: every commit up to it is written
+     * (it was synced), and the snapshot holds all of them. */
+    int64_t durable = 0;
+    if (emb_pipelined(e) && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 && e->shm != NULL &&
+        !(e->opts.flags & KVQ_DB_READ_ONLY))
+        durable = __atomic_load_n(&e->shm->synced_version, __ATOMIC_SEQ_CST);
     emb_rv_before_snapshot(e, &probe);
-    int rc = e->so->snap_open(e->store, t->wanted_rv, &t->snap, &info);
+    int rc = e->so->snap_open(e->store, durable > 0 ? durable : t->wanted_rv, &t->snap, &info);
+    if (rc == KVQ_ETRANSACTION_TOO_OLD && durable > 0) {
+        /* The storage no longer keeps that version (short of memory): read the newest, and
+         * wait for its sync as below. */
+        kvq__error_clear();
+        durable = 0;
+        rc = e->so->snap_open(e->store, 0, &t->snap, &info);
+    }
     if (rc != 0) {
         t->snap = NULL;
         return rc;
     }
     int64_t stored = info.latest;
-    /* Reads see only durable data: a snapshot that holds a commit not yet synced waits for the
-     * shared sync (or runs it). */
-    rc = emb_sync_upto(e, stored);
-    if (rc != 0) {
-        emb_txn_end_read(t);
-        return rc;
+    if (durable > 0 && stored > durable) {
+        /* The snapshot is at the durable version, and newer commits are written: the read
+         * version is the durable one, below each of theirs (no later commit can take a
+         * version at or below it, as every commit up to it is written). */
+        t->rv = durable;
+    } else {
+        /* Without versions kept, a snapshot that holds a commit not yet synced waits for the
+         * shared sync (or runs it). (With them, the snapshot holds only durable commits.) */
+        rc = durable > 0 ? 0 : emb_sync_upto(e, stored);
+        if (rc != 0) {
+            emb_txn_end_read(t);
+            return rc;
+        }
+        t->rv = emb_rv_after_snapshot(e, &probe, stored);
     }
-    t->rv = emb_rv_after_snapshot(e, &probe, stored);
     if (t->wanted_rv > 0) {
         /* The snapshot is the database at every version from its newest commit to t->rv (no
          * commit can take a version in between): a version asked for in that span reads

@@ -1,10 +1,13 @@
 /* Watches across threads and processes, without polling.
  *
- * kvq.shm holds a counter that every commit bumps after its data is durable. Each process that
+ * kvq.shm holds a counter that every commit bumps once its data is written. Each process that
  * has armed watches runs one watcher thread, asleep on that counter with a shared futex. When it
- * changes, the thread reads every armed watch's key in one read transaction and fires those whose
- * value differs from the value their transaction saw. The counter is read before the keys, so a
- * commit that lands during the scan changes it and the thread scans again: no change is missed. */
+ * changes, the thread reads every armed watch's key in one snapshot and, once that snapshot is
+ * durable (it waits for the sync under way, sync.c), fires those whose value differs from the
+ * value their transaction saw: a watch never announces what a crash could take back, and the
+ * woken reader, whose read version is the durable one, sees the change at once. The counter is
+ * read before the keys, so a commit that lands during the scan changes it and the thread scans
+ * again: no change is missed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -105,6 +108,23 @@ static void scan(emb_db *e)
         return;
     }
     e->watch_scans++;
+    /* A watch fires only on durable data: a snapshot that holds a commit not yet synced waits
+     * for its sync first (usually the one under way), without watch_mu, so that committers
+     * arming watches do not wait behind it. Watches armed meanwhile are read as well: their
+     * counters, loaded before the snapshot or not at all, can only make the next scan read
+     * them again. */
+    if (emb_pipelined(e) && !emb_synced(e, info.latest)) {
+        pthread_mutex_unlock(&e->watch_mu);
+        int rc = emb_sync_upto(e, info.latest);
+        pthread_mutex_lock(&e->watch_mu);
+        if (rc != 0 || e->watch_stop) {
+            e->so->snap_close(snap);
+            if (!e->watch_stop)
+                kvq__sleep_us(1000);
+            e->watch_rescan = 1;
+            return;
+        }
+    }
     kvq_watch *w = e->watches;
     while (w != NULL) {
         kvq_watch *next = w->next;

@@ -12,34 +12,76 @@
 
 /* ---- recovery ------------------------------------------------------------------------------ */
 
-/* One upkeep transaction: up to KVQ__WQ_BATCH expired leases back, up to KVQ__WQ_BATCH due delayed
- * items ready, old markers pruned. *more = 1 when a batch was full. Expired leases are handled
- * first: the durable promotions write versionstamped keys, after which the item range is
- * unreadable. */
-static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, int *more)
+/* Scratch buffers of one upkeep pass, reused by its steps. */
+typedef struct pass_bufs {
+    kvq_buf lo, hi, k, m, v;
+} pass_bufs;
+
+/* An expired single lease whose expiry index entry xk was read: the entry, the lease and its
+ * value are cleared and the item goes back to the queue (or to the dead letters). A lease or
+ * value already gone leaves a stale index entry, which is only cleared. */
+static int expire_lease(kvq_workq *w,
+                        kvq_txn *txn,
+                        const uint8_t *xk,
+                        size_t xl,
+                        const uint8_t *id,
+                        pass_bufs *b,
+                        uint64_t *moved)
 {
-    int64_t rv;
-    int rc = kvq_txn_get_read_version(&rv, txn);
-    if (rc != 0)
-        return rc;
-    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, k = KVQ_BUF_INIT, m = KVQ_BUF_INIT,
-            v = KVQ_BUF_INIT;
-    kvq_tuple *t = NULL;
+    int rc = kvq_txn_clear(txn, xk, xl);
+    kvq_bytes lv, vv;
+    int lp = 0, vp = 0;
+    if (rc == 0)
+        rc = kvq__wq_id_key(&b->k, &w->base_l, id);
+    if (rc == 0)
+        rc = kvq_txn_get(&lv, &lp, txn, b->k.data, b->k.len, 0);
+    if (rc == 0 && lp)
+        rc = kvq__buf_set(&b->m, lv.data, lv.len);
+    if (rc == 0 && lp)
+        rc = kvq_txn_clear(txn, b->k.data, b->k.len);
+    if (rc == 0)
+        rc = kvq__wq_id_key(&b->k, &w->base_v, id);
+    if (rc == 0)
+        rc = kvq_txn_get(&vv, &vp, txn, b->k.data, b->k.len, 0);
+    if (rc == 0 && vp)
+        rc = kvq__buf_set(&b->v, vv.data, vv.len);
+    if (rc == 0 && vp)
+        rc = kvq_txn_clear(txn, b->k.data, b->k.len);
+    if (rc != 0 || !lp || !vp || b->m.len < 20)
+        return rc; /* a stale index entry: cleared */
+    uint32_t deliv = (uint32_t)kvq__le_get(b->m.data + 8, 4);
+    kvq_bytes val = { b->v.data, b->v.len };
+    int64_t since = -1;
+    rc = kvq__wq_age_take(w, txn, id, &since);
+    if (rc == 0)
+        rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
+    if (rc == 0)
+        rc = kvq__wq_give_back(w, txn, b->m.data + 20, b->m.len - 20, val, deliv, since, &b->k,
+                               NULL);
+    if (rc == 0)
+        (*moved)++;
+    return rc;
+}
+
+/* Leases that ended before the expiry bound, single or batch, up to KVQ__WQ_BATCH index entries
+ * and a batch budget of bytes. The range read (not snapshot) makes two recoverers of one lease
+ * conflict, and an ack that commits meanwhile (it cannot: the lease has expired) would too. */
+static int
+expire_leases(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b, uint64_t *moved, int *more)
+{
     const kvq_kv *kvs;
     size_t got = 0;
-    kvq_tuple_elem e = kvq_tuple_int(rv);
+    kvq_tuple *t = NULL;
     kvq_tuple_elem ex = kvq_tuple_int(kvq__wq_expiry_bound(w, rv));
     /* Bytes of batch items one pass gives back at most (a batch of large values takes more
      * than one pass rather than one transaction too large). */
     int64_t budget = BATCH_BUDGET;
-    /* Expired leases: the range read (not snapshot) makes two recoverers of one lease conflict,
-     * and an ack that commits meanwhile (it cannot: the lease has expired) would too. */
-    rc = kvq__wq_range_of(&lo, &hi, &w->base_x);
+    int rc = kvq__wq_range_of(&b->lo, &b->hi, &w->base_x);
     if (rc == 0)
-        rc = kvq__wq_key_of(&hi, &w->base_x, &ex, 1);
+        rc = kvq__wq_key_of(&b->hi, &w->base_x, &ex, 1);
     if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
-                               KVQ__WQ_BATCH, 0);
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b->lo.data, b->lo.len, b->hi.data,
+                               b->hi.len, KVQ__WQ_BATCH, 0);
     if (rc == 0 && got == KVQ__WQ_BATCH)
         *more = 1;
     /* kvs is borrowed; copy the keys we need before reading more. */
@@ -87,48 +129,28 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
         memcpy(id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
         kvq_tuple_destroy(t);
         t = NULL;
-        rc = kvq_txn_clear(txn, xk, xl);
-        kvq_bytes lv, vv;
-        int lp = 0, vp = 0;
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_l, id);
-        if (rc == 0)
-            rc = kvq_txn_get(&lv, &lp, txn, k.data, k.len, 0);
-        if (rc == 0 && lp)
-            rc = kvq__buf_set(&m, lv.data, lv.len);
-        if (rc == 0 && lp)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_v, id);
-        if (rc == 0)
-            rc = kvq_txn_get(&vv, &vp, txn, k.data, k.len, 0);
-        if (rc == 0 && vp)
-            rc = kvq__buf_set(&v, vv.data, vv.len);
-        if (rc == 0 && vp)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc != 0 || !lp || !vp || m.len < 20)
-            continue; /* a stale index entry: cleared */
-        uint32_t deliv = (uint32_t)kvq__le_get(m.data + 8, 4);
-        kvq_bytes val = { v.data, v.len };
-        int64_t since = -1;
-        rc = kvq__wq_age_take(w, txn, id, &since);
-        if (rc == 0)
-            rc = kvq__wq_counter_add(txn, &w->n_inflight, -1);
-        if (rc == 0)
-            rc = kvq__wq_give_back(w, txn, m.data + 20, m.len - 20, val, deliv, since, &k, NULL);
-        if (rc == 0)
-            (*moved)++;
+        rc = expire_lease(w, txn, xk, xl, id, b, moved);
     }
+    kvq_tuple_destroy(t);
     kvq__free(xoff);
     kvq_buf_dispose(&xkeys);
-    /* Due delayed items. */
+    return rc;
+}
+
+/* Delayed items due at rv, up to KVQ__WQ_BATCH: each goes to the ready queue. */
+static int
+ready_delayed(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b, uint64_t *moved, int *more)
+{
+    const kvq_kv *kvs;
+    size_t got = 0;
+    kvq_tuple *t = NULL;
+    kvq_tuple_elem e = kvq_tuple_int(rv);
+    int rc = kvq__wq_range_of(&b->lo, &b->hi, &w->base_y);
     if (rc == 0)
-        rc = kvq__wq_range_of(&lo, &hi, &w->base_y);
+        rc = kvq__wq_key_of(&b->hi, &w->base_y, &e, 1);
     if (rc == 0)
-        rc = kvq__wq_key_of(&hi, &w->base_y, &e, 1);
-    if (rc == 0)
-        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
-                               KVQ__WQ_BATCH, 0);
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b->lo.data, b->lo.len, b->hi.data,
+                               b->hi.len, KVQ__WQ_BATCH, 0);
     if (rc == 0 && got == KVQ__WQ_BATCH)
         *more = 1;
     for (size_t i = 0; rc == 0 && i < got; i++) {
@@ -147,66 +169,98 @@ static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, 
         if (rc == 0)
             rc = kvq__wq_counter_add(txn, &w->n_delayed, -1);
         if (rc == 0)
-            rc = kvq__wq_push_ready(w, txn, prio, deliv, kvs[i].value, &k);
+            rc = kvq__wq_push_ready(w, txn, prio, deliv, kvs[i].value, &b->k);
         if (rc == 0)
             (*moved)++;
     }
-    /* Prune age index entries left by plain pops, settled markers and dedup keys (not in the
-     * passes of plain readers, which do not know the queue's dedup window). */
+    kvq_tuple_destroy(t);
+    return rc;
+}
+
+/* Settled-lease markers older than the settled window. */
+static int prune_settled(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b)
+{
+    int64_t cut = rv / KVQ__BUCKET_VERSIONS - SETTLED_WINDOW_BUCKETS;
+    kvq_tuple_elem ce = kvq_tuple_int(cut);
+    if (cut <= 0)
+        return 0;
+    int rc = kvq__wq_range_of(&b->lo, &b->hi, &w->base_s);
+    if (rc == 0)
+        rc = kvq__wq_key_of(&b->hi, &w->base_s, &ce, 1);
+    if (rc == 0)
+        rc = kvq_txn_clear_range(txn, b->lo.data, b->lo.len, b->hi.data, b->hi.len);
+    return rc;
+}
+
+/* Dedup keys older than the dedup window, up to KVQ__WQ_BATCH, through their index. */
+static int prune_dedup(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b)
+{
+    const kvq_kv *kvs;
+    size_t got = 0;
+    kvq_tuple *t = NULL;
+    kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS);
+    int rc = kvq__wq_range_of(&b->lo, &b->hi, &w->base_ddx);
+    if (rc == 0)
+        rc = kvq__wq_key_of(&b->hi, &w->base_ddx, &de, 1);
+    if (rc == 0)
+        rc = kvq_txn_get_range(&kvs, &got, NULL, txn, b->lo.data, b->lo.len, b->hi.data,
+                               b->hi.len, KVQ__WQ_BATCH, KVQ_SNAPSHOT);
+    for (size_t i = 0; rc == 0 && i < got; i++) {
+        rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_ddx.len,
+                              kvs[i].key.len - w->base_ddx.len);
+        if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES) {
+            rc = kvq__error(KVQ_EDAMAGED, "a malformed dedup index key");
+            break;
+        }
+        int64_t at = kvq_tuple_at(t, 0)->v.i;
+        kvq_tuple_elem de2 = *kvq_tuple_at(t, 1);
+        rc = kvq__wq_key_of(&b->k, &w->base_dd, &de2, 1);
+        kvq_tuple_destroy(t);
+        t = NULL;
+        /* Clear the dedup key only if it still names this push (not a newer one). */
+        kvq_bytes dv;
+        int dp = 0;
+        if (rc == 0)
+            rc = kvq__conflict_key(txn, kvs[i].key.data, kvs[i].key.len);
+        if (rc == 0)
+            rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
+        if (rc == 0)
+            rc = kvq_txn_get(&dv, &dp, txn, b->k.data, b->k.len, 0);
+        if (rc == 0 && dp && dv.len >= 8 && (int64_t)kvq__le_get(dv.data, 8) == at)
+            rc = kvq_txn_clear(txn, b->k.data, b->k.len);
+    }
+    kvq_tuple_destroy(t);
+    return rc;
+}
+
+/* One upkeep transaction: up to KVQ__WQ_BATCH expired leases back, up to KVQ__WQ_BATCH due delayed
+ * items ready, old markers pruned. *more = 1 when a batch was full. Expired leases are handled
+ * first: the durable promotions write versionstamped keys, after which the item range is
+ * unreadable. Pruning (age index entries left by plain pops, settled markers and dedup keys)
+ * is not in the passes of plain readers, which do not know the queue's dedup window. */
+static int recover_pass(kvq_workq *w, kvq_txn *txn, int prune, uint64_t *moved, int *more)
+{
+    int64_t rv;
+    int rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc != 0)
+        return rc;
+    pass_bufs b = { KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT };
+    rc = expire_leases(w, txn, rv, &b, moved, more);
+    if (rc == 0)
+        rc = ready_delayed(w, txn, rv, &b, moved, more);
     if (rc == 0 && prune && w->q->type == KVQ_QUEUE_PRIORITY) {
         int64_t since;
         rc = kvq__wq_age_head(w, txn, 1, &since);
     }
-    if (rc == 0 && prune) {
-        int64_t cut = rv / KVQ__BUCKET_VERSIONS - SETTLED_WINDOW_BUCKETS;
-        kvq_tuple_elem ce = kvq_tuple_int(cut);
-        if (cut > 0) {
-            rc = kvq__wq_range_of(&lo, &hi, &w->base_s);
-            if (rc == 0)
-                rc = kvq__wq_key_of(&hi, &w->base_s, &ce, 1);
-            if (rc == 0)
-                rc = kvq_txn_clear_range(txn, lo.data, lo.len, hi.data, hi.len);
-        }
-    }
-    if (rc == 0 && prune) {
-        kvq_tuple_elem de = kvq_tuple_int(rv - w->opts.dedup_window_ms * KVQ__VERSIONS_PER_MS);
-        rc = kvq__wq_range_of(&lo, &hi, &w->base_ddx);
-        if (rc == 0)
-            rc = kvq__wq_key_of(&hi, &w->base_ddx, &de, 1);
-        if (rc == 0)
-            rc = kvq_txn_get_range(&kvs, &got, NULL, txn, lo.data, lo.len, hi.data, hi.len,
-                                   KVQ__WQ_BATCH, KVQ_SNAPSHOT);
-        for (size_t i = 0; rc == 0 && i < got; i++) {
-            rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_ddx.len,
-                                  kvs[i].key.len - w->base_ddx.len);
-            if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES) {
-                rc = kvq__error(KVQ_EDAMAGED, "a malformed dedup index key");
-                break;
-            }
-            int64_t at = kvq_tuple_at(t, 0)->v.i;
-            kvq_tuple_elem de2 = *kvq_tuple_at(t, 1);
-            rc = kvq__wq_key_of(&k, &w->base_dd, &de2, 1);
-            kvq_tuple_destroy(t);
-            t = NULL;
-            /* Clear the dedup key only if it still names this push (not a newer one). */
-            kvq_bytes dv;
-            int dp = 0;
-            if (rc == 0)
-                rc = kvq__conflict_key(txn, kvs[i].key.data, kvs[i].key.len);
-            if (rc == 0)
-                rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
-            if (rc == 0)
-                rc = kvq_txn_get(&dv, &dp, txn, k.data, k.len, 0);
-            if (rc == 0 && dp && dv.len >= 8 && (int64_t)kvq__le_get(dv.data, 8) == at)
-                rc = kvq_txn_clear(txn, k.data, k.len);
-        }
-    }
-    kvq_tuple_destroy(t);
-    kvq_buf_dispose(&lo);
-    kvq_buf_dispose(&hi);
-    kvq_buf_dispose(&k);
-    kvq_buf_dispose(&m);
-    kvq_buf_dispose(&v);
+    if (rc == 0 && prune)
+        rc = prune_settled(w, txn, rv, &b);
+    if (rc == 0 && prune)
+        rc = prune_dedup(w, txn, rv, &b);
+    kvq_buf_dispose(&b.lo);
+    kvq_buf_dispose(&b.hi);
+    kvq_buf_dispose(&b.k);
+    kvq_buf_dispose(&b.m);
+    kvq_buf_dispose(&b.v);
     return rc;
 }
 

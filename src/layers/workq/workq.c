@@ -2,6 +2,7 @@
  * (delayed and deduplicated), receives and the settling of leases (ack, nack, extend). The
  * long poll is in workq_wait.c, upkeep in layers/queue/due.c, dead letters, listings and metrics
  * in workq_admin.c; the key layout and the conflicts are described in workq_internal.h. */
+#include <signal.h>
 #include <string.h>
 
 #include "kvq/testing.h"
@@ -490,11 +491,109 @@ int kvq_workq_receive(kvq_buf *out, kvq_workq_lease *lease, kvq_workq *w, int64_
     return rc;
 }
 
+/* ---- ack and receive in one commit --------------------------------------------------------- */
+
+/* A one-at-a-time consumer (the leased consumer runtime, `kvq consume --ack`) acks the item it
+ * finished in the transaction of its next receive, so that one item costs one commit. The
+ * guarantees stay those of a separate ack and receive: the ack reads and writes only the lease's
+ * own keys, so it commits exactly when the receive does; when nothing is ready the transaction
+ * still commits, with the ack alone, so that no finished item waits for its ack. */
+typedef struct ackrecv_ctx {
+    kvq_workq *w;
+    kvq_buf *out;
+    kvq_workq_lease *lease;
+    kvq_workq_lease *ack;
+    int64_t lease_ms;
+    int maybe;  /* an earlier attempt may have committed */
+    int ack_rc; /* the ack's outcome in this attempt */
+    int empty;  /* committed without receiving an item */
+} ackrecv_ctx;
+
+static int ackrecv_body(kvq_txn *txn, ackrecv_ctx *c)
+{
+    c->empty = 0;
+    c->ack_rc = 0;
+    int rc = kvq__wq_settle_txn(c->w, txn, c->ack, SETTLE_ACK, 0, NULL);
+    if (rc == KVQ_ELEASE_SETTLED && c->maybe)
+        rc = 0; /* an attempt that reported 1021 had committed the ack */
+    if (rc == KVQ_ELEASE_EXPIRED || rc == KVQ_ELEASE_SETTLED) {
+        /* Refused: the settle wrote nothing; the receive goes on alone. */
+        c->ack_rc = rc;
+        rc = 0;
+    }
+    if (rc != 0)
+        return rc;
+    kvq_bytes v;
+    int ndead = 0;
+    rc = receive_in(&v, c->lease, c->w, txn, c->lease_ms, &ndead);
+    if (rc == KVQ_ENOTFOUND && (ndead > 0 || c->ack_rc == 0)) {
+        /* Nothing to receive: commit the ack (and any moves to the dead letters) now. */
+        c->empty = 1;
+        return 0;
+    }
+    if (rc == 0 && kvq__buf_set(c->out, v.data, v.len) != 0)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory copying a received value");
+    return rc;
+}
+
+int kvq__wq_ack_receive(kvq_buf *out,
+                        kvq_workq_lease *lease,
+                        kvq_workq *w,
+                        int64_t lease_ms,
+                        kvq_workq_lease *ack,
+                        int *ack_rc)
+{
+    *ack_rc = KVQ_EINVAL;
+    int rc = kvq__wq_check(w, NULL, 0, "kvq__wq_ack_receive");
+    int64_t lv;
+    if (rc == 0)
+        rc = kvq__wq_lease_versions(w, lease_ms, &lv);
+    kvq_txn *txn = NULL;
+    if (rc == 0)
+        rc = kvq_txn_create(&txn, w->q->db);
+    if (rc != 0) {
+        *ack_rc = rc;
+        return rc;
+    }
+    ackrecv_ctx c = { w, out, lease, ack, lease_ms, 0, 0, 0 };
+    for (;;) {
+        rc = ackrecv_body(txn, &c);
+        if (rc == 0 && (w->test_flags & KVQ_WORKQ_TEST_STOP_BEFORE_ACK_RECEIVE))
+            raise(SIGSTOP); /* a crash point: the test kills the process here */
+        if (rc == 0)
+            rc = kvq_txn_commit(txn);
+        if (rc == 0)
+            break;
+        if (rc == KVQ_ENOTFOUND)
+            break; /* nothing ready and nothing to commit (the ack was refused) */
+        if (kvq__txn_maybe_committed(txn, rc))
+            c.maybe = 1;
+        int rc2 = kvq_txn_on_error(txn, rc);
+        if (rc2 != 0) {
+            rc = rc2;
+            if (c.maybe && rc2 == KVQ_ETRANSACTION_TIMED_OUT)
+                rc = kvq__error(KVQ_ECOMMIT_UNKNOWN_RESULT,
+                                "an ack and receive may have committed, and the attempt that "
+                                "would tell ran out of time");
+            break;
+        }
+    }
+    kvq_txn_destroy(txn);
+    if (rc == 0 && (w->test_flags & KVQ_WORKQ_TEST_STOP_AFTER_ACK_RECEIVE))
+        raise(SIGSTOP); /* a crash point: committed, and nobody knows yet */
+    *ack_rc = rc == 0 || rc == KVQ_ENOTFOUND ? c.ack_rc : rc;
+    if (rc == 0 && c.empty)
+        rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
+    return rc;
+}
+
 int kvq_testing_workq_flags(kvq_workq *w, unsigned int flags)
 {
     if (w == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_testing_workq_flags: w is NULL");
-    if ((flags & ~(unsigned int)KVQ_WORKQ_TEST_IGNORE_LEASES) != 0)
+    unsigned int known = KVQ_WORKQ_TEST_IGNORE_LEASES | KVQ_WORKQ_TEST_STOP_BEFORE_ACK_RECEIVE |
+                         KVQ_WORKQ_TEST_STOP_AFTER_ACK_RECEIVE;
+    if ((flags & ~known) != 0)
         return kvq__error(KVQ_EINVAL, "kvq_testing_workq_flags: unknown flags 0x%x", flags);
     w->test_flags = flags;
     return 0;

@@ -75,13 +75,29 @@ void kvq__wq_waker_destroy(kvq__wq_waker *k);
 void kvq__wq_waker_stop(kvq__wq_waker *k);
 
 /* kvq_workq_receive_wait without the argument checks, that also gives up, at once, when the
- * waker (NULL: none) is stopped. */
+ * waker (NULL: none) is stopped. With ack (NULL: none), its first look also acks that lease in
+ * the same transaction (kvq__wq_ack_receive): one commit for the ack and the next item, and the
+ * ack alone, at once, when nothing is ready; *ack_rc (when ack is given) gets its outcome. */
 int kvq__wq_receive_wait(kvq_buf *out,
                          kvq_workq_lease *lease,
                          kvq_workq *w,
                          int64_t lease_ms,
                          int64_t wait_ms,
-                         kvq__wq_waker *waker);
+                         kvq__wq_waker *waker,
+                         kvq_workq_lease *ack,
+                         int *ack_rc);
+
+/* Acks `ack` and receives the next ready item in one transaction (its own retry loop). Returns
+ * the receive's result (0, KVQ_ENOTFOUND, an error); *ack_rc gets the ack's: 0 (acked, also
+ * when nothing was ready: the ack then commits alone), KVQ_ELEASE_EXPIRED or KVQ_ELEASE_SETTLED
+ * (nothing changed; the receive still ran), or the transaction's error (not acked). After a
+ * 1021 a retry that finds the lease settled counts it as acked by the attempt that committed. */
+int kvq__wq_ack_receive(kvq_buf *out,
+                        kvq_workq_lease *lease,
+                        kvq_workq *w,
+                        int64_t lease_ms,
+                        kvq_workq_lease *ack,
+                        int *ack_rc);
 
 /* The work queue's default lease. */
 int64_t kvq__wq_lease_ms(const kvq_workq *w);

@@ -219,10 +219,19 @@ int kvq__wq_receive_wait(kvq_buf *out,
                          kvq_workq *w,
                          int64_t lease_ms,
                          int64_t wait_ms,
-                         kvq__wq_waker *waker)
+                         kvq__wq_waker *waker,
+                         kvq_workq_lease *ack,
+                         int *ack_rc)
 {
     int64_t deadline = kvq__mono_us() + wait_ms * 1000;
-    int rc = look(w, out, lease, lease_ms);
+    int rc;
+    if (ack != NULL) {
+        /* The first look carries the ack (committed alone when nothing is ready). */
+        rc = kvq__wq_ack_receive(out, lease, w, lease_ms, ack, ack_rc);
+        __atomic_add_fetch(&w->wait_looks, 1, __ATOMIC_RELEASE);
+    } else {
+        rc = look(w, out, lease, lease_ms);
+    }
     if (rc != KVQ_ENOTFOUND || wait_ms == 0 || waker_stopped(waker))
         return rc;
     kvq__wq_waker local;
@@ -321,5 +330,5 @@ int kvq_workq_receive_wait(
                         (long long)wait_ms);
     if (rc != 0)
         return rc;
-    return kvq__wq_receive_wait(out, lease, w, lease_ms, wait_ms, NULL);
+    return kvq__wq_receive_wait(out, lease, w, lease_ms, wait_ms, NULL, NULL, NULL);
 }
