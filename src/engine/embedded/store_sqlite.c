@@ -1130,17 +1130,50 @@ int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *fo
     return rc;
 }
 
-int kvq__sqlite_checkpoint(emb_store *s)
+int kvq__sqlite_checkpoint(emb_store *s, int *complete)
 {
+    *complete = 1;
     if (s == NULL || s->writer == NULL || s->read_only)
         return 0;
     int log = 0, done = 0;
     /* Never wait for a reader: one that needs old frames keeps the WAL until a later call. */
     sqlite3_busy_timeout(s->writer, 0);
-    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
     sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
     __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
     if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
         return sqlite_error(s->writer, src, "checkpointing the WAL");
+    *complete = src == SQLITE_OK;
     return 0;
+}
+
+static int pragma_int(sqlite3 *db, const char *sql, int64_t *value)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        src = sqlite3_step(st);
+        if (src == SQLITE_ROW) {
+            *value = sqlite3_column_int64(st, 0);
+            src = SQLITE_OK;
+        }
+    }
+    int rc = src == SQLITE_OK ? 0 : sqlite_error(db, src, "reading the database's size");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes)
+{
+    if (s == NULL || s->writer == NULL || bytes == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    int64_t pages = 0, free_pages = 0, page_size = 0;
+    int rc = pragma_int(s->writer, "PRAGMA page_count", &pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA freelist_count", &free_pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA page_size", &page_size);
+    if (rc == 0)
+        *bytes = pages > free_pages ? (uint64_t)(pages - free_pages) * (uint64_t)page_size : 0;
+    return rc;
 }

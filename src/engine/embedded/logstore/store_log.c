@@ -315,6 +315,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         return kvq__error(KVQ_ENOMEM, "out of memory");
     s->dir_fd = s->ckpt_fd = s->readers_fd = s->reserve_fd = -1;
     s->slot = -1;
+    s->table_live = UINT64_MAX;
     pthread_mutex_init(&s->apply_mu, NULL);
     pthread_mutex_init(&s->pin_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
@@ -395,6 +396,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
             close(fd);
     }
     if (rc == 0) {
+        kvq__ls_table_live_update(s);
         s->applied_version = tver;
         s->ckpt_version = tver;
         s->ckpt_lsn = (uint64_t)tlsn;

@@ -23,13 +23,28 @@
 
 /* The room the applier needs, on a full disk, to bring the table up to the log's tail and to
  * delete everything it holds: the table's WAL takes about twice the log it applies (pages
- * rewritten whole) and, for deletions, the pages they touch (at most the table's size). */
+ * rewritten whole) and, for deletions, the pages they touch (at most the table's pages in use:
+ * its free pages, left by what was deleted, are not written again). */
 uint64_t kvq__ls_ckpt_estimate(emb_store *s)
 {
     uint64_t tail = kvq__log_tail(s->log), at = __atomic_load_n(&s->ckpt_lsn, __ATOMIC_ACQUIRE);
-    struct stat st;
-    uint64_t table = fstatat(s->dir_fd, "data.db", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+    uint64_t table = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
+    if (table == UINT64_MAX) {
+        struct stat st;
+        table = fstatat(s->dir_fd, "data.db", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+    }
     return table + 2 * (tail > at ? tail - at : 0) + (1u << 20);
+}
+
+/* table_live from the table's writer (ckpt_write_mu held, or no applier yet). */
+void kvq__ls_table_live_update(emb_store *s)
+{
+    uint64_t live = 0;
+    if (kvq__sqlite_live_bytes(s->table, &live) != 0) {
+        kvq__error_clear();
+        live = UINT64_MAX;
+    }
+    __atomic_store_n(&s->table_live, live, __ATOMIC_RELEASE);
 }
 
 uint64_t kvq__ls_reserve_size(emb_store *s)
@@ -237,6 +252,34 @@ static void test_step(const char *step)
         kvq__ckpt_test_hook(step);
 }
 
+/* Copies the table's WAL into its file, so that the next pass writes the WAL from its
+ * beginning again, in the room the file already holds (ckpt_write_mu held). A snapshot open
+ * since before the last pass keeps the frames it may read, and a WAL that SQLite cannot start
+ * again grows with every pass: under a steady stream of transactions one is nearly always
+ * open, so the WAL outgrew the room kept for it on a full disk and the drain stopped. So a kept
+ * WAL is tried again before the next pass's write and by the checkpoint thread soon after
+ * (wal_kept): readers that begin once every frame is copied read the file alone,
+ * and once those before them end, the WAL starts again. */
+static void wal_checkpoint(emb_store *s)
+{
+    int complete = 1;
+    if (kvq__sqlite_checkpoint(s->table, &complete) != 0) {
+        kvq__error_clear();
+        complete = 0;
+    }
+    __atomic_store_n(&s->wal_kept, !complete, __ATOMIC_RELEASE);
+}
+
+/* The checkpoint thread's retry of a kept WAL; never waits for another applier. */
+static void wal_retry(emb_store *s)
+{
+    if (pthread_mutex_trylock(&s->ckpt_write_mu) != 0)
+        return;
+    if (__atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE))
+        wal_checkpoint(s);
+    pthread_mutex_unlock(&s->ckpt_write_mu);
+}
+
 /* One applier pass, ckpt.lock held exclusively: the batches of the log older than the window
  * (all = 1: every batch, synced or not: a repair, a full disk, tests) into the table, which is
  * then synced; then the log it holds is released and the map drops it. *covered (may be NULL)
@@ -261,6 +304,8 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
         if (rc != 0)
             return rc;
     }
+    if (__atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE))
+        wal_checkpoint(s);
     emb_store_head head;
     rc = emb_sqlite_store.write_begin(s->table, &head);
     int64_t lsn = 0;
@@ -293,10 +338,12 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
             rc = emb_sqlite_store.sync(s->table, 0, &issued);
         if (rc == 0)
             test_step("apply.synced");
-        /* The WAL back into the table's file, so that it stays small (a full disk needs its
-         * room); a reader that holds it back lets a later pass do it. */
-        if (rc == 0 && kvq__sqlite_checkpoint(s->table) != 0)
-            kvq__error_clear();
+        /* The WAL back into the table's file, so that it does not grow (a full disk needs its
+         * room); and the table's pages in use, for the reserve. */
+        if (rc == 0) {
+            wal_checkpoint(s);
+            kvq__ls_table_live_update(s);
+        }
     } else {
         emb_sqlite_store.write_abort(s->table);
     }
@@ -353,18 +400,39 @@ int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
 void *kvq__ls_ckpt_main(void *arg)
 {
     emb_store *s = arg;
+    int64_t tick_at = kvq__mono_us() + (int64_t)s->apply_ms * 1000, retry_us = 1000;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted && !s->reserve_wanted) {
+            /* The periodic work every apply_ms; a kept WAL is tried again after a
+             * millisecond, then less and less often, until every frame is copied. */
+            int kept = __atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE);
+            if (!kept)
+                retry_us = 1000;
+            int64_t wait_us = tick_at - kvq__mono_us();
+            if (kept && wait_us > retry_us)
+                wait_us = retry_us;
+            if (wait_us < 0)
+                wait_us = 0;
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_sec += (time_t)(s->apply_ms / 1000);
-            dl.tv_nsec += (long)(s->apply_ms % 1000) * 1000000L;
+            dl.tv_sec += (time_t)(wait_us / 1000000);
+            dl.tv_nsec += (long)(wait_us % 1000000) * 1000L;
             if (dl.tv_nsec >= 1000000000L) {
                 dl.tv_sec++;
                 dl.tv_nsec -= 1000000000L;
             }
-            if (pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &dl) == ETIMEDOUT) {
+            if (pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &dl) != ETIMEDOUT)
+                continue;
+            if (kept) {
+                pthread_mutex_unlock(&s->ckpt_mu);
+                wal_retry(s);
+                pthread_mutex_lock(&s->ckpt_mu);
+                if (retry_us < 64000)
+                    retry_us *= 2;
+            }
+            if (kvq__mono_us() >= tick_at) {
+                tick_at = kvq__mono_us() + (int64_t)s->apply_ms * 1000;
                 /* A handle that is open but idle still applies the log now and then, so that
                  * it does not keep the log from being recycled (readers.shm). */
                 pthread_mutex_unlock(&s->ckpt_mu);

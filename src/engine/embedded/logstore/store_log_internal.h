@@ -114,6 +114,12 @@ struct emb_store {
     pthread_cond_t ckpt_cv;
     pthread_mutex_t ckpt_write_mu; /* one checkpoint written at a time by this handle */
     uint64_t n_ckpts;
+    /* A reader kept the table's WAL from being truncated after a pass (atomic; set under
+     * ckpt_write_mu): the checkpoint thread tries again soon, not at the next pass. */
+    int wal_kept;
+    /* The bytes of the table's pages in use, as of the last pass or the open (atomic;
+     * UINT64_MAX: not known, the file's size counts). */
+    uint64_t table_live;
 };
 
 /* A snapshot: the table's (a SQLite read transaction at table version tver) merged with the
@@ -167,6 +173,7 @@ uint64_t kvq__ls_slots_min(emb_store *s, uint64_t dflt);
 
 int64_t kvq__ls_horizon(emb_store *s, int64_t newest);
 uint64_t kvq__ls_ckpt_estimate(emb_store *s);
+void kvq__ls_table_live_update(emb_store *s);
 uint64_t kvq__ls_reserve_size(emb_store *s);
 uint64_t kvq__ls_reserve_target(emb_store *s);
 void kvq__ls_reserve_release(emb_store *s, uint64_t keep);
