@@ -390,6 +390,12 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
                 emb_sqlite_store.close(s->table);
                 s->table = NULL;
                 rc = table_open(s, cfg, &tver, &tlsn);
+                /* What the table did not take goes back into the reserve at once: left free,
+                 * it would let the first commits grow the data on a full disk (the thread
+                 * grows the reserve only later). */
+                for (off_t to = st.st_size; rc == 0 && to > keep; to -= 64 << 10)
+                    if (posix_fallocate(fd, 0, to) == 0)
+                        break;
             }
         }
         if (fd >= 0)
