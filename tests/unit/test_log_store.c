@@ -218,6 +218,55 @@ static void test_old_read_version(void **state)
     kvq_db_close(db);
 }
 
+/* A read version older than the table (the applier at work with no window: every batch goes to
+ * the table at once, as with KVQ_LOGSTORE_APPLY_LAG_US=0) is refused with transaction_too_old,
+ * never answered from the newer table. */
+static int64_t table_read(const char *lsdir, const char *b, const char *e, const char *p,
+                          size_t *n, size_t *with_p);
+
+static void test_read_version_older_than_table(void **state)
+{
+    (void)state;
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
+    setenv("KVQ_LOGSTORE_APPLY_MS", "2", 1);
+    char url[256], lsdir[256];
+    url_of(url, sizeof url, "older");
+    snprintf(lsdir, sizeof lsdir, "%s/older/logstore", base);
+    kvq_db *db = open_db(url);
+    assert_int_equal(put(db, "k", "one"), 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    int64_t rv;
+    assert_int_equal(kvq_txn_get_read_version(&rv, t), 0);
+    kvq_txn_destroy(t);
+    assert_int_equal(put(db, "k", "two"), 0);
+    assert_int_equal(put(db, "k", "three"), 0);
+    /* Wait (up to a minute) for the applier to bring the table past rv. */
+    size_t n, np;
+    int64_t tv = 0;
+    for (int w = 0; w < 30000 && tv <= rv; w++) {
+        tv = table_read(lsdir, "", "\xff", "k", &n, &np);
+        if (tv <= rv)
+            kvq__sleep_us(2000);
+    }
+    assert_true(tv > rv);
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    int rc = kvq_txn_set_read_version(t, rv);
+    kvq_bytes v;
+    int present = 0;
+    if (rc == 0)
+        rc = kvq_txn_get(&v, &present, t, (const uint8_t *)"k", 1, 0);
+    if (rc == 0)
+        fail_msg("read at %lld with the table at %lld: %s %.*s", (long long)rv, (long long)tv,
+                 present ? "present" : "absent", present ? (int)v.len : 0,
+                 present ? (const char *)v.data : "");
+    assert_int_equal(rc, KVQ_ETRANSACTION_TOO_OLD);
+    kvq_txn_destroy(t);
+    kvq_db_close(db);
+    unsetenv("KVQ_LOGSTORE_APPLY_LAG_US");
+    unsetenv("KVQ_LOGSTORE_APPLY_MS");
+}
+
 /* The table behind the log (logstore/data.db), read through the SQLite storage: its version,
  * and the keys it holds in [b, e) with how many of them start with prefix p. */
 static int64_t table_read(const char *lsdir, const char *b, const char *e, const char *p,
@@ -692,6 +741,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose_and_reopen),
         cmocka_unit_test(test_old_read_version),
+        cmocka_unit_test(test_read_version_older_than_table),
         cmocka_unit_test(test_applier_bounds_the_log),
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_damage_reported),
