@@ -276,7 +276,7 @@ static int q_push(kvq__vmap *m, int64_t version, vm_node *n)
             q[i] = m->q[(m->q_head + i) % m->q_cap];
         kvq__free(m->q);
         m->q = q;
-        m->q_cap = cap;
+        __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
         m->q_head = 0;
     }
     m->q[(m->q_head + m->q_len) % m->q_cap] = (gc_rec){ version, n };
@@ -322,7 +322,7 @@ static int push_ver(kvq__vmap *m, vm_node *n, vm_ver *v)
     if (n->vers && n->vers->version == v->version) {
         vm_ver *old = n->vers;
         v->older = old->older;
-        m->mem -= ver_cost(old->len);
+        __atomic_sub_fetch(&m->mem, ver_cost(old->len), __ATOMIC_RELAXED);
         kvq__free(old);
         n->vers = v;
         return 0;
@@ -371,7 +371,7 @@ int kvq__vmap_set(
             return rc;
         }
         m->live_bytes += n->klen + vlen;
-        m->mem += ver_cost(vlen);
+        __atomic_add_fetch(&m->mem, ver_cost(vlen), __ATOMIC_RELAXED);
     } else {
         n = new_node(m, key, klen);
         if (n == NULL || q_push(m, version, n) != 0) {
@@ -383,7 +383,7 @@ int kvq__vmap_set(
         link_node(m, LIVE, n, preds);
         m->nodes++;
         m->entries++;
-        m->mem += ver_cost(vlen) + node_cost(klen, n->level);
+        __atomic_add_fetch(&m->mem, ver_cost(vlen) + node_cost(klen, n->level), __ATOMIC_RELAXED);
         m->live_bytes += klen + vlen;
         m->live_keys++;
     }
@@ -402,7 +402,7 @@ static int bury(kvq__vmap *m, vm_node *n, int64_t version)
         kvq__free(t);
         return KVQ_ENOMEM;
     }
-    m->mem += ver_cost(0);
+    __atomic_add_fetch(&m->mem, ver_cost(0), __ATOMIC_RELAXED);
     m->live_bytes -= n->klen + vlen;
     m->live_keys--;
     unlink_from(m, n);
@@ -415,7 +415,7 @@ static int bury(kvq__vmap *m, vm_node *n, int64_t version)
             last = last->older;
         last->older = g->vers;
         g->vers = NULL;
-        m->mem -= node_cost(g->klen, g->level);
+        __atomic_sub_fetch(&m->mem, node_cost(g->klen, g->level), __ATOMIC_RELAXED);
         retire(m, g);
         find(m, GRAVE, n->key, n->klen, preds, 0);
     }
@@ -487,12 +487,12 @@ int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_
         link_node(m, GRAVE, g, preds);
         m->nodes++;
         m->entries++;
-        m->mem += node_cost(klen, g->level);
+        __atomic_add_fetch(&m->mem, node_cost(klen, g->level), __ATOMIC_RELAXED);
     } else if (push_ver(m, g, t) != 0) {
         kvq__free(t);
         return KVQ_ENOMEM;
     }
-    m->mem += ver_cost(0);
+    __atomic_add_fetch(&m->mem, ver_cost(0), __ATOMIC_RELAXED);
     if (version > m->grave_max)
         m->grave_max = version;
     m->version = version;
@@ -686,13 +686,13 @@ static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
     v->older = NULL;
     while (o) {
         vm_ver *nx = o->older;
-        m->mem -= ver_cost(o->len);
+        __atomic_sub_fetch(&m->mem, ver_cost(o->len), __ATOMIC_RELAXED);
         m->entries--;
         kvq__free(o);
         o = nx;
     }
     if (v == n->vers && v->dead) {
-        m->mem -= ver_cost(0) + node_cost(n->klen, n->level);
+        __atomic_sub_fetch(&m->mem, ver_cost(0) + node_cost(n->klen, n->level), __ATOMIC_RELAXED);
         m->entries--;
         retire(m, n);
     }
@@ -733,7 +733,7 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
                 q[i] = m->q[(m->q_head + i) % m->q_cap];
             kvq__free(m->q);
             m->q = q;
-            m->q_cap = cap;
+            __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
             m->q_head = 0;
         }
     }
@@ -760,13 +760,13 @@ static void trim_all(kvq__vmap *m, vm_node *n, int64_t floor)
     *pv = NULL;
     while (o) {
         vm_ver *nx = o->older;
-        m->mem -= ver_cost(o->len);
+        __atomic_sub_fetch(&m->mem, ver_cost(o->len), __ATOMIC_RELAXED);
         m->entries--;
         kvq__free(o);
         o = nx;
     }
     if (n->vers == NULL) {
-        m->mem -= node_cost(n->klen, n->level);
+        __atomic_sub_fetch(&m->mem, node_cost(n->klen, n->level), __ATOMIC_RELAXED);
         retire(m, n);
     }
 }
@@ -804,7 +804,7 @@ void kvq__vmap_drop(kvq__vmap *m, int64_t floor)
                 q[i] = m->q[(m->q_head + i) % m->q_cap];
             kvq__free(m->q);
             m->q = q;
-            m->q_cap = cap;
+            __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
             m->q_head = 0;
         }
     }
@@ -828,7 +828,10 @@ void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
 
 uint64_t kvq__vmap_mem(kvq__vmap *m)
 {
-    return m->mem + m->q_cap * sizeof(gc_rec);
+    /* Read without the map's lock (the commit path's limit check, statistics): mem and q_cap
+     * move with atomic operations, under the write lock. */
+    return __atomic_load_n(&m->mem, __ATOMIC_RELAXED) +
+           __atomic_load_n(&m->q_cap, __ATOMIC_RELAXED) * sizeof(gc_rec);
 }
 uint64_t kvq__vmap_limit(kvq__vmap *m)
 {
