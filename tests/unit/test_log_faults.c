@@ -110,7 +110,7 @@ static void count_files(const char *dbdir, int *segs, int *spares, int *ckpts)
     while ((de = readdir(d)) != NULL) {
         *segs += strncmp(de->d_name, "log-", 4) == 0;
         *spares += strncmp(de->d_name, "spare-", 6) == 0;
-        *ckpts += strncmp(de->d_name, "ckpt-", 5) == 0;
+        *ckpts += strcmp(de->d_name, "data.db") == 0;
     }
     closedir(d);
 }
@@ -416,7 +416,7 @@ static long count_keys(kvq_db *db, const char *prefix, int *err)
     }
 }
 
-/* A CRC-like digest of a log store's data files (segments, spares, checkpoints): what an open
+/* A CRC-like digest of a log store's data files (segments, spares, the table): what an open
  * that reports damage, or a read-only open, must leave as it was. */
 static uint64_t data_digest(const char *dbdir)
 {
@@ -428,7 +428,7 @@ static uint64_t data_digest(const char *dbdir)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (strncmp(de->d_name, "log-", 4) != 0 && strncmp(de->d_name, "spare-", 6) != 0 &&
-            strncmp(de->d_name, "ckpt-", 5) != 0)
+            strcmp(de->d_name, "data.db") != 0)
             continue;
         char f[900];
         snprintf(f, sizeof f, "%s/%s", p, de->d_name);
@@ -455,12 +455,14 @@ static void test_read_only_open(void **state)
     char dir[400], url[420];
     snprintf(dir, sizeof dir, "%s/ro", base);
     snprintf(url, sizeof url, "log:%s", dir);
-    /* a checkpoint and the log after it */
+    /* the table and the log after it */
     setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
     kvq_db *w = open_url(url, 0);
     put_keys(w, "a", 0, 3000);
     kvq_db_close(w);
     unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+    unsetenv("KVQ_LOGSTORE_APPLY_LAG_US");
     int segs, spares, ckpts;
     count_files(dir, &segs, &spares, &ckpts);
     assert_true(ckpts == 1);
@@ -490,9 +492,13 @@ static void test_read_only_open(void **state)
      * applied is kept for it, and it reads on. */
     kvq_db_close(w);
     setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
+    setenv("KVQ_LOGSTORE_APPLY_MS", "2", 1);
     w = open_url(url, 0);
     put_keys(w, "c", 0, 4000);
     unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+    unsetenv("KVQ_LOGSTORE_APPLY_LAG_US");
+    unsetenv("KVQ_LOGSTORE_APPLY_MS");
     long c = count_keys(r, "c", &err);
     if (c < 0)
         fail_msg("the read-only handle behind a recycled log: %s (%s)", kvq_errname(err),
@@ -624,26 +630,26 @@ static void first_file(const char *lsdir, const char *prefix, char *out, size_t 
     snprintf(out, cap, "%s/%s", lsdir, best);
 }
 
-static void dmg_ckpt_flip(const char *lsdir)
+static void dmg_table_flip(const char *lsdir)
 {
     char p[700];
-    first_file(lsdir, "ckpt-", p, sizeof p);
-    flip_byte(p, 64 + 100);
+    first_file(lsdir, "data.db", p, sizeof p);
+    flip_byte(p, 3);
 }
 
-static void dmg_ckpt_half(const char *lsdir)
+static void dmg_table_half(const char *lsdir)
 {
     char p[700];
-    first_file(lsdir, "ckpt-", p, sizeof p);
+    first_file(lsdir, "data.db", p, sizeof p);
     struct stat st;
     assert_int_equal(stat(p, &st), 0);
     assert_int_equal(truncate(p, st.st_size / 2), 0);
 }
 
-static void dmg_ckpt_gone(const char *lsdir)
+static void dmg_table_gone(const char *lsdir)
 {
     char p[700];
-    first_file(lsdir, "ckpt-", p, sizeof p);
+    first_file(lsdir, "data.db", p, sizeof p);
     assert_int_equal(unlink(p), 0);
 }
 
@@ -684,8 +690,8 @@ static void test_damage_reported(void **state)
         const char *name;
         damage_fn fn;
     } cases[] = {
-        { "checkpoint_bit_flip", dmg_ckpt_flip },     { "checkpoint_half", dmg_ckpt_half },
-        { "checkpoint_gone", dmg_ckpt_gone },         { "segment_header_flip", dmg_seg_header },
+        { "table_header_flip", dmg_table_flip },      { "table_half", dmg_table_half },
+        { "table_gone", dmg_table_gone },             { "segment_header_flip", dmg_seg_header },
         { "first_segment_gone", dmg_seg_gone },       { "first_segment_empty", dmg_seg_empty },
         { "every_segment_gone", dmg_all_segs_gone },
     };
@@ -696,16 +702,19 @@ static void test_damage_reported(void **state)
             snprintf(dir, sizeof dir, "%s/dmg-%s-%d", base, cases[i].name, ro);
             snprintf(url, sizeof url, "log:%s", dir);
             snprintf(lsdir, sizeof lsdir, "%s/logstore", dir);
-            /* a checkpoint, then more log after it over two segments and more */
+            /* the table, then more log after it over two segments and more (the applier at
+             * work all along, and its last pass at close up to the newest batch) */
             setenv("KVQ_LOGSTORE_CHECKPOINT_BYTES", "65536", 1);
+            setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
             kvq_db *w = open_url(url, 0);
             put_keys(w, "a", 0, NKEYS);
             kvq_db_close(w);
             unsetenv("KVQ_LOGSTORE_CHECKPOINT_BYTES");
+            unsetenv("KVQ_LOGSTORE_APPLY_LAG_US");
             int segs, spares, ckpts;
             count_files(dir, &segs, &spares, &ckpts);
             assert_int_equal(ckpts, 1);
-            /* the log's start was released: the checkpoint alone holds it */
+            /* the log's start was released: the table alone holds it */
             char seg1[500];
             snprintf(seg1, sizeof seg1, "%s/log-%016x.seg", lsdir, 1);
             assert_int_equal(access(seg1, F_OK), -1);

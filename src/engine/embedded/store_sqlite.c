@@ -41,6 +41,7 @@
 
 #include "files.h"
 #include "store.h"
+#include "store_sqlite.h"
 
 /* The layout of data.db (meta 'format'). 1: the version in a meta row, one wlog row per write
  * range; 2: the version is the newest entry of wlog, so a commit writes no meta page; 3: one
@@ -1076,3 +1077,103 @@ const emb_store_ops emb_sqlite_store = {
     .sync = sq_sync,
     .checkpoint = NULL,
 };
+
+/* ---- named integers in meta, for the log store (store_sqlite.h) ---------------------------- */
+
+int kvq__sqlite_meta_put(emb_store *s, const char *name, int64_t value)
+{
+    if (s == NULL || name == NULL || s->writer == NULL || sqlite3_get_autocommit(s->writer))
+        return kvq__error(KVQ_EINVAL, "no write in progress");
+    sqlite3_stmt *st = s->w_meta_put;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, value);
+    int rc = step_done(s, st, "writing a meta record");
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+static int meta_row(sqlite3 *db, sqlite3_stmt *st, const char *name, int64_t *value, int *found)
+{
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int src = sqlite3_step(st);
+    *found = 0;
+    int rc = 0;
+    if (src == SQLITE_ROW) {
+        *found = 1;
+        *value = sqlite3_column_int64(st, 0);
+    } else if (src != SQLITE_DONE) {
+        rc = sqlite_error(db, src, "reading a meta record");
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int kvq__sqlite_meta_get(emb_store *s, const char *name, int64_t *value, int *found)
+{
+    if (s == NULL || name == NULL || s->writer == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    w_get_done(s);
+    return meta_row(s->writer, s->w_meta_get, name, value, found);
+}
+
+int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *found)
+{
+    if (c == NULL || name == NULL)
+        return kvq__error(KVQ_EINVAL, "no snapshot");
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE name = ?1", -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return sqlite_error(c->db, src, "reading a meta record");
+    int rc = meta_row(c->db, st, name, value, found);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kvq__sqlite_checkpoint(emb_store *s, int *complete)
+{
+    *complete = 1;
+    if (s == NULL || s->writer == NULL || s->read_only)
+        return 0;
+    int log = 0, done = 0;
+    /* Never wait for a reader: one that needs old frames keeps the WAL until a later call. */
+    sqlite3_busy_timeout(s->writer, 0);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
+    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
+    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
+        return sqlite_error(s->writer, src, "checkpointing the WAL");
+    *complete = src == SQLITE_OK;
+    return 0;
+}
+
+static int pragma_int(sqlite3 *db, const char *sql, int64_t *value)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        src = sqlite3_step(st);
+        if (src == SQLITE_ROW) {
+            *value = sqlite3_column_int64(st, 0);
+            src = SQLITE_OK;
+        }
+    }
+    int rc = src == SQLITE_OK ? 0 : sqlite_error(db, src, "reading the database's size");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes)
+{
+    if (s == NULL || s->writer == NULL || bytes == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    int64_t pages = 0, free_pages = 0, page_size = 0;
+    int rc = pragma_int(s->writer, "PRAGMA page_count", &pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA freelist_count", &free_pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA page_size", &page_size);
+    if (rc == 0)
+        *bytes = pages > free_pages ? (uint64_t)(pages - free_pages) * (uint64_t)page_size : 0;
+    return rc;
+}

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -31,22 +32,12 @@
 #include "engine/embedded/logstore/ckpt.h"
 #include "engine/embedded/logstore/store_log.h"
 #include "engine/embedded/logstore/store_log_internal.h"
+#include "engine/embedded/store_sqlite.h"
 #include "kvq/db.h"
 
 /* A checkpoint is written once the log since the last one is larger than this and than the
  * live data (so the log stays within about twice the data, and recovery reads as much). */
 #define LS_CKPT_MIN_BYTES (64ull << 20)
-
-struct emb_snap {
-    emb_store *s;
-    int64_t version;
-};
-
-struct emb_cursor {
-    emb_snap *snap;
-    kvq__vmap_cursor c;
-    uint8_t *b, *e;
-};
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -72,6 +63,20 @@ static void ls_close(emb_store *s)
 {
     if (s == NULL)
         return;
+    if (s->ckpt_started && !s->read_only) {
+        /* A last pass of the applier (up to the window, as always), so that the next open
+         * replays less. It leaves the caller's error as it was (a close after a failed open
+         * must not hide why the open failed). */
+        int had = kvq_last_error_code();
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvq_last_error());
+        if (kvq__ls_do_checkpoint(s, 0, NULL) != 0 || had != 0) {
+            if (had != 0)
+                kvq__error(had, "%s", why);
+            else
+                kvq__error_clear();
+        }
+    }
     if (s->ckpt_started) {
         pthread_mutex_lock(&s->ckpt_mu);
         s->ckpt_stop = 1;
@@ -85,6 +90,7 @@ static void ls_close(emb_store *s)
         munmap(s->slots, LS_SLOTS * sizeof(reader_slot));
     }
     kvq__log_close(s->log);
+    emb_sqlite_store.close(s->table);
     kvq__vmap_free(s->map);
     kvq__vmap_free(s->ov);
     kvq_buf_dispose(&s->rec);
@@ -129,7 +135,8 @@ int kvq__logstore_present(const char *dir)
 static int seg_or_ckpt_one(void *arg, const char *name)
 {
     int *yes = arg;
-    if (strncmp(name, "log-", 4) == 0 || strncmp(name, "ckpt-", 5) == 0)
+    if (strncmp(name, "log-", 4) == 0 || strncmp(name, "ckpt-", 5) == 0 ||
+        strcmp(name, "data.db") == 0)
         *yes = 1;
     return *yes;
 }
@@ -142,6 +149,165 @@ static int has_segment_or_ckpt(int dir_fd)
     return yes;
 }
 
+/* The table's format file (its presence says that the log store has a table; a log store of
+ * the earlier format, whose checkpoints were files, has none). */
+#define LS_FORMAT_FILE "format"
+#define LS_TABLE_FORMAT 2
+
+static int format_present(emb_store *s)
+{
+    struct stat st;
+    return fstatat(s->dir_fd, LS_FORMAT_FILE, &st, 0) == 0;
+}
+
+static int write_format(emb_store *s)
+{
+    int fd = openat(s->dir_fd, LS_FORMAT_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    s->mode);
+    if (fd < 0)
+        return emb_errno_error(errno, "cannot create", "logstore/" LS_FORMAT_FILE);
+    char text[32];
+    int n = snprintf(text, sizeof text, "%d\n", LS_TABLE_FORMAT);
+    int ok = write(fd, text, (size_t)n) == n && fdatasync(fd) == 0;
+    int err = errno;
+    close(fd);
+    if (!ok)
+        return emb_errno_error(err, "cannot write", "logstore/" LS_FORMAT_FILE);
+    if (renameat(s->dir_fd, LS_FORMAT_FILE ".tmp", s->dir_fd, LS_FORMAT_FILE) != 0 ||
+        fsync(s->dir_fd) != 0)
+        return emb_errno_error(errno, "cannot write", "logstore/" LS_FORMAT_FILE);
+    return 0;
+}
+
+static int remove_ckpt_one(void *arg, const char *name)
+{
+    emb_store *s = arg;
+    if (strncmp(name, "ckpt-", 5) == 0 || strcmp(name, "ckpt.tmp") == 0)
+        unlinkat(s->dir_fd, name, 0);
+    return 0;
+}
+
+/* A log store of the earlier format (checkpoint files, no table): its newest checkpoint
+ * becomes the table, at the checkpoint's version, replaying the log from the checkpoint's
+ * position; then the format file is written and the checkpoint files removed. A crash halfway
+ * leaves no format file, so the next open converts again (the table's version says whether the
+ * checkpoint is in it already). ckpt.lock is held shared, and the engine's commit lock. */
+static int convert_old(emb_store *s, const emb_store_config *cfg)
+{
+    kvq__vmap *m = kvq__vmap_new(0);
+    if (m == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    kvq__ckpt_info ci = { 0 };
+    int found = 0;
+    int rc = kvq__ckpt_load(s->dir_fd, m, &ci, &found);
+    emb_store_config tc = *cfg;
+    tc.dir = s->dir;
+    tc.create = 1;
+    tc.durable = 1;
+    if (rc == 0)
+        rc = emb_sqlite_store.open((emb_store **)&s->table, &tc);
+    emb_store_head head;
+    if (rc == 0 && (rc = emb_sqlite_store.write_begin(s->table, &head)) == 0) {
+        int64_t had = 0;
+        int has_lsn = 0;
+        rc = kvq__sqlite_meta_get(s->table, LS_META_LSN, &had, &has_lsn);
+        if (rc != 0) {
+            /* below */
+        } else if (found && head.version < ci.version) {
+            kvq__vmap_cursor c;
+            kvq_bytes k, v;
+            kvq__vmap_cursor_init(&c, m, ci.version, NULL, 0, NULL, 0, 0);
+            while (rc == 0 && kvq__vmap_cursor_next(&c, &k, &v))
+                rc = emb_sqlite_store.write_put(s->table, k.data, k.len, v.data, v.len);
+            if (rc == 0)
+                rc = kvq__sqlite_meta_put(s->table, LS_META_LSN, (int64_t)ci.lsn);
+            if (rc == 0)
+                rc = emb_sqlite_store.write_commit(s->table, ci.version, NULL, 0);
+        } else if (!found && !has_lsn) {
+            rc = kvq__sqlite_meta_put(s->table, LS_META_LSN, 0);
+            if (rc == 0)
+                rc = emb_sqlite_store.write_commit(s->table, 0, NULL, 0);
+        } else {
+            emb_sqlite_store.write_abort(s->table);
+        }
+        if (rc != 0)
+            emb_sqlite_store.write_abort(s->table);
+    }
+    kvq__vmap_free(m);
+    int issued = 0;
+    if (rc == 0)
+        rc = emb_sqlite_store.sync(s->table, 0, &issued);
+    if (rc == 0)
+        rc = write_format(s);
+    if (rc == 0) {
+        kvq__dir_each(s->dir_fd, remove_ckpt_one, s);
+        if (fsync(s->dir_fd) != 0)
+            rc = emb_errno_error(errno, "cannot sync", s->dir);
+    }
+    if (rc == 0)
+        fprintf(stderr,
+                "kvq: converted the log store in %s to the table format (%s%lld)\n", s->dir,
+                found ? "its checkpoint at version " : "no checkpoint, version ",
+                (long long)(found ? ci.version : 0));
+    return rc;
+}
+
+/* Opens (or creates, or converts) the table and reads where it stands: its version and the log
+ * position its replay starts from. ckpt.lock held shared. */
+static int table_open(emb_store *s, const emb_store_config *cfg, int64_t *tver, int64_t *tlsn)
+{
+    int rc = 0;
+    emb_store_config tc = *cfg;
+    tc.dir = s->dir;
+    tc.durable = !s->read_only;
+    if (cfg->create) {
+        tc.create = 1;
+        rc = emb_sqlite_store.open((emb_store **)&s->table, &tc);
+        emb_store_head head;
+        if (rc == 0 && (rc = emb_sqlite_store.write_begin(s->table, &head)) == 0) {
+            int found = 0;
+            int64_t v = 0;
+            rc = kvq__sqlite_meta_get(s->table, LS_META_LSN, &v, &found);
+            if (rc == 0 && !found)
+                rc = kvq__sqlite_meta_put(s->table, LS_META_LSN, 0);
+            if (rc == 0)
+                rc = emb_sqlite_store.write_commit(s->table, 0, NULL, 0);
+            else
+                emb_sqlite_store.write_abort(s->table);
+        }
+        int issued;
+        if (rc == 0)
+            rc = emb_sqlite_store.sync(s->table, 0, &issued);
+        if (rc == 0)
+            rc = write_format(s);
+    } else if (!format_present(s)) {
+        if (s->read_only)
+            return kvq__error(KVQ_EUNSUPPORTED,
+                              "%s is a log store of the earlier format (checkpoint files, no "
+                              "table): open it once read-write to convert it, for instance "
+                              "with `kvq --db %.*s stats`",
+                              s->dir, (int)(strlen(s->dir) - strlen("/logstore")), s->dir);
+        rc = convert_old(s, cfg);
+    } else {
+        tc.create = 0;
+        rc = emb_sqlite_store.open((emb_store **)&s->table, &tc);
+    }
+    if (rc != 0)
+        return rc;
+    emb_snap *ts = NULL;
+    emb_snap_info ti;
+    rc = emb_sqlite_store.snap_open(s->table, 0, &ts, &ti);
+    if (rc != 0)
+        return rc;
+    int found = 0;
+    *tver = ti.version;
+    rc = kvq__sqlite_snap_meta(ts, LS_META_LSN, tlsn, &found);
+    emb_sqlite_store.snap_close(ts);
+    if (rc == 0 && !found)
+        rc = kvq__error(KVQ_EDAMAGED, "the log store's table in %s has no log position", s->dir);
+    return rc;
+}
+
 static int ls_open(emb_store **out, const emb_store_config *cfg)
 {
     emb_store *s = kvq__calloc(1, sizeof *s);
@@ -149,6 +315,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         return kvq__error(KVQ_ENOMEM, "out of memory");
     s->dir_fd = s->ckpt_fd = s->readers_fd = s->reserve_fd = -1;
     s->slot = -1;
+    s->table_live = UINT64_MAX;
     pthread_mutex_init(&s->apply_mu, NULL);
     pthread_mutex_init(&s->pin_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
@@ -159,6 +326,10 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     s->mode = cfg->opts->file_mode ? cfg->opts->file_mode : 0600;
     s->limit = env_u64("KVQ_LOGSTORE_MEMORY_LIMIT", default_limit());
     s->ckpt_min = env_u64("KVQ_LOGSTORE_CHECKPOINT_BYTES", LS_CKPT_MIN_BYTES);
+    s->lag = (int64_t)env_u64("KVQ_LOGSTORE_APPLY_LAG_US", LS_WINDOW);
+    s->apply_ms = env_u64("KVQ_LOGSTORE_APPLY_MS", 1000);
+    if (s->apply_ms == 0)
+        s->apply_ms = 1;
     uint64_t seg = env_u64("KVQ_LOGSTORE_SEGMENT_BYTES", 0);
     int rc = 0;
     s->dir = emb_path_join(cfg->dir, "logstore");
@@ -204,26 +375,49 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     /* No checkpointer may replace the checkpoint and recycle the log while it is loaded. */
     while (flock(s->ckpt_fd, LOCK_SH) != 0 && errno == EINTR) {
     }
-    kvq__ckpt_info ci = { 0 };
-    int found = 0;
-    rc = kvq__ckpt_load(s->dir_fd, s->map, &ci, &found);
-    if (rc == 0) {
-        if (found) {
-            s->applied_version = ci.version;
-            s->ckpt_version = ci.version;
-            s->ckpt_lsn = ci.lsn;
-            s->cl_floor = ci.version;
-            __atomic_store_n(&s->applied_lsn, ci.lsn, __ATOMIC_RELEASE);
+    int64_t tver = 0, tlsn = 0;
+    rc = table_open(s, cfg, &tver, &tlsn);
+    if (rc == KVQ_ENOSPC && !s->read_only) {
+        /* A full disk: SQLite needs room for its -shm and -wal files before anything can be
+         * freed. The reserve kept for the applier gives it (it grows back off the commit
+         * path). */
+        int fd = openat(s->dir_fd, "ckpt.reserve", O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+            off_t keep = st.st_size > (4 << 20) ? st.st_size - (4 << 20) : 0;
+            if (ftruncate(fd, keep) == 0) {
+                kvq__error_clear();
+                emb_sqlite_store.close(s->table);
+                s->table = NULL;
+                rc = table_open(s, cfg, &tver, &tlsn);
+                /* What the table did not take goes back into the reserve at once: left free,
+                 * it would let the first commits grow the data on a full disk (the thread
+                 * grows the reserve only later). */
+                for (off_t to = st.st_size; rc == 0 && to > keep; to -= 64 << 10)
+                    if (posix_fallocate(fd, 0, to) == 0)
+                        break;
+            }
         }
+        if (fd >= 0)
+            close(fd);
+    }
+    if (rc == 0) {
+        kvq__ls_table_live_update(s);
+        s->applied_version = tver;
+        s->ckpt_version = tver;
+        s->ckpt_lsn = (uint64_t)tlsn;
+        s->cl_floor = tver;
+        s->table_known = tver;
+        __atomic_store_n(&s->applied_lsn, (uint64_t)tlsn, __ATOMIC_RELEASE);
         kvq__log_options lo = { .segment_bytes = seg,
                                 .file_mode = s->mode,
                                 .read_only = s->read_only };
         pthread_mutex_lock(&s->apply_mu);
         s->replaying = 1;
-        rc = kvq__log_open(&s->log, s->dir, &lo, found ? ci.lsn : 0, kvq__ls_replay_fn, s);
+        rc = kvq__log_open(&s->log, s->dir, &lo, (uint64_t)tlsn, kvq__ls_replay_fn, s);
         if (rc == 0 && s->applied_lsn < kvq__log_first(s->log))
             __atomic_store_n(&s->applied_lsn, kvq__log_first(s->log), __ATOMIC_RELEASE);
-        if (rc == 0 && !found)
+        if (rc == 0 && s->ckpt_lsn < kvq__log_first(s->log))
             s->ckpt_lsn = kvq__log_first(s->log);
         if (rc == 0)
             rc = kvq__ls_catch_up_locked(s);
@@ -240,17 +434,9 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     /* No transaction of this handle has a read version yet: the conflict log and the versions
      * of the window start from here (a read version from before is answered with 1007). */
     kvq__ls_cl_prune(s, s->applied_version);
-    kvq__ls_forget_to(s, s->applied_version);
+    kvq__ls_drop(s);
     /* The replay freed what the log's popped items took: give it back to the system. */
     malloc_trim(0);
-    if (s->limit && kvq__ls_mem_used(s) > s->limit) {
-        rc = kvq__error(KVQ_ENOMEM,
-                        "the log store's data takes %llu bytes of memory, past its limit of "
-                        "%llu (KVQ_LOGSTORE_MEMORY_LIMIT): raise it, or keep data this large "
-                        "in the SQLite storage",
-                        (unsigned long long)kvq__ls_mem_used(s), (unsigned long long)s->limit);
-        goto fail;
-    }
     if (!s->read_only) {
         /* A file that cannot be made (a full disk, no descriptor) leaves the store without a
          * reserve: space_short then counts on free space alone. */
@@ -271,6 +457,13 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
         if (pthread_create(&s->ckpt_thread, NULL, kvq__ls_ckpt_main, s) == 0)
             s->ckpt_started = 1;
     }
+    /* More of the log than the memory limit allows is not in the table yet (the handles that
+     * wrote it stopped before their applier caught up): the table takes it now. */
+    if (!s->read_only && s->limit && kvq__vmap_mem(s->map) > s->limit) {
+        if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
+            kvq__error_clear();
+        kvq__ls_drop(s);
+    }
     *out = s;
     return 0;
 fail:
@@ -278,81 +471,21 @@ fail:
     return rc;
 }
 
-/* ---- snapshots ---- */
+/* ---- snapshots (store_log_apply.c) ---- */
 
 static int ls_snap_open(emb_store *s, int64_t at, emb_snap **out, emb_snap_info *info)
 {
-    int rc = kvq__ls_catch_up(s);
-    if (rc != 0)
-        return rc;
-    emb_snap *sn = kvq__malloc(sizeof *sn);
-    if (sn == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
-    pthread_mutex_lock(&s->apply_mu);
-    int64_t latest = s->applied_version, v = latest;
-    if (at > 0 && at < latest) {
-        /* the newest batch at or before at */
-        v = at;
-        for (size_t i = s->cl_len; i > 0; i--) {
-            int64_t cv = s->cl[(s->cl_head + i - 1) % s->cl_cap].version;
-            if (cv <= at) {
-                v = cv;
-                break;
-            }
-        }
-    }
-    pthread_mutex_lock(&s->pin_mu);
-    pthread_mutex_unlock(&s->apply_mu);
-    if (at > 0 && at < latest && at < s->floor) {
-        pthread_mutex_unlock(&s->pin_mu);
-        kvq__free(sn);
-        return kvq__error(KVQ_ETRANSACTION_TOO_OLD,
-                          "version %lld is older than the versions the log store keeps",
-                          (long long)at);
-    }
-    if (s->n_pins == s->cap_pins) {
-        size_t cap = s->cap_pins ? s->cap_pins * 2 : 16;
-        int64_t *p = kvq__realloc(s->pins, cap * sizeof *p);
-        if (p == NULL) {
-            pthread_mutex_unlock(&s->pin_mu);
-            kvq__free(sn);
-            return kvq__error(KVQ_ENOMEM, "out of memory");
-        }
-        s->pins = p;
-        s->cap_pins = cap;
-    }
-    int64_t read_at = at > 0 && at < latest ? at : latest;
-    s->pins[s->n_pins++] = read_at;
-    pthread_mutex_unlock(&s->pin_mu);
-    sn->s = s;
-    sn->version = read_at;
-    info->version = v;
-    info->latest = latest;
-    *out = sn;
-    return 0;
+    return kvq__ls_snap_open(s, at, out, info);
 }
 
 static void ls_snap_close(emb_snap *sn)
 {
-    if (sn == NULL)
-        return;
-    emb_store *s = sn->s;
-    pthread_mutex_lock(&s->pin_mu);
-    for (size_t i = 0; i < s->n_pins; i++)
-        if (s->pins[i] == sn->version) {
-            s->pins[i] = s->pins[--s->n_pins];
-            break;
-        }
-    pthread_mutex_unlock(&s->pin_mu);
-    kvq__free(sn);
+    kvq__ls_snap_close(sn);
 }
 
 static int ls_get(emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *value, int *present)
 {
-    kvq__vmap_rdlock(sn->s->map);
-    *present = kvq__vmap_get(sn->s->map, sn->version, key, key_len, value);
-    kvq__vmap_rdunlock(sn->s->map);
-    return 0;
+    return kvq__ls_get(sn, key, key_len, value, present);
 }
 
 static int ls_cursor_open(emb_snap *sn,
@@ -363,32 +496,17 @@ static int ls_cursor_open(emb_snap *sn,
                           int reverse,
                           emb_cursor **out)
 {
-    emb_cursor *c = kvq__calloc(1, sizeof *c + begin_len + end_len + 1);
-    if (c == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
-    c->snap = sn;
-    c->b = (uint8_t *)(c + 1);
-    c->e = c->b + begin_len;
-    if (begin_len)
-        memcpy(c->b, begin, begin_len);
-    if (end_len)
-        memcpy(c->e, end, end_len);
-    kvq__vmap_cursor_init(&c->c, sn->s->map, sn->version, c->b, begin_len, c->e, end_len, reverse);
-    *out = c;
-    return 0;
+    return kvq__ls_cursor_open(sn, begin, begin_len, end, end_len, reverse, out);
 }
 
 static int ls_cursor_next(emb_cursor *c, kvq_bytes *key, kvq_bytes *value, int *has)
 {
-    kvq__vmap_rdlock(c->snap->s->map);
-    *has = kvq__vmap_cursor_next(&c->c, key, value);
-    kvq__vmap_rdunlock(c->snap->s->map);
-    return 0;
+    return kvq__ls_cursor_next(c, key, value, has);
 }
 
 static void ls_cursor_close(emb_cursor *c)
 {
-    kvq__free(c);
+    kvq__ls_cursor_close(c);
 }
 
 void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)

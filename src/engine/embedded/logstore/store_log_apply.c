@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,36 +78,63 @@ static int64_t min_pin(emb_store *s, int64_t dflt)
     return m;
 }
 
-/* Forgets what no read at floor or later, and no open snapshot, can see. */
-void kvq__ls_forget_to(emb_store *s, int64_t floor)
+/* Drops from the map what the table holds (the versions up to the newest table version this
+ * handle has seen), except what an open snapshot's older table snapshot still lacks. Every
+ * snapshot opened later reads a table at least that new (its version only grows). */
+void kvq__ls_drop(emb_store *s)
 {
     pthread_mutex_lock(&s->pin_mu);
-    floor = min_pin(s, floor);
+    int64_t floor = min_pin(s, s->table_known);
     if (floor > s->floor) {
         s->floor = floor;
         kvq__vmap_wrlock(s->map);
-        kvq__vmap_forget(s->map, floor);
+        kvq__vmap_drop(s->map, floor);
         kvq__vmap_wrunlock(s->map);
     }
     pthread_mutex_unlock(&s->pin_mu);
 }
 
-/* Forgets versions older than the window that no snapshot holds. apply_mu held. */
+/* Drops now and then (apply_mu held). */
 static void maybe_forget(emb_store *s)
 {
     if (s->applied_version - s->last_forget < 100000)
         return;
     s->last_forget = s->applied_version;
+    kvq__ls_drop(s);
+}
+
+/* The keys the table holds in [b, e), as u32 length + key in *out. */
+static int table_keys(emb_store *s, const uint8_t *b, size_t bl, const uint8_t *e, size_t el,
+                      kvq_buf *out)
+{
+    const emb_store_ops *t = &emb_sqlite_store;
+    emb_snap *ts = NULL;
+    emb_snap_info ti;
+    int rc = t->snap_open(s->table, 0, &ts, &ti);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&s->pin_mu);
-    /* While the log is replayed at open, no transaction reads an older version. */
-    int64_t floor = min_pin(s, s->applied_version - (s->replaying ? 0 : LS_WINDOW));
-    if (floor > s->floor) {
-        s->floor = floor;
-        kvq__vmap_wrlock(s->map);
-        kvq__vmap_forget(s->map, floor);
-        kvq__vmap_wrunlock(s->map);
-    }
+    if (ti.version > s->table_known)
+        s->table_known = ti.version;
     pthread_mutex_unlock(&s->pin_mu);
+    emb_cursor *c = NULL;
+    rc = t->cursor_open(ts, b, bl, e, el, 0, &c);
+    for (int has = 1; rc == 0 && has;) {
+        kvq_bytes k, v;
+        rc = t->cursor_next(c, &k, &v, &has);
+        if (rc == 0 && has) {
+            if (kvq_buf_grow(out, 4 + k.len) != 0) {
+                rc = kvq__error(KVQ_ENOMEM, "out of memory");
+                break;
+            }
+            kvq__le32_put(out->data + out->len, (uint32_t)k.len);
+            memcpy(out->data + out->len + 4, k.data, k.len);
+            out->len += 4 + k.len;
+        }
+    }
+    t->cursor_close(c);
+    t->snap_close(ts);
+    return rc;
 }
 
 /* Applies one record of the log to the map (apply_mu held). */
@@ -154,11 +182,24 @@ int kvq__ls_apply_record(emb_store *s, const kvq__log_rec *r)
         if (op == OP_SET)
             rc = kvq__vmap_set(s->map, version, o, (size_t)al, o + al, (size_t)bl);
         else if (op == OP_CLEAR)
-            rc = kvq__vmap_clear(s->map, version, o, (size_t)al);
-        else if (op == OP_CLEAR_RANGE)
+            rc = kvq__vmap_tombstone(s->map, version, o, (size_t)al);
+        else if (op == OP_CLEAR_RANGE) {
+            /* the keys only the table holds get a tombstone each */
             rc = kvq__vmap_clear_range(s->map, version, o, (size_t)al, o + al, (size_t)bl, NULL,
                                        NULL);
-        else
+            if (rc == 0 && kvq__bytes_cmp(o, (size_t)al, o + al, (size_t)bl) < 0) {
+                kvq_buf keys = KVQ_BUF_INIT;
+                kvq__vmap_wrunlock(s->map);
+                rc = table_keys(s, o, (size_t)al, o + al, (size_t)bl, &keys);
+                kvq__vmap_wrlock(s->map);
+                for (size_t q = 0; rc == 0 && q < keys.len;) {
+                    size_t kl = kvq__le32_get(keys.data + q);
+                    rc = kvq__vmap_tombstone(s->map, version, keys.data + q + 4, kl);
+                    q += 4 + kl;
+                }
+                kvq_buf_dispose(&keys);
+            }
+        } else
             rc = bad_record(r->lsn);
         o += al + bl;
     }
@@ -281,4 +322,245 @@ uint64_t kvq__ls_slots_min(emb_store *s, uint64_t dflt)
             m = a;
     }
     return m;
+}
+
+/* ---- snapshots: the table's merged with the map's newer versions ---- */
+
+static int pin_push(emb_store *s, int64_t v)
+{
+    if (s->n_pins == s->cap_pins) {
+        size_t cap = s->cap_pins ? s->cap_pins * 2 : 16;
+        int64_t *p = kvq__realloc(s->pins, cap * sizeof *p);
+        if (p == NULL)
+            return kvq__error(KVQ_ENOMEM, "out of memory");
+        s->pins = p;
+        s->cap_pins = cap;
+    }
+    s->pins[s->n_pins++] = v;
+    return 0;
+}
+
+static void pin_drop(emb_store *s, int64_t v)
+{
+    for (size_t i = 0; i < s->n_pins; i++)
+        if (s->pins[i] == v) {
+            s->pins[i] = s->pins[--s->n_pins];
+            return;
+        }
+}
+
+static void pin_move(emb_store *s, int64_t from, int64_t to)
+{
+    for (size_t i = 0; i < s->n_pins; i++)
+        if (s->pins[i] == from) {
+            s->pins[i] = to;
+            return;
+        }
+}
+
+int kvq__ls_table_refresh(emb_store *s)
+{
+    emb_snap *ts = NULL;
+    emb_snap_info ti;
+    int rc = emb_sqlite_store.snap_open(s->table, 0, &ts, &ti);
+    if (rc != 0)
+        return rc;
+    emb_sqlite_store.snap_close(ts);
+    pthread_mutex_lock(&s->pin_mu);
+    if (ti.version > s->table_known)
+        s->table_known = ti.version;
+    pthread_mutex_unlock(&s->pin_mu);
+    return 0;
+}
+
+/* The newest batch at or before at that the conflict log knows (at when none). apply_mu held. */
+static int64_t batch_at(emb_store *s, int64_t at)
+{
+    for (size_t i = s->cl_len; i > 0; i--) {
+        int64_t cv = s->cl[(s->cl_head + i - 1) % s->cl_cap].version;
+        if (cv <= at)
+            return cv;
+    }
+    return at;
+}
+
+int kvq__ls_snap_open(emb_store *s, int64_t at, struct emb_snap **out, emb_snap_info *info)
+{
+    struct emb_snap *sn = kvq__calloc(1, sizeof *sn);
+    if (sn == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    sn->s = s;
+    /* Pinned at the newest table version seen before the table's snapshot starts: that
+     * snapshot is at least as new, so the map keeps all it lacks. */
+    pthread_mutex_lock(&s->pin_mu);
+    int64_t pin = s->table_known;
+    int rc = pin_push(s, pin);
+    pthread_mutex_unlock(&s->pin_mu);
+    if (rc != 0) {
+        kvq__free(sn);
+        return rc;
+    }
+    /* The map first, then the table's snapshot: a clear-range applied while catching up puts
+     * tombstones on the keys of the table as it is then (a newer table may not hold keys the
+     * batch deleted), so the table this snapshot reads must be at least that new. When the
+     * table is newer than the map (an applier elsewhere went past this handle), the map
+     * catches up again and the table's snapshot is taken again after it. */
+    int64_t latest = 0, v = 0, read_at = 0;
+    for (int i = 0; rc == 0; i++) {
+        rc = kvq__ls_catch_up(s);
+        if (rc != 0)
+            break;
+        pthread_mutex_lock(&s->apply_mu);
+        latest = s->applied_version;
+        v = at > 0 && at < latest ? batch_at(s, at) : latest;
+        pthread_mutex_unlock(&s->apply_mu);
+        read_at = at > 0 && at < latest ? at : latest;
+        emb_snap_info ti;
+        rc = emb_sqlite_store.snap_open(s->table, 0, (emb_snap **)&sn->tsnap, &ti);
+        if (rc != 0)
+            break;
+        pthread_mutex_lock(&s->pin_mu);
+        pin_move(s, pin, ti.version);
+        pin = ti.version;
+        if (ti.version > s->table_known)
+            s->table_known = ti.version;
+        pthread_mutex_unlock(&s->pin_mu);
+        sn->tver = ti.version;
+        if (latest >= sn->tver || i == 3)
+            break;
+        emb_sqlite_store.snap_close(sn->tsnap);
+        sn->tsnap = NULL;
+    }
+    if (rc == 0 && latest < sn->tver)
+        rc = kvq__error(KVQ_EIO, "log store: the table is at version %lld, past the log's %lld",
+                        (long long)sn->tver, (long long)latest);
+    if (rc == 0 && read_at < sn->tver)
+        rc = kvq__error(KVQ_ETRANSACTION_TOO_OLD,
+                        "version %lld is older than the versions the log store keeps",
+                        (long long)at);
+    if (rc != 0) {
+        if (sn->tsnap)
+            emb_sqlite_store.snap_close(sn->tsnap);
+        pthread_mutex_lock(&s->pin_mu);
+        pin_drop(s, pin);
+        pthread_mutex_unlock(&s->pin_mu);
+        kvq__free(sn);
+        return rc;
+    }
+    sn->version = read_at;
+    info->version = v;
+    info->latest = latest;
+    *out = sn;
+    return 0;
+}
+
+void kvq__ls_snap_close(struct emb_snap *sn)
+{
+    if (sn == NULL)
+        return;
+    emb_store *s = sn->s;
+    emb_sqlite_store.snap_close(sn->tsnap);
+    pthread_mutex_lock(&s->pin_mu);
+    pin_drop(s, sn->tver);
+    pthread_mutex_unlock(&s->pin_mu);
+    kvq__free(sn);
+}
+
+int kvq__ls_get(struct emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *value,
+                int *present)
+{
+    int64_t ever = 0;
+    kvq__vmap_rdlock(sn->s->map);
+    int p = kvq__vmap_probe_ver(sn->s->map, sn->version, key, key_len, value, &ever);
+    kvq__vmap_rdunlock(sn->s->map);
+    if (p != 0 && ever > sn->tver) {
+        *present = p > 0;
+        return 0;
+    }
+    return emb_sqlite_store.get(sn->tsnap, key, key_len, value, present);
+}
+
+int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_len,
+                        const uint8_t *end, size_t end_len, int reverse, struct emb_cursor **out)
+{
+    struct emb_cursor *c = kvq__calloc(1, sizeof *c + begin_len + end_len + 1);
+    if (c == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    c->snap = sn;
+    c->b = (uint8_t *)(c + 1);
+    c->e = c->b + begin_len;
+    if (begin_len)
+        memcpy(c->b, begin, begin_len);
+    if (end_len)
+        memcpy(c->e, end, end_len);
+    int rc = emb_sqlite_store.cursor_open(sn->tsnap, c->b, begin_len, c->e, end_len, reverse,
+                                          (emb_cursor **)&c->tcur);
+    if (rc != 0) {
+        kvq__free(c);
+        return rc;
+    }
+    kvq__vmap_cursor_init(&c->c, sn->s->map, sn->version, c->b, begin_len, c->e, end_len, reverse);
+    c->c.all = 1;
+    c->a_need = c->b_need = 1;
+    c->reverse = reverse;
+    *out = c;
+    return 0;
+}
+
+int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, int *has)
+{
+    for (;;) {
+        if (c->a_need) {
+            c->a_need = 0;
+            kvq__vmap *m = c->snap->s->map;
+            int64_t ever = 0;
+            kvq__vmap_rdlock(m);
+            do {
+                c->a_has = kvq__vmap_cursor_next_ver(&c->c, &c->ak, &c->av, &c->a_dead, &ever);
+            } while (c->a_has && ever <= c->snap->tver);
+            kvq__vmap_rdunlock(m);
+        }
+        if (c->b_need) {
+            c->b_need = 0;
+            int rc = emb_sqlite_store.cursor_next(c->tcur, &c->bk, &c->bv, &c->b_has);
+            if (rc != 0)
+                return rc;
+        }
+        if (!c->a_has && !c->b_has) {
+            *has = 0;
+            return 0;
+        }
+        int d;
+        if (!c->b_has)
+            d = -1;
+        else if (!c->a_has)
+            d = 1;
+        else
+            d = kvq__bytes_cmp(c->ak.data, c->ak.len, c->bk.data, c->bk.len) *
+                (c->reverse ? -1 : 1);
+        if (d > 0) {
+            c->b_need = 1;
+            *key = c->bk;
+            *value = c->bv;
+            *has = 1;
+            return 0;
+        }
+        c->a_need = 1;
+        if (d == 0)
+            c->b_need = 1;
+        if (c->a_dead)
+            continue;
+        *key = c->ak;
+        *value = c->av;
+        *has = 1;
+        return 0;
+    }
+}
+
+void kvq__ls_cursor_close(struct emb_cursor *c)
+{
+    if (c == NULL)
+        return;
+    emb_sqlite_store.cursor_close(c->tcur);
+    kvq__free(c);
 }

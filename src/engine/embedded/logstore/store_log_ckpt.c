@@ -1,10 +1,13 @@
-/* The log store's checkpoints (store_log_internal.h): the checkpoint thread, writing a
- * checkpoint (ckpt.h) and releasing the log before it, and the reserve ckpt.reserve that keeps
- * room for the next one on a full disk. */
+/* The log store's applier (store_log_internal.h): the thread that applies the log's batches
+ * older than the window into the table (logstore/data.db, the SQLite storage) in large
+ * transactions, syncs the table and releases the log it holds; and the reserve ckpt.reserve
+ * that keeps room for the table to take the log on a full disk. (Its functions keep the
+ * name "checkpoint": a pass of the applier is this storage's checkpoint.) */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -13,17 +16,35 @@
 #include "engine/embedded/logstore/ckpt.h"
 #include "engine/embedded/logstore/store_log_internal.h"
 #include "engine/embedded/logstore/store_log.h"
+#include "engine/embedded/store_sqlite.h"
+#include "util/bytes.h"
 
 /* ---- the checkpoint reserve (ckpt.reserve) ---- */
 
-/* The bytes a checkpoint of the live data takes: 8 per item, header and trailer. */
+/* The room the applier needs, on a full disk, to bring the table up to the log's tail and to
+ * delete everything it holds: the table's WAL takes about twice the log it applies (pages
+ * rewritten whole) and, for deletions, the pages they touch (at most the table's pages in use:
+ * its free pages, left by what was deleted, are not written again). */
 uint64_t kvq__ls_ckpt_estimate(emb_store *s)
 {
-    kvq__vmap_stats st;
-    kvq__vmap_rdlock(s->map);
-    kvq__vmap_get_stats(s->map, &st);
-    kvq__vmap_rdunlock(s->map);
-    return st.live_bytes + 8 * st.live_keys + 4096;
+    uint64_t tail = kvq__log_tail(s->log), at = __atomic_load_n(&s->ckpt_lsn, __ATOMIC_ACQUIRE);
+    uint64_t table = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
+    if (table == UINT64_MAX) {
+        struct stat st;
+        table = fstatat(s->dir_fd, "data.db", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+    }
+    return table + 2 * (tail > at ? tail - at : 0) + (1u << 20);
+}
+
+/* table_live from the table's writer (ckpt_write_mu held, or no applier yet). */
+void kvq__ls_table_live_update(emb_store *s)
+{
+    uint64_t live = 0;
+    if (kvq__sqlite_live_bytes(s->table, &live) != 0) {
+        kvq__error_clear();
+        live = UINT64_MAX;
+    }
+    __atomic_store_n(&s->table_live, live, __ATOMIC_RELEASE);
 }
 
 uint64_t kvq__ls_reserve_size(emb_store *s)
@@ -81,106 +102,337 @@ int kvq__ls_reserve_give_segment(emb_store *s)
     return 1;
 }
 
-/* ---- checkpoints ---- */
+/* ---- the applier: the log's batches into the table ---- */
 
-/* Writes a checkpoint of everything applied; wait: wait for another checkpointer rather than
- * leave it to it. *covered (may be NULL) gets the log position the newest checkpoint covers. */
-static int do_checkpoint_locked(emb_store *s, uint64_t *covered);
-
-int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
+/* The newest version the applier takes: what is older than the window, in the versions' clock
+ * (microseconds: a batch committed lag ago or earlier), so that the last batches reach the
+ * table once the window has passed even when nothing is committed after them. */
+int64_t kvq__ls_horizon(emb_store *s, int64_t newest)
 {
-    /* One checkpointer per handle (the flock below does not exclude the threads of one
-     * process: they share its open file), then one per database. */
-    if (wait)
-        pthread_mutex_lock(&s->ckpt_write_mu);
-    else if (pthread_mutex_trylock(&s->ckpt_write_mu) != 0)
-        return 0; /* this handle is writing one */
+    int64_t h = kvq__now_us() - s->lag;
+    return h < newest ? h : newest;
+}
+
+/* One pass of the applier: the batches read from the log, folded into their net effect
+ * (an overlay: a key's last value or its deletion; the ranges cleared), written to the table in
+ * one transaction. An item pushed and popped within the pass is a deletion of a key the table
+ * never held: nothing of it is written. */
+typedef struct apply_pass {
+    int64_t tver, horizon, last_version;
+    uint64_t limit, last_end;
+    kvq__vmap *ov;
+    kvq_buf ranges; /* u32 length, begin, u32 length, end */
+    size_t batches;
+    int err;
+} apply_pass;
+
+#define PASS_STOP 1
+
+static int pass_rec(void *arg, const kvq__log_rec *r)
+{
+    apply_pass *p = arg;
+    if (r->end > p->limit)
+        return PASS_STOP;
+    if (r->type != LS_REC_COMMIT) {
+        p->last_end = r->end;
+        return 0;
+    }
+    const uint8_t *d = r->data;
+    if (r->len < LS_REC_HDR || d[0] != LS_REC_FORMAT || d[1] != 1)
+        return kvq__error(KVQ_EDAMAGED, "log store: the record at %llu of the log is malformed",
+                          (unsigned long long)r->lsn);
+    uint64_t ops_len = kvq__le32_get(d + 4);
+    int64_t version = (int64_t)kvq__le64_get(d + 8);
+    if (LS_REC_HDR + ops_len > r->len)
+        return kvq__error(KVQ_EDAMAGED, "log store: the record at %llu of the log is malformed",
+                          (unsigned long long)r->lsn);
+    if (version <= p->tver) {
+        p->last_end = r->end;
+        return 0;
+    }
+    if (version > p->horizon)
+        return PASS_STOP;
+    const uint8_t *o = d + LS_REC_HDR, *end = o + ops_len;
     int rc = 0;
-    if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) == 0)
-        rc = do_checkpoint_locked(s, covered);
-    /* else another handle is writing one */
-    pthread_mutex_unlock(&s->ckpt_write_mu);
+    while (o < end && rc == 0) {
+        uint8_t op = o[0];
+        if (end - o < 5)
+            goto bad;
+        uint64_t al = kvq__le32_get(o + 1), bl = 0;
+        o += 5;
+        if (op == OP_SET || op == OP_CLEAR_RANGE) {
+            if (end - o < 4)
+                goto bad;
+            bl = kvq__le32_get(o);
+            o += 4;
+        }
+        if ((uint64_t)(end - o) < al + bl)
+            goto bad;
+        if (op == OP_SET) {
+            rc = kvq__vmap_set(p->ov, 1, o, (size_t)al, o + al, (size_t)bl);
+        } else if (op == OP_CLEAR) {
+            rc = kvq__vmap_tombstone(p->ov, 1, o, (size_t)al);
+        } else if (op == OP_CLEAR_RANGE) {
+            rc = kvq__vmap_clear_range(p->ov, 1, o, (size_t)al, o + al, (size_t)bl, NULL, NULL);
+            if (rc == 0 && kvq_buf_grow(&p->ranges, 8 + al + bl) != 0)
+                rc = kvq__error(KVQ_ENOMEM, "out of memory");
+            if (rc == 0) {
+                uint8_t *w = p->ranges.data + p->ranges.len;
+                kvq__le32_put(w, (uint32_t)al);
+                memcpy(w + 4, o, (size_t)al);
+                kvq__le32_put(w + 4 + al, (uint32_t)bl);
+                memcpy(w + 8 + al, o + al, (size_t)bl);
+                p->ranges.len += 8 + al + bl;
+            }
+        } else {
+            goto bad;
+        }
+        o += al + bl;
+    }
+    if (rc != 0)
+        return rc;
+    p->last_version = version;
+    p->last_end = r->end;
+    p->batches++;
+    return 0;
+bad:
+    return kvq__error(KVQ_EDAMAGED, "log store: the record at %llu of the log is malformed",
+                      (unsigned long long)r->lsn);
+}
+
+typedef struct flush_arg {
+    void *table;
+    int dead; /* this round writes the deletions (1) or the values (0) */
+    int rc;
+} flush_arg;
+
+static void flush_one(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+                      int dead)
+{
+    flush_arg *f = arg;
+    if (f->rc != 0 || dead != f->dead)
+        return;
+    f->rc = dead ? emb_sqlite_store.write_clear(f->table, k, kl)
+                 : emb_sqlite_store.write_put(f->table, k, kl, v, vl);
+}
+
+/* Writes the pass to the table and commits it. Deletions before values: a key deleted and set
+ * again within the pass is in both of the overlay's lists, and its value is the newer. */
+static int pass_write(emb_store *s, apply_pass *p)
+{
+    int rc = 0;
+    for (size_t at = 0; rc == 0 && at < p->ranges.len;) {
+        const uint8_t *w = p->ranges.data + at;
+        size_t bl = kvq__le32_get(w), el = kvq__le32_get(w + 4 + bl);
+        const uint8_t *b = w + 4, *e = w + 8 + bl;
+        if (kvq__bytes_cmp(b, bl, e, el) < 0)
+            rc = emb_sqlite_store.write_clear_range(s->table, b, bl, e, el, NULL, NULL);
+        at += 8 + bl + el;
+    }
+    flush_arg f = { s->table, 1, rc };
+    kvq__vmap_each(p->ov, flush_one, &f);
+    f.dead = 0;
+    kvq__vmap_each(p->ov, flush_one, &f);
+    rc = f.rc;
+    if (rc == 0)
+        rc = kvq__sqlite_meta_put(s->table, LS_META_LSN, (int64_t)p->last_end);
+    if (rc == 0 && p->batches > 0)
+        rc = emb_sqlite_store.log_prune(s->table, p->last_version);
+    if (rc == 0)
+        rc = emb_sqlite_store.write_commit(s->table, p->batches > 0 ? p->last_version : 0, NULL,
+                                           0);
+    else
+        emb_sqlite_store.write_abort(s->table);
     return rc;
 }
 
-/* kvq__ls_do_checkpoint's work, ckpt.lock held (released here). */
-static int do_checkpoint_locked(emb_store *s, uint64_t *covered)
+static void test_step(const char *step)
+{
+    if (kvq__ckpt_test_hook)
+        kvq__ckpt_test_hook(step);
+}
+
+/* Copies the table's WAL into its file, so that the next pass writes the WAL from its
+ * beginning again, in the room the file already holds (ckpt_write_mu held). A snapshot open
+ * since before the last pass keeps the frames it may read, and a WAL that SQLite cannot start
+ * again grows with every pass: under a steady stream of transactions one is nearly always
+ * open, so the WAL outgrew the room kept for it on a full disk and the drain stopped. So a kept
+ * WAL is tried again before the next pass's write and by the checkpoint thread soon after
+ * (wal_kept): readers that begin once every frame is copied read the file alone,
+ * and once those before them end, the WAL starts again. */
+static void wal_checkpoint(emb_store *s)
+{
+    int complete = 1;
+    if (kvq__sqlite_checkpoint(s->table, &complete) != 0) {
+        kvq__error_clear();
+        complete = 0;
+    }
+    __atomic_store_n(&s->wal_kept, !complete, __ATOMIC_RELEASE);
+}
+
+/* The checkpoint thread's retry of a kept WAL; never waits for another applier. */
+static void wal_retry(emb_store *s)
+{
+    if (pthread_mutex_trylock(&s->ckpt_write_mu) != 0)
+        return;
+    if (__atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE))
+        wal_checkpoint(s);
+    pthread_mutex_unlock(&s->ckpt_write_mu);
+}
+
+/* One applier pass, ckpt.lock held exclusively: the batches of the log older than the window
+ * (all = 1: every batch, synced or not: a repair, a full disk, tests) into the table, which is
+ * then synced; then the log it holds is released and the map drops it. *covered (may be NULL)
+ * gets the log position the table holds up to. */
+static int apply_locked(emb_store *s, int all, uint64_t *covered)
 {
     pthread_mutex_lock(&s->apply_mu);
     int rc = kvq__ls_catch_up_locked(s);
-    int64_t v = s->applied_version;
-    uint64_t lsn = s->applied_lsn;
+    int64_t newest = s->applied_version;
     pthread_mutex_unlock(&s->apply_mu);
-    kvq__ckpt_info have;
+    if (rc != 0)
+        return rc;
+    apply_pass p = { 0 };
+    p.ranges = (kvq_buf)KVQ_BUF_INIT;
+    p.horizon = all ? INT64_MAX : kvq__ls_horizon(s, newest);
+    p.limit = kvq__log_tail(s->log);
+    /* Only what the log holds durably goes to the table, whose position must never pass the
+     * log's after a power cut; a repair applies everything (the log's sync failed: the table,
+     * synced, is what makes it durable). */
+    if (!(all && kvq__log_sync_failed(s->log))) {
+        rc = kvq__log_sync(s->log, p.limit, NULL);
+        if (rc != 0)
+            return rc;
+    }
+    if (__atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE))
+        wal_checkpoint(s);
+    emb_store_head head;
+    rc = emb_sqlite_store.write_begin(s->table, &head);
+    int64_t lsn = 0;
     int found = 0;
     if (rc == 0)
-        rc = kvq__ckpt_find(s->dir_fd, &have, &found);
-    if (rc != 0 || (found && have.version >= v)) {
-        if (rc == 0 && covered)
-            *covered = have.lsn;
-        flock(s->ckpt_fd, LOCK_UN);
+        rc = kvq__sqlite_meta_get(s->table, LS_META_LSN, &lsn, &found);
+    if (rc == 0 && !found)
+        rc = kvq__error(KVQ_EDAMAGED, "the log store's table has no log position");
+    if (rc == 0 && (p.ov = kvq__vmap_new(0)) == NULL)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory");
+    if (rc != 0) {
+        emb_sqlite_store.write_abort(s->table);
+        kvq__vmap_free(p.ov);
         return rc;
     }
-    /* Hold version v in the map while it is written. */
-    pthread_mutex_lock(&s->pin_mu);
-    if (v < s->floor) {
-        pthread_mutex_unlock(&s->pin_mu);
-        flock(s->ckpt_fd, LOCK_UN);
-        return 0;
-    }
-    if (s->n_pins == s->cap_pins) {
-        size_t cap = s->cap_pins ? s->cap_pins * 2 : 16;
-        int64_t *p = kvq__realloc(s->pins, cap * sizeof *p);
-        if (p == NULL) {
-            pthread_mutex_unlock(&s->pin_mu);
-            flock(s->ckpt_fd, LOCK_UN);
-            return kvq__error(KVQ_ENOMEM, "out of memory");
+    p.tver = head.version;
+    p.last_end = (uint64_t)lsn;
+    if (p.last_end < kvq__log_first(s->log))
+        p.last_end = kvq__log_first(s->log);
+    uint64_t next;
+    rc = kvq__log_read(s->log, p.last_end, pass_rec, &p, &next);
+    if (rc == PASS_STOP)
+        rc = 0;
+    if (rc == 0 && (p.batches > 0 || p.last_end != (uint64_t)lsn)) {
+        rc = pass_write(s, &p);
+        if (rc == 0)
+            test_step("apply.committed");
+        int issued = 0;
+        if (rc == 0)
+            rc = emb_sqlite_store.sync(s->table, 0, &issued);
+        if (rc == 0)
+            test_step("apply.synced");
+        /* The WAL back into the table's file, so that it does not grow (a full disk needs its
+         * room); and the table's pages in use, for the reserve. */
+        if (rc == 0) {
+            wal_checkpoint(s);
+            kvq__ls_table_live_update(s);
         }
-        s->pins = p;
-        s->cap_pins = cap;
+    } else {
+        emb_sqlite_store.write_abort(s->table);
     }
-    s->pins[s->n_pins++] = v;
-    pthread_mutex_unlock(&s->pin_mu);
-    kvq__ckpt_info info;
-    rc = kvq__ckpt_write(s->dir_fd, s->map, v, lsn, s->mode, &info);
-    if (rc == KVQ_ENOSPC && kvq__ls_reserve_size(s) > 0) {
-        /* the room kept for it */
-        kvq__error_clear();
-        kvq__ls_reserve_release(s, 0);
-        rc = kvq__ckpt_write(s->dir_fd, s->map, v, lsn, s->mode, &info);
-    }
+    kvq__vmap_free(p.ov);
+    kvq_buf_dispose(&p.ranges);
+    if (rc != 0)
+        return rc;
+    int64_t tv = p.batches > 0 ? p.last_version : p.tver;
     pthread_mutex_lock(&s->pin_mu);
-    for (size_t i = 0; i < s->n_pins; i++)
-        if (s->pins[i] == v) {
-            s->pins[i] = s->pins[--s->n_pins];
-            break;
-        }
+    if (tv > s->table_known)
+        s->table_known = tv;
     pthread_mutex_unlock(&s->pin_mu);
-    if (rc == 0) {
-        if (covered)
-            *covered = lsn;
-        s->ckpt_version = v;
-        __atomic_store_n(&s->ckpt_lsn, lsn, __ATOMIC_RELEASE);
+    if (covered)
+        *covered = p.last_end;
+    if (p.batches > 0 || p.last_end > s->ckpt_lsn) {
+        s->ckpt_version = tv;
+        __atomic_store_n(&s->ckpt_lsn, p.last_end, __ATOMIC_RELEASE);
         s->n_ckpts++;
-        /* The log before the checkpoint goes, except what a live handle has not applied. */
-        rc = kvq__log_release(s->log, kvq__ls_slots_min(s, lsn));
+        /* The log the table holds goes, except what a live handle has not applied. */
+        rc = kvq__log_release(s->log, kvq__ls_slots_min(s, p.last_end));
         if (rc == 0)
             kvq__log_prepare_spare(s->log);
+        test_step("apply.released");
     }
-    flock(s->ckpt_fd, LOCK_UN);
+    kvq__ls_drop(s);
+    return rc;
+}
+
+/* Runs an applier pass; wait: wait for another applier rather than leave it to it (and apply
+ * every batch, not only those older than the window). */
+int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
+{
+    /* One applier per handle (the flock below does not exclude the threads of one process:
+     * they share its open file), then one per database. */
+    if (wait)
+        pthread_mutex_lock(&s->ckpt_write_mu);
+    else if (pthread_mutex_trylock(&s->ckpt_write_mu) != 0)
+        return 0;
+    int rc = 0;
+    if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) == 0) {
+        rc = apply_locked(s, wait, covered);
+        if (rc == KVQ_ENOSPC && kvq__ls_reserve_size(s) > 0) {
+            /* the room kept for it */
+            kvq__error_clear();
+            kvq__ls_reserve_release(s, 0);
+            rc = apply_locked(s, wait, covered);
+        }
+        flock(s->ckpt_fd, LOCK_UN);
+    }
+    pthread_mutex_unlock(&s->ckpt_write_mu);
     return rc;
 }
 
 void *kvq__ls_ckpt_main(void *arg)
 {
     emb_store *s = arg;
+    int64_t tick_at = kvq__mono_us() + (int64_t)s->apply_ms * 1000, retry_us = 1000;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
         if (!s->ckpt_wanted && !s->reserve_wanted) {
+            /* The periodic work every apply_ms; a kept WAL is tried again after a
+             * millisecond, then less and less often, until every frame is copied. */
+            int kept = __atomic_load_n(&s->wal_kept, __ATOMIC_ACQUIRE);
+            if (!kept)
+                retry_us = 1000;
+            int64_t wait_us = tick_at - kvq__mono_us();
+            if (kept && wait_us > retry_us)
+                wait_us = retry_us;
+            if (wait_us < 0)
+                wait_us = 0;
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_sec += 1;
-            if (pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &dl) == ETIMEDOUT) {
+            dl.tv_sec += (time_t)(wait_us / 1000000);
+            dl.tv_nsec += (long)(wait_us % 1000000) * 1000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&s->ckpt_cv, &s->ckpt_mu, &dl) != ETIMEDOUT)
+                continue;
+            if (kept) {
+                pthread_mutex_unlock(&s->ckpt_mu);
+                wal_retry(s);
+                pthread_mutex_lock(&s->ckpt_mu);
+                if (retry_us < 64000)
+                    retry_us *= 2;
+            }
+            if (kvq__mono_us() >= tick_at) {
+                tick_at = kvq__mono_us() + (int64_t)s->apply_ms * 1000;
                 /* A handle that is open but idle still applies the log now and then, so that
                  * it does not keep the log from being recycled (readers.shm). */
                 pthread_mutex_unlock(&s->ckpt_mu);
@@ -188,6 +440,21 @@ void *kvq__ls_ckpt_main(void *arg)
                         (4u << 20) &&
                     kvq__ls_catch_up(s) != 0)
                     kvq__error_clear();
+                /* The applier's pass, once a second, when batches older than the window are
+                 * not in the table yet (another process's applier may have applied them). */
+                if (!s->read_only) {
+                    if (kvq__ls_table_refresh(s) != 0)
+                        kvq__error_clear();
+                    pthread_mutex_lock(&s->pin_mu);
+                    int64_t tk = s->table_known;
+                    pthread_mutex_unlock(&s->pin_mu);
+                    pthread_mutex_lock(&s->apply_mu);
+                    int64_t newest = s->applied_version;
+                    pthread_mutex_unlock(&s->apply_mu);
+                    if (kvq__ls_horizon(s, newest) > tk && kvq__ls_do_checkpoint(s, 0, NULL) != 0)
+                        kvq__error_clear();
+                    kvq__ls_drop(s);
+                }
                 pthread_mutex_lock(&s->ckpt_mu);
             }
             continue;
@@ -230,13 +497,7 @@ void *kvq__ls_ckpt_main(void *arg)
 static int needs_checkpoint(emb_store *s)
 {
     uint64_t since = kvq__log_tail(s->log) - __atomic_load_n(&s->ckpt_lsn, __ATOMIC_ACQUIRE);
-    if (since < s->ckpt_min)
-        return 0;
-    kvq__vmap_stats st;
-    kvq__vmap_rdlock(s->map);
-    kvq__vmap_get_stats(s->map, &st);
-    kvq__vmap_rdunlock(s->map);
-    return since > st.live_bytes;
+    return since >= s->ckpt_min;
 }
 
 /* Tells the checkpoint thread what to do: a checkpoint (2), a spare segment (spare). */

@@ -53,6 +53,16 @@ struct emb_store {
     uint64_t ckpt_min;
     kvq__log *log;
     kvq__vmap *map;
+    /* The table behind the log: the SQLite storage (store_sqlite.c) on logstore/data.db, an
+     * emb_store of that storage (void: the name emb_store is this file's). It holds every
+     * batch up to its version, written by one applier at a time (ckpt.lock); the map holds
+     * only the batches after it. */
+    void *table;
+    int64_t table_known; /* the newest table version this handle has seen (under pin_mu) */
+    /* How far the applier trails the newest version (LS_WINDOW), and how often it looks
+     * (milliseconds); tests shorten both (KVQ_LOGSTORE_APPLY_LAG_US, KVQ_LOGSTORE_APPLY_MS). */
+    int64_t lag;
+    uint64_t apply_ms;
 
     /* Applying records (catch-up, commits): one thread at a time. */
     pthread_mutex_t apply_mu;
@@ -75,8 +85,9 @@ struct emb_store {
     size_t n_pins, cap_pins;
     int64_t floor;
 
-    /* The write in progress. */
+    /* The write in progress, and its view (table + map) at the version it starts from. */
     int writing;
+    struct emb_snap *wview;
     kvq__vmap *ov;
     kvq_buf rec;
     uint64_t add_cost;
@@ -89,7 +100,7 @@ struct emb_store {
     /* Free space (space_short), under the commit lock. */
     int64_t space_at;
     uint64_t space_need, space_avail, space_live_ok;
-    int space_short;
+    int space_short, space_forced;
 
     /* readers.shm */
     reader_slot *slots;
@@ -103,12 +114,53 @@ struct emb_store {
     pthread_cond_t ckpt_cv;
     pthread_mutex_t ckpt_write_mu; /* one checkpoint written at a time by this handle */
     uint64_t n_ckpts;
+    /* A reader kept the table's WAL from being truncated after a pass (atomic; set under
+     * ckpt_write_mu): the checkpoint thread tries again soon, not at the next pass. */
+    int wal_kept;
+    /* The bytes of the table's pages in use, as of the last pass or the open (atomic;
+     * UINT64_MAX: not known, the file's size counts). */
+    uint64_t table_live;
 };
 
-/* ---- records, the conflict log, readers.shm (store_log_apply.c) ---- */
+/* A snapshot: the table's (a SQLite read transaction at table version tver) merged with the
+ * map's entries newer than tver, read at version. Pinned: the map keeps every entry newer
+ * than tver while it is open. */
+struct emb_snap {
+    emb_store *s;
+    int64_t version, tver;
+    void *tsnap; /* the table's emb_snap */
+};
+
+/* A cursor over a snapshot: the map's rows (tombstones too) newer than the table's, merged
+ * with the table's cursor. */
+struct emb_cursor {
+    struct emb_snap *snap;
+    kvq__vmap_cursor c;
+    void *tcur;
+    uint8_t *b, *e;
+    int a_need, a_has, a_dead, b_need, b_has, reverse;
+    kvq_bytes ak, av, bk, bv;
+};
+
+/* Meta records of the table: the log position its replay starts from. */
+#define LS_META_LSN "log_lsn"
+
+/* ---- records, the conflict log, readers.shm, snapshots (store_log_apply.c) ---- */
+
+int kvq__ls_snap_open(emb_store *s, int64_t at, struct emb_snap **out, emb_snap_info *info);
+void kvq__ls_snap_close(struct emb_snap *sn);
+int kvq__ls_get(struct emb_snap *sn, const uint8_t *key, size_t key_len, kvq_bytes *value,
+                int *present);
+int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_len,
+                        const uint8_t *end, size_t end_len, int reverse, struct emb_cursor **out);
+int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, int *has);
+void kvq__ls_cursor_close(struct emb_cursor *c);
+/* The table's version as a new snapshot of it sees it (raising table_known). */
+int kvq__ls_table_refresh(emb_store *s);
+/* Drops the map's entries that the table holds and no open snapshot needs. */
+void kvq__ls_drop(emb_store *s);
 
 void kvq__ls_cl_prune(emb_store *s, int64_t before);
-void kvq__ls_forget_to(emb_store *s, int64_t floor);
 int kvq__ls_apply_record(emb_store *s, const kvq__log_rec *r);
 int kvq__ls_replay_fn(void *arg, const kvq__log_rec *r);
 int kvq__ls_catch_up_locked(emb_store *s);
@@ -119,7 +171,9 @@ uint64_t kvq__ls_slots_min(emb_store *s, uint64_t dflt);
 
 /* ---- checkpoints and the reserve (store_log_ckpt.c) ---- */
 
+int64_t kvq__ls_horizon(emb_store *s, int64_t newest);
 uint64_t kvq__ls_ckpt_estimate(emb_store *s);
+void kvq__ls_table_live_update(emb_store *s);
 uint64_t kvq__ls_reserve_size(emb_store *s);
 uint64_t kvq__ls_reserve_target(emb_store *s);
 void kvq__ls_reserve_release(emb_store *s, uint64_t keep);

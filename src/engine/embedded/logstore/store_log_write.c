@@ -22,6 +22,8 @@
 
 static void write_end(emb_store *s)
 {
+    kvq__ls_snap_close(s->wview);
+    s->wview = NULL;
     kvq__vmap_free(s->ov);
     s->ov = NULL;
     s->rec.len = 0;
@@ -66,6 +68,17 @@ static int space_short(emb_store *s)
      * holds: the reserve is for draining, as the engine's is (pushes are refused at once on a
      * disk another file filled, as on the SQLite storage). */
     s->space_short = avail < need || fs < seg;
+    if (s->space_short && avail < need && ckpt > (2u << 20) && !s->space_forced) {
+        /* What the table needs to take the log is what is short: the table takes it now (a
+         * pass of every batch, which the reserve has room for), and the log it held goes. */
+        s->space_forced = 1;
+        if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
+            kvq__error_clear();
+        s->space_at = 0;
+        int short_now = space_short(s);
+        s->space_forced = 0;
+        return short_now;
+    }
     uint64_t room = avail > need ? avail - need : 0;
     if (fs - (fs < seg ? fs : seg) < room)
         room = fs - (fs < seg ? fs : seg);
@@ -80,6 +93,12 @@ int kvq__ls_write_begin(emb_store *s, emb_store_head *head)
     if (s->writing)
         write_end(s);
     int rc = kvq__ls_catch_up(s);
+    if (rc != 0)
+        return rc;
+    /* The write reads the table and the map at the newest version (the commit lock keeps it
+     * the newest until the write ends). */
+    emb_snap_info wi;
+    rc = kvq__ls_snap_open(s, 0, &s->wview, &wi);
     if (rc != 0)
         return rc;
     s->ov = kvq__vmap_new(0);
@@ -126,9 +145,9 @@ static int write_view(emb_store *s, const uint8_t *key, size_t kl, kvq_bytes *v)
     int p = kvq__vmap_probe(s->ov, 1, key, kl, v);
     if (p != 0)
         return p > 0;
-    kvq__vmap_rdlock(s->map);
-    int got = kvq__vmap_get(s->map, s->applied_version, key, kl, v);
-    kvq__vmap_rdunlock(s->map);
+    int got = 0;
+    if (kvq__ls_get(s->wview, key, kl, v, &got) != 0)
+        return -1;
     return got;
 }
 
@@ -137,7 +156,10 @@ int kvq__ls_write_get(
 {
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
-    *present = write_view(s, key, key_len, value);
+    int got = write_view(s, key, key_len, value);
+    if (got < 0)
+        return kvq_last_error_code();
+    *present = got;
     if (!*present) {
         value->data = NULL;
         value->len = 0;
@@ -152,7 +174,7 @@ int kvq__ls_write_put(
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
     if (s->w_counting) {
         kvq_bytes old;
-        if (write_view(s, key, key_len, &old))
+        if (write_view(s, key, key_len, &old) > 0)
             s->w_grow += (int64_t)value_len - (int64_t)old.len;
         else
             s->w_grow += (int64_t)(key_len + value_len);
@@ -171,7 +193,7 @@ int kvq__ls_write_clear(emb_store *s, const uint8_t *key, size_t key_len)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
     if (s->w_counting) {
         kvq_bytes old;
-        if (write_view(s, key, key_len, &old)) {
+        if (write_view(s, key, key_len, &old) > 0) {
             s->w_freed += (int64_t)(key_len + old.len);
             s->w_moves++;
         }
@@ -192,19 +214,23 @@ static int each_in_view(
     kvq__vmap_cursor c;
     kvq_bytes k, v, ov;
     int stop = 0;
-    kvq__vmap_cursor_init(&c, s->map, s->applied_version, b, bl, e, el, 0);
-    for (;;) {
-        kvq__vmap_rdlock(s->map);
-        int has = kvq__vmap_cursor_next(&c, &k, &v);
-        kvq__vmap_rdunlock(s->map);
-        if (!has)
+    struct emb_cursor *tc = NULL;
+    int rc = kvq__ls_cursor_open(s->wview, b, bl, e, el, 0, &tc);
+    for (int has = 1; rc == 0;) {
+        rc = kvq__ls_cursor_next(tc, &k, &v, &has);
+        if (rc != 0 || !has)
             break;
         int p = kvq__vmap_probe(s->ov, 1, k.data, k.len, &ov);
         if (p == 0)
             stop = fn(arg, k.data, k.len, v.len);
         if (stop)
-            return stop;
+            break;
     }
+    kvq__ls_cursor_close(tc);
+    if (rc != 0)
+        return -1;
+    if (stop)
+        return stop;
     /* the write's own values */
     kvq__vmap_cursor_init(&c, s->ov, 1, b, bl, e, el, 0);
     while (kvq__vmap_cursor_next(&c, &k, &v)) {
@@ -248,8 +274,10 @@ int kvq__ls_write_clear_range(emb_store *s,
     if (kvq__bytes_cmp(begin, begin_len, end, end_len) >= 0)
         return 0;
     keylist l = { KVQ_BUF_INIT, 0, 0, 0 };
-    each_in_view(s, begin, begin_len, end, end_len, collect_key, &l);
-    int rc = l.err ? kvq__error(KVQ_ENOMEM, "out of memory") : 0;
+    int rc = each_in_view(s, begin, begin_len, end, end_len, collect_key, &l) < 0
+                 ? kvq_last_error_code()
+                 : l.err ? kvq__error(KVQ_ENOMEM, "out of memory")
+                         : 0;
     if (s->w_counting) {
         s->w_freed += l.bytes;
         /* one key cleared as a range [k, k + 0x00): a move, as the engine counts it */
@@ -294,8 +322,9 @@ int kvq__ls_write_range_bytes(emb_store *s,
     if (!s->writing)
         return kvq__error(KVQ_EINVAL, "log store: no write in progress");
     sum_arg a = { 0, stop };
-    if (kvq__bytes_cmp(begin, begin_len, end, end_len) < 0)
-        each_in_view(s, begin, begin_len, end, end_len, sum_key, &a);
+    if (kvq__bytes_cmp(begin, begin_len, end, end_len) < 0 &&
+        each_in_view(s, begin, begin_len, end, end_len, sum_key, &a) < 0)
+        return kvq_last_error_code();
     *bytes = a.sum;
     return 0;
 }
@@ -357,6 +386,9 @@ int kvq__ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, s
         write_end(s);
         return 0;
     }
+    /* The record is built: the write's view is not read again. */
+    kvq__ls_snap_close(s->wview);
+    s->wview = NULL;
     int rc = 0;
     if (s->w_counting && s->w_grow > s->w_freed + s->w_moves * LS_DRAIN_MOVE_SLACK) {
         rc = kvq__error(KVQ_ENOSPC,
@@ -372,18 +404,14 @@ int kvq__ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, s
                         (long long)s->applied_version);
         goto out;
     }
-    if (s->limit && s->add_cost > 0 && kvq__ls_mem_used(s) + s->add_cost > s->limit)
-        /* Short of memory: the versions of the window go first (reads at an older version then
-         * get transaction_too_old), except what open snapshots read. */
-        kvq__ls_forget_to(s, s->applied_version);
-    if (s->limit && s->add_cost > 0 && kvq__ls_mem_used(s) + s->add_cost > s->limit) {
-        rc = kvq__error(KVQ_ENOMEM,
-                        "the log store's data would take %llu bytes of memory, past its limit "
-                        "of %llu (KVQ_LOGSTORE_MEMORY_LIMIT): raise it, or keep data this "
-                        "large in the SQLite storage",
-                        (unsigned long long)(kvq__ls_mem_used(s) + s->add_cost),
-                        (unsigned long long)s->limit);
-        goto out;
+    if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit) {
+        /* The map would pass its limit: the commit waits for the applier to bring the table up
+         * to the newest batch (reads at an older version then get transaction_too_old), after
+         * which the map holds only what open snapshots still read. Never refused: a batch
+         * larger than the limit passes it for as long as the next pass takes. */
+        if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
+            kvq__error_clear();
+        kvq__ls_drop(s);
     }
     if (kvq_buf_grow(&s->rec, n) != 0) {
         rc = kvq__error(KVQ_ENOMEM, "out of memory");

@@ -276,7 +276,7 @@ static int q_push(kvq__vmap *m, int64_t version, vm_node *n)
             q[i] = m->q[(m->q_head + i) % m->q_cap];
         kvq__free(m->q);
         m->q = q;
-        m->q_cap = cap;
+        __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
         m->q_head = 0;
     }
     m->q[(m->q_head + m->q_len) % m->q_cap] = (gc_rec){ version, n };
@@ -322,7 +322,7 @@ static int push_ver(kvq__vmap *m, vm_node *n, vm_ver *v)
     if (n->vers && n->vers->version == v->version) {
         vm_ver *old = n->vers;
         v->older = old->older;
-        m->mem -= ver_cost(old->len);
+        __atomic_sub_fetch(&m->mem, ver_cost(old->len), __ATOMIC_RELAXED);
         kvq__free(old);
         n->vers = v;
         return 0;
@@ -371,7 +371,7 @@ int kvq__vmap_set(
             return rc;
         }
         m->live_bytes += n->klen + vlen;
-        m->mem += ver_cost(vlen);
+        __atomic_add_fetch(&m->mem, ver_cost(vlen), __ATOMIC_RELAXED);
     } else {
         n = new_node(m, key, klen);
         if (n == NULL || q_push(m, version, n) != 0) {
@@ -383,7 +383,7 @@ int kvq__vmap_set(
         link_node(m, LIVE, n, preds);
         m->nodes++;
         m->entries++;
-        m->mem += ver_cost(vlen) + node_cost(klen, n->level);
+        __atomic_add_fetch(&m->mem, ver_cost(vlen) + node_cost(klen, n->level), __ATOMIC_RELAXED);
         m->live_bytes += klen + vlen;
         m->live_keys++;
     }
@@ -402,7 +402,7 @@ static int bury(kvq__vmap *m, vm_node *n, int64_t version)
         kvq__free(t);
         return KVQ_ENOMEM;
     }
-    m->mem += ver_cost(0);
+    __atomic_add_fetch(&m->mem, ver_cost(0), __ATOMIC_RELAXED);
     m->live_bytes -= n->klen + vlen;
     m->live_keys--;
     unlink_from(m, n);
@@ -415,7 +415,7 @@ static int bury(kvq__vmap *m, vm_node *n, int64_t version)
             last = last->older;
         last->older = g->vers;
         g->vers = NULL;
-        m->mem -= node_cost(g->klen, g->level);
+        __atomic_sub_fetch(&m->mem, node_cost(g->klen, g->level), __ATOMIC_RELAXED);
         retire(m, g);
         find(m, GRAVE, n->key, n->klen, preds, 0);
     }
@@ -487,12 +487,12 @@ int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_
         link_node(m, GRAVE, g, preds);
         m->nodes++;
         m->entries++;
-        m->mem += node_cost(klen, g->level);
+        __atomic_add_fetch(&m->mem, node_cost(klen, g->level), __ATOMIC_RELAXED);
     } else if (push_ver(m, g, t) != 0) {
         kvq__free(t);
         return KVQ_ENOMEM;
     }
-    m->mem += ver_cost(0);
+    __atomic_add_fetch(&m->mem, ver_cost(0), __ATOMIC_RELAXED);
     if (version > m->grave_max)
         m->grave_max = version;
     m->version = version;
@@ -526,8 +526,16 @@ static const vm_ver *resolve(const vm_node *l, const vm_node *g, int64_t version
 
 int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val)
 {
+    int64_t ever;
+    return kvq__vmap_probe_ver(m, version, key, klen, val, &ever);
+}
+
+int kvq__vmap_probe_ver(
+    kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen, kvq_bytes *val, int64_t *ever)
+{
     val->data = NULL;
     val->len = 0;
+    *ever = 0;
     if (m == NULL || (key == NULL && klen))
         return 0;
     vm_node *l = find_exact(m, LIVE, key, klen, NULL);
@@ -537,6 +545,7 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
     const vm_ver *v = resolve(l, g, version);
     if (v == NULL)
         return 0;
+    *ever = v->version;
     if (v->dead)
         return -1;
     val->data = v->val;
@@ -583,7 +592,7 @@ static int in_range(const kvq__vmap_cursor *c, const vm_node *n)
 static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
 {
     kvq__vmap *m = c->m;
-    int use_grave = c->version < m->grave_max;
+    int use_grave = c->all || c->version < m->grave_max;
     for (int l = 0; l < 2; l++) {
         vm_node *n = NULL;
         if (l == GRAVE && !use_grave)
@@ -601,6 +610,14 @@ static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
 }
 
 int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
+{
+    int dead;
+    int64_t ever;
+    return kvq__vmap_cursor_next_ver(c, key, val, &dead, &ever);
+}
+
+int kvq__vmap_cursor_next_ver(
+    kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val, int *dead, int64_t *ever)
 {
     if (c == NULL || c->m == NULL || c->done)
         return 0;
@@ -635,7 +652,7 @@ int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
         if (kg)
             c->at_grave = c->reverse ? kg->prev : kg->next[0];
         const vm_ver *v = resolve(kl, kg, c->version);
-        if (v == NULL || v->dead)
+        if (v == NULL || (v->dead && !c->all))
             continue;
         vm_node *n = kl ? kl : kg;
         c->last = n;
@@ -643,6 +660,8 @@ int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val)
         key->len = n->klen;
         val->data = v->val;
         val->len = v->len;
+        *dead = v->dead != 0;
+        *ever = v->version;
         return 1;
     }
 }
@@ -667,13 +686,13 @@ static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
     v->older = NULL;
     while (o) {
         vm_ver *nx = o->older;
-        m->mem -= ver_cost(o->len);
+        __atomic_sub_fetch(&m->mem, ver_cost(o->len), __ATOMIC_RELAXED);
         m->entries--;
         kvq__free(o);
         o = nx;
     }
     if (v == n->vers && v->dead) {
-        m->mem -= ver_cost(0) + node_cost(n->klen, n->level);
+        __atomic_sub_fetch(&m->mem, ver_cost(0) + node_cost(n->klen, n->level), __ATOMIC_RELAXED);
         m->entries--;
         retire(m, n);
     }
@@ -714,10 +733,89 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
                 q[i] = m->q[(m->q_head + i) % m->q_cap];
             kvq__free(m->q);
             m->q = q;
-            m->q_cap = cap;
+            __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
             m->q_head = 0;
         }
     }
+}
+
+/* Drops every entry of n with a version <= floor (kvq__vmap_drop); a node left with none
+ * leaves the map. */
+static void trim_all(kvq__vmap *m, vm_node *n, int64_t floor)
+{
+    if (n->unlinked || n->trim_gen == m->forget_gen)
+        return;
+    n->trim_gen = m->forget_gen;
+    vm_ver **pv = &n->vers;
+    while (*pv && (*pv)->version > floor)
+        pv = &(*pv)->older;
+    vm_ver *o = *pv;
+    if (o == NULL)
+        return;
+    int was_top = o == n->vers;
+    if (was_top && n->list == LIVE) {
+        m->live_bytes -= n->klen + o->len;
+        m->live_keys--;
+    }
+    *pv = NULL;
+    while (o) {
+        vm_ver *nx = o->older;
+        __atomic_sub_fetch(&m->mem, ver_cost(o->len), __ATOMIC_RELAXED);
+        m->entries--;
+        kvq__free(o);
+        o = nx;
+    }
+    if (n->vers == NULL) {
+        __atomic_sub_fetch(&m->mem, node_cost(n->klen, n->level), __ATOMIC_RELAXED);
+        retire(m, n);
+    }
+}
+
+void kvq__vmap_drop(kvq__vmap *m, int64_t floor)
+{
+    if (m == NULL || floor <= m->floor)
+        return;
+    m->floor = floor;
+    m->forget_gen++;
+    while (m->q_len > 0) {
+        gc_rec *r = &m->q[m->q_head];
+        if (r->version > floor)
+            break;
+        vm_node *n = r->node;
+        m->q_head = (m->q_head + 1) % m->q_cap;
+        m->q_len--;
+        trim_all(m, n, floor);
+        n->gc_refs--;
+    }
+    while (m->limbo != NULL && m->limbo->stamp < floor && m->limbo->gc_refs == 0) {
+        vm_node *n = m->limbo;
+        m->limbo = n->limbo;
+        if (m->limbo == NULL)
+            m->limbo_tail = NULL;
+        free_node(n);
+    }
+    if (m->q_cap > 1024 && m->q_len < m->q_cap / 8) {
+        size_t cap = m->q_cap / 2;
+        while (cap > 1024 && m->q_len < cap / 8)
+            cap /= 2;
+        gc_rec *q = kvq__malloc(cap * sizeof *q);
+        if (q != NULL) {
+            for (size_t i = 0; i < m->q_len; i++)
+                q[i] = m->q[(m->q_head + i) % m->q_cap];
+            kvq__free(m->q);
+            m->q = q;
+            __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
+            m->q_head = 0;
+        }
+    }
+}
+
+void kvq__vmap_each(kvq__vmap *m, kvq__vmap_entry_fn fn, void *arg)
+{
+    for (int l = 0; l < 2; l++)
+        for (vm_node *n = m->head[l]->next[0]; n != NULL; n = n->next[0])
+            if (n->vers != NULL)
+                fn(arg, n->key, n->klen, n->vers->val, n->vers->len, n->vers->dead != 0);
 }
 
 void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
@@ -730,7 +828,10 @@ void kvq__vmap_get_stats(kvq__vmap *m, kvq__vmap_stats *out)
 
 uint64_t kvq__vmap_mem(kvq__vmap *m)
 {
-    return m->mem + m->q_cap * sizeof(gc_rec);
+    /* Read without the map's lock (the commit path's limit check, statistics): mem and q_cap
+     * move with atomic operations, under the write lock. */
+    return __atomic_load_n(&m->mem, __ATOMIC_RELAXED) +
+           __atomic_load_n(&m->q_cap, __ATOMIC_RELAXED) * sizeof(gc_rec);
 }
 uint64_t kvq__vmap_limit(kvq__vmap *m)
 {

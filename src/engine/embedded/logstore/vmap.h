@@ -53,6 +53,10 @@ int kvq__vmap_probe(kvq__vmap *m, int64_t version, const uint8_t *key, size_t kl
 /* Raises the newest version without a mutation (a batch that wrote nothing). */
 void kvq__vmap_set_version(kvq__vmap *m, int64_t version);
 
+/* As kvq__vmap_probe, also giving the version of the entry found (*ever; 0 when none). */
+int kvq__vmap_probe_ver(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
+                        kvq_bytes *val, int64_t *ever);
+
 /* The value of key at version: 1 with *val (borrowed), 0 when absent. */
 int kvq__vmap_get(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen,
                   kvq_bytes *val);
@@ -68,14 +72,34 @@ typedef struct kvq__vmap_cursor {
     vm_node *at, *at_grave; /* the next node of each list */
     vm_node *last;          /* the node last returned */
     uint64_t gen;
+    /* Set by the caller after init: return tombstones too (as rows with *dead = 1), and the
+     * version of each row's entry (kvq__vmap_cursor_next_ver). */
+    int all;
 } kvq__vmap_cursor;
 void kvq__vmap_cursor_init(kvq__vmap_cursor *c, kvq__vmap *m, int64_t version, const uint8_t *b,
                            size_t blen, const uint8_t *e, size_t elen, int reverse);
 /* 1 with the next row (borrowed), 0 at the end. */
 int kvq__vmap_cursor_next(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val);
 
+/* kvq__vmap_cursor_next with the row's entry: *dead = 1 for a tombstone (only with c->all),
+ * *ever its version. */
+int kvq__vmap_cursor_next_ver(kvq__vmap_cursor *c, kvq_bytes *key, kvq_bytes *val, int *dead,
+                              int64_t *ever);
+
 /* Drops what no read at a version >= floor can see (see above). */
 void kvq__vmap_forget(kvq__vmap *m, int64_t floor);
+
+/* Drops every entry with a version <= floor, the newest of a key's too (the store's table
+ * holds them): what is left is the versions after floor. A key left without entries leaves
+ * the map. Readers must not look at entries <= floor (a reader whose table snapshot holds
+ * version t reads only entries > t, and floor <= t). */
+void kvq__vmap_drop(kvq__vmap *m, int64_t floor);
+
+/* Calls fn with every key of the map and its newest entry (dead: a tombstone), in key order
+ * within each list (live keys, then deleted ones). */
+typedef void (*kvq__vmap_entry_fn)(void *arg, const uint8_t *key, size_t klen,
+                                   const uint8_t *val, size_t vlen, int dead);
+void kvq__vmap_each(kvq__vmap *m, kvq__vmap_entry_fn fn, void *arg);
 
 typedef struct kvq__vmap_stats {
     uint64_t mem;        /* bytes allocated for nodes and entries */

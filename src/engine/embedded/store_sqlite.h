@@ -1,0 +1,29 @@
+/* What the SQLite storage (store_sqlite.c) offers beyond store.h, for the log store, whose
+ * table it is (logstore/store_log.c): named integers in its meta table, read and written with
+ * the data, so that the table can record how far into the log it holds. */
+#ifndef KVQ_EMB_STORE_SQLITE_H
+#define KVQ_EMB_STORE_SQLITE_H
+
+#include <stdint.h>
+
+#include "store.h"
+
+/* During a write of s (emb_sqlite_store): meta row name = value, committed with the write. */
+int kvq__sqlite_meta_put(emb_store *s, const char *name, int64_t value);
+/* During a write of s: meta row name (*found = 0 when there is none). */
+int kvq__sqlite_meta_get(emb_store *s, const char *name, int64_t *value, int *found);
+/* In snapshot c (of emb_sqlite_store): meta row name (*found = 0 when there is none). */
+int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *found);
+
+/* Copies the WAL into the database file, when no reader needs its frames (never waiting for
+ * one), so that the next write starts the WAL again from its beginning (the file keeps its
+ * size, up to journal_size_limit: its room stays the database's); the database file is synced.
+ * *complete = 0 when a reader kept the WAL (its frames are copied as far as the readers allow:
+ * a later call finishes). Not during a write. */
+int kvq__sqlite_checkpoint(emb_store *s, int *complete);
+
+/* The bytes of the database's pages in use (its size less its free pages), as its writer sees
+ * them. Not while another thread uses the writer. */
+int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes);
+
+#endif
