@@ -529,6 +529,7 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     out->throttled = __atomic_load_n(&s->n_throttled, __ATOMIC_RELAXED);
     out->throttle_us = __atomic_load_n(&s->throttle_us, __ATOMIC_RELAXED);
     out->forced = __atomic_load_n(&s->n_forced, __ATOMIC_RELAXED);
+    out->table_live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
     out->log_bytes = kvq__log_tail(s->log) - kvq__log_first(s->log);
     out->checkpoints = s->n_ckpts;
     out->applied_version = s->applied_version;
