@@ -180,9 +180,22 @@ int kvq__q_head(kvq_queue *q,
                 unsigned int flags,
                 const kvq_kv **kvs,
                 size_t *count);
-/* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one. */
+/* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one: a
+ * snapshot read, read conflicts on exactly the items taken, and, when the queue is empty, on the
+ * whole item range (KVQ_ENOTFOUND). */
 int kvq__q_pop_k_end(
     kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n);
+/* kvq__q_pop_k_end's flags: an empty queue adds no read conflict (a convenience pop that found
+ * nothing returns nothing, and its watch holds the push counter of its read version). */
+#define KVQ__POP_EMPTY_NO_CONFLICT 1u
+int kvq__q_pop_k_end_ex(kvq_queue *q,
+                        kvq_txn *txn,
+                        int end,
+                        size_t k,
+                        kvq_bytes *outs,
+                        int64_t *prio,
+                        size_t *n,
+                        unsigned int flags);
 /* A durable queue's pop under contention: up to k consecutive items starting at a position
  * chosen by seed among the first spread * k (at most 4,096, or k), read as a snapshot, with read
  * conflicts on exactly the items taken, so that concurrent consumers rarely take the same ones. */

@@ -90,32 +90,52 @@ int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len)
 int kvq__q_pop_k_end(
     kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n)
 {
+    return kvq__q_pop_k_end_ex(q, txn, end, k, outs, prio, n, 0);
+}
+
+int kvq__q_pop_k_end_ex(kvq_queue *q,
+                        kvq_txn *txn,
+                        int end,
+                        size_t k,
+                        kvq_bytes *outs,
+                        int64_t *prio,
+                        size_t *n,
+                        unsigned int flags)
+{
     const kvq_kv *kvs;
     size_t got;
     *n = 0;
-    /* FIFO and priority queues: a snapshot read, then read conflicts on exactly the span taken
-     * (below), as the high-contention fulfil takes them on exactly its keys. A plain read would
-     * also cover the keys before the head, where a push lands when the recipe's index restarts
-     * at 1 on an emptied queue (or a lower priority arrives), and the pop would lose to it for
-     * nothing: the pop reads nothing there, so it may be ordered before such a push. An empty
-     * answer covers the whole item range, as the plain read did. */
-    int recipe = q->type != KVQ_QUEUE_DURABLE;
-    int rc = kvq__q_head(q, txn, end, (int)k, recipe ? KVQ_SNAPSHOT : 0, &kvs, &got);
+    /* A snapshot read, then read conflicts on exactly the span taken (below), as the
+     * high-contention fulfil takes them on exactly its keys. A plain read would also cover the
+     * keys before the head, where a FIFO or priority push lands when the recipe's index
+     * restarts at 1 on an emptied queue (or a lower priority arrives), and, when it returns
+     * fewer than k items, the keys after the tail, where every durable push lands: the pop
+     * would lose to such a push for nothing, since it reads nothing there and so may be ordered
+     * before it. (A durable consumer alone beside a pusher would then lose races, raise its
+     * pressure and spread out of order.) An empty answer covers the whole item range, as the
+     * plain read did, unless the caller asks for none (KVQ__POP_EMPTY_NO_CONFLICT). */
+    int rc = kvq__q_head(q, txn, end, (int)k, KVQ_SNAPSHOT, &kvs, &got);
     if (rc != 0)
         return rc;
     if (got == 0) {
-        if (recipe)
+        if (!(flags & KVQ__POP_EMPTY_NO_CONFLICT))
             rc = kvq_txn_add_conflict_range(txn, q->items_lo.data, q->items_lo.len,
                                             q->items_hi.data, q->items_hi.len, KVQ_CONFLICT_READ);
         return rc != 0 ? rc : KVQ_ENOTFOUND;
     }
     if (q->type == KVQ_QUEUE_DURABLE) {
-        /* erlfdb's pop: one clear of the range read, one ADD to npop. */
+        /* erlfdb's pop: one clear of the items read, one ADD to npop. Pushes append after every
+         * item there is (their versionstamps are newer), so nothing can appear between the
+         * items read: the conflict range and the clear cover exactly them. */
         uint8_t after[KVQ_MAX_KEY_SIZE + 1];
         const kvq_bytes *last = &kvs[got - 1].key;
         memcpy(after, last->data, last->len);
         after[last->len] = 0;
-        rc = kvq_txn_clear_range(txn, kvs[0].key.data, kvs[0].key.len, after, last->len + 1);
+        rc = kvq_txn_add_conflict_range(txn, kvs[0].key.data, kvs[0].key.len, after,
+                                        last->len + 1, KVQ_CONFLICT_READ);
+        if (rc == 0)
+            rc = kvq_txn_clear_range(txn, kvs[0].key.data, kvs[0].key.len, after,
+                                     last->len + 1);
         uint8_t add[8];
         kvq__le64_put(add, (uint64_t)got);
         if (rc == 0)

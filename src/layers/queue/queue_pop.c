@@ -139,7 +139,12 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
         seed ^= seed >> 32;
         rc = kvq__q_pop_spread(q, txn, a->k, kvq__q_pop_spread_width(q), seed, a->views, &n);
     } else {
-        rc = kvq__q_pop_k_end(q, txn, a->end, a->k, a->views, &prio, &n);
+        /* A durable queue found empty: nothing is taken, and the watch (consume) holds the push
+         * counter of this read version, so the attempt needs no read conflict on the items (a
+         * push committing meanwhile would make it lose a race for nothing: it may be ordered
+         * before the push). */
+        unsigned int fl = q->type == KVQ_QUEUE_DURABLE ? KVQ__POP_EMPTY_NO_CONFLICT : 0;
+        rc = kvq__q_pop_k_end_ex(q, txn, a->end, a->k, a->views, &prio, &n, fl);
     }
     if (rc == KVQ_ENOTFOUND && a->want_watch)
         rc = 0;
