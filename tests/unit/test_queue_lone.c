@@ -175,12 +175,65 @@ static void test_lone_consumer_batches(void **state)
     lone_consumer(0, 4);
 }
 
-int main(void)
+/* A consumer alone whose commits fail with 1020 for reasons of their own (faults injected at a
+ * rate of 0.3, the kind a conflict with a pusher or with the pruning of markers would be):
+ * it lost no race to another consumer, so it keeps popping the head, in order. */
+static void test_lone_consumer_conflicts_not_races(void **state)
+{
+    (void)state;
+    size_t items = (size_t)kvq_test_scaled(300);
+    tq_mkdir();
+    kvq_db *pdb = tq_open_db(0, 0, 0);
+    kvq_queue *pq = NULL;
+    assert_ok(kvq_queue_open(&pq, pdb, KVQ_QUEUE_DURABLE, NULL, NULL));
+    uint8_t vb[50][16];
+    kvq_bytes vals[50];
+    for (size_t s = 0; s < items; s += 50) {
+        for (size_t j = 0; j < 50; j++) {
+            tq_value(vb[j], 0, (uint32_t)(s + j));
+            vals[j] = (kvq_bytes){ vb[j], 16 };
+        }
+        assert_ok(kvq_queue_push_many(pq, vals, items - s < 50 ? items - s : 50));
+    }
+    kvq_queue_close(pq);
+    kvq_db_close(pdb);
+
+    uint64_t seed = kt_seed_print("lone_consumer_conflicts_not_races");
+    kvq_db *db = tq_open_db(0.3, KVQ_FAULT_NOT_COMMITTED, seed);
+    kvq_queue *q = NULL;
+    assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
+    kvq_buf b = KVQ_BUF_INIT;
+    for (size_t next = 0; next < items; next++) {
+        size_t n = 0;
+        kvq_watch *w = NULL;
+        assert_ok(kvq_queue_consume_k(&b, &n, &w, q, 1));
+        assert_int_equal(n, 1);
+        uint32_t prod = 0, seq = 0;
+        assert_int_equal(tq_parse(b.data, b.len, &prod, &seq), 0);
+        if (seq != next)
+            fail_msg("item %u popped where item %zu was due (the consumer spread after a "
+                     "conflict that was no race)",
+                     seq, next);
+    }
+    kvq_buf_dispose(&b);
+    kvq_db_stats st;
+    assert_ok(kvq_db_get_stats(&st, db));
+    printf("# %zu items in order through %" PRIu64 " injected 1020s\n", items, st.injected_faults);
+    assert_true(st.injected_faults > 0);
+    assert_int_equal(__atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED), 0);
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    tq_rmdir();
+}
+
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lone_consumer_pusher_thread),
         cmocka_unit_test(test_lone_consumer_pusher_process),
         cmocka_unit_test(test_lone_consumer_batches),
+        cmocka_unit_test(test_lone_consumer_conflicts_not_races),
     };
+    kt_seed_setup(argc, argv);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
