@@ -198,7 +198,7 @@ static void test_lone_consumer_conflicts_not_races(void **state)
     kvq_queue_close(pq);
     kvq_db_close(pdb);
 
-    uint64_t seed = kt_seed_print("lone_consumer_conflicts_not_races");
+    uint64_t seed = kt_seed_print("test_lone_consumer_conflicts_not_races");
     kvq_db *db = tq_open_db(0.3, KVQ_FAULT_NOT_COMMITTED, seed);
     kvq_queue *q = NULL;
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
