@@ -510,7 +510,8 @@ static int fail_after_push(kvq_txn *txn, void *arg)
 /* Racing consumers of a durable queue spread out (kvq__q_pop_spread): a pop takes k
  * consecutive items of those present, starting within the first spread * k; two pops
  * from one read version that take different items both commit, overlapping ones conflict; a
- * handle under pressure spreads its convenience pops, and goes back to the head once it wins. */
+ * handle under pressure spreads its convenience pops, and goes back to the head once it wins;
+ * only a race lost to another pop raises the pressure. */
 /* The number of a value "sNNN" (the value is not NUL-terminated). */
 static int seq_of(kvq_bytes v)
 {
@@ -541,7 +542,7 @@ static void test_durable_spread(void **state)
         kvq_txn *t;
         size_t n = 0;
         assert_ok(kvq_txn_create(&t, db));
-        assert_ok(kvq__q_pop_spread(q, t, k, 32, seed * 7919, outs, &n));
+        assert_ok(kvq__q_pop_spread(q, t, k, 32, seed * 7919, outs, &n, NULL));
         assert_int_equal(n, k);
         int at = -1;
         for (int i = 0; i < np; i++)
@@ -568,9 +569,9 @@ static void test_durable_spread(void **state)
         assert_ok(kvq_txn_create(&b, db));
         /* Both read before either commits: concurrent. Seeds 0 and 1 take runs at positions 0
          * and 1 (overlapping); 0 and 10, disjoint ones. */
-        assert_ok(kvq__q_pop_spread(q, a, k, 32, 0, outs, &na));
+        assert_ok(kvq__q_pop_spread(q, a, k, 32, 0, outs, &na, NULL));
         int first_a = seq_of(outs[0]);
-        assert_ok(kvq__q_pop_spread(q, b, k, 32, overlap ? 1 : 10, outs, &nb));
+        assert_ok(kvq__q_pop_spread(q, b, k, 32, overlap ? 1 : 10, outs, &nb, NULL));
         assert_true(na == k && nb == k && seq_of(outs[0]) > first_a);
         assert_ok(kvq_txn_commit(a));
         assert_int_equal(kvq_txn_commit(b), overlap ? KVQ_ENOT_COMMITTED : 0);
@@ -595,6 +596,46 @@ static void test_durable_spread(void **state)
     assert_ok(kvq_queue_pop(&got, q));
     assert_int_equal(seq_of((kvq_bytes){ got.data, got.len }), head);
     kvq_buf_dispose(&got);
+
+    /* Only a race lost to another pop raises the pressure: a pop that conflicted while its items
+     * are still there (a push, the pruning, an injected fault) leaves it at 0; one whose items
+     * another pop took raises it. */
+    for (int other_pop = 0; other_pop < 2; other_pop++) {
+        kvq_txn *a, *b;
+        size_t na = 0, nb = 0;
+        kvq_bytes oa[2], ob[2];
+        kvq__q_taken taken = { KVQ_BUF_INIT, KVQ_BUF_INIT, 0 };
+        assert_ok(kvq_txn_create(&a, db));
+        assert_ok(kvq_txn_create(&b, db));
+        assert_ok(kvq__q_pop_k_end_ex(q, a, KVQ__END_MIN, 2, oa, NULL, &na, 0, &taken));
+        assert_int_equal(na, 2);
+        assert_int_equal(taken.n, 2);
+        if (other_pop)
+            assert_ok(kvq__q_pop_k_end_ex(q, b, KVQ__END_MIN, 1, ob, NULL, &nb, 0, NULL));
+        else /* a write that a's read conflicts with, which takes no item: its own conflict */
+            assert_ok(kvq_txn_add_conflict_range(b, taken.lo.data, taken.lo.len, taken.hi.data,
+                                                 taken.hi.len, KVQ_CONFLICT_WRITE));
+        assert_ok(kvq_txn_set(b, (const uint8_t *)"zz", 2, (const uint8_t *)"", 0));
+        assert_ok(kvq_txn_commit(b));
+        assert_int_equal(kvq_txn_commit(a), KVQ_ENOT_COMMITTED);
+        kvq_txn_destroy(a);
+        kvq_txn_destroy(b);
+        assert_ok(kvq_txn_create(&a, db));
+        int lost = -1;
+        assert_int_equal(__atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED), 0);
+        assert_ok(kvq__q_pop_lost_race(q, a, &taken, &lost));
+        assert_int_equal(lost, other_pop);
+        assert_int_equal(__atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED), other_pop ? 24 : 0);
+        kvq_txn_destroy(a);
+        kvq_buf_dispose(&taken.lo);
+        kvq_buf_dispose(&taken.hi);
+        __atomic_store_n(&q->pop_pressure, 0, __ATOMIC_RELAXED);
+    }
+    kvq_txn *t2;
+    assert_ok(kvq_txn_create(&t2, db));
+    assert_ok(kvq_txn_clear(t2, (const uint8_t *)"zz", 2));
+    assert_ok(kvq_txn_commit(t2));
+    kvq_txn_destroy(t2);
     assert_ok(kvq_queue_clear(q));
     kvq_queue_close(q);
     kvq_subspace_destroy(sub);

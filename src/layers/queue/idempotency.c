@@ -351,6 +351,7 @@ int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg)
             rc = kvq_txn_commit(txn);
         if (o->after_commit != NULL)
             o->after_commit(o->q, rc);
+        o->last_rc = rc;
         if (rc == 0 || o->expired || o->settled)
             break;
         if (kvq__txn_maybe_committed(txn, rc)) {

@@ -180,20 +180,54 @@ int kvq__q_head(kvq_queue *q,
                 unsigned int flags,
                 const kvq_kv **kvs,
                 size_t *count);
-/* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one. */
+/* Pops up to k items from one end of a FIFO/priority queue, or the head of a durable one: a
+ * snapshot read, read conflicts on exactly the items taken, and, when the queue is empty, on the
+ * whole item range (KVQ_ENOTFOUND). */
 int kvq__q_pop_k_end(
     kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n);
+/* kvq__q_pop_k_end's flags: an empty queue adds no read conflict (a convenience pop that found
+ * nothing returns nothing, and its watch holds the push counter of its read version). */
+#define KVQ__POP_EMPTY_NO_CONFLICT 1u
+/* Where the items a durable pop took lay: keys [lo, hi), n items (0: it took none). */
+typedef struct kvq__q_taken {
+    kvq_buf lo, hi;
+    size_t n;
+} kvq__q_taken;
+/* kvq__q_pop_k_end with flags; taken (may be NULL) receives where the items taken lay. */
+int kvq__q_pop_k_end_ex(kvq_queue *q,
+                        kvq_txn *txn,
+                        int end,
+                        size_t k,
+                        kvq_bytes *outs,
+                        int64_t *prio,
+                        size_t *n,
+                        unsigned int flags,
+                        kvq__q_taken *taken);
 /* A durable queue's pop under contention: up to k consecutive items starting at a position
  * chosen by seed among the first spread * k (at most 4,096, or k), read as a snapshot, with read
- * conflicts on exactly the items taken, so that concurrent consumers rarely take the same ones. */
-int kvq__q_pop_spread(
-    kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed, kvq_bytes *outs, size_t *n);
+ * conflicts on exactly the items taken, so that concurrent consumers rarely take the same ones.
+ * taken (may be NULL) receives where they lay. */
+int kvq__q_pop_spread(kvq_queue *q,
+                      kvq_txn *txn,
+                      size_t k,
+                      size_t spread,
+                      uint64_t seed,
+                      kvq_bytes *outs,
+                      size_t *n,
+                      kvq__q_taken *taken);
 /* The priority of an item key of a priority queue (0 for other types or on a parse error). */
 int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len);
 /* How many runs of k items the spread pop chooses among (from the handle's pressure). */
 size_t kvq__q_pop_spread_width(kvq_queue *q);
-/* Notes the outcome rc of a durable convenience pop's commit in the handle's pressure. */
+/* Notes the outcome rc of a durable convenience pop's commit in the handle's pressure: a commit
+ * lowers it. A failure does not raise it: kvq__q_pop_lost_race decides whether it was a race. */
 void kvq__q_pop_pressure_note(kvq_queue *q, int rc);
+/* At the start of the attempt after a durable pop's commit failed with 1020, which took the
+ * items *taken: raises the handle's pressure when another pop has taken some of them since (a
+ * snapshot read at txn's read version), that is, when the race was lost to another consumer.
+ * A conflict with anything else (a pusher, the pruning of markers, a fault injected for tests)
+ * leaves it as it is, so that a consumer alone keeps popping the head. *lost receives which. */
+int kvq__q_pop_lost_race(kvq_queue *q, kvq_txn *txn, const kvq__q_taken *taken, int *lost);
 /* The count a new item of this priority takes in the priority recipe: 1 + the last count of
  * that priority, read with a snapshot read (so pushes never conflict), or 0 for the first. */
 int kvq__q_prio_next_count(int64_t *out, kvq_queue *q, kvq_txn *txn, int64_t priority);
@@ -230,6 +264,7 @@ typedef struct kvq__qop {
     /* Called by kvq__qop_run with each attempt's commit outcome (NULL: nothing); the durable
      * queue's pops note their contention with it (kvq__q_pop_pressure_note). */
     void (*after_commit)(kvq_queue *q, int rc);
+    int last_rc; /* the outcome of the previous attempt (its body's error, or its commit's) */
 } kvq__qop;
 
 int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap);

@@ -87,35 +87,71 @@ int64_t kvq__q_key_priority(const kvq_queue *q, const uint8_t *key, size_t len)
     return prio;
 }
 
+/* Records in taken (when not NULL) that n items were taken from [*first, after). */
+static int note_taken(
+    kvq__q_taken *taken, const kvq_bytes *first, const uint8_t *after, size_t after_len, size_t n)
+{
+    if (taken == NULL)
+        return 0;
+    taken->n = 0;
+    if (kvq__buf_set(&taken->lo, first->data, first->len) != 0 ||
+        kvq__buf_set(&taken->hi, after, after_len) != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory");
+    taken->n = n;
+    return 0;
+}
+
 int kvq__q_pop_k_end(
     kvq_queue *q, kvq_txn *txn, int end, size_t k, kvq_bytes *outs, int64_t *prio, size_t *n)
+{
+    return kvq__q_pop_k_end_ex(q, txn, end, k, outs, prio, n, 0, NULL);
+}
+
+int kvq__q_pop_k_end_ex(kvq_queue *q,
+                        kvq_txn *txn,
+                        int end,
+                        size_t k,
+                        kvq_bytes *outs,
+                        int64_t *prio,
+                        size_t *n,
+                        unsigned int flags,
+                        kvq__q_taken *taken)
 {
     const kvq_kv *kvs;
     size_t got;
     *n = 0;
-    /* FIFO and priority queues: a snapshot read, then read conflicts on exactly the span taken
-     * (below), as the high-contention fulfil takes them on exactly its keys. A plain read would
-     * also cover the keys before the head, where a push lands when the recipe's index restarts
-     * at 1 on an emptied queue (or a lower priority arrives), and the pop would lose to it for
-     * nothing: the pop reads nothing there, so it may be ordered before such a push. An empty
-     * answer covers the whole item range, as the plain read did. */
-    int recipe = q->type != KVQ_QUEUE_DURABLE;
-    int rc = kvq__q_head(q, txn, end, (int)k, recipe ? KVQ_SNAPSHOT : 0, &kvs, &got);
+    /* A snapshot read, then read conflicts on exactly the span taken (below), as the
+     * high-contention fulfil takes them on exactly its keys. A plain read would also cover the
+     * keys before the head, where a FIFO or priority push lands when the recipe's index
+     * restarts at 1 on an emptied queue (or a lower priority arrives), and, when it returns
+     * fewer than k items, the keys after the tail, where every durable push lands: the pop
+     * would lose to such a push for nothing, since it reads nothing there and so may be ordered
+     * before it. (A durable consumer alone beside a pusher would then lose races, raise its
+     * pressure and spread out of order.) An empty answer covers the whole item range, as the
+     * plain read did, unless the caller asks for none (KVQ__POP_EMPTY_NO_CONFLICT). */
+    int rc = kvq__q_head(q, txn, end, (int)k, KVQ_SNAPSHOT, &kvs, &got);
     if (rc != 0)
         return rc;
     if (got == 0) {
-        if (recipe)
+        if (!(flags & KVQ__POP_EMPTY_NO_CONFLICT))
             rc = kvq_txn_add_conflict_range(txn, q->items_lo.data, q->items_lo.len,
                                             q->items_hi.data, q->items_hi.len, KVQ_CONFLICT_READ);
         return rc != 0 ? rc : KVQ_ENOTFOUND;
     }
     if (q->type == KVQ_QUEUE_DURABLE) {
-        /* erlfdb's pop: one clear of the range read, one ADD to npop. */
+        /* erlfdb's pop: one clear of the items read, one ADD to npop. Pushes append after every
+         * item there is (their versionstamps are newer), so nothing can appear between the
+         * items read: the conflict range and the clear cover exactly them. */
         uint8_t after[KVQ_MAX_KEY_SIZE + 1];
         const kvq_bytes *last = &kvs[got - 1].key;
         memcpy(after, last->data, last->len);
         after[last->len] = 0;
-        rc = kvq_txn_clear_range(txn, kvs[0].key.data, kvs[0].key.len, after, last->len + 1);
+        rc = kvq_txn_add_conflict_range(txn, kvs[0].key.data, kvs[0].key.len, after, last->len + 1,
+                                        KVQ_CONFLICT_READ);
+        if (rc == 0)
+            rc = kvq_txn_clear_range(txn, kvs[0].key.data, kvs[0].key.len, after, last->len + 1);
+        if (rc == 0)
+            rc = note_taken(taken, &kvs[0].key, after, last->len + 1, got);
         uint8_t add[8];
         kvq__le64_put(add, (uint64_t)got);
         if (rc == 0)
@@ -148,8 +184,14 @@ int kvq__q_pop_k_end(
     return 0;
 }
 
-int kvq__q_pop_spread(
-    kvq_queue *q, kvq_txn *txn, size_t k, size_t spread, uint64_t seed, kvq_bytes *outs, size_t *n)
+int kvq__q_pop_spread(kvq_queue *q,
+                      kvq_txn *txn,
+                      size_t k,
+                      size_t spread,
+                      uint64_t seed,
+                      kvq_bytes *outs,
+                      size_t *n,
+                      kvq__q_taken *taken)
 {
     *n = 0;
     size_t window = k * (spread > 0 ? spread : 1);
@@ -174,6 +216,8 @@ int kvq__q_pop_spread(
                                     KVQ_CONFLICT_READ);
     if (rc == 0)
         rc = kvq_txn_clear_range(txn, first->data, first->len, after, last->len + 1);
+    if (rc == 0)
+        rc = note_taken(taken, first, after, last->len + 1, take);
     uint8_t add[8];
     kvq__le64_put(add, (uint64_t)take);
     if (rc == 0)
@@ -188,9 +232,9 @@ int kvq__q_pop_spread(
 
 /* ---- the spread pop's pressure ------------------------------------------------------------ */
 
-/* A durable pop that lost the race for its items raises the handle's pressure (the next pops
- * spread out, kvq__q_pop_spread); each pop that commits lowers it, so that a consumer alone
- * goes back to taking the head, in order. */
+/* A durable pop that lost the race for its items to another pop raises the handle's pressure
+ * (the next pops spread out, kvq__q_pop_spread); each pop that commits lowers it, so that a
+ * consumer that is alone again goes back to taking the head, in order. */
 #define POP_PRESSURE_STEP 24
 #define POP_PRESSURE_MAX  512
 
@@ -206,12 +250,30 @@ size_t kvq__q_pop_spread_width(kvq_queue *q)
 void kvq__q_pop_pressure_note(kvq_queue *q, int rc)
 {
     int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
-    if (rc == KVQ_ENOT_COMMITTED && p < POP_PRESSURE_MAX)
-        __atomic_compare_exchange_n(&q->pop_pressure, &p, p + POP_PRESSURE_STEP, 0,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-    else if (rc == 0 && p > 0)
+    if (rc == 0 && p > 0)
         __atomic_compare_exchange_n(&q->pop_pressure, &p, p - 1, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED);
+}
+
+int kvq__q_pop_lost_race(kvq_queue *q, kvq_txn *txn, const kvq__q_taken *taken, int *lost)
+{
+    *lost = 0;
+    if (taken->n == 0)
+        return 0;
+    const kvq_kv *kvs;
+    size_t got = 0;
+    int rc = kvq_txn_get_range(&kvs, &got, NULL, txn, taken->lo.data, taken->lo.len, taken->hi.data,
+                               taken->hi.len, (int)taken->n, KVQ_SNAPSHOT);
+    if (rc != 0)
+        return rc;
+    if (got < taken->n) {
+        *lost = 1;
+        int p = __atomic_load_n(&q->pop_pressure, __ATOMIC_RELAXED);
+        if (p < POP_PRESSURE_MAX)
+            __atomic_compare_exchange_n(&q->pop_pressure, &p, p + POP_PRESSURE_STEP, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+    return 0;
 }
 
 /* ---- the priority recipe's counts ------------------------------------------------------------ */

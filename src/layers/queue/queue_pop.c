@@ -70,7 +70,16 @@ typedef struct pop_arg {
     /* a combined pop (nwatch > 0): as many watches, one for each caller that wants one */
     size_t nwatch;
     kvq_watch **watches;
+    /* durable: where the items the last attempt took lay (to tell a race lost to another pop
+     * from any other conflict) */
+    kvq__q_taken taken;
 } pop_arg;
+
+static void pop_arg_dispose(pop_arg *a)
+{
+    kvq_buf_dispose(&a->taken.lo);
+    kvq_buf_dispose(&a->taken.hi);
+}
 
 static void drop_watches(pop_arg *a)
 {
@@ -124,6 +133,15 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
         }
         return rc;
     }
+    if (q->type == KVQ_QUEUE_DURABLE && o->last_rc == KVQ_ENOT_COMMITTED) {
+        /* The last attempt's commit conflicted: a race lost to another consumer only if the
+         * items it took are gone. */
+        int lost;
+        rc = kvq__q_pop_lost_race(q, txn, &a->taken, &lost);
+        if (rc != 0)
+            return rc;
+    }
+    a->taken.n = 0;
     /* Due delayed items and ended leases first (a retry then sees them ready). */
     rc = kvq__q_due_gate(q, NULL, txn);
     if (rc != 0)
@@ -137,9 +155,15 @@ static int pop_body(kvq_txn *txn, kvq__qop *o, void *arg)
         seed ^= seed >> 29;
         seed *= 0xbf58476d1ce4e5b9ULL;
         seed ^= seed >> 32;
-        rc = kvq__q_pop_spread(q, txn, a->k, kvq__q_pop_spread_width(q), seed, a->views, &n);
+        rc = kvq__q_pop_spread(q, txn, a->k, kvq__q_pop_spread_width(q), seed, a->views, &n,
+                               &a->taken);
     } else {
-        rc = kvq__q_pop_k_end(q, txn, a->end, a->k, a->views, &prio, &n);
+        /* A durable queue found empty: nothing is taken, and the watch (consume) holds the push
+         * counter of this read version, so the attempt needs no read conflict on the items (a
+         * push committing meanwhile would make it lose a race for nothing: it may be ordered
+         * before the push). */
+        unsigned int fl = q->type == KVQ_QUEUE_DURABLE ? KVQ__POP_EMPTY_NO_CONFLICT : 0;
+        rc = kvq__q_pop_k_end_ex(q, txn, a->end, a->k, a->views, &prio, &n, fl, &a->taken);
     }
     if (rc == KVQ_ENOTFOUND && a->want_watch)
         rc = 0;
@@ -173,7 +197,7 @@ static int pop_single(kvq_queue *q,
                       uint64_t *swept)
 {
     kvq__qop o;
-    pop_arg a = { end, k, NULL, watch != NULL, NULL, 0, NULL };
+    pop_arg a = { .end = end, .k = k, .want_watch = watch != NULL };
     int rc = kvq__qop_init(&o, q, "r", k);
     if (rc != 0) {
         kvq__qop_free(&o);
@@ -192,6 +216,7 @@ static int pop_single(kvq_queue *q,
         rc = a.views == NULL ? kvq__error(KVQ_ENOMEM, "out of memory")
                              : kvq__qop_run(&o, pop_body, &a);
         kvq__free(a.views);
+        pop_arg_dispose(&a);
     }
     kvq__qres *r = NULL;
     if (rc == 0) {
@@ -266,7 +291,12 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
         total += reqs[i]->k;
     }
     kvq_bytes *views = kvq__calloc(total, sizeof(kvq_bytes));
-    pop_arg a = { reqs[0]->end, total, views, nw > 0, NULL, nw, ws };
+    pop_arg a = { .end = reqs[0]->end,
+                  .k = total,
+                  .views = views,
+                  .want_watch = nw > 0,
+                  .nwatch = nw,
+                  .watches = ws };
     kvq__qop o;
     int rc = kvq__qop_init(&o, q, "r", total);
     if (q->type == KVQ_QUEUE_DURABLE)
@@ -276,6 +306,7 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     if (rc == 0)
         rc = kvq__qop_run(&o, pop_body, &a);
     kvq__free(views);
+    pop_arg_dispose(&a);
     kvq__qres *res = NULL;
     if (rc == 0) {
         res = kvq__qop_result(&o);
