@@ -5,8 +5,9 @@
 #
 #   scripts/reliability.sh [BUILD_DIR]      build (if BUILD_DIR is not given: build-rel, gcc,
 #                                           Release) and run the stages
-#   scripts/reliability.sh --summary LOG    only print the summary lines of a finished ctest
-#                                           run (its Testing/Temporary/LastTest.log)
+#   scripts/reliability.sh --summary LOG... only print the summary lines of finished ctest
+#                                           runs (their Testing/Temporary/LastTest.log; a
+#                                           missing one is said and skipped)
 #
 # Environment: KVQ_TEST_SCALE multiplies cycles, items and durations (scripts/soak.sh uses 20);
 # KVQ_TEST_SEED replays a seed printed by an earlier run. Broken-engine runs print their lines
@@ -18,14 +19,21 @@ cd "$(dirname "$0")/.."
 pattern='^(crash|oracle|faults|badinput|syncorder|diskfull|storagefaults|resources|pause|powercut|fuzz|valgrind|sanitizers): '
 
 summary() {
-    local log="$1"
     echo "== reliability summary"
     # ctest's log keeps each test's output; the fdb double repeats the oracle (engine=fdb).
-    grep -E "$pattern" "$log" || echo "(no summary lines found in $log)"
+    local log
+    for log in "$@"; do
+        if [ ! -f "$log" ]; then
+            echo "(no log $log)"
+            continue
+        fi
+        grep -E "$pattern" "$log" || echo "(no summary lines found in $log)"
+    done
 }
 
 if [ "${1:-}" = "--summary" ]; then
-    summary "$2"
+    shift
+    summary "$@"
     exit 0
 fi
 

@@ -16,6 +16,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CC=clang cmake -S . -B build-soak -DCMAKE_BUILD_TYPE=Sanitize -DKVQ_WERROR=ON \
     -DKVQ_BUILD_TESTS=ON -DKVQ_FUZZ=ON -DKVQ_FUZZ_SECONDS=$((20 * scale)) \
-    -DKVQ_FUZZ_RUNS=2000000000 -DKVQ_TEST_TIMEOUT_FACTOR=$((2 * scale)) >/dev/null
+    -DKVQ_FUZZ_RUNS=2000000000 -DKVQ_TEST_TIMEOUT_FACTOR=$((2 * scale)) -DKVQ_TEST_REDUCED=OFF \
+    >/dev/null
 echo "== soak: KVQ_TEST_SCALE=$scale, fuzzing $((20 * scale)) s per target"
 exec bash scripts/reliability.sh build-soak

@@ -9,11 +9,13 @@
 # Time (docs/RELIABILITY.md, "The test command's time"): the three builds are kept in build-gcc,
 # build-tsan and build-san and only brought up to date when they exist; they are made one after
 # another (each uses every core). The test stages then run side by side in two lanes, the
-# AddressSanitizer suite in one, ThreadSanitizer then valgrind in the other: much of a test's
-# time is spent waiting (syncs, kills, sleeps, watches), which the other lane fills. The
-# ThreadSanitizer lane leaves out the campaigns whose processes run no second thread
-# (tsan_skip below): ThreadSanitizer can find nothing there that AddressSanitizer's run of the
-# same campaign, at its full size, does not.
+# AddressSanitizer suite in one, ThreadSanitizer, valgrind and the full-size campaigns in the
+# other: much of a test's time is spent waiting (syncs, kills, sleeps, watches), which the other
+# lane fills. The ThreadSanitizer lane leaves out the campaigns whose processes run no second
+# thread (tsan_skip below): ThreadSanitizer can find nothing there that AddressSanitizer's run
+# of the same campaign, at its full size, does not. The sanitizer builds run the costliest
+# count-driven campaigns at a reduced size (tests/CMakeLists.txt, label fullsize); the gcc
+# Release build runs them at their full size after valgrind, several times cheaper.
 #
 #   scripts/test.sh            KVQ_TEST_LANES=1 runs the lanes one after the other
 set -euo pipefail
@@ -69,9 +71,15 @@ san_tests() {
         ctest --test-dir build-san --output-on-failure -j"$jobs"
 }
 
+# The campaigns the sanitizer builds run smaller, at their full size (label fullsize).
+release_tests() {
+    ctest --test-dir build-gcc -L fullsize -j"$jobs" --output-on-failure
+}
+
 tsan_lane() {
     run_stage build-tsan/ctest tsan_tests
     run_stage build-gcc/valgrind bash scripts/valgrind.sh build-gcc
+    run_stage build-gcc/ctest release_tests
 }
 
 san_lane() {
@@ -84,8 +92,8 @@ timed "build gcc" build build-gcc gcc Release
 timed "build tsan" build build-tsan clang Tsan -DKVQ_BUILD_BENCH=OFF
 timed "build asan+ubsan" build build-san clang Sanitize -DKVQ_FUZZ=ON
 
-echo "== tests: ASan + UBSan (the whole suite) beside ThreadSanitizer (unit and conformance)" \
-    "then valgrind (a subset of the gcc build's tests)"
+echo "== tests: ASan + UBSan (the whole suite) beside ThreadSanitizer (unit and conformance)," \
+    "then valgrind (a subset of the gcc build's tests), then the full-size campaigns (gcc)"
 t0=$SECONDS
 if [ "${KVQ_TEST_LANES:-2}" = 1 ]; then
     tsan_lane
@@ -98,6 +106,7 @@ fi
 timings="${timings}tests, both lanes $((SECONDS - t0))"$'\n'
 timings="${timings}  threadsanitizer $(cat build-tsan/ctest.time)"$'\n'
 timings="${timings}  then valgrind $(cat build-gcc/valgrind.time)"$'\n'
+timings="${timings}  then full-size (gcc) $(cat build-gcc/ctest.time)"$'\n'
 timings="${timings}  asan+ubsan $(cat build-san/ctest.time)"$'\n'
 status=0
 echo "== valgrind"
@@ -111,13 +120,22 @@ else
     echo "ThreadSanitizer run failed"
     status=1
 fi
+echo "== full-size campaigns (gcc Release)"
+if [ "$(cat build-gcc/ctest.rc)" = 0 ]; then
+    tail -n 3 build-gcc/ctest.log
+else
+    cat build-gcc/ctest.log
+    echo "full-size campaigns failed"
+    status=1
+fi
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 sed -n '/tests passed/q;p' build-san/ctest.log
 # Sanitizer reports halt the test that made them; count any that a test printed anyway.
 reports="$({ grep -hcE 'ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer' \
     build-san/Testing/Temporary/LastTest.log build-tsan/Testing/Temporary/LastTest.log || true; } |
     awk '{s += $1} END {print s + 0}')"
-bash scripts/reliability.sh --summary build-san/Testing/Temporary/LastTest.log
+bash scripts/reliability.sh --summary build-san/Testing/Temporary/LastTest.log \
+    build-gcc/Testing/Temporary/LastTest.log
 echo "sanitizers: reports=$reports"
 echo "== stage times (s)"
 printf '%s' "$timings" | awk '{ t = $NF; $NF = ""; printf "  %-28s %5d\n", $0, t }'
