@@ -199,6 +199,32 @@ else
     echo "skip - create on small file systems (mounting a tmpfs needs root; uid $(id -u))"
 fi
 
+# ---- 4. a disk that was full once takes pushes again once drained (SQLite storage) -------------
+# Fill until refused, drain every item, then push again, without any tool: the room the drain
+# freed is inside data.db (SQLite's free pages), which the engine gives back to the file system.
+if [ "$(id -u)" = 0 ] && mnt 16m; then
+    v2k=$(head -c 2000 /dev/zero | tr '\0' v)
+    for size in 16m 256m; do
+        mnt $size
+        "$KVQ" --db "$MNT/db" create q >/dev/null
+        filled=0
+        for _ in $(seq 1 400); do
+            for _ in $(seq 1 500); do echo "$v2k"; done > "$T/batch4"
+            "$KVQ" --db "$MNT/db" push q < "$T/batch4" 2>"$T/err4" || break
+            filled=$((filled + 1))
+        done
+        n=$("$KVQ" --db "$MNT/db" len q)
+        check "sqlite on $size: pushes refused once full ($n items of 2 kB), disk_full" grep -q disk_full "$T/err4"
+        while "$KVQ" --db "$MNT/db" pop q -n 10000 >/dev/null 2>"$T/err4b"; do :; done
+        check "sqlite on $size: every item drained" bash -c "[ \"\$('$KVQ' --db '$MNT/db' len q)\" = 0 ]"
+        "$KVQ" --db "$MNT/db" push q < "$T/batch4" 2>"$T/err4"; rc=$?
+        check "sqlite on $size: drained, it takes pushes again (500 items of 2 kB)" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$MNT/db' len q)\" = 500 ]"
+    done
+    umount "$MNT"; MNT=""
+else
+    echo "skip - a drained disk on small file systems (mounting a tmpfs needs root; uid $(id -u))"
+fi
+
 # ---- 8. messages that say the right thing --------------------------------------------------------
 "$KVQ" --db "$T/a/missing/parent" create q >/dev/null 2>"$T/err8"; rc=$?
 check "create under missing parents: they are made (as mkdir -p), the queue created" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$T/a/missing/parent' len q)\" = 0 ]"

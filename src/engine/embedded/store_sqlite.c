@@ -1177,3 +1177,44 @@ int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes)
         *bytes = pages > free_pages ? (uint64_t)(pages - free_pages) * (uint64_t)page_size : 0;
     return rc;
 }
+
+/* ---- room on a full disk (reserve.c) ------------------------------------------------------- */
+
+int kvq__sqlite_room(emb_store *s, uint64_t *free_bytes, uint64_t *live_bytes)
+{
+    if (s == NULL || s->writer == NULL || free_bytes == NULL || live_bytes == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    int64_t pages = 0, free_pages = 0, page_size = 0;
+    int rc = pragma_int(s->writer, "PRAGMA page_count", &pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA freelist_count", &free_pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA page_size", &page_size);
+    if (rc != 0)
+        return rc;
+    if (free_pages > pages)
+        free_pages = pages;
+    *free_bytes = (uint64_t)free_pages * (uint64_t)page_size;
+    *live_bytes = (uint64_t)(pages - free_pages) * (uint64_t)page_size;
+    return 0;
+}
+
+int kvq__sqlite_compact(emb_store *s)
+{
+    if (s == NULL || s->writer == NULL || s->read_only)
+        return kvq__error(KVQ_EINVAL, "no writable database");
+    /* VACUUM writes the live pages into the WAL (the changed file is smaller); the checkpoint
+     * then copies them back and cuts the file and the WAL, never waiting for a reader (one
+     * that holds old frames makes it stop short: the file is cut by a later checkpoint). */
+    int rc = exec(s->writer, "VACUUM;", "compacting the database");
+    if (rc != 0)
+        return rc;
+    int log = 0, done = 0;
+    sqlite3_busy_timeout(s->writer, 0);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
+    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
+        return sqlite_error(s->writer, src, "checkpointing the compacted database");
+    return 0;
+}

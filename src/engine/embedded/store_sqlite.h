@@ -26,4 +26,13 @@ int kvq__sqlite_checkpoint(emb_store *s, int *complete);
  * them. Not while another thread uses the writer. */
 int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes);
 
+/* The bytes of the database's free pages (room the storage reuses before it grows its file) and
+ * of its pages in use, as its writer sees them. Not while another thread uses the writer. */
+int kvq__sqlite_room(emb_store *s, uint64_t *free_bytes, uint64_t *live_bytes);
+
+/* Gives the database's free pages back to the file system (VACUUM, then a checkpoint that cuts
+ * the file and the WAL, without waiting for readers). Costs a copy of the pages in use, and room
+ * for them in the WAL. With the commit lock held and no write open (reserve.c, on a full disk). */
+int kvq__sqlite_compact(emb_store *s);
+
 #endif
