@@ -49,9 +49,9 @@ static const char *enospc_note(void)
                  " (the log store writes its log in preallocated segments of %u MiB and keeps "
                  "room for a checkpoint and a spare segment, ckpt.reserve, beside the engine's "
                  "%u MiB reserve, and takes pushes only while a segment's worth more is free: a "
-                 "new database needs about %.0f MiB free)",
+                 "new database needs about %llu MiB free)",
                  KVQ__LOG_SEG_DEFAULT >> 20, KVQ__RESERVE_BYTES >> 20,
-                 (double)KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_DEFAULT) / mib);
+                 (KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_DEFAULT) + (1ull << 20) - 1) >> 20);
     else
         note[0] = '\0';
     return note;
