@@ -1218,3 +1218,58 @@ int kvq__sqlite_compact(emb_store *s)
         return sqlite_error(s->writer, src, "checkpointing the compacted database");
     return 0;
 }
+
+/* ---- salvage (salvage.c): reading past damage, never writing ----------------------------- */
+
+int kvq__sqlite_salvage_scan(emb_store *s,
+                             const uint8_t *begin,
+                             size_t begin_len,
+                             const uint8_t *end,
+                             size_t end_len,
+                             int reverse,
+                             kvq__sqlite_row_fn fn,
+                             void *arg)
+{
+    if (s == NULL || fn == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    static const uint8_t z[1] = { 0 };
+    sqlite3 *db = NULL;
+    int rc = open_sqlite(s, &db, 0);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    rc = exec(db, "BEGIN", "starting a read");
+    if (rc == 0)
+        rc = prepare(db,
+                     reverse ? "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 "
+                               "ORDER BY key DESC"
+                             : "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 "
+                               "ORDER BY key",
+                     &st);
+    if (rc == 0) {
+        sqlite3_bind_blob(st, 1, begin_len > 0 ? (const void *)begin : z, (int)begin_len,
+                          SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, end_len > 0 ? (const void *)end : z, (int)end_len,
+                          SQLITE_STATIC);
+    }
+    while (rc == 0) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE)
+            break;
+        if (src != SQLITE_ROW) {
+            rc = sqlite_error(db, src, "reading a range");
+            break;
+        }
+        kvq_bytes k = { NULL, 0 }, v = { NULL, 0 };
+        int ok = row_out(st, 0, NULL, 0, 1, 2, &k, &v) == 0;
+        if (!ok) {
+            kvq__error_clear();
+            k.data = sqlite3_column_blob(st, 0);
+            k.len = (size_t)sqlite3_column_bytes(st, 0);
+        }
+        rc = fn(arg, k, v, ok);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close_v2(db); /* its read transaction ends with it */
+    return rc;
+}
