@@ -109,6 +109,10 @@ static void say(kvq__salvage_stats *st, const char *text)
 static void key_hex(char *out, size_t cap, const uint8_t *k, size_t n)
 {
     size_t o = 0;
+    if (n == 0) {
+        snprintf(out, cap, "(empty)");
+        return;
+    }
     for (size_t i = 0; i < n && o + 3 < cap; i++) {
         if (o + 6 >= cap) {
             snprintf(out + o, cap - o, "...");
