@@ -39,4 +39,9 @@ int kvq__salvage_range(kvq__salvage *s,
                        void *arg,
                        kvq__salvage_stats *st);
 
+/* Log store: through = 1 reads the log past a damaged record too (what the valid records
+ * after it say: for counters, whose newest value tells how much was skipped); 0 (the default)
+ * stops at it and counts what lies beyond. */
+void kvq__salvage_set_through(kvq__salvage *s, int through);
+
 #endif /* KVQ_EMB_SALVAGE_H */

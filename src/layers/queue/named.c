@@ -566,10 +566,13 @@ int kvq__queue_salvage(const char *url,
         /* A durable queue's counters say how many items it holds: what is missing from them
          * was skipped (rows of a stretch that could not be read), when they can be read. */
         if (s.type == KVQ_QUEUE_DURABLE) {
+            /* The newest counters, from the log's valid records past a damaged one too. */
+            kvq__salvage_set_through(sv, 1);
             rc = salvage_get(sv, npush.data, npush.len, &c1);
             if (rc == 0)
                 rc = salvage_get(sv, npop.data, npop.len, &c2);
-            if (rc == 0 && !c1.bad && !c2.bad && rep->st.log_skipped_records == 0) {
+            kvq__salvage_set_through(sv, 0);
+            if (rc == 0 && !c1.bad && !c2.bad) {
                 uint64_t len = le64(&c1.value) - le64(&c2.value);
                 if (len >= x.n && len - x.n >= rep->skipped) {
                     rep->skipped = len - x.n;
