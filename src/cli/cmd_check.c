@@ -182,11 +182,37 @@ static int check_queue(const char *name, const kvq_queue_settings *s, void *arg)
     return rc;
 }
 
+static int report_queue(const char *name, void *arg)
+{
+    salvage_report(arg, name);
+    return 0;
+}
+
+/* A database too damaged to open (the log store refuses a log damaged inside its durable part):
+ * what is damaged, and each queue's salvage, read-only. */
+static int check_unopenable(cli *c)
+{
+    name_damage(c);
+    kvq__salvage_stats st;
+    memset(&st, 0, sizeof(st));
+    if (kvq__queue_salvage_names(db_url(c), report_queue, c, &st) != 0)
+        fprintf(stderr, "kvq check: the queue registry cannot be read: %s\n", kvq_last_error());
+    fprintf(stderr,
+            "kvq check: the database cannot be opened. Every item that can still be read can "
+            "be copied out with 'kvq export --salvage NAME > NAME.jsonl' (read-only; it counts "
+            "what it skips) and into a new database with 'kvq --db NEW create NAME; kvq --db "
+            "NEW import NAME < NAME.jsonl', or restore a backup. See docs/errors.md, 'A "
+            "damaged database'.\n");
+    return EXIT_DB;
+}
+
 int cmd_check(cli *c, int argc, char **argv)
 {
     if (argc > 1)
         return cli_usage("check", "unexpected argument '%s'", cli_arg(argv[1]));
     int rc = cli_open(c);
+    if (rc == EXIT_DB && kvq_last_error_code() == KVQ_EDAMAGED)
+        return check_unopenable(c);
     if (rc != 0)
         return rc;
     check_ctx x = { c, 0, 0, 0, 0 };

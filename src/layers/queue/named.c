@@ -592,3 +592,40 @@ int kvq__queue_salvage(const char *url,
     kvq__salvage_close(sv);
     return rc;
 }
+
+typedef struct salvage_names {
+    kvq__queue_salvage_name_fn fn;
+    void *arg;
+} salvage_names;
+
+static int give_name(void *arg, kvq_bytes key, kvq_bytes value)
+{
+    (void)value;
+    salvage_names *x = arg;
+    char name[MAX_NAME_LEN + 1];
+    size_t n = key.len - PREFIX_LEN;
+    if (key.len <= PREFIX_LEN || n > MAX_NAME_LEN)
+        return 0;
+    memcpy(name, key.data + PREFIX_LEN, n);
+    name[n] = '\0';
+    return x->fn(name, x->arg);
+}
+
+int kvq__queue_salvage_names(const char *url, kvq__queue_salvage_name_fn fn, void *arg,
+                             kvq__salvage_stats *st)
+{
+    if (url == NULL || fn == NULL || st == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq__queue_salvage_names: NULL argument");
+    kvq__salvage *sv = NULL;
+    int rc = kvq__salvage_open(&sv, url);
+    if (rc != 0)
+        return rc;
+    uint8_t hi[PREFIX_LEN + 1];
+    memcpy(hi, PREFIX, PREFIX_LEN);
+    hi[PREFIX_LEN] = 0xff;
+    salvage_names x = { fn, arg };
+    rc = kvq__salvage_range(sv, (const uint8_t *)PREFIX, PREFIX_LEN, hi, PREFIX_LEN + 1,
+                            give_name, &x, st);
+    kvq__salvage_close(sv);
+    return rc;
+}

@@ -28,4 +28,10 @@ int kvq__queue_salvage(const char *url,
                        void *payload,
                        kvq__queue_salvage_report *rep);
 
+/* The names in the queue registry that a salvage read finds (each passed to fn; a nonzero
+ * return stops and is returned); damage met is described in *st. */
+typedef int (*kvq__queue_salvage_name_fn)(const char *name, void *arg);
+int kvq__queue_salvage_names(const char *url, kvq__queue_salvage_name_fn fn, void *arg,
+                             kvq__salvage_stats *st);
+
 #endif /* KVQ_QUEUE_SALVAGE_H */
