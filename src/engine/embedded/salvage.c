@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -229,10 +230,14 @@ typedef struct seg_reader {
     uint64_t sb; /* segment bytes (0: not known yet) */
     uint64_t seq;
     int fd;
+    const uint8_t *map; /* the segment, mapped read-only (sb bytes) */
 } seg_reader;
 
 static void seg_close(seg_reader *r)
 {
+    if (r->map != NULL)
+        munmap((void *)r->map, (size_t)r->sb);
+    r->map = NULL;
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
@@ -258,6 +263,15 @@ static int seg_open(seg_reader *r, uint64_t seq)
         rc = kvq__error(KVQ_EDAMAGED, "%s is too short", path);
     else if (r->sb == 0)
         r->sb = (uint64_t)st.st_size;
+    else if ((uint64_t)st.st_size < r->sb)
+        rc = kvq__error(KVQ_EDAMAGED, "%s is shorter than a segment", path);
+    if (rc == 0) {
+        void *m = mmap(NULL, (size_t)r->sb, PROT_READ, MAP_SHARED, r->fd, 0);
+        if (m == MAP_FAILED)
+            rc = emb_errno_error(errno, "cannot map", path);
+        else
+            r->map = m;
+    }
     kvq__free(path);
     if (rc != 0)
         seg_close(r);
@@ -272,29 +286,24 @@ static int rec_at(seg_reader *r, uint64_t lsn, uint32_t *type, kvq_buf *buf, uin
     uint64_t off = lsn % r->sb;
     if (off < KVQ__LOG_SEG_HEADER || off + KVQ__LOG_REC_HEADER > r->sb)
         return -1;
-    uint8_t h[KVQ__LOG_REC_HEADER];
-    if (pread(r->fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
-        return -1;
-    int zero = 1;
-    for (size_t i = 0; i < sizeof(h) && zero; i++)
-        zero = h[i] == 0;
-    if (zero)
-        return 0;
-    if (kvq__le32_get(h) != LOG_REC_MAGIC || kvq__le64_get(h + 16) != lsn)
+    const uint8_t *h = r->map + off;
+    if (kvq__le32_get(h) != LOG_REC_MAGIC) {
+        int zero = 1;
+        for (size_t i = 0; i < KVQ__LOG_REC_HEADER && zero; i++)
+            zero = h[i] == 0;
+        return zero ? 0 : -1;
+    }
+    if (kvq__le64_get(h + 16) != lsn)
         return -1;
     uint64_t n = kvq__le32_get(h + 32);
     if (off + KVQ__LOG_REC_HEADER + n > r->sb)
         return -1;
-    buf->len = 0;
-    if (kvq_buf_grow(buf, (size_t)n + 1) != 0)
-        return -1;
-    if (n > 0 && pread(r->fd, buf->data, (size_t)n, (off_t)(off + KVQ__LOG_REC_HEADER)) !=
-                     (ssize_t)n)
-        return -1;
-    buf->len = (size_t)n;
     uint32_t c = kvq__crc32c(0, h + 8, KVQ__LOG_REC_HEADER - 8);
-    c = kvq__crc32c(c, buf->data, (size_t)n);
+    c = kvq__crc32c(c, h + KVQ__LOG_REC_HEADER, (size_t)n);
     if (c != kvq__le32_get(h + 4))
+        return -1;
+    buf->len = 0;
+    if (kvq_buf_append(buf, h + KVQ__LOG_REC_HEADER, (size_t)n) != 0)
         return -1;
     *type = kvq__le32_get(h + 12);
     *next = lsn + KVQ__LOG_REC_HEADER + ((n + 7u) & ~(uint64_t)7u);
@@ -308,7 +317,7 @@ static int rec_at(seg_reader *r, uint64_t lsn, uint32_t *type, kvq_buf *buf, uin
 static int read_log(kvq__salvage *s, const uint8_t *b, size_t bl, const uint8_t *e, size_t el,
                     log_view *v, kvq__salvage_stats *st)
 {
-    seg_reader r = { s->log_dir, 0, 0, -1 };
+    seg_reader r = { s->log_dir, 0, 0, -1, NULL };
     kvq_buf buf = KVQ_BUF_INIT;
     uint64_t pos = s->log_lsn;
     /* The segment size: every segment file has it (preallocated whole). */
@@ -371,15 +380,12 @@ static int read_log(kvq__salvage *s, const uint8_t *b, size_t bl, const uint8_t 
     if (rc == 0 && damaged) {
         /* The damaged record: its keys as far as its header and payload parse. */
         uint64_t off = damaged_at % r.sb, sets = 0, records = 1;
-        uint8_t h[KVQ__LOG_REC_HEADER];
-        if (pread(r.fd, h, sizeof(h), (off_t)off) == (ssize_t)sizeof(h) &&
-            kvq__le32_get(h + 12) == LS_COMMIT_TYPE) {
+        const uint8_t *h = r.map + off;
+        if (off + KVQ__LOG_REC_HEADER <= r.sb && kvq__le32_get(h + 12) == LS_COMMIT_TYPE) {
             uint64_t n = kvq__le32_get(h + 32);
-            if (off + KVQ__LOG_REC_HEADER + n <= r.sb && (buf.len = 0, kvq_buf_grow(&buf, (size_t)n + 1)) == 0 &&
-                pread(r.fd, buf.data, (size_t)n, (off_t)(off + KVQ__LOG_REC_HEADER)) ==
-                    (ssize_t)n)
-                (void)parse_commit(buf.data, (size_t)n, s->table_version, b, bl, e, el, NULL,
-                                   &sets);
+            if (off + KVQ__LOG_REC_HEADER + n <= r.sb)
+                (void)parse_commit(h + KVQ__LOG_REC_HEADER, (size_t)n, s->table_version, b, bl,
+                                   e, el, NULL, &sets);
         }
         /* Beyond it: every valid record, found by its header (which names its position), in
          * this segment and the next ones. */
@@ -728,10 +734,8 @@ int kvq__salvage_range(kvq__salvage *s,
         kvq__free(v.ops);
         v.ops = NULL;
     }
-    if (pts.ops != NULL || rgs.ops != NULL) {
-        pts.n = pts.n; /* every op moved into pts or rgs is freed there */
-        view_free(&pts);
-        view_free(&rgs);
-    }
+    /* every op moved into pts or rgs is freed there */
+    view_free(&pts);
+    view_free(&rgs);
     return rc;
 }
