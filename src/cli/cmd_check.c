@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "cli/qops.h"
-#include "layers/queue/salvage.h"
+#include "layers/queue/queue_salvage.h"
 #include "util/util.h"
 
 #define PAGE 1000

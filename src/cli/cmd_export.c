@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli/qops.h"
-#include "layers/queue/salvage.h"
+#include "layers/queue/queue_salvage.h"
 #include "util/util.h"
 
 typedef struct export_ctx {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "layers/queue/queue_internal.h"
-#include "layers/queue/salvage.h"
+#include "layers/queue/queue_salvage.h"
 
 static const char PREFIX[] = "\xfekvq\x00queues\x00";
 #define PREFIX_LEN    (sizeof(PREFIX) - 1)
