@@ -143,12 +143,18 @@ static int give_back(emb_db *e, unsigned long long avail)
     if (e->so != &emb_sqlite_store || e->store == NULL || (e->opts.flags & KVQ_DB_READ_ONLY))
         return 0;
     uint64_t free_bytes = 0, live = 0;
-    if (kvq__sqlite_room(e->store, &free_bytes, &live) != 0)
+    if (kvq__sqlite_room(e->store, &free_bytes, &live) != 0) {
+        kvq__error_clear(); /* nobody's error: drain mode goes on */
         return 0;
+    }
     unsigned long long shortfall = RESERVE_BYTES + RESERVE_MARGIN - avail;
     if (free_bytes < shortfall || live > free_bytes)
         return 0;
-    return kvq__sqlite_compact(e->store) == 0;
+    if (kvq__sqlite_compact(e->store) != 0) {
+        kvq__error_clear(); /* no room for the copy yet, or a reader in the way: later */
+        return 0;
+    }
+    return 1;
 }
 
 void emb_reserve_refresh(emb_db *e)
