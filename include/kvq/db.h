@@ -86,7 +86,9 @@ typedef struct kvq_db_options {
     }
 
 /**
- * Opens (creating if needed) a database.
+ * Opens (creating if needed) a database. An embedded create that fails (a disk too small, a
+ * file it may not write) removes what it made: the directory it made, or the files it put into
+ * an empty directory, which stays; a database that was complete is never touched.
  *
  * @param[out] out   the handle; NULL on failure
  * @param[in]  url   a directory path (embedded engine; `log:DIR` makes a new database a log

@@ -109,13 +109,17 @@ static const cli_cmd commands[] = {
     { "check", "", "read and verify every key and value, and each queue's counters",
       "  exit 0 when all is well; 3 on damage, naming it, with what to do (docs/errors.md)\n",
       cmd_check },
-    { "export", "NAME [--tuple]",
+    { "export", "NAME [--tuple] [--salvage]",
       "print the ready items as JSON lines, in queue order (for kvq import)",
       "  each line: {\"value\": V} (and \"priority\": P on a priority queue); V is a string,\n"
       "  or {\"base64\": ...} for a value that is not UTF-8. Items in flight, delayed or dead\n"
       "  are not exported. The count goes to standard error.\n"
       "  --tuple  each line also holds \"tuple\": the value decoded as a packed tuple, as\n"
-      "           text (as pop --tuple), or null; import takes the value and ignores it\n",
+      "           text (as pop --tuple), or null; import takes the value and ignores it\n"
+      "  --salvage  from a damaged database (embedded engine): every item that can still be\n"
+      "           read, the files opened read-only and never repaired; the items skipped are\n"
+      "           counted on standard error, with what is damaged; exit 3 when any was\n"
+      "           skipped (docs/errors.md, 'A damaged database')\n",
       cmd_export },
     { "import", "NAME", "push the JSON lines of kvq export (standard input), in order",
       "  each item pushed exactly once, one transaction each; on a bad line nothing after it\n"

@@ -4,7 +4,10 @@
  * all is well, 3 on damage, with what to do about it. */
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "cli/qops.h"
+#include "layers/queue/queue_salvage.h"
 #include "util/util.h"
 
 #define PAGE 1000
@@ -13,6 +16,65 @@ typedef struct check_ctx {
     cli *c;
     unsigned long long keys, bytes, queues, problems;
 } check_ctx;
+
+static const char *db_url(const cli *c)
+{
+    const char *url = c->db_url != NULL ? c->db_url : getenv("KVQ_DB");
+    return url != NULL ? url : "./kvq-data";
+}
+
+static int count_salvaged(kvq_bytes value, int64_t priority, void *payload)
+{
+    (void)value;
+    (void)priority;
+    (void)payload;
+    return 0;
+}
+
+/* A queue with damage: how much of it a salvage reads (read-only), and the command that copies
+ * that out. */
+static void salvage_report(const cli *c, const char *name)
+{
+    kvq__queue_salvage_report rep;
+    int rc = kvq__queue_salvage(db_url(c), name, count_salvaged, NULL, &rep);
+    if (rc != 0) {
+        fprintf(stderr, "kvq check: queue '%s' cannot be salvaged: %s\n", name,
+                kvq_last_error());
+        return;
+    }
+    fprintf(stderr,
+            "kvq check: queue '%s': %llu items can be read, %s%llu are damaged%s%s; copy them "
+            "out with 'kvq export --salvage %s > %s.jsonl'\n",
+            name, (unsigned long long)rep.items, rep.skipped_exact ? "" : "at least ",
+            (unsigned long long)rep.skipped, rep.st.where[0] != '\0' ? ": " : "",
+            rep.st.where, name, name);
+}
+
+static int no_row(void *arg, kvq_bytes key, kvq_bytes value)
+{
+    (void)arg;
+    (void)key;
+    (void)value;
+    return 0;
+}
+
+/* Names what is damaged in the whole key space (which file, which keys), read-only. */
+static void name_damage(const cli *c)
+{
+    kvq__salvage *sv = NULL;
+    if (kvq__salvage_open(&sv, db_url(c)) != 0) {
+        fprintf(stderr, "kvq check: the damage cannot be located: %s\n", kvq_last_error());
+        return;
+    }
+    kvq__salvage_stats st;
+    memset(&st, 0, sizeof(st));
+    static const uint8_t lo = 0x00, hi = 0xff;
+    if (kvq__salvage_range(sv, &lo, 1, &hi, 1, no_row, NULL, &st) != 0)
+        fprintf(stderr, "kvq check: the damage cannot be located: %s\n", kvq_last_error());
+    else if (st.where[0] != '\0')
+        fprintf(stderr, "kvq check: damaged: %s\n", st.where);
+    kvq__salvage_close(sv);
+}
 
 static void problem(check_ctx *x, const char *fmt, const char *a, const char *b)
 {
@@ -106,16 +168,45 @@ static int check_queue(const char *name, const kvq_queue_settings *s, void *arg)
         snprintf(b, sizeof(b), "say %llu items (npush - npop) where %llu are stored",
                  (unsigned long long)len, (unsigned long long)cc.n);
         problem(x, "the counters of durable queue '%s' %s", a, b);
+        /* Items missing from a scan that ended early (a damaged page SQLite took for the
+         * end): what a salvage reads around it. */
+        salvage_report(x->c, name);
     }
     if (rc == KVQ_ETRANSACTION_TOO_OLD)
         rc = 0;
     if (rc == KVQ_EDAMAGED) {
         problem(x, "queue '%s': %s", name, kvq_last_error());
         rc = 0;
+        if (x->c->db_url == NULL || strncmp(x->c->db_url, "fdb:", 4) != 0)
+            salvage_report(x->c, name);
     }
     kvq_txn_destroy(txn);
     kvq_queue_close(q);
     return rc;
+}
+
+static int report_queue(const char *name, void *arg)
+{
+    salvage_report(arg, name);
+    return 0;
+}
+
+/* A database too damaged to open (the log store refuses a log damaged inside its durable part):
+ * what is damaged, and each queue's salvage, read-only. */
+static int check_unopenable(cli *c)
+{
+    name_damage(c);
+    kvq__salvage_stats st;
+    memset(&st, 0, sizeof(st));
+    if (kvq__queue_salvage_names(db_url(c), report_queue, c, &st) != 0)
+        fprintf(stderr, "kvq check: the queue registry cannot be read: %s\n", kvq_last_error());
+    fprintf(stderr,
+            "kvq check: the database cannot be opened. Every item that can still be read can "
+            "be copied out with 'kvq export --salvage NAME > NAME.jsonl' (read-only; it counts "
+            "what it skips) and into a new database with 'kvq --db NEW create NAME; kvq --db "
+            "NEW import NAME < NAME.jsonl', or restore a backup. See docs/errors.md, 'A "
+            "damaged database'.\n");
+    return EXIT_DB;
 }
 
 int cmd_check(cli *c, int argc, char **argv)
@@ -123,6 +214,8 @@ int cmd_check(cli *c, int argc, char **argv)
     if (argc > 1)
         return cli_usage("check", "unexpected argument '%s'", cli_arg(argv[1]));
     int rc = cli_open(c);
+    if (rc == EXIT_DB && kvq_last_error_code() == KVQ_EDAMAGED)
+        return check_unopenable(c);
     if (rc != 0)
         return rc;
     check_ctx x = { c, 0, 0, 0, 0 };
@@ -130,6 +223,8 @@ int cmd_check(cli *c, int argc, char **argv)
     if (err == KVQ_EDAMAGED) {
         problem(&x, "%s%s", kvq_last_error(), "");
         err = 0;
+        if (c->db_url == NULL || strncmp(c->db_url, "fdb:", 4) != 0)
+            name_damage(c);
     }
     if (err == 0)
         err = kvq_queue_list_named(c->db, check_queue, &x);
@@ -147,11 +242,11 @@ int cmd_check(cli *c, int argc, char **argv)
                x.queues);
     if (x.problems > 0) {
         fprintf(stderr,
-                "kvq check: %llu problems. A damaged row cannot be read; the queues without "
-                "one can be copied out with 'kvq export NAME > NAME.jsonl' and into a new "
-                "database with 'kvq --db NEW create NAME; kvq --db NEW import NAME < "
-                "NAME.jsonl' (export stops at a damaged item), or restore a backup. See "
-                "docs/errors.md, 'A damaged database'.\n",
+                "kvq check: %llu problems. A damaged row cannot be read; every other item "
+                "of a queue can be copied out with 'kvq export --salvage NAME > NAME.jsonl' "
+                "(read-only; it counts what it skips) and into a new database with 'kvq --db "
+                "NEW create NAME; kvq --db NEW import NAME < NAME.jsonl', or restore a backup. "
+                "See docs/errors.md, 'A damaged database'.\n",
                 x.problems);
         return EXIT_DB;
     }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/qops.h"
+#include "layers/queue/queue_salvage.h"
 #include "util/util.h"
 
 typedef struct export_ctx {
@@ -44,19 +45,64 @@ static int export_one(kvq_bytes value, int64_t priority, void *payload)
     return 0;
 }
 
+typedef struct salvage_ctx {
+    export_ctx x;
+    const kvq__queue_salvage_report *rep; /* its type is read before the first item */
+} salvage_ctx;
+
+static int salvage_one(kvq_bytes value, int64_t priority, void *payload)
+{
+    salvage_ctx *sx = payload;
+    sx->x.type = sx->rep->type;
+    return export_one(value, priority, &sx->x) == 0 ? 0 : -2;
+}
+
+/* export --salvage: the items a damaged database still gives, read-only (salvage.h). */
+static int export_salvage(cli *c, const char *name, int tuple)
+{
+    if (c->parse_only)
+        return CLI_PARSED;
+    const char *url = c->db_url != NULL ? c->db_url : getenv("KVQ_DB");
+    if (url == NULL)
+        url = "./kvq-data";
+    signal(SIGPIPE, SIG_IGN);
+    kvq__queue_salvage_report rep;
+    salvage_ctx sx = { { KVQ_QUEUE_DURABLE, 0, 0, tuple, KVQ_BUF_INIT }, &rep };
+    export_ctx *x = &sx.x;
+    int err = kvq__queue_salvage(url, name, salvage_one, &sx, &rep);
+    kvq_buf_dispose(&x->text);
+    if (err == -2 || fflush(stdout) != 0) {
+        fprintf(stderr, "kvq export: cannot write to standard output (%s) after %ld items\n",
+                strerror(x->out_errno != 0 ? x->out_errno : errno), x->n);
+        return EXIT_DB;
+    }
+    if (err != 0)
+        return cli_fail(err, "export --salvage failed");
+    int damaged = rep.skipped > 0 || rep.st.gaps > 0 || rep.st.bad_rows > 0 ||
+                  rep.st.log_skipped_records > 0;
+    fprintf(stderr, "kvq export: %ld items; %s%llu skipped as damaged%s%s\n", x->n,
+            rep.skipped_exact ? "" : "at least ", (unsigned long long)rep.skipped,
+            rep.st.where[0] != '\0' ? ": " : "", rep.st.where);
+    return damaged ? EXIT_DB : 0;
+}
+
 int cmd_export(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
     int rc = cli_need_name("export", argc, argv, &name);
     if (rc != 0)
         return rc;
-    int tuple = 0;
+    int tuple = 0, salvage = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--tuple") == 0)
             tuple = 1;
+        else if (strcmp(argv[i], "--salvage") == 0)
+            salvage = 1;
         else
             return cli_usage("export", "unexpected argument '%s'", cli_arg(argv[i]));
     }
+    if (salvage)
+        return export_salvage(c, name, tuple);
     cli_queue *q;
     kvq_queue_settings info;
     rc = cli_open_named(c, name, &q, &info);

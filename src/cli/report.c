@@ -1,9 +1,12 @@
 /* The command's messages: errors on standard error (and, with --json, as one JSON value on
  * standard output), usage errors, and the exit code of each kvq error. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/embedded/logstore/log.h"
+#include "engine/embedded/room.h"
 
 /* Writes a message with its control bytes escaped (a terminal never gets them raw). */
 void cli_put_text(FILE *f, const char *s)
@@ -25,26 +28,33 @@ void cli_set_storage(int storage)
 }
 
 /* What a full disk means, which a new user does not know: the room each storage keeps, and what
- * a new database needs. The figures are the code's: the engine's reserve, kvq.reserve, of 8 MiB
- * (RESERVE_BYTES) taken only while 4 MiB more are free (RESERVE_MARGIN, reserve.c), and the
- * commit queue kvq.cq of 2 MiB (EMB_CQ_*, emb.h); the log store's segments of 64 MiB
- * (KVQ__LOG_SEG_DEFAULT, logstore/log.h), its ckpt.reserve of a checkpoint and a segment, and the
- * segment's worth it wants free besides (store_log_write.c). The totals were measured with
- * create and a push on tmpfs file systems of each size (tests/cli/test_cli_edges.sh checks
- * them). */
+ * a new database needs. The figures are the code's (engine/embedded/room.h: the engine's
+ * reserve, kvq.reserve, taken only while a margin more is free, and the commit queue kvq.cq;
+ * logstore/log.h: the log store's segments), checked with create and a push on tmpfs file
+ * systems of each size (tests/cli/test_cli_edges.sh). */
 static const char *enospc_note(void)
 {
+    static char note[600];
+    const double mib = 1024.0 * 1024.0;
     if (storage_kind == CLI_STORAGE_SQLITE)
-        return " (the SQLite storage keeps 8 MiB of the disk in reserve, kvq.reserve, so that a "
-               "full disk can still drain its queues, and takes pushes only while 4 MiB more "
-               "are free: a new database needs about 14.1 MiB free, its 2 MiB commit queue "
-               "kvq.cq included)";
-    if (storage_kind == CLI_STORAGE_LOG)
-        return " (the log store writes its log in preallocated segments of 64 MiB and keeps "
-               "room for a checkpoint and a spare segment, ckpt.reserve, beside the engine's "
-               "8 MiB reserve, and takes pushes only while a segment's worth more is free: a new "
-               "database needs about 212 MiB free)";
-    return "";
+        snprintf(note, sizeof(note),
+                 " (the SQLite storage keeps %u MiB of the disk in reserve, kvq.reserve, so that "
+                 "a full disk can still drain its queues, and takes pushes only while %u MiB "
+                 "more are free: a new database needs about %.1f MiB free, its %.0f MiB commit "
+                 "queue kvq.cq included)",
+                 KVQ__RESERVE_BYTES >> 20, KVQ__RESERVE_MARGIN >> 20,
+                 (double)KVQ__SQLITE_NEW_DB_BYTES / mib, (double)KVQ__CQ_FILE_BYTES / mib);
+    else if (storage_kind == CLI_STORAGE_LOG)
+        snprintf(note, sizeof(note),
+                 " (the log store writes its log in preallocated segments of %u MiB and keeps "
+                 "room for a checkpoint and a spare segment, ckpt.reserve, beside the engine's "
+                 "%u MiB reserve, and takes pushes only while a segment's worth more is free: a "
+                 "new database needs about %llu MiB free)",
+                 KVQ__LOG_SEG_DEFAULT >> 20, KVQ__RESERVE_BYTES >> 20,
+                 (KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_DEFAULT) + (1ull << 20) - 1) >> 20);
+    else
+        note[0] = '\0';
+    return note;
 }
 
 int cli_fail_msg(int rc, const char *what, char *msg, size_t cap)

@@ -47,9 +47,11 @@
 #include <unistd.h>
 
 #include "emb.h"
+#include "room.h"
 
 #define CQ_MAGIC      0x6b767163u /* "kvqc" */
 #define CQ_FILE_BYTES (EMB_CQ_HEADER_BYTES + (size_t)EMB_CQ_SLOTS * EMB_CQ_SLOT_BYTES)
+_Static_assert(CQ_FILE_BYTES == KVQ__CQ_FILE_BYTES, "room.h says the size of kvq.cq");
 /* A slot not FREE, unchanged for this long, is checked for a living owner. */
 #define CQ_STALE_US 1000000
 /* An owner that is not woken looks at its slot and the lock again after this long. */

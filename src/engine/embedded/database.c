@@ -182,15 +182,17 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
      * stops syncing each commit while the handle still claims to be durable. */
     e->durable = !(opts->flags & KVQ_DB_RELAXED) && !(opts->test_flags & KVQ_TEST_ACK_BEFORE_SYNC);
     e->dir = kvq__strdup(dir);
-    int rc = 0;
+    int rc = 0, created_dir = 0;
     if (e->dir == NULL) {
         rc = kvq__error(KVQ_ENOMEM, "out of memory");
         goto fail;
     }
-    int created_dir = 0;
     rc = make_dir(dir, opts, &created_dir);
     if (rc != 0)
         goto fail;
+    /* A directory this open made, or found empty: a create that fails removes what it put
+     * there (and the directory it made), so that no half-made database is left behind. */
+    int fresh = created_dir || emb_dir_is_empty(dir);
     int marker = 0;
     rc = check_marker(dir, &marker);
     if (rc != 0)
@@ -215,8 +217,20 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
         rc = e->so->open(&e->store, &cfg);
         if (rc == 0)
             rc = write_marker(dir, opts->file_mode);
+        int marked = rc == 0;
         if (rc == 0 && created_dir)
             rc = sync_parent(dir);
+        if (rc != 0 && !marked && fresh && !(opts->flags & KVQ_DB_READ_ONLY)) {
+            /* Under the commit lock, and only while no marker exists: another process's
+             * create that completed meanwhile is never undone. */
+            int other = 0;
+            if (check_marker(dir, &other) == 0 && !other) {
+                if (e->store != NULL)
+                    e->so->close(e->store);
+                e->store = NULL;
+                emb_dir_undo(dir, created_dir);
+            }
+        }
         flock(e->lock_fd, LOCK_UN);
     } else {
         rc = e->so->open(&e->store, &cfg);
@@ -238,6 +252,8 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
     return 0;
 fail:
     emb_close(e);
+    if (created_dir)
+        (void)rmdir(dir); /* a directory this open made and left empty (a lock file refused) */
     return rc;
 }
 

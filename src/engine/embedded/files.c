@@ -1,9 +1,11 @@
 /* Small helpers for the files of a database directory, shared by the engine and its storages:
  * paths, errno to kvq codes, syncing a directory. They call nothing else of the engine. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -39,4 +41,55 @@ int emb_fsync_dir(const char *dir)
     int rc = fsync(fd) == 0 ? 0 : emb_errno_error(errno, "cannot sync directory", dir);
     close(fd);
     return rc;
+}
+
+int emb_dir_is_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    int empty = 1;
+    struct dirent *de;
+    while (empty && (de = readdir(d)) != NULL)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+/* Removes the entries of the directory open as fd (recursively), by names relative to it, so
+ * that nothing outside it is reached through a symbolic link. depth bounds the recursion. */
+static void remove_entries(int fd, int depth)
+{
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode) && depth > 0) {
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                remove_entries(sub, depth - 1);
+            (void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        } else {
+            (void)unlinkat(dirfd(d), de->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
+void emb_dir_undo(const char *dir, int remove_dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    remove_entries(fd, 4);
+    if (remove_dir)
+        (void)rmdir(dir);
 }

@@ -10,5 +10,11 @@ char *emb_path_join(const char *dir, const char *name);
 int emb_errno_error(int err, const char *what, const char *path);
 /* fsync of a directory, so that the entries created in it are durable. */
 int emb_fsync_dir(const char *dir);
+/* 1 when dir is a directory with no entries, else 0. */
+int emb_dir_is_empty(const char *dir);
+/* Undoes a create that failed: removes everything inside dir (never following a symbolic link
+ * out of it), and dir itself when remove_dir. For a directory the failed create made, or found
+ * empty: whatever is in it is that create's. */
+void emb_dir_undo(const char *dir, int remove_dir);
 
 #endif /* KVQ_EMB_FILES_H */

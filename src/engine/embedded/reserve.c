@@ -9,7 +9,14 @@
  * KVQ_ENOSPC. A queue's pop, which clears its items and writes a small result slot, drains; a push
  * does not. Once the file system has room again for the reserve and RESERVE_MARGIN more, the
  * reserve is taken back and writes resume. Every process learns of drain mode the same way: from a
- * full disk, or from the reserve file's size. */
+ * full disk, or from the reserve file's size.
+ *
+ * The room a drain frees stays inside the storage's files: SQLite's freed pages are its own, and
+ * the file system never sees them free again, so a disk that was full once would keep the
+ * database in drain mode for good. In drain mode, when the SQLite storage's free pages make up
+ * what the file system lacks for the reserve and its margin, and cost no more to copy than they
+ * give back, they are given back to the file system (kvq__sqlite_compact: VACUUM and a
+ * checkpoint that cuts the file), and the check looks again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,8 +26,10 @@
 #include <unistd.h>
 
 #include "emb.h"
+#include "room.h"
+#include "store_sqlite.h"
 
-#define RESERVE_BYTES (8 * 1024 * 1024)
+#define RESERVE_BYTES KVQ__RESERVE_BYTES
 #define RECHECK_US    100000
 /* Drain mode accepts a transaction that writes at most this many bytes more than it frees for
  * each stored key it clears one by one (kvq_txn_clear): a move, such as a work queue's receive,
@@ -33,7 +42,7 @@
  * growing to its checkpoint size (1,000 pages of 4 KiB, store_sqlite.c), which is also what a
  * last close frees by removing the WAL: with less, a reopened database would take the reserve
  * back on the space its own WAL is about to need again. */
-#define RESERVE_MARGIN (4 * 1024 * 1024)
+#define RESERVE_MARGIN KVQ__RESERVE_MARGIN
 
 static void reserve_path(emb_db *e, char *buf, size_t n)
 {
@@ -86,6 +95,9 @@ void emb_reserve_open(emb_db *e)
     if (statvfs(e->dir, &vfs) == 0 &&
         (unsigned long long)vfs.f_bavail * vfs.f_frsize < RESERVE_BYTES + RESERVE_MARGIN) {
         reserve_failed(e, ENOSPC);
+        /* The first commit looks again at once, under the commit lock, where the storage's
+         * free pages can be given back (give_back). */
+        e->drain_checked_us -= RECHECK_US;
         return;
     }
     int err = reserve_take(e);
@@ -111,6 +123,40 @@ int emb_reserve_release(emb_db *e)
     return freed;
 }
 
+/* The file system's free bytes for the database: 0, or -1 when it cannot say. */
+static int avail_bytes(emb_db *e, unsigned long long *avail)
+{
+    struct statvfs vfs;
+    if (statvfs(e->dir, &vfs) != 0)
+        return -1;
+    *avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    return 0;
+}
+
+/* Drain mode, the file system short of the reserve and its margin: gives the SQLite storage's
+ * free pages back to it when they make up the shortfall and the pages in use are no more than
+ * them (the copy costs at most what it gives back; after it there are no free pages left, so it
+ * is not tried again until pops free more). With the commit lock held, before a write (the
+ * writer is idle). 1 when it gave some back. */
+static int give_back(emb_db *e, unsigned long long avail)
+{
+    if (e->so != &emb_sqlite_store || e->store == NULL || (e->opts.flags & KVQ_DB_READ_ONLY))
+        return 0;
+    uint64_t free_bytes = 0, live = 0;
+    if (kvq__sqlite_room(e->store, &free_bytes, &live) != 0) {
+        kvq__error_clear(); /* nobody's error: drain mode goes on */
+        return 0;
+    }
+    unsigned long long shortfall = RESERVE_BYTES + RESERVE_MARGIN - avail;
+    if (free_bytes < shortfall || live > free_bytes)
+        return 0;
+    if (kvq__sqlite_compact(e->store) != 0) {
+        kvq__error_clear(); /* no room for the copy yet, or a reader in the way: later */
+        return 0;
+    }
+    return 1;
+}
+
 void emb_reserve_refresh(emb_db *e)
 {
     if (!e->drain_only && !e->reserve_missing)
@@ -120,10 +166,11 @@ void emb_reserve_refresh(emb_db *e)
         return;
     e->drain_checked_us = now;
     if (e->drain_only) {
-        struct statvfs vfs;
-        if (statvfs(e->dir, &vfs) != 0)
+        unsigned long long avail = 0;
+        if (avail_bytes(e, &avail) != 0)
             return;
-        unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+        if (avail < RESERVE_BYTES + RESERVE_MARGIN && give_back(e, avail))
+            (void)avail_bytes(e, &avail);
         if (avail < RESERVE_BYTES + RESERVE_MARGIN)
             return;
     }

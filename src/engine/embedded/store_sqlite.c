@@ -1211,3 +1211,99 @@ int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes)
         *bytes = pages > free_pages ? (uint64_t)(pages - free_pages) * (uint64_t)page_size : 0;
     return rc;
 }
+
+/* ---- room on a full disk (reserve.c) ------------------------------------------------------- */
+
+int kvq__sqlite_room(emb_store *s, uint64_t *free_bytes, uint64_t *live_bytes)
+{
+    if (s == NULL || s->writer == NULL || free_bytes == NULL || live_bytes == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    int64_t pages = 0, free_pages = 0, page_size = 0;
+    int rc = pragma_int(s->writer, "PRAGMA page_count", &pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA freelist_count", &free_pages);
+    if (rc == 0)
+        rc = pragma_int(s->writer, "PRAGMA page_size", &page_size);
+    if (rc != 0)
+        return rc;
+    if (free_pages > pages)
+        free_pages = pages;
+    *free_bytes = (uint64_t)free_pages * (uint64_t)page_size;
+    *live_bytes = (uint64_t)(pages - free_pages) * (uint64_t)page_size;
+    return 0;
+}
+
+int kvq__sqlite_compact(emb_store *s)
+{
+    if (s == NULL || s->writer == NULL || s->read_only)
+        return kvq__error(KVQ_EINVAL, "no writable database");
+    /* VACUUM writes the live pages into the WAL (the changed file is smaller); the checkpoint
+     * then copies them back and cuts the file and the WAL, never waiting for a reader (one
+     * that holds old frames makes it stop short: the file is cut by a later checkpoint). */
+    int rc = exec(s->writer, "VACUUM;", "compacting the database");
+    if (rc != 0)
+        return rc;
+    int log = 0, done = 0;
+    sqlite3_busy_timeout(s->writer, 0);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
+    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
+        return sqlite_error(s->writer, src, "checkpointing the compacted database");
+    return 0;
+}
+
+/* ---- salvage (salvage.c): reading past damage, never writing ----------------------------- */
+
+int kvq__sqlite_salvage_scan(emb_store *s,
+                             const uint8_t *begin,
+                             size_t begin_len,
+                             const uint8_t *end,
+                             size_t end_len,
+                             int reverse,
+                             kvq__sqlite_row_fn fn,
+                             void *arg)
+{
+    if (s == NULL || fn == NULL)
+        return kvq__error(KVQ_EINVAL, "no database");
+    static const uint8_t z[1] = { 0 };
+    sqlite3 *db = NULL;
+    int rc = open_sqlite(s, &db, 0);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    rc = exec(db, "BEGIN", "starting a read");
+    if (rc == 0)
+        rc = prepare(db,
+                     reverse ? "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 "
+                               "ORDER BY key DESC"
+                             : "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 "
+                               "ORDER BY key",
+                     &st);
+    if (rc == 0) {
+        sqlite3_bind_blob(st, 1, begin_len > 0 ? (const void *)begin : z, (int)begin_len,
+                          SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, end_len > 0 ? (const void *)end : z, (int)end_len,
+                          SQLITE_STATIC);
+    }
+    while (rc == 0) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE)
+            break;
+        if (src != SQLITE_ROW) {
+            rc = sqlite_error(db, src, "reading a range");
+            break;
+        }
+        kvq_bytes k = { NULL, 0 }, v = { NULL, 0 };
+        int ok = row_out(st, 0, NULL, 0, 1, 2, &k, &v) == 0;
+        if (!ok) {
+            kvq__error_clear();
+            k.data = sqlite3_column_blob(st, 0);
+            k.len = (size_t)sqlite3_column_bytes(st, 0);
+        }
+        rc = fn(arg, k, v, ok);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close_v2(db); /* its read transaction ends with it */
+    return rc;
+}

@@ -26,4 +26,27 @@ int kvq__sqlite_checkpoint(emb_store *s, int *complete);
  * them. Not while another thread uses the writer. */
 int kvq__sqlite_live_bytes(emb_store *s, uint64_t *bytes);
 
+/* The bytes of the database's free pages (room the storage reuses before it grows its file) and
+ * of its pages in use, as its writer sees them. Not while another thread uses the writer. */
+int kvq__sqlite_room(emb_store *s, uint64_t *free_bytes, uint64_t *live_bytes);
+
+/* Gives the database's free pages back to the file system (VACUUM, then a checkpoint that cuts
+ * the file and the WAL, without waiting for readers). Costs a copy of the pages in use, and room
+ * for them in the WAL. With the commit lock held and no write open (reserve.c, on a full disk). */
+int kvq__sqlite_compact(emb_store *s);
+
+/* Salvage (salvage.c): the rows of [begin, end) in key order (reverse = 1: descending), each
+ * passed to fn with ok = 1, or ok = 0 (and no value) when it fails its checksum; in a read
+ * transaction of its own, on a connection of its own. A page SQLite cannot read ends the scan
+ * with its error (KVQ_EDAMAGED for a damaged file); fn's nonzero return ends it with that. */
+typedef int (*kvq__sqlite_row_fn)(void *arg, kvq_bytes key, kvq_bytes value, int ok);
+int kvq__sqlite_salvage_scan(emb_store *s,
+                             const uint8_t *begin,
+                             size_t begin_len,
+                             const uint8_t *end,
+                             size_t end_len,
+                             int reverse,
+                             kvq__sqlite_row_fn fn,
+                             void *arg);
+
 #endif

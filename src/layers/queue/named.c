@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "layers/queue/queue_internal.h"
+#include "layers/queue/queue_salvage.h"
 
 static const char PREFIX[] = "\xfekvq\x00queues\x00";
 #define PREFIX_LEN    (sizeof(PREFIX) - 1)
@@ -425,4 +426,206 @@ int kvq_queue_open_named(kvq_queue **out,
     if (settings != NULL)
         *settings = s;
     return 0;
+}
+
+/* ---- salvage (salvage.h) --------------------------------------------------------------------- */
+
+typedef struct salvage_one {
+    kvq_buf value;
+    int found, bad;
+} salvage_one;
+
+static int take_one(void *arg, kvq_bytes key, kvq_bytes value)
+{
+    (void)key;
+    salvage_one *o = arg;
+    o->found = 1;
+    return kvq__buf_set(&o->value, value.data, value.len);
+}
+
+/* The value of one key, read past damage: found = 0 when absent or unreadable (bad = 1). */
+static int salvage_get(kvq__salvage *sv, const uint8_t *key, size_t n, salvage_one *o)
+{
+    uint8_t end[PREFIX_LEN + MAX_NAME_LEN + 64];
+    if (n + 1 > sizeof(end))
+        return kvq__error(KVQ_EINVAL, "key too long");
+    memcpy(end, key, n);
+    end[n] = 0x00;
+    kvq__salvage_stats st;
+    memset(&st, 0, sizeof(st));
+    o->found = 0;
+    int rc = kvq__salvage_range(sv, key, n, end, n + 1, take_one, o, &st);
+    o->bad = st.bad_rows > 0 || st.gaps > 0;
+    return rc;
+}
+
+typedef struct salvage_items {
+    kvq__queue_salvage_fn fn;
+    void *payload;
+    kvq_queue_type type;
+    size_t prefix_len;
+    uint64_t n;
+} salvage_items;
+
+static int give_item(void *arg, kvq_bytes key, kvq_bytes value)
+{
+    salvage_items *x = arg;
+    int64_t prio = 0, count = 0;
+    if (x->type == KVQ_QUEUE_PRIORITY && key.len >= x->prefix_len &&
+        kvq__qk_parse_prio(key.data + x->prefix_len, key.len - x->prefix_len, &prio, &count) != 0)
+        prio = 0;
+    x->n++;
+    return x->fn(value, prio, x->payload);
+}
+
+static uint64_t le64(const kvq_buf *b)
+{
+    uint64_t v = 0;
+    for (size_t i = b->len < 8 ? b->len : 8; i > 0; i--)
+        v = v << 8 | b->data[i - 1];
+    return v;
+}
+
+int kvq__queue_salvage(const char *url,
+                       const char *name,
+                       kvq__queue_salvage_fn fn,
+                       void *payload,
+                       kvq__queue_salvage_report *rep)
+{
+    if (url == NULL || fn == NULL || rep == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq__queue_salvage: NULL argument");
+    memset(rep, 0, sizeof(*rep));
+    int rc = kvq_queue_check_name(name);
+    if (rc != 0)
+        return rc;
+    kvq__salvage *sv = NULL;
+    rc = kvq__salvage_open(&sv, url);
+    if (rc != 0)
+        return rc;
+    uint8_t key[PREFIX_LEN + MAX_NAME_LEN];
+    size_t kn = make_key(key, name);
+    salvage_one reg = { KVQ_BUF_INIT, 0, 0 }, c1 = { KVQ_BUF_INIT, 0, 0 },
+                c2 = { KVQ_BUF_INIT, 0, 0 };
+    kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT, npush = KVQ_BUF_INIT, npop = KVQ_BUF_INIT;
+    kvq_subspace *sub = NULL;
+    rc = salvage_get(sv, key, kn, &reg);
+    kvq_queue_settings s;
+    memset(&s, 0, sizeof(s));
+    if (rc == 0) {
+        kvq_bytes v = { reg.value.data, reg.value.len };
+        decode(v, reg.found, &s);
+        if (s.type == 0)
+            rc = kvq__error(KVQ_ENOTFOUND, reg.bad ? "the registry entry of queue '%s' is damaged"
+                                                   : "no queue named '%s'",
+                            name);
+    }
+    kvq_tuple_elem elem = kvq_tuple_str(name);
+    if (rc == 0) {
+        rep->type = s.type;
+        if (s.type == KVQ_QUEUE_DURABLE)
+            elem = kvq_tuple_bytes(name, strlen(name));
+        rc = kvq_subspace_new(&sub, NULL, 0, &elem, 1);
+    }
+    kvq_bytes p = { NULL, 0 };
+    if (rc == 0) {
+        p = kvq_subspace_prefix(sub);
+        if (s.type == KVQ_QUEUE_DURABLE) {
+            kvq_buf val = KVQ_BUF_INIT;
+            rc = kvq__qk_counter(&val, p, "val");
+            if (rc == 0)
+                rc = kvq__qk_counter(&npush, p, "npush");
+            if (rc == 0)
+                rc = kvq__qk_counter(&npop, p, "npop");
+            if (rc == 0)
+                rc = kvq_buf_append(&lo, val.data, val.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(&lo, 0x00);
+            if (rc == 0)
+                rc = kvq_buf_append(&hi, val.data, val.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(&hi, 0xff);
+            kvq_buf_dispose(&val);
+        } else {
+            /* The items' keys: the prefix, then an integer (type codes 0x0b to 0x1d). */
+            rc = kvq_buf_append(&lo, p.data, p.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(&lo, 0x0b);
+            if (rc == 0)
+                rc = kvq_buf_append(&hi, p.data, p.len);
+            if (rc == 0)
+                rc = kvq__buf_put_byte(&hi, 0x1e);
+        }
+    }
+    salvage_items x = { fn, payload, s.type, p.len, 0 };
+    if (rc == 0)
+        rc = kvq__salvage_range(sv, lo.data, lo.len, hi.data, hi.len, give_item, &x, &rep->st);
+    if (rc == 0) {
+        rep->items = x.n;
+        rep->skipped = rep->st.bad_rows + rep->st.log_skipped_sets;
+        rep->skipped_exact = rep->st.gaps == 0;
+        /* A durable queue's counters say how many items it holds: what is missing from them
+         * was skipped (rows of a stretch that could not be read), when they can be read. */
+        if (s.type == KVQ_QUEUE_DURABLE) {
+            /* The newest counters, from the log's valid records past a damaged one too. */
+            kvq__salvage_set_through(sv, 1);
+            rc = salvage_get(sv, npush.data, npush.len, &c1);
+            if (rc == 0)
+                rc = salvage_get(sv, npop.data, npop.len, &c2);
+            kvq__salvage_set_through(sv, 0);
+            if (rc == 0 && !c1.bad && !c2.bad) {
+                uint64_t len = le64(&c1.value) - le64(&c2.value);
+                if (len >= x.n && len - x.n >= rep->skipped) {
+                    rep->skipped = len - x.n;
+                    rep->skipped_exact = 1;
+                }
+            }
+        }
+    }
+    kvq_subspace_destroy(sub);
+    kvq_buf_dispose(&reg.value);
+    kvq_buf_dispose(&c1.value);
+    kvq_buf_dispose(&c2.value);
+    kvq_buf_dispose(&lo);
+    kvq_buf_dispose(&hi);
+    kvq_buf_dispose(&npush);
+    kvq_buf_dispose(&npop);
+    kvq__salvage_close(sv);
+    return rc;
+}
+
+typedef struct salvage_names {
+    kvq__queue_salvage_name_fn fn;
+    void *arg;
+} salvage_names;
+
+static int give_name(void *arg, kvq_bytes key, kvq_bytes value)
+{
+    (void)value;
+    salvage_names *x = arg;
+    char name[MAX_NAME_LEN + 1];
+    size_t n = key.len - PREFIX_LEN;
+    if (key.len <= PREFIX_LEN || n > MAX_NAME_LEN)
+        return 0;
+    memcpy(name, key.data + PREFIX_LEN, n);
+    name[n] = '\0';
+    return x->fn(name, x->arg);
+}
+
+int kvq__queue_salvage_names(const char *url, kvq__queue_salvage_name_fn fn, void *arg,
+                             kvq__salvage_stats *st)
+{
+    if (url == NULL || fn == NULL || st == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq__queue_salvage_names: NULL argument");
+    kvq__salvage *sv = NULL;
+    int rc = kvq__salvage_open(&sv, url);
+    if (rc != 0)
+        return rc;
+    uint8_t hi[PREFIX_LEN + 1];
+    memcpy(hi, PREFIX, PREFIX_LEN);
+    hi[PREFIX_LEN] = 0xff;
+    salvage_names x = { fn, arg };
+    rc = kvq__salvage_range(sv, (const uint8_t *)PREFIX, PREFIX_LEN, hi, PREFIX_LEN + 1,
+                            give_name, &x, st);
+    kvq__salvage_close(sv);
+    return rc;
 }
