@@ -520,7 +520,11 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     kvq__vmap_rdlock(s->map);
     kvq__vmap_get_stats(s->map, &st);
     kvq__vmap_rdunlock(s->map);
+    /* the conflict log's size and the applied version move under apply_mu */
+    pthread_mutex_lock(&s->apply_mu);
     out->mem = kvq__ls_mem_used(s);
+    out->applied_version = s->applied_version;
+    pthread_mutex_unlock(&s->apply_mu);
     out->live_bytes = st.live_bytes;
     out->live_keys = st.live_keys;
     out->limit = s->limit;
@@ -531,8 +535,7 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     out->forced = __atomic_load_n(&s->n_forced, __ATOMIC_RELAXED);
     out->table_live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
     out->log_bytes = kvq__log_tail(s->log) - kvq__log_first(s->log);
-    out->checkpoints = s->n_ckpts;
-    out->applied_version = s->applied_version;
+    out->checkpoints = __atomic_load_n(&s->n_ckpts, __ATOMIC_RELAXED);
     kvq__log_stats ls;
     kvq__log_get_stats(s->log, &ls);
     out->log_syncs = ls.syncs;

@@ -361,7 +361,7 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
     if (p.batches > 0 || p.last_end > s->ckpt_lsn) {
         s->ckpt_version = tv;
         __atomic_store_n(&s->ckpt_lsn, p.last_end, __ATOMIC_RELEASE);
-        s->n_ckpts++;
+        __atomic_add_fetch(&s->n_ckpts, 1, __ATOMIC_RELAXED);
         /* The log the table holds goes, except what a live handle has not applied. */
         rc = kvq__log_release(s->log, kvq__ls_slots_min(s, p.last_end));
         if (rc == 0)
