@@ -138,7 +138,7 @@ KVQ_API void kvq_queue_close(kvq_queue *q);
 KVQ_API kvq_queue_type kvq_queue_get_type(const kvq_queue *q);
 
 /** The queue's key prefix, borrowed from the handle (valid until kvq_queue_close). */
-KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
+KVQ_API kvq_bytes kvq_queue_get_prefix(const kvq_queue *q);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Named queues: the database's registry, shared with the kvq command                        */

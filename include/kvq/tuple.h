@@ -342,15 +342,15 @@ typedef struct kvq_tuple kvq_tuple;
 KVQ_API KVQ_NODISCARD int kvq_tuple_unpack(kvq_tuple **out, const uint8_t *data, size_t len);
 
 /** Returns the number of top-level elements (0 for NULL). */
-KVQ_API size_t kvq_tuple_count(const kvq_tuple *t);
+KVQ_API size_t kvq_tuple_get_count(const kvq_tuple *t);
 
 /**
  * Returns element i, or NULL when t is NULL or i is out of range. The elements are one array:
- * kvq_tuple_at(t, 0) points at kvq_tuple_count(t) of them (so it can be handed to
+ * kvq_tuple_get_elem(t, 0) points at kvq_tuple_get_count(t) of them (so it can be handed to
  * kvq_tuple_pack or kvq_tuple_compare), and so do nested elements' v.nested.elems.
  * @note Valid until kvq_tuple_destroy(t), as are the bytes and nested elements they point at.
  */
-KVQ_API const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i);
+KVQ_API const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i);
 
 /** Frees a tuple. NULL is a no-op. */
 KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
@@ -455,7 +455,7 @@ KVQ_API void kvq_subspace_destroy(kvq_subspace *s);
 
 /** Returns the subspace's prefix, borrowed: valid until kvq_subspace_destroy. {NULL, 0} for NULL;
  * the data may be NULL when the prefix is empty. */
-KVQ_API kvq_bytes kvq_subspace_prefix(const kvq_subspace *s);
+KVQ_API kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s);
 
 /**
  * Appends prefix + pack(elems) to out.

@@ -188,7 +188,7 @@ _PROTOS = {
     # databases and transactions
     "kvq_db_open": (c_int, [PP, c_char_p, POINTER(kvq_db_options)]),
     "kvq_db_close": (None, [P]),
-    "kvq_db_engine": (c_char_p, [P]),
+    "kvq_db_get_engine": (c_char_p, [P]),
     "kvq_db_get_stats": (c_int, [POINTER(kvq_db_stats), P]),
     "kvq_db_transact": (c_int, [P, TXN_FN, P]),
     "kvq_txn_get": (c_int, [BYTESP, POINTER(c_int), P, U8P, SZ, c_uint]),

@@ -230,7 +230,7 @@ static int tuple_text(kvq_buf *out, const uint8_t *p, size_t n)
     out->len = 0;
     kvq_tuple *t = NULL;
     if (kvq_tuple_unpack(&t, p, n) == 0) {
-        int rc = kvq_tuple_format(out, kvq_tuple_at(t, 0), kvq_tuple_count(t));
+        int rc = kvq_tuple_format(out, kvq_tuple_get_elem(t, 0), kvq_tuple_get_count(t));
         kvq_tuple_destroy(t);
         if (rc == 0)
             return 1;

@@ -50,7 +50,7 @@ void kvq_subspace_destroy(kvq_subspace *s)
     kvq__free(s);
 }
 
-kvq_bytes kvq_subspace_prefix(const kvq_subspace *s)
+kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s)
 {
     kvq_bytes b = { NULL, 0 };
     if (s != NULL) {

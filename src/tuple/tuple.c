@@ -507,7 +507,7 @@ int kvq_tuple_builder_finish(kvq_tuple_builder *b)
 /* ---- unpacking ----------------------------------------------------------------------------- */
 
 /* Memory of an unpacked tuple: blocks freed together with it. Each nested tuple's elements are
- * one array in a block, so kvq_tuple_at(t, 0) and v.nested.elems are arrays. */
+ * one array in a block, so kvq_tuple_get_elem(t, 0) and v.nested.elems are arrays. */
 typedef struct block {
     struct block *next;
     size_t used, cap;
@@ -894,12 +894,12 @@ int kvq_tuple_unpack(kvq_tuple **out, const uint8_t *data, size_t len)
     return kvq__tuple_unpack_from(out, data, len, 0);
 }
 
-size_t kvq_tuple_count(const kvq_tuple *t)
+size_t kvq_tuple_get_count(const kvq_tuple *t)
 {
     return t == NULL ? 0 : t->count;
 }
 
-const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i)
+const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i)
 {
     return (t == NULL || i >= t->count) ? NULL : &t->elems[i];
 }

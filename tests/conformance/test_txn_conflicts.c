@@ -668,13 +668,13 @@ static void test_transact_retries_conflicts(void **state)
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, got, sizeof(got)), 8);
     assert_memory_equal(got, "attempt2", 8);
 
-    /* With a caller's transaction, kvq_txn_retries counts the retries. */
+    /* With a caller's transaction, kvq_txn_get_retries counts the retries. */
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 5));
     in = (struct interfere){ db, cf_k(p, "k"), 0, 3, 0 };
     assert_ok(kvq_txn_run(t, interfering_body, &in));
     assert_int_equal(in.attempts, 4);
-    assert_int_equal(kvq_txn_retries(t), 3);
+    assert_int_equal(kvq_txn_get_retries(t), 3);
     /* After success the transaction holds its commit. */
     uint8_t st[10];
     assert_ok(kvq_txn_get_versionstamp(st, t));
@@ -754,7 +754,7 @@ static void test_on_error(void **state)
         assert_err(kvq_txn_on_error(t, final_errors[i]), final_errors[i]);
         assert_false(kvq_error_retryable(final_errors[i]));
     }
-    assert_int_equal(kvq_txn_retries(t), 0);
+    assert_int_equal(kvq_txn_get_retries(t), 0);
     /* Retryable ones reset the transaction and return 0. */
     static const int retryable[] = { KVQ_ENOT_COMMITTED, KVQ_ETRANSACTION_TOO_OLD,
                                      KVQ_ECOMMIT_UNKNOWN_RESULT, KVQ_EFUTURE_VERSION,
@@ -764,7 +764,7 @@ static void test_on_error(void **state)
         assert_true(kvq_error_retryable(retryable[i]));
         assert_ok(kvq_txn_set(t, k.b, k.n, K("dropped")));
         assert_ok(kvq_txn_on_error(t, retryable[i]));
-        assert_int_equal(kvq_txn_retries(t), (int)i + 1);
+        assert_int_equal(kvq_txn_get_retries(t), (int)i + 1);
     }
     assert_true(kvq_error_maybe_committed(KVQ_ECOMMIT_UNKNOWN_RESULT));
     assert_false(kvq_error_maybe_committed(KVQ_ENOT_COMMITTED));
@@ -775,7 +775,7 @@ static void test_on_error(void **state)
     assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), -1);
     /* kvq_txn_reset zeroes the count. */
     kvq_txn_reset(t);
-    assert_int_equal(kvq_txn_retries(t), 0);
+    assert_int_equal(kvq_txn_get_retries(t), 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -817,7 +817,7 @@ static void test_retry_limit_option(void **state)
         in.attempts = 0;
         assert_err(kvq_txn_run(t, set_body, &in), KVQ_ENOT_COMMITTED);
         assert_int_equal(in.attempts, limits[i] + 1);
-        assert_int_equal(kvq_txn_retries(t), limits[i]);
+        assert_int_equal(kvq_txn_get_retries(t), limits[i]);
         kvq_txn_destroy(t);
     }
     /* By hand: on_error gives the error back once the limit is reached. */

@@ -131,7 +131,7 @@ int kvq_queue_open(kvq_queue **out,
                                            : DEF_DURABLE;
         pfx_len = 3;
     } else {
-        kvq_bytes b = kvq_subspace_prefix(sub);
+        kvq_bytes b = kvq_subspace_get_prefix(sub);
         pfx = b.data;
         pfx_len = b.len;
     }
@@ -194,7 +194,7 @@ kvq_queue_type kvq_queue_get_type(const kvq_queue *q)
     return q == NULL ? (kvq_queue_type)0 : q->type;
 }
 
-kvq_bytes kvq_queue_prefix(const kvq_queue *q)
+kvq_bytes kvq_queue_get_prefix(const kvq_queue *q)
 {
     kvq_bytes none = { NULL, 0 };
     return q == NULL ? none : kvq__buf_bytes(&q->prefix);

@@ -161,9 +161,9 @@ static int batch_entry(kvq_workq *w, kvq_bytes xkey, uint8_t *bid)
     kvq_tuple *t = NULL;
     int is = 0;
     if (kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len) == 0 &&
-        kvq_tuple_count(t) == 2 && kvq_tuple_at(t, 1)->type == KVQ_TUPLE_BYTES &&
-        kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
-        memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, KVQ__WQ_BATCH_ID);
+        kvq_tuple_get_count(t) == 2 && kvq_tuple_get_elem(t, 1)->type == KVQ_TUPLE_BYTES &&
+        kvq_tuple_get_elem(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
+        memcpy(bid, kvq_tuple_get_elem(t, 1)->v.bytes.data, KVQ__WQ_BATCH_ID);
         is = 1;
     }
     kvq_tuple_destroy(t);
@@ -184,13 +184,14 @@ static int inflight_item(kvq_workq *w,
     *found = 0;
     kvq_tuple *t = NULL;
     int rc = kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len);
-    if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
-        kvq_tuple_at(t, 1)->v.bytes.len != 16) {
+    if (rc != 0 || kvq_tuple_get_count(t) != 2 ||
+        kvq_tuple_get_elem(t, 1)->type != KVQ_TUPLE_BYTES ||
+        kvq_tuple_get_elem(t, 1)->v.bytes.len != 16) {
         kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed lease-expiry key");
     }
     memset(it, 0, sizeof(*it));
-    memcpy(it->lease.id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
+    memcpy(it->lease.id, kvq_tuple_get_elem(t, 1)->v.bytes.data, 16);
     kvq_tuple_destroy(t);
     kvq_bytes m, v;
     int pm = 0, pv = 0;
@@ -226,15 +227,16 @@ static int delayed_item(kvq_workq *w, kvq_kv kv, int64_t rv, kvq_buf *val, kvq_w
 {
     kvq_tuple *t = NULL;
     int rc = kvq_tuple_unpack(&t, kv.key.data + w->base_y.len, kv.key.len - w->base_y.len);
-    if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT ||
-        kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT || kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
+    if (rc != 0 || kvq_tuple_get_count(t) != 4 || kvq_tuple_get_elem(t, 0)->type != KVQ_TUPLE_INT ||
+        kvq_tuple_get_elem(t, 2)->type != KVQ_TUPLE_INT ||
+        kvq_tuple_get_elem(t, 3)->type != KVQ_TUPLE_INT) {
         kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
     }
     memset(it, 0, sizeof(*it));
-    it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / KVQ__VERSIONS_PER_MS;
-    it->priority = kvq_tuple_at(t, 2)->v.i;
-    it->deliveries = (uint32_t)kvq_tuple_at(t, 3)->v.i;
+    it->due_ms = (kvq_tuple_get_elem(t, 0)->v.i - rv) / KVQ__VERSIONS_PER_MS;
+    it->priority = kvq_tuple_get_elem(t, 2)->v.i;
+    it->deliveries = (uint32_t)kvq_tuple_get_elem(t, 3)->v.i;
     kvq_tuple_destroy(t);
     return kvq__buf_set(val, kv.value.data, kv.value.len);
 }

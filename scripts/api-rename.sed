@@ -1,0 +1,11 @@
+# scripts/api-rename.sed: the public API's renames of issue 34 item 6 (docs/api.md has the table).
+# Apply to code written against the older names:
+#   git grep -lE 'kvq_|WorkQueueMetrics' -- . ':!scripts/api-rename.sed' ':!docs/api.md' \
+#       | xargs sed -i -E -f scripts/api-rename.sed
+# Getters: kvq_<object>_get_<noun>.
+s/\bkvq_queue_prefix\b/kvq_queue_get_prefix/g
+s/\bkvq_db_engine\b/kvq_db_get_engine/g
+s/\bkvq_txn_retries\b/kvq_txn_get_retries/g
+s/\bkvq_subspace_prefix\b/kvq_subspace_get_prefix/g
+s/\bkvq_tuple_count\b/kvq_tuple_get_count/g
+s/\bkvq_tuple_at\b/kvq_tuple_get_elem/g
