@@ -9,3 +9,8 @@ s/\bkvq_txn_retries\b/kvq_txn_get_retries/g
 s/\bkvq_subspace_prefix\b/kvq_subspace_get_prefix/g
 s/\bkvq_tuple_count\b/kvq_tuple_get_count/g
 s/\bkvq_tuple_at\b/kvq_tuple_get_elem/g
+# One word for counts read from an object: stats.
+s/\bkvq_workq_get_metrics\b/kvq_workq_get_stats/g
+s/\bkvq_workq_metrics\b/kvq_workq_stats/g
+s/\bWorkQueueMetrics\b/WorkQueueStats/g
+s/\b(wq|self|w|workq)\.metrics\(\)/\1.stats()/g

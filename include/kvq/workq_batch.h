@@ -99,7 +99,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
 /**
  * Makes what is due ready now: delayed items whose time has come, and items whose lease ended
  * (or that go to the dead letters instead). Optional: every reader of a durable or priority
- * queue (pops, peeks, lengths, iteration, receives, metrics, listings; kvq/queue.h) already
+ * queue (pops, peeks, lengths, iteration, receives, statistics, listings; kvq/queue.h) already
  * does this when it finds something due at its read version, so a due item is ready for every
  * reader without this call. It serves to make them ready at a time of the caller's choosing,
  * for instance so that the push counter moves and wakes the watchers of a durable queue
@@ -112,7 +112,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_ready_due(uint64_t *out, kvq_workq *w);
 /**
  * Removes every item of the queue, whatever its state: ready, in flight (their leases end:
  * a late ack fails with KVQ_ELEASE_EXPIRED), delayed and dead letters, in one transaction
- * (`kvq clear`). They are counted in kvq_workq_metrics.cleared, not as popped or acked. Dedup
+ * (`kvq clear`). They are counted in kvq_workq_stats.cleared, not as popped or acked. Dedup
  * keys stay (a deduplicated push within the window still enqueues nothing).
  * @param[out] out  items removed (may be NULL)
  * @return 0; KVQ_EINVAL; a transaction error (nothing removed).

@@ -47,8 +47,8 @@ class WorkItem:
 
 
 @dataclass(frozen=True)
-class WorkQueueMetrics:
-    """Counts of a work queue (kvq_workq_metrics); totals count this API's operations only.
+class WorkQueueStats:
+    """Counts of a work queue (kvq_workq_stats); totals count this API's operations only.
 
     oldest_ready_age is in seconds, None when nothing is ready.
     """
@@ -421,12 +421,12 @@ class WorkQueue(Handle):
         """The delayed items, the one due soonest first."""
         return self._items("kvq_workq_list_delayed", False)
 
-    def metrics(self) -> WorkQueueMetrics:
+    def stats(self) -> WorkQueueStats:
         """Ready, in-flight, delayed and dead counts and the totals (read from counters)."""
-        m = _lib.kvq_workq_metrics()
+        m = _lib.kvq_workq_stats()
         with self._use() as p:
-            check(lib().kvq_workq_get_metrics(byref(m), p))
+            check(lib().kvq_workq_get_stats(byref(m), p))
         age = m.oldest_ready_age_ms
-        return WorkQueueMetrics(m.ready, m.inflight, m.delayed, m.dead,
+        return WorkQueueStats(m.ready, m.inflight, m.delayed, m.dead,
                                 None if age < 0 else age / 1000.0, m.received, m.taken,
                                 m.acked, m.requeued, m.dead_lettered, m.cleared, m.cleared_ready)

@@ -51,10 +51,10 @@ static void push_n(env *e, int from, int to, int64_t prio)
     }
 }
 
-static kvq_workq_metrics metrics(env *e)
+static kvq_workq_stats metrics(env *e)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e->w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e->w));
     return m;
 }
 
@@ -82,7 +82,7 @@ static void receive_ack_case(kvq_queue_type type)
         if (i > 0)
             assert_memory_not_equal(leases[i].id, leases[i - 1].id, 16);
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 100);
     assert_int_equal(m.ready, 150);
     assert_int_equal(m.received, 100);
@@ -157,7 +157,7 @@ static void test_partial_failure(void **state)
     assert_int_equal(results[0], KVQ_ELEASE_EXPIRED);
     assert_int_equal(results[1], 0);
     assert_int_equal(results[2], 0);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, 3);
     assert_int_equal(m.ready, 0);
@@ -190,7 +190,7 @@ static void test_nack_and_dead_letters(void **state)
     /* Nack three with a delay and two at once: max deliveries reached, all five are dead. */
     assert_ok(kvq_workq_nack_many(NULL, e.w, leases, 3, 60000));
     assert_ok(kvq_workq_nack_many(NULL, e.w, leases + 3, 2, 0));
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.dead, 5);
     assert_int_equal(m.delayed, 0);
     assert_int_equal(m.inflight, 0);
@@ -274,7 +274,7 @@ static void test_unknown_results(void **state)
         size_t got = 0;
         int rc = kvq_workq_receive_many(outs, leases, &got, e.w, 50, 1000);
         if (rc == KVQ_ENOTFOUND) {
-            kvq_workq_metrics m = metrics(&e);
+            kvq_workq_stats m = metrics(&e);
             if (m.inflight == 0 && m.ready == 0)
                 break;
             kvq__sleep_us(20000);
@@ -299,7 +299,7 @@ static void test_unknown_results(void **state)
             seen[v]++;
         }
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, 300);
@@ -385,7 +385,7 @@ static void test_purge_and_due(void **state)
     size_t n = 0;
     assert_ok(kvq_workq_receive_many(outs, leases, &n, e.w, 2, 0));
     assert_ok(kvq_workq_nack(e.w, &leases[0], 0)); /* max 1 delivery: dead */
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.ready + m.inflight + m.delayed + m.dead, 5);
     uint64_t cleared = 0;
     assert_ok(kvq_workq_purge(&cleared, e.w));

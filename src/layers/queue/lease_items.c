@@ -239,7 +239,7 @@ int kvq__wq_age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *sin
     return rc;
 }
 
-/* Entries of the age index looked at per metrics read or upkeep pass. */
+/* Entries of the age index looked at per statistics read or upkeep pass. */
 #define AGE_PROBE 16
 
 /* The ready version of the oldest ready item of a priority queue (-1: none found), from the

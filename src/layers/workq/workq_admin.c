@@ -1,5 +1,5 @@
 /* The work queue's administration: dead letters (list, redrive, purge), listings of the items
- * in flight and delayed, and metrics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
+ * in flight and delayed, and statistics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
 #include <string.h>
 
 #include "layers/workq/workq_internal.h"
@@ -408,7 +408,8 @@ int kvq_workq_dlq_purge(uint64_t *out, kvq_workq *w)
     return rc != 0 ? rc : dlq_drain(w, out, 1);
 }
 
-/* ---- metrics ------------------------------------------------------------------------------- */
+/* ---- statistics -------------------------------------------------------------------------------
+ */
 
 static int read_counter(kvq_txn *txn, const kvq_buf *key, int64_t *out)
 {
@@ -419,14 +420,14 @@ static int read_counter(kvq_txn *txn, const kvq_buf *key, int64_t *out)
     return rc;
 }
 
-typedef struct metrics_ctx {
+typedef struct stats_ctx {
     kvq_workq *w;
-    kvq_workq_metrics m;
-} metrics_ctx;
+    kvq_workq_stats m;
+} stats_ctx;
 
-static int metrics_body(kvq_txn *txn, void *arg)
+static int stats_body(kvq_txn *txn, void *arg)
 {
-    metrics_ctx *c = arg;
+    stats_ctx *c = arg;
     kvq_workq *w = c->w;
     kvq_queue *q = w->q;
     int64_t rv;
@@ -486,17 +487,17 @@ static int metrics_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w)
+int kvq_workq_get_stats(kvq_workq_stats *out, kvq_workq *w)
 {
-    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_metrics");
+    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_stats");
     if (rc == 0 && out == NULL)
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_get_metrics: out is NULL");
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_get_stats: out is NULL");
     if (rc != 0)
         return rc;
-    metrics_ctx c;
+    stats_ctx c;
     memset(&c, 0, sizeof(c));
     c.w = w;
-    rc = kvq_db_transact(w->q->db, metrics_body, &c);
+    rc = kvq_db_transact(w->q->db, stats_body, &c);
     if (rc == 0)
         *out = c.m;
     return rc;
