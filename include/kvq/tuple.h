@@ -342,7 +342,7 @@ typedef struct kvq_tuple kvq_tuple;
 KVQ_API KVQ_NODISCARD int kvq_tuple_unpack(kvq_tuple **out, const uint8_t *data, size_t len);
 
 /** Returns the number of top-level elements (0 for NULL). */
-KVQ_API size_t kvq_tuple_get_count(const kvq_tuple *t);
+KVQ_API KVQ_NODISCARD size_t kvq_tuple_get_count(const kvq_tuple *t);
 
 /**
  * Returns element i, or NULL when t is NULL or i is out of range. The elements are one array:
@@ -350,7 +350,7 @@ KVQ_API size_t kvq_tuple_get_count(const kvq_tuple *t);
  * kvq_tuple_pack or kvq_tuple_compare), and so do nested elements' v.nested.elems.
  * @note Valid until kvq_tuple_destroy(t), as are the bytes and nested elements they point at.
  */
-KVQ_API const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i);
+KVQ_API KVQ_NODISCARD const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i);
 
 /** Frees a tuple. NULL is a no-op. */
 KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
@@ -368,7 +368,7 @@ KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
  * @return -1, 0 or 1. Elements that packing refuses compare without crashing, but in no
  *         specified order; nesting deeper than KVQ_TUPLE_MAX_DEPTH is not looked into.
  */
-KVQ_API int
+KVQ_API KVQ_NODISCARD int
 kvq_tuple_compare(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
@@ -379,7 +379,8 @@ kvq_tuple_compare(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, s
  * their user version. Tuples with an element kvq_tuple_pack refuses (invalid UTF-8, a bad type)
  * are equal to nothing, themselves included.
  */
-KVQ_API int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
+KVQ_API KVQ_NODISCARD int
+kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
  * Appends a readable form of bytes, as FoundationDB's `printable` writes them: bytes 0x20 to
@@ -455,7 +456,7 @@ KVQ_API void kvq_subspace_destroy(kvq_subspace *s);
 
 /** Returns the subspace's prefix, borrowed: valid until kvq_subspace_destroy. {NULL, 0} for NULL;
  * the data may be NULL when the prefix is empty. */
-KVQ_API kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s);
+KVQ_API KVQ_NODISCARD kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s);
 
 /**
  * Appends prefix + pack(elems) to out.
@@ -488,7 +489,8 @@ kvq_subspace_unpack(kvq_tuple **out, const kvq_subspace *s, const uint8_t *key, 
 
 /** Returns 1 if key starts with the subspace's prefix, else 0 (also for NULL arguments, which
  * record a KVQ_EINVAL detail for kvq_last_error()). */
-KVQ_API int kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len);
+KVQ_API KVQ_NODISCARD int
+kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len);
 
 /**
  * Appends the range of the keys strictly inside prefix + pack(elems): that + 0x00 to begin,

@@ -322,7 +322,9 @@ void kvq_workq_consumer_destroy(kvq_workq_consumer *c)
     if (c == NULL)
         return;
     kvq_workq_consumer_stop(c);
-    (void)kvq_workq_consumer_join(c);
+    /* The consumer's result was for kvq_workq_consumer_join; destroying only needs the join. */
+    int joined = kvq_workq_consumer_join(c);
+    (void)joined;
     for (int i = 0; i < c->opts.workers; i++) {
         pthread_mutex_destroy(&c->slots[i].mu);
         if (c->slots[i].waker_ready)

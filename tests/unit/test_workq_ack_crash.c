@@ -79,8 +79,8 @@ static void child_main(int at)
     if (kvq_workq_consumer_start(&cons, w, child_handler, &c, &o) != 0)
         _exit(12);
     /* The consumer runs until this process is killed; reaching the end is a failure. */
-    (void)kvq_workq_consumer_join(cons);
-    _exit(13);
+    int joined = kvq_workq_consumer_join(cons);
+    _exit(joined == 0 ? 13 : 14);
 }
 
 static void crash_case(int at, const char *name, const uint32_t expect[ITEMS])
