@@ -5,6 +5,7 @@
 #ifndef KVQ_COMMON_H
 #define KVQ_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -143,15 +143,15 @@ KVQ_API KVQ_NODISCARD int kvq_last_error_code(void);
  * 1037, 1038, 1039, 1042, 1051, 1078, 1213, 1223, 1235, 1242, 2137): the union of what
  * FoundationDB's predicates (7.1 to 7.4) and its on_error retry.
  */
-KVQ_API KVQ_NODISCARD int kvq_error_retryable(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_retryable(int err);
 
 /** Maybe committed: the transaction may have committed (1021, 1039). A 1031 returned by
  * kvq_txn_commit may also have committed on the fdb engine (the timeout passed with the commit
  * in flight); this predicate cannot tell where a 1031 came from, so check it yourself. */
-KVQ_API KVQ_NODISCARD int kvq_error_maybe_committed(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_maybe_committed(int err);
 
 /** Retryable and certainly not committed (the retryable codes but 1021 and 1039). */
-KVQ_API KVQ_NODISCARD int kvq_error_retryable_not_committed(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_retryable_not_committed(int err);
 
 #ifdef __cplusplus
 }

@@ -372,14 +372,14 @@ KVQ_API KVQ_NODISCARD int
 kvq_tuple_compare(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
- * Strict equality: 1 when the two tuples pack to the same bytes, else 0. So 1 and 1.0 differ
+ * Strict equality: true when the two tuples pack to the same bytes, else false. So 1 and 1.0 differ
  * (an integer is not a double), as do a float and a double of the same value, "a" and b"a",
  * 0.0 and -0.0, and NaNs with different bits; an INT and a UINT of the same value are equal
  * (one encoding); nested tuples compare element by element. Incomplete versionstamps compare by
  * their user version. Tuples with an element kvq_tuple_pack refuses (invalid UTF-8, a bad type)
  * are equal to nothing, themselves included.
  */
-KVQ_API KVQ_NODISCARD int
+KVQ_API KVQ_NODISCARD bool
 kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
@@ -487,9 +487,9 @@ KVQ_API KVQ_NODISCARD int kvq_subspace_pack_vs(kvq_buf *out,
 KVQ_API KVQ_NODISCARD int
 kvq_subspace_unpack(kvq_tuple **out, const kvq_subspace *s, const uint8_t *key, size_t len);
 
-/** Returns 1 if key starts with the subspace's prefix, else 0 (also for NULL arguments, which
- * record a KVQ_EINVAL detail for kvq_last_error()). */
-KVQ_API KVQ_NODISCARD int
+/** Returns true if key starts with the subspace's prefix, else false (also for NULL arguments,
+ * which record a KVQ_EINVAL detail for kvq_last_error()). */
+KVQ_API KVQ_NODISCARD bool
 kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len);
 
 /**

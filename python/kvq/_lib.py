@@ -17,6 +17,7 @@ from ctypes import (
     CFUNCTYPE,
     POINTER,
     Structure,
+    c_bool,
     c_char_p,
     c_int,
     c_int64,
@@ -183,7 +184,7 @@ _PROTOS = {
     "kvq_errname": (c_char_p, [c_int]),
     "kvq_last_error": (c_char_p, []),
     "kvq_last_error_code": (c_int, []),
-    "kvq_error_retryable": (c_int, [c_int]),
+    "kvq_error_retryable": (c_bool, [c_int]),
     "kvq_buf_dispose": (None, [BUFP]),
     # databases and transactions
     "kvq_db_open": (c_int, [PP, c_char_p, POINTER(kvq_db_options)]),

@@ -278,7 +278,7 @@ int kvq_consumer_join(kvq_consumer *c)
     return kvq__crew_join(&c->crew);
 }
 
-int kvq_consumer_finished(kvq_consumer *c)
+bool kvq_consumer_finished(kvq_consumer *c)
 {
     return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }

@@ -304,7 +304,7 @@ int kvq_workq_consumer_join(kvq_workq_consumer *c)
     return kvq__crew_error(&c->crew);
 }
 
-int kvq_workq_consumer_finished(kvq_workq_consumer *c)
+bool kvq_workq_consumer_finished(kvq_workq_consumer *c)
 {
     return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }

@@ -369,14 +369,14 @@ int kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count)
 
 /* ---- strict equality ----------------------------------------------------------------------- */
 
-int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb)
+bool kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb)
 {
     writer wa = { NULL, 0, 0, 0, 0 }, wb = { NULL, 0, 0, 0, 0 };
     if ((a == NULL && na > 0) || (b == NULL && nb > 0) || pack_elems(&wa, a, na, 0) != 0 ||
         pack_elems(&wb, b, nb, 0) != 0 || wa.len != wb.len)
-        return 0;
+        return false;
     if (wa.len == 0)
-        return 1;
+        return true;
     uint8_t *pa = kvq__malloc(wa.len), *pb = kvq__malloc(wb.len);
     int eq = 0;
     if (pa != NULL && pb != NULL) {
