@@ -14,3 +14,6 @@ s/\bkvq_workq_get_metrics\b/kvq_workq_get_stats/g
 s/\bkvq_workq_metrics\b/kvq_workq_stats/g
 s/\bWorkQueueMetrics\b/WorkQueueStats/g
 s/\b(wq|self|w|workq)\.metrics\(\)/\1.stats()/g
+# Byte-string helpers in the kvq_<object>_<verb> scheme.
+s/\bkvq_printable\b/kvq_bytes_format/g
+s/\bkvq_strinc\b/kvq_bytes_strinc/g

@@ -391,11 +391,11 @@ kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, siz
  *                     out->len, so that out->data is a C string
  * @return 0; KVQ_EINVAL (NULL out, NULL data with len > 0); KVQ_ENOMEM (out->len unchanged).
  */
-KVQ_API KVQ_NODISCARD int kvq_printable(kvq_buf *out, const uint8_t *data, size_t len);
+KVQ_API KVQ_NODISCARD int kvq_bytes_format(kvq_buf *out, const uint8_t *data, size_t len);
 
 /**
  * Appends a readable form of a tuple: `("orders", (2026, null), b"\x01\x02", -5, 1.5, true)`.
- * Strings are in double quotes and bytes in b"...", both written as kvq_printable writes them,
+ * Strings are in double quotes and bytes in b"...", both written as kvq_bytes_format writes them,
  * with a double quote as \x22; integers in decimal (all 64-bit magnitudes); a float ends in
  * `f` (`1.5f`), a double does not, both in the shortest form that reads back to the same value
  * (`nan`, `inf` and `-inf` as such); `true`/`false`; `null`;
@@ -422,15 +422,15 @@ KVQ_API KVQ_NODISCARD int
 kvq_tuple_range(kvq_buf *begin, kvq_buf *end, const uint8_t *prefix, size_t len);
 
 /**
- * Appends the first key after every key that starts with key: key with its trailing 0xFF bytes
- * dropped and its last byte then incremented ("ab\xff" gives "ac").
+ * Appends the first key after every key that starts with key (FoundationDB's strinc): key with its
+ * trailing 0xFF bytes dropped and its last byte then incremented ("ab\xff" gives "ac").
  *
  * @param[in,out] out  the buffer to append to; key must not point into it
  * @param[in] key, len the key
  * @return 0; KVQ_EINVAL for a NULL out or key, or a key that is empty or all 0xFF (no key
  *         follows them); KVQ_ENOMEM. On error out is unchanged.
  */
-KVQ_API KVQ_NODISCARD int kvq_strinc(kvq_buf *out, const uint8_t *key, size_t len);
+KVQ_API KVQ_NODISCARD int kvq_bytes_strinc(kvq_buf *out, const uint8_t *key, size_t len);
 
 /** A subspace: a key prefix made of raw bytes followed by a packed tuple. Immutable. */
 typedef struct kvq_subspace kvq_subspace;

@@ -223,7 +223,7 @@ void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1
 static long not_tuples;
 
 /* The text of a value as the tuple it packs: kvq_tuple_format's form, ("a", 1); b"..."
- * (kvq_printable) for a value that is not a packed tuple, which no tuple's text is (it always
+ * (kvq_bytes_format) for a value that is not a packed tuple, which no tuple's text is (it always
  * has its parentheses). Returns 1 for a tuple, 0 for another value, -1 out of memory. */
 static int tuple_text(kvq_buf *out, const uint8_t *p, size_t n)
 {

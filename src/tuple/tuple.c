@@ -1090,18 +1090,18 @@ int kvq_tuple_range(kvq_buf *begin, kvq_buf *end, const uint8_t *prefix, size_t 
     return rc;
 }
 
-int kvq_strinc(kvq_buf *out, const uint8_t *key, size_t len)
+int kvq_bytes_strinc(kvq_buf *out, const uint8_t *key, size_t len)
 {
     if (out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_strinc: out is NULL");
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_strinc: out is NULL");
     if (key == NULL && len > 0)
-        return kvq__error(KVQ_EINVAL, "kvq_strinc: key is NULL and len is %zu", len);
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_strinc: key is NULL and len is %zu", len);
     size_t n = len;
     while (n > 0 && key[n - 1] == 0xff)
         n--;
     if (n == 0)
         return kvq__error(KVQ_EINVAL,
-                          "kvq_strinc: the key is %s; no key follows all keys that "
+                          "kvq_bytes_strinc: the key is %s; no key follows all keys that "
                           "start with it",
                           len == 0 ? "empty" : "all 0xFF");
     size_t start = out->len;

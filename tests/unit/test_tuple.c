@@ -1237,21 +1237,21 @@ static void test_ranges_and_strinc(void **state)
     assert_bytes(b.data, b.len, (const uint8_t *)"\x01q\x00\x00", 4);
     assert_bytes(e.data, e.len, (const uint8_t *)"\x01q\x00\xff", 4);
 
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"ab\xff\xff", 4), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"ab\xff\xff", 4), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"ac", 2);
     s.len = 0;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"a\xfe", 2), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"a\xfe", 2), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"a\xff", 2);
     s.len = 0;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\x00", 1), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\x00", 1), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"\x01", 1);
     /* It appends. */
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\x01q\x00\xff", 4), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\x01q\x00\xff", 4), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"\x01\x01q\x01", 4);
     size_t before = s.len;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\xff\xff", 2), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\xff\xff", 2), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "all 0xFF"));
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"x", 0), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"x", 0), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "empty"));
     assert_int_equal(s.len, before);
     kvq_buf_dispose(&b);
@@ -1397,9 +1397,9 @@ static void test_bad_arguments(void **state)
     EXPECT_EINVAL(kvq_tuple_range(&b, NULL, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, &b, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, &b2, NULL, 3));
-    EXPECT_EINVAL(kvq_strinc(NULL, buf, 1));
-    EXPECT_EINVAL(kvq_strinc(&b, NULL, 1));
-    EXPECT_EINVAL(kvq_strinc(&b, NULL, 0));
+    EXPECT_EINVAL(kvq_bytes_strinc(NULL, buf, 1));
+    EXPECT_EINVAL(kvq_bytes_strinc(&b, NULL, 1));
+    EXPECT_EINVAL(kvq_bytes_strinc(&b, NULL, 0));
     EXPECT_EINVAL(kvq_subspace_new(NULL, NULL, 0, NULL, 0));
     kvq_subspace *s2 = (kvq_subspace *)&s2;
     EXPECT_EINVAL(kvq_subspace_new(&s2, NULL, 3, NULL, 0));
@@ -1593,13 +1593,13 @@ static void test_printable_and_format(void **state)
 {
     (void)state;
     kvq_buf out = KVQ_BUF_INIT;
-    assert_int_equal(kvq_printable(&out, (const uint8_t *)"a\x00\\ ~\x7f\xff\"", 8), 0);
+    assert_int_equal(kvq_bytes_format(&out, (const uint8_t *)"a\x00\\ ~\x7f\xff\"", 8), 0);
     assert_string_equal((const char *)out.data, "a\\x00\\\\ ~\\x7f\\xff\"");
     assert_int_equal(out.len, strlen("a\\x00\\\\ ~\\x7f\\xff\""));
-    assert_int_equal(kvq_printable(NULL, NULL, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_printable(&out, NULL, 1), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_format(NULL, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_format(&out, NULL, 1), KVQ_EINVAL);
     out.len = 0;
-    assert_int_equal(kvq_printable(&out, NULL, 0), 0);
+    assert_int_equal(kvq_bytes_format(&out, NULL, 0), 0);
     assert_string_equal((const char *)out.data, "");
 
     uint8_t uuid[16], tr[10];

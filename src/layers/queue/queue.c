@@ -482,7 +482,7 @@ int kvq_queue_delete_txn(kvq_queue *q, kvq_txn *txn)
     /* Everything that starts with the prefix: [prefix, strinc(prefix)). The prefix never
      * starts with 0xFF, so strinc exists. */
     kvq_buf end = KVQ_BUF_INIT;
-    rc = kvq_strinc(&end, q->prefix.data, q->prefix.len);
+    rc = kvq_bytes_strinc(&end, q->prefix.data, q->prefix.len);
     if (rc == 0)
         rc = kvq_txn_clear_range(txn, q->prefix.data, q->prefix.len, end.data, end.len);
     kvq_buf_dispose(&end);
