@@ -234,20 +234,20 @@ static inline kvq_tuple_elem kvq_tuple_vs_incomplete(uint16_t user)
 /**
  * Packs elements into a caller buffer.
  *
- * @param[out] buf      where to write; may be NULL when cap is 0 (to ask for the size)
- * @param[in]  cap      the size of buf
- * @param[out] len_out  the bytes written; with KVQ_ENOBUFS the size needed; 0 on other errors
- * @param[in]  elems    the elements (borrowed for the call); may be NULL when count is 0
- * @param[in]  count    the number of elements
+ * @param[out] out    where to write; may be NULL when cap is 0 (to ask for the size)
+ * @param[in]  cap    the size of out
+ * @param[out] len    the bytes written; with KVQ_ENOBUFS the size needed; 0 on other errors
+ * @param[in]  elems  the elements (borrowed for the call); may be NULL when count is 0
+ * @param[in]  count  the number of elements
  * @return 0;
- *         KVQ_ENOBUFS when cap is too small (buf then holds a prefix of the encoding);
- *         KVQ_EINVAL for a NULL len_out, a NULL buf with cap > 0, NULL elems or element data
+ *         KVQ_ENOBUFS when cap is too small (out then holds a prefix of the encoding);
+ *         KVQ_EINVAL for a NULL len, a NULL out with cap > 0, NULL elems or element data
  *         with a nonzero count or length, a string that is not valid UTF-8, an unknown type,
  *         nesting deeper than KVQ_TUPLE_MAX_DEPTH, an incomplete versionstamp (use
  *         kvq_tuple_pack_vs) or a complete one whose 10 bytes are all 0xFF.
  */
-KVQ_API KVQ_NODISCARD int kvq_tuple_pack(
-    uint8_t *buf, size_t cap, size_t *len_out, const kvq_tuple_elem *elems, size_t count);
+KVQ_API KVQ_NODISCARD int
+kvq_tuple_pack(uint8_t *out, size_t cap, size_t *len, const kvq_tuple_elem *elems, size_t count);
 
 /**
  * Packs elements and appends them to out, which may already hold bytes (a raw prefix).

@@ -130,12 +130,19 @@ KVQ_API KVQ_NODISCARD int kvq_workq_purge(uint64_t *out, kvq_workq *w);
  * Writes a lease as a token: its fields in lowercase hexadecimal (id, received, deadline,
  * deliveries, priority, big-endian), the same text the kvq command prints, so that a lease can
  * travel between programs and commands (`kvq receive` in a script, kvq_workq_ack in C).
- * @param[out] out  at least KVQ_WORKQ_TOKEN_LEN + 1 bytes; receives the token and a NUL
- * @param cap       the size of out
- * @return 0; KVQ_EINVAL (NULL); KVQ_ENOBUFS (cap too small: nothing written).
+ * The caller's buffer is passed as kvq_tuple_pack's is: (out, cap, &len), then the input.
+ *
+ * @param[out] out    at least KVQ_WORKQ_TOKEN_LEN + 1 bytes; receives the token and a NUL; may
+ *                    be NULL when cap is 0 (to ask for the size)
+ * @param[in]  cap    the size of out
+ * @param[out] len    the characters written, the NUL not counted (KVQ_WORKQ_TOKEN_LEN); with
+ *                    KVQ_ENOBUFS the size needed, the NUL counted; 0 on other errors
+ * @param[in]  lease  the lease
+ * @return 0; KVQ_EINVAL (a NULL len or lease, a NULL out with cap > 0); KVQ_ENOBUFS (cap too
+ *         small: nothing written).
  */
 KVQ_API KVQ_NODISCARD int
-kvq_workq_lease_format(char *out, size_t cap, const kvq_workq_lease *lease);
+kvq_workq_lease_format(char *out, size_t cap, size_t *len, const kvq_workq_lease *lease);
 
 /**
  * Reads a token written by kvq_workq_lease_format (or printed by the kvq command): exactly

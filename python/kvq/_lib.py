@@ -268,7 +268,7 @@ _PROTOS = {
     "kvq_workq_list_delayed": (c_int, [P, ITEM_FN, P]),
     "kvq_workq_get_stats": (c_int, [POINTER(kvq_workq_stats), P]),
     "kvq_workq_purge": (c_int, [POINTER(c_uint64), P]),
-    "kvq_workq_lease_format": (c_int, [c_char_p, SZ, LEASEP]),
+    "kvq_workq_lease_format": (c_int, [c_char_p, SZ, POINTER(SZ), LEASEP]),
     "kvq_workq_lease_parse": (c_int, [LEASEP, c_char_p]),
 }
 

@@ -69,8 +69,9 @@ class WorkQueueStats:
 
 def _format(lease: _lib.kvq_workq_lease) -> str:
     out = ctypes.create_string_buffer(_TOKEN_LEN + 1)
-    check(lib().kvq_workq_lease_format(out, len(out), byref(lease)))
-    return out.value.decode("ascii")
+    n = ctypes.c_size_t(0)
+    check(lib().kvq_workq_lease_format(out, len(out), byref(n), byref(lease)))
+    return out.raw[: n.value].decode("ascii")
 
 
 class Message:

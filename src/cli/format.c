@@ -215,7 +215,8 @@ long cli_stdout_unread(void)
 
 void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1])
 {
-    if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, l) != 0)
+    size_t len;
+    if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, &len, l) != 0)
         out[0] = '\0';
 }
 

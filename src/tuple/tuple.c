@@ -298,22 +298,21 @@ static int pack_into(writer *w, const kvq_tuple_elem *elems, size_t count, const
     return pack_elems(w, elems, count, 0);
 }
 
-int kvq_tuple_pack(
-    uint8_t *buf, size_t cap, size_t *len_out, const kvq_tuple_elem *elems, size_t count)
+int kvq_tuple_pack(uint8_t *out, size_t cap, size_t *len, const kvq_tuple_elem *elems, size_t count)
 {
-    if (len_out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: len_out is NULL");
-    *len_out = 0;
-    if (buf == NULL && cap > 0)
-        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: buf is NULL and cap is %zu", cap);
-    writer w = { buf, cap, 0, 0, 0 };
+    if (len == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: len is NULL");
+    *len = 0;
+    if (out == NULL && cap > 0)
+        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: out is NULL and cap is %zu", cap);
+    writer w = { out, cap, 0, 0, 0 };
     int rc = pack_into(&w, elems, count, "kvq_tuple_pack");
     if (rc != 0)
         return rc;
     if (w.vs_count > 0)
         return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: the tuple holds an incomplete "
                                       "versionstamp; pack it with kvq_tuple_pack_vs");
-    *len_out = w.len;
+    *len = w.len;
     if (w.len > cap)
         return kvq__error(KVQ_ENOBUFS, "kvq_tuple_pack: needs %zu bytes, the buffer has %zu", w.len,
                           cap);

@@ -323,7 +323,9 @@ static void test_tokens(void **state)
     l.deliveries = 3;
     l.priority = -2;
     char tok[KVQ_WORKQ_TOKEN_LEN + 1];
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &l));
+    size_t toklen;
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &l));
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN);
     assert_string_equal(tok, "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
                              "0102030405060708" "1112131415161718" "00000003"
                              "fffffffffffffffe");
@@ -341,9 +343,15 @@ static void test_tokens(void **state)
     assert_ok(kvq_workq_lease_parse(&back, up));
     assert_int_equal(back.deadline, l.deadline);
     char small[KVQ_WORKQ_TOKEN_LEN];
-    assert_int_equal(kvq_workq_lease_format(small, sizeof(small), &l), KVQ_ENOBUFS);
-    assert_int_equal(kvq_workq_lease_format(NULL, 100, &l), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), NULL), KVQ_EINVAL);
+    /* The caller-buffer form of kvq_tuple_pack: the size needed with KVQ_ENOBUFS, 0 on errors. */
+    assert_int_equal(kvq_workq_lease_format(small, sizeof(small), &toklen, &l), KVQ_ENOBUFS);
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN + 1);
+    assert_int_equal(kvq_workq_lease_format(NULL, 0, &toklen, &l), KVQ_ENOBUFS);
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN + 1);
+    assert_int_equal(kvq_workq_lease_format(NULL, 100, &toklen, &l), KVQ_EINVAL);
+    assert_int_equal(toklen, 0);
+    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), &toklen, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), NULL, &l), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(NULL, tok), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(&back, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(&back, ""), KVQ_EINVAL);
@@ -362,7 +370,7 @@ static void test_tokens(void **state)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease got;
     assert_ok(kvq_workq_receive(&v, &got, e.w, 0));
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &got));
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &got));
     assert_ok(kvq_workq_lease_parse(&back, tok));
     assert_ok(kvq_workq_ack(e.w, &back));
     assert_int_equal(metrics(&e).acked, 1);

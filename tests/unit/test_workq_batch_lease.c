@@ -164,8 +164,9 @@ static void token_case(kvq_queue_type type)
     assert_int_equal(n, 6);
     /* The token of item 2, as `kvq receive` prints it, acks item 2 only, once. */
     char tok[KVQ_WORKQ_TOKEN_LEN + 1];
+    size_t toklen;
     kvq_workq_lease back;
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &ls[2]));
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[2]));
     assert_ok(kvq_workq_lease_parse(&back, tok));
     assert_ok(kvq_workq_ack(e.w, &back));
     assert_int_equal(kvq_workq_ack(e.w, &back), KVQ_ELEASE_SETTLED);
@@ -509,7 +510,8 @@ static int holder_main(const char *dir)
         return 3;
     for (size_t i = 0; i < n; i++) {
         char tok[KVQ_WORKQ_TOKEN_LEN + 1];
-        if (kvq_workq_lease_format(tok, sizeof(tok), &ls[i]) != 0)
+        size_t toklen;
+        if (kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[i]) != 0)
             return 4;
         printf("%s\n", tok);
     }
@@ -654,8 +656,9 @@ static void *conc_thread(void *arg)
             /* One by one, each through its token. */
             for (size_t i = 0; i < n && rc == 0; i++) {
                 char tok[KVQ_WORKQ_TOKEN_LEN + 1];
+                size_t toklen;
                 kvq_workq_lease l;
-                rc = kvq_workq_lease_format(tok, sizeof(tok), &ls[i]);
+                rc = kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[i]);
                 if (rc == 0)
                     rc = kvq_workq_lease_parse(&l, tok);
                 if (rc == 0)
