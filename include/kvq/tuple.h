@@ -306,8 +306,11 @@ typedef struct kvq_tuple_builder {
     size_t vs_at;
 } kvq_tuple_builder;
 
-/** Starts building into out (appending). A NULL out is an error that finish reports. */
-KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out);
+/**
+ * Starts building into dest (appending to it; the builder b is what this call fills). A NULL
+ * dest is an error that finish reports.
+ */
+KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *dest);
 /** Appends one element (any type; a nested element packs its whole array). */
 KVQ_API void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e);
 /** Opens a nested tuple: what is added until kvq_tuple_nest_end goes inside it. */

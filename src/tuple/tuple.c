@@ -425,16 +425,16 @@ static void build_elem(kvq_tuple_builder *b, const kvq_tuple_elem *e)
     b->out->len += sizing.len;
 }
 
-void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out)
+void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *dest)
 {
     if (b == NULL)
         return;
     memset(b, 0, sizeof(*b));
-    b->out = out;
-    if (out == NULL)
-        b->error = kvq__error(KVQ_EINVAL, "kvq_tuple_builder_init: out is NULL");
+    b->out = dest;
+    if (dest == NULL)
+        b->error = kvq__error(KVQ_EINVAL, "kvq_tuple_builder_init: dest is NULL");
     else
-        b->start = out->len;
+        b->start = dest->len;
 }
 
 void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e)
