@@ -12,6 +12,8 @@
  *   skips                   test_skip.h (a skipped program exits 77, ctest's "skipped")
  *   assertions              assert_ok, assert_err, assert_bytes, and K("key") for the
  *                           (pointer, length) pair of a C string
+ *   queue-layer tests       test_queue_common.h (queue.c): tq_dir, tq_open_db, fixtures,
+ *                           subspaces, tq_crash_cycles, the tq_value codec
  *
  * Include it instead of <cmocka.h>; it includes cmocka with the headers cmocka needs. */
 #ifndef KVQ_TEST_H
