@@ -353,8 +353,7 @@ static void test_concurrent_atomic_adds(void **state)
 {
     (void)state;
     const char *p = "confl_add";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "n");
     uint8_t one[8], got[8];
     cf_put_le(one, 1, 8);
@@ -381,8 +380,7 @@ static void test_concurrent_append_and_compare_and_clear(void **state)
 {
     (void)state;
     const char *p = "confl_append_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key a = cf_k(p, "a"), c = cf_k(p, "c"), n = cf_k(p, "n");
     for (int ryw_off = 0; ryw_off < 2; ryw_off++) {
         kvq_txn *t = new_txn(db);
@@ -482,8 +480,7 @@ static void test_threads_atomic_adds(void **state)
 {
     (void)state;
     const char *p = "confl_add_threads";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     enum { THREADS = 4, N = 150 };
     struct adder a[THREADS];
     pthread_t th[THREADS];
@@ -510,8 +507,7 @@ static void test_versionstamped_pushes_no_conflict(void **state)
 {
     (void)state;
     const char *p = "confl_vs";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key q = cf_k(p, "q/"), qe = cf_after_prefix(&q);
     kvq_txn *t[3];
     for (int i = 0; i < 3; i++) {
@@ -549,8 +545,7 @@ static void test_clear_after_versionstamped_push_conflicts(void **state)
 {
     (void)state;
     const char *p = "confl_vs_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key q = cf_k(p, "q/"), qe = cf_after_prefix(&q);
     uint8_t k[300];
     memcpy(k, q.b, q.n);
@@ -588,8 +583,7 @@ static void test_read_after_failed_commit(void **state)
 {
     (void)state;
     const char *p = "confl_after_fail";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), o = cf_k(p, "o");
     kvq_txn *a = new_txn(db), *b = new_txn(db);
     kvq_bytes v;
@@ -656,8 +650,7 @@ static void test_transact_retries_conflicts(void **state)
 {
     (void)state;
     const char *p = "confl_retry";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db_stats before, after;
     assert_ok(kvq_db_get_stats(&before, db));
 
@@ -700,8 +693,7 @@ static void test_transact_body_errors(void **state)
 {
     (void)state;
     const char *p = "confl_body";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     /* The body's own failure: returned as is, run once, nothing committed. */
     struct interfere in = { db, cf_k(p, "k"), 0, 0, KVQ_EUSER };
     assert_err(kvq_db_transact(db, user_error_body, &in), KVQ_EUSER);
@@ -728,8 +720,7 @@ static void test_on_error(void **state)
 {
     (void)state;
     const char *p = "confl_onerr";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
     /* Non-retryable errors come back unchanged, and count no retry. */
@@ -914,8 +905,7 @@ static void fault_case(unsigned kind, int want_rc, int want_written, const char 
 {
     char p[64];
     snprintf(p, sizeof(p), "confl_fault_%s", name);
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db *faulty = open_faulty(kind, 1.0, 100);
     kvq_db_stats before, after;
     assert_ok(kvq_db_get_stats(&before, faulty));
@@ -964,8 +954,7 @@ static void test_fault_rate_retry_loop(void **state)
 {
     (void)state;
     const char *p = "confl_fault_rate";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db *faulty =
         open_faulty(KVQ_FAULT_NOT_COMMITTED | KVQ_FAULT_UNKNOWN_NOT_COMMITTED, 0.5, -1);
     for (int i = 0; i < 40; i++) {
@@ -1030,8 +1019,7 @@ static void test_conflicts_across_processes(void **state)
 {
     (void)state;
     const char *p = "confl_procs";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), other = cf_k(p, "other"), out = cf_k(p, "out");
     kvq_bytes v;
     int present;

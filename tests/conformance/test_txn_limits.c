@@ -28,8 +28,7 @@ static void test_key_sizes(void **state)
 {
     (void)state;
     const char *p = "lim_key";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     static const size_t ok_sizes[] = { 9999, KVQ_MAX_KEY_SIZE };
     kvq_txn *t = new_txn(db);
     kvq_bytes v;
@@ -92,8 +91,7 @@ static void test_value_sizes(void **state)
 {
     (void)state;
     const char *p = "lim_value";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     uint8_t *val = malloc(KVQ_MAX_VALUE_SIZE + 1);
     assert_non_null(val);
     for (size_t i = 0; i < KVQ_MAX_VALUE_SIZE + 1; i++)
@@ -225,8 +223,7 @@ static void test_transaction_too_large(void **state)
 {
     (void)state;
     const char *p = "lim_txn";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     /* 95 values of 100,000 bytes (9.5 MB with keys and conflict ranges) commit. */
     assert_ok(big_transaction(db, p, 95));
     assert_int_equal(count_prefix(db, p), 95);
@@ -273,8 +270,7 @@ static void test_transaction_too_large_conflict_ranges(void **state)
 {
     (void)state;
     const char *p = "lim_txn_conflicts";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     assert_ok(conflict_range_transaction(db, p, 450, KVQ_CONFLICT_WRITE));
     assert_err(conflict_range_transaction(db, p, 600, KVQ_CONFLICT_WRITE),
                KVQ_ETRANSACTION_TOO_LARGE);
@@ -476,8 +472,7 @@ static void test_transaction_too_old_slow(void **state)
     (void)state;
     const char *p = "lim_old";
     setenv("KVQ_TEST_TXN_WINDOW_MS", "5000", 1);
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), blind = cf_k(p, "blind"), k2 = cf_k(p, "k2");
     cf_key y_out = cf_k(p, "young"), c_out = cf_k(p, "conf"), s_out = cf_k(p, "snap");
     kvq_txn *t_old = new_txn(db), *t_old2 = new_txn(db), *t_young = new_txn(db),
