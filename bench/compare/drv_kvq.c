@@ -523,7 +523,7 @@ static int mem_fill(const char *url, const qb_options *o, mem_shared *sh)
         kq_fail("memory: push", rc);
     /* The last item: the last key under prefix + pack((b"val",)). */
     kvq_txn *txn = NULL;
-    kvq_bytes pfx = kvq_queue_prefix(q);
+    kvq_bytes pfx = kvq_queue_get_prefix(q);
     uint8_t lo[300], hi[300];
     static const uint8_t val[] = { 0x01, 'v', 'a', 'l', 0x00 };
     if (rc == 0 && pfx.len + sizeof(val) > sizeof(lo)) {

@@ -5,6 +5,7 @@
 #ifndef KVQ_COMMON_H
 #define KVQ_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,13 @@
 #define KVQ_API
 #endif
 
+/*
+ * KVQ_NODISCARD marks every public function that returns a value: a KVQ_E* code to check, or
+ * the value the call is made for (a getter, a predicate, a name). Ignoring it is a bug, so the
+ * compiler says so. Only functions returning void go without it (tests/headertest/api_scheme.py
+ * checks both in every header). GCC warns even through a cast to void: keep the result in a
+ * variable where it is truly not needed, and say why.
+ */
 #if defined(__GNUC__)
 #define KVQ_NODISCARD __attribute__((warn_unused_result))
 #else
@@ -62,13 +70,13 @@ KVQ_API void kvq_buf_dispose(kvq_buf *buf);
  * Makes room for at least `extra` more bytes. Returns 0, KVQ_EINVAL (buf is NULL) or
  * KVQ_ENOMEM.
  */
-KVQ_API int kvq_buf_grow(kvq_buf *buf, size_t extra);
+KVQ_API KVQ_NODISCARD int kvq_buf_grow(kvq_buf *buf, size_t extra);
 
 /** Appends len bytes. Returns 0, KVQ_EINVAL or KVQ_ENOMEM; on error buf is unchanged. */
-KVQ_API int kvq_buf_append(kvq_buf *buf, const void *data, size_t len);
+KVQ_API KVQ_NODISCARD int kvq_buf_append(kvq_buf *buf, const void *data, size_t len);
 
 /** Returns the library's version as "MAJOR.MINOR.PATCH"; a static string. */
-KVQ_API const char *kvq_version(void);
+KVQ_API KVQ_NODISCARD const char *kvq_version(void);
 
 #ifdef __cplusplus
 }

@@ -116,13 +116,14 @@ KVQ_API void kvq_consumer_stop(kvq_consumer *c);
  * many restarts). Returns 0, or the error that stopped a worker (KVQ_EUSER when callbacks kept
  * failing).
  */
-KVQ_API int kvq_consumer_join(kvq_consumer *c);
+KVQ_API KVQ_NODISCARD int kvq_consumer_join(kvq_consumer *c);
 
-/** 1 once every worker has ended (after a stop, a drain or a failure), else 0. */
-KVQ_API int kvq_consumer_finished(kvq_consumer *c);
+/** true once every worker has ended (after a stop, a drain or a failure), else false (true
+ * for NULL). */
+KVQ_API KVQ_NODISCARD bool kvq_consumer_finished(kvq_consumer *c);
 
 /** Reads the counters (any time). */
-KVQ_API int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c);
+KVQ_API KVQ_NODISCARD int kvq_consumer_get_stats(kvq_consumer_stats *out, kvq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
 KVQ_API void kvq_consumer_destroy(kvq_consumer *c);
@@ -215,13 +216,14 @@ KVQ_API void kvq_workq_consumer_stop(kvq_workq_consumer *c);
  * KVQ_WORKQ_RELEASE or an error). Returns 0, or the error that stopped a worker (a receive, ack
  * or nack that failed other than by an ended lease).
  */
-KVQ_API int kvq_workq_consumer_join(kvq_workq_consumer *c);
+KVQ_API KVQ_NODISCARD int kvq_workq_consumer_join(kvq_workq_consumer *c);
 
-/** 1 once every worker has ended, else 0 (1 for NULL). */
-KVQ_API int kvq_workq_consumer_finished(kvq_workq_consumer *c);
+/** true once every worker has ended, else false (true for NULL). */
+KVQ_API KVQ_NODISCARD bool kvq_workq_consumer_finished(kvq_workq_consumer *c);
 
 /** Reads the counters (any time). @return 0; KVQ_EINVAL for NULL. */
-KVQ_API int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out, kvq_workq_consumer *c);
+KVQ_API KVQ_NODISCARD int kvq_workq_consumer_get_stats(kvq_workq_consumer_stats *out,
+                                                       kvq_workq_consumer *c);
 
 /** Stops, joins and frees the consumer. NULL is a no-op. */
 KVQ_API void kvq_workq_consumer_destroy(kvq_workq_consumer *c);

@@ -107,7 +107,7 @@ KVQ_API KVQ_NODISCARD int kvq_db_open(kvq_db **out, const char *url, const kvq_d
 KVQ_API void kvq_db_close(kvq_db *db);
 
 /** Returns the engine's name ("embedded" or "fdb"). */
-KVQ_API const char *kvq_db_engine(const kvq_db *db);
+KVQ_API KVQ_NODISCARD const char *kvq_db_get_engine(const kvq_db *db);
 
 /** Counters of a database handle, for benchmarks and tests. */
 typedef struct kvq_db_stats {
@@ -125,7 +125,7 @@ typedef struct kvq_db_stats {
 } kvq_db_stats;
 
 /** Reads the handle's counters. Returns 0 or KVQ_EINVAL. */
-KVQ_API int kvq_db_get_stats(kvq_db_stats *out, const kvq_db *db);
+KVQ_API KVQ_NODISCARD int kvq_db_get_stats(kvq_db_stats *out, const kvq_db *db);
 
 /** Creates a transaction. Returns 0, KVQ_EINVAL or KVQ_ENOMEM. */
 KVQ_API KVQ_NODISCARD int kvq_txn_create(kvq_txn **out, kvq_db *db);
@@ -351,7 +351,7 @@ KVQ_API KVQ_NODISCARD int kvq_txn_set_read_version(kvq_txn *txn, int64_t version
 KVQ_API KVQ_NODISCARD int kvq_txn_get_approximate_size(int64_t *out, kvq_txn *txn);
 
 /** How many retries kvq_txn_on_error has made in this transaction. */
-KVQ_API int kvq_txn_retries(const kvq_txn *txn);
+KVQ_API KVQ_NODISCARD int kvq_txn_get_retries(const kvq_txn *txn);
 
 /**
  * Watches a key. The watch is armed when this transaction commits and fires once the key's

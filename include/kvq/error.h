@@ -122,10 +122,10 @@ typedef enum kvq_error {
  * Returns a one-line message for an error code. Never NULL; the string is static, never freed,
  * and safe to use from any thread. An unknown code gives "unknown error code".
  */
-KVQ_API const char *kvq_strerror(int err);
+KVQ_API KVQ_NODISCARD const char *kvq_strerror(int err);
 
 /** Returns the short name of an error code ("not_committed"), or "unknown" for an unknown code. */
-KVQ_API const char *kvq_errname(int err);
+KVQ_API KVQ_NODISCARD const char *kvq_errname(int err);
 
 /**
  * Returns the detail recorded by the last failing kvq call on this thread: a one-line message
@@ -133,25 +133,25 @@ KVQ_API const char *kvq_errname(int err);
  * message behind an I/O error). Valid until the next kvq call on this thread. Never NULL: an
  * empty string when nothing was recorded.
  */
-KVQ_API const char *kvq_last_error(void);
+KVQ_API KVQ_NODISCARD const char *kvq_last_error(void);
 
 /** The code the last failing kvq call on this thread recorded with its detail, or 0. */
-KVQ_API int kvq_last_error_code(void);
+KVQ_API KVQ_NODISCARD int kvq_last_error_code(void);
 
 /**
  * Retryable: the transaction may be retried after kvq_txn_on_error (1007, 1009, 1020, 1021,
  * 1037, 1038, 1039, 1042, 1051, 1078, 1213, 1223, 1235, 1242, 2137): the union of what
  * FoundationDB's predicates (7.1 to 7.4) and its on_error retry.
  */
-KVQ_API int kvq_error_retryable(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_retryable(int err);
 
 /** Maybe committed: the transaction may have committed (1021, 1039). A 1031 returned by
  * kvq_txn_commit may also have committed on the fdb engine (the timeout passed with the commit
  * in flight); this predicate cannot tell where a 1031 came from, so check it yourself. */
-KVQ_API int kvq_error_maybe_committed(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_maybe_committed(int err);
 
 /** Retryable and certainly not committed (the retryable codes but 1021 and 1039). */
-KVQ_API int kvq_error_retryable_not_committed(int err);
+KVQ_API KVQ_NODISCARD bool kvq_error_retryable_not_committed(int err);
 
 #ifdef __cplusplus
 }

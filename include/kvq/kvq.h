@@ -2,10 +2,15 @@
  * @file kvq/kvq.h
  * @brief kvq: durable, transactional queues for C. Include this one header.
  *
- * One convention holds in every header (kept from 0.1.0; a new function follows it):
+ * One convention holds in every header (docs/api.md has it in full, with the renames of 0.1's
+ * last round; tests/headertest/api_scheme.py checks it; a new function follows it):
  *
  * - **Names**: `kvq_<object>_<verb>`; the `_txn` form of an operation runs inside the caller's
- *   transaction, the plain form runs its own retry loop.
+ *   transaction, the plain form runs its own retry loop. Getters are `kvq_<object>_get_<noun>`:
+ *   they return the value when they cannot fail (kvq_queue_get_type), else write `out`
+ *   (kvq_db_get_stats); counts are "stats"; predicates return bool (kvq_error_retryable).
+ * - **Checked results**: every function returning a value is KVQ_NODISCARD (kvq/common.h).
+ * - **Caller buffers**: (out, cap, &len, inputs), as kvq_tuple_pack and kvq_workq_lease_format.
  * - **Arguments**: outputs first. The only output, or the main one, is named `out` (`outs` for
  *   an array the caller provides); further outputs follow it, named for what they hold (`n`,
  *   `priority`, `lease`, `watch`). Then the object acted on (database, queue, work queue,

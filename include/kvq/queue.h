@@ -135,10 +135,10 @@ KVQ_API KVQ_NODISCARD int kvq_queue_open(kvq_queue **out,
 KVQ_API void kvq_queue_close(kvq_queue *q);
 
 /** The queue's type, or 0 for NULL. */
-KVQ_API kvq_queue_type kvq_queue_get_type(const kvq_queue *q);
+KVQ_API KVQ_NODISCARD kvq_queue_type kvq_queue_get_type(const kvq_queue *q);
 
 /** The queue's key prefix, borrowed from the handle (valid until kvq_queue_close). */
-KVQ_API kvq_bytes kvq_queue_prefix(const kvq_queue *q);
+KVQ_API KVQ_NODISCARD kvq_bytes kvq_queue_get_prefix(const kvq_queue *q);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Named queues: the database's registry, shared with the kvq command                        */
@@ -179,10 +179,10 @@ enum {
     }
 
 /** The name of a queue type ("FIFO", "priority", "durable"; "unknown" otherwise). */
-KVQ_API const char *kvq_queue_type_name(kvq_queue_type type);
+KVQ_API KVQ_NODISCARD const char *kvq_queue_type_name(kvq_queue_type type);
 
 /** Checks a queue name: 1 to 200 bytes without control characters. 0 or KVQ_EINVAL. */
-KVQ_API int kvq_queue_check_name(const char *name);
+KVQ_API KVQ_NODISCARD int kvq_queue_check_name(const char *name);
 
 /**
  * Records a named queue in the database (nothing else is written): it then lives in the
@@ -607,7 +607,7 @@ typedef struct kvq_queue_stats {
 } kvq_queue_stats;
 
 /** Reads a handle's counters. Returns 0 or KVQ_EINVAL. */
-KVQ_API int kvq_queue_get_stats(kvq_queue_stats *out, const kvq_queue *q);
+KVQ_API KVQ_NODISCARD int kvq_queue_get_stats(kvq_queue_stats *out, const kvq_queue *q);
 
 #ifdef __cplusplus
 }

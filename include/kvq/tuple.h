@@ -234,20 +234,20 @@ static inline kvq_tuple_elem kvq_tuple_vs_incomplete(uint16_t user)
 /**
  * Packs elements into a caller buffer.
  *
- * @param[out] buf      where to write; may be NULL when cap is 0 (to ask for the size)
- * @param[in]  cap      the size of buf
- * @param[out] len_out  the bytes written; with KVQ_ENOBUFS the size needed; 0 on other errors
- * @param[in]  elems    the elements (borrowed for the call); may be NULL when count is 0
- * @param[in]  count    the number of elements
+ * @param[out] out    where to write; may be NULL when cap is 0 (to ask for the size)
+ * @param[in]  cap    the size of out
+ * @param[out] len    the bytes written; with KVQ_ENOBUFS the size needed; 0 on other errors
+ * @param[in]  elems  the elements (borrowed for the call); may be NULL when count is 0
+ * @param[in]  count  the number of elements
  * @return 0;
- *         KVQ_ENOBUFS when cap is too small (buf then holds a prefix of the encoding);
- *         KVQ_EINVAL for a NULL len_out, a NULL buf with cap > 0, NULL elems or element data
+ *         KVQ_ENOBUFS when cap is too small (out then holds a prefix of the encoding);
+ *         KVQ_EINVAL for a NULL len, a NULL out with cap > 0, NULL elems or element data
  *         with a nonzero count or length, a string that is not valid UTF-8, an unknown type,
  *         nesting deeper than KVQ_TUPLE_MAX_DEPTH, an incomplete versionstamp (use
  *         kvq_tuple_pack_vs) or a complete one whose 10 bytes are all 0xFF.
  */
-KVQ_API KVQ_NODISCARD int kvq_tuple_pack(
-    uint8_t *buf, size_t cap, size_t *len_out, const kvq_tuple_elem *elems, size_t count);
+KVQ_API KVQ_NODISCARD int
+kvq_tuple_pack(uint8_t *out, size_t cap, size_t *len, const kvq_tuple_elem *elems, size_t count);
 
 /**
  * Packs elements and appends them to out, which may already hold bytes (a raw prefix).
@@ -306,8 +306,11 @@ typedef struct kvq_tuple_builder {
     size_t vs_at;
 } kvq_tuple_builder;
 
-/** Starts building into out (appending). A NULL out is an error that finish reports. */
-KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out);
+/**
+ * Starts building into dest (appending to it; the builder b is what this call fills). A NULL
+ * dest is an error that finish reports.
+ */
+KVQ_API void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *dest);
 /** Appends one element (any type; a nested element packs its whole array). */
 KVQ_API void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e);
 /** Opens a nested tuple: what is added until kvq_tuple_nest_end goes inside it. */
@@ -342,15 +345,15 @@ typedef struct kvq_tuple kvq_tuple;
 KVQ_API KVQ_NODISCARD int kvq_tuple_unpack(kvq_tuple **out, const uint8_t *data, size_t len);
 
 /** Returns the number of top-level elements (0 for NULL). */
-KVQ_API size_t kvq_tuple_count(const kvq_tuple *t);
+KVQ_API KVQ_NODISCARD size_t kvq_tuple_get_count(const kvq_tuple *t);
 
 /**
  * Returns element i, or NULL when t is NULL or i is out of range. The elements are one array:
- * kvq_tuple_at(t, 0) points at kvq_tuple_count(t) of them (so it can be handed to
+ * kvq_tuple_get_elem(t, 0) points at kvq_tuple_get_count(t) of them (so it can be handed to
  * kvq_tuple_pack or kvq_tuple_compare), and so do nested elements' v.nested.elems.
  * @note Valid until kvq_tuple_destroy(t), as are the bytes and nested elements they point at.
  */
-KVQ_API const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i);
+KVQ_API KVQ_NODISCARD const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i);
 
 /** Frees a tuple. NULL is a no-op. */
 KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
@@ -368,18 +371,19 @@ KVQ_API void kvq_tuple_destroy(kvq_tuple *t);
  * @return -1, 0 or 1. Elements that packing refuses compare without crashing, but in no
  *         specified order; nesting deeper than KVQ_TUPLE_MAX_DEPTH is not looked into.
  */
-KVQ_API int
+KVQ_API KVQ_NODISCARD int
 kvq_tuple_compare(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
- * Strict equality: 1 when the two tuples pack to the same bytes, else 0. So 1 and 1.0 differ
+ * Strict equality: true when the two tuples pack to the same bytes, else false. So 1 and 1.0 differ
  * (an integer is not a double), as do a float and a double of the same value, "a" and b"a",
  * 0.0 and -0.0, and NaNs with different bits; an INT and a UINT of the same value are equal
  * (one encoding); nested tuples compare element by element. Incomplete versionstamps compare by
  * their user version. Tuples with an element kvq_tuple_pack refuses (invalid UTF-8, a bad type)
  * are equal to nothing, themselves included.
  */
-KVQ_API int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
+KVQ_API KVQ_NODISCARD bool
+kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb);
 
 /**
  * Appends a readable form of bytes, as FoundationDB's `printable` writes them: bytes 0x20 to
@@ -390,11 +394,11 @@ KVQ_API int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_
  *                     out->len, so that out->data is a C string
  * @return 0; KVQ_EINVAL (NULL out, NULL data with len > 0); KVQ_ENOMEM (out->len unchanged).
  */
-KVQ_API KVQ_NODISCARD int kvq_printable(kvq_buf *out, const uint8_t *data, size_t len);
+KVQ_API KVQ_NODISCARD int kvq_bytes_format(kvq_buf *out, const uint8_t *data, size_t len);
 
 /**
  * Appends a readable form of a tuple: `("orders", (2026, null), b"\x01\x02", -5, 1.5, true)`.
- * Strings are in double quotes and bytes in b"...", both written as kvq_printable writes them,
+ * Strings are in double quotes and bytes in b"...", both written as kvq_bytes_format writes them,
  * with a double quote as \x22; integers in decimal (all 64-bit magnitudes); a float ends in
  * `f` (`1.5f`), a double does not, both in the shortest form that reads back to the same value
  * (`nan`, `inf` and `-inf` as such); `true`/`false`; `null`;
@@ -421,15 +425,15 @@ KVQ_API KVQ_NODISCARD int
 kvq_tuple_range(kvq_buf *begin, kvq_buf *end, const uint8_t *prefix, size_t len);
 
 /**
- * Appends the first key after every key that starts with key: key with its trailing 0xFF bytes
- * dropped and its last byte then incremented ("ab\xff" gives "ac").
+ * Appends the first key after every key that starts with key (FoundationDB's strinc): key with its
+ * trailing 0xFF bytes dropped and its last byte then incremented ("ab\xff" gives "ac").
  *
  * @param[in,out] out  the buffer to append to; key must not point into it
  * @param[in] key, len the key
  * @return 0; KVQ_EINVAL for a NULL out or key, or a key that is empty or all 0xFF (no key
  *         follows them); KVQ_ENOMEM. On error out is unchanged.
  */
-KVQ_API KVQ_NODISCARD int kvq_strinc(kvq_buf *out, const uint8_t *key, size_t len);
+KVQ_API KVQ_NODISCARD int kvq_bytes_strinc(kvq_buf *out, const uint8_t *key, size_t len);
 
 /** A subspace: a key prefix made of raw bytes followed by a packed tuple. Immutable. */
 typedef struct kvq_subspace kvq_subspace;
@@ -455,7 +459,7 @@ KVQ_API void kvq_subspace_destroy(kvq_subspace *s);
 
 /** Returns the subspace's prefix, borrowed: valid until kvq_subspace_destroy. {NULL, 0} for NULL;
  * the data may be NULL when the prefix is empty. */
-KVQ_API kvq_bytes kvq_subspace_prefix(const kvq_subspace *s);
+KVQ_API KVQ_NODISCARD kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s);
 
 /**
  * Appends prefix + pack(elems) to out.
@@ -486,9 +490,10 @@ KVQ_API KVQ_NODISCARD int kvq_subspace_pack_vs(kvq_buf *out,
 KVQ_API KVQ_NODISCARD int
 kvq_subspace_unpack(kvq_tuple **out, const kvq_subspace *s, const uint8_t *key, size_t len);
 
-/** Returns 1 if key starts with the subspace's prefix, else 0 (also for NULL arguments, which
- * record a KVQ_EINVAL detail for kvq_last_error()). */
-KVQ_API int kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len);
+/** Returns true if key starts with the subspace's prefix, else false (also for NULL arguments,
+ * which record a KVQ_EINVAL detail for kvq_last_error()). */
+KVQ_API KVQ_NODISCARD bool
+kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len);
 
 /**
  * Appends the range of the keys strictly inside prefix + pack(elems): that + 0x00 to begin,

@@ -2,7 +2,7 @@
  * @file kvq/workq.h
  * @brief Work-queue semantics on a durable or priority queue: receive with a lease, ack, nack,
  *        extend, delivery counts and dead letters, delayed delivery, deduplicated pushes and
- *        metrics.
+ *        statistics.
  *
  * A kvq_workq wraps an open kvq_queue of type KVQ_QUEUE_DURABLE or KVQ_QUEUE_PRIORITY. Ready
  * items stay where the queue's recipe puts them (so kvq_queue_len, peek and iterate still see
@@ -23,7 +23,7 @@
  *
  * **Due means ready, for every reader.** A delayed item whose time has come and an item whose
  * lease ended are ready for every reader of the queue: kvq_queue pops, peeks, lengths and
- * iteration (convenience and _txn forms), receives, metrics and listings. Each first looks at
+ * iteration (convenience and _txn forms), receives, statistics and listings. Each first looks at
  * its read version (two snapshot reads; nothing more when nothing is due) and, when something is
  * due, makes it ready in transactions of its own and reads again (a _txn form returns
  * KVQ_ENOT_COMMITTED, 1020, for the caller's retry loop). See docs/workq.md ("Time") for the
@@ -35,9 +35,9 @@
  * other (a deduplicated push conflicts only with another push of the same key).
  *
  * **Mixing.** Plain kvq_queue pushes and pops still work on the queue; items they push are
- * received normally. On a priority queue the metrics' ready count and oldest age only count
+ * received normally. On a priority queue the statistics' ready count and oldest age only count
  * items that went through this API (the priority recipe keeps no counter and its keys no time);
- * an item of this API taken with a plain pop leaves its age entry behind, which the metrics skip
+ * an item of this API taken with a plain pop leaves its age entry behind, which the statistics skip
  * and kvq_workq_recover removes.
  *
  * Errors common to every function: KVQ_EINVAL for NULL or invalid arguments, KVQ_EWRONGTYPE for a
@@ -277,7 +277,7 @@ kvq_workq_list_inflight(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
 KVQ_API KVQ_NODISCARD int kvq_workq_list_delayed(kvq_workq *w, kvq_workq_item_fn fn, void *payload);
 
 /** Counts of a work queue, read from counters (no scans). */
-typedef struct kvq_workq_metrics {
+typedef struct kvq_workq_stats {
     int64_t ready;    /**< items that can be received now (due items made ready first) */
     int64_t inflight; /**< leased items (ended leases are made ready first) */
     int64_t delayed;  /**< items waiting for their time */
@@ -304,11 +304,11 @@ typedef struct kvq_workq_metrics {
      * those of them that were ready (on a durable queue they also moved npop, which counts
      * them as popped in erlfdb's length, npush - npop). */
     int64_t cleared, cleared_ready;
-} kvq_workq_metrics;
+} kvq_workq_stats;
 
-/** Reads the metrics in one read-only transaction of snapshot reads.
+/** Reads the statistics in one read-only transaction of snapshot reads.
  * @return 0; KVQ_EINVAL; a transaction error. */
-KVQ_API KVQ_NODISCARD int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w);
+KVQ_API KVQ_NODISCARD int kvq_workq_get_stats(kvq_workq_stats *out, kvq_workq *w);
 
 #ifdef __cplusplus
 }

@@ -99,7 +99,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_nack_many_txn(int *out,
 /**
  * Makes what is due ready now: delayed items whose time has come, and items whose lease ended
  * (or that go to the dead letters instead). Optional: every reader of a durable or priority
- * queue (pops, peeks, lengths, iteration, receives, metrics, listings; kvq/queue.h) already
+ * queue (pops, peeks, lengths, iteration, receives, statistics, listings; kvq/queue.h) already
  * does this when it finds something due at its read version, so a due item is ready for every
  * reader without this call. It serves to make them ready at a time of the caller's choosing,
  * for instance so that the push counter moves and wakes the watchers of a durable queue
@@ -112,7 +112,7 @@ KVQ_API KVQ_NODISCARD int kvq_workq_ready_due(uint64_t *out, kvq_workq *w);
 /**
  * Removes every item of the queue, whatever its state: ready, in flight (their leases end:
  * a late ack fails with KVQ_ELEASE_EXPIRED), delayed and dead letters, in one transaction
- * (`kvq clear`). They are counted in kvq_workq_metrics.cleared, not as popped or acked. Dedup
+ * (`kvq clear`). They are counted in kvq_workq_stats.cleared, not as popped or acked. Dedup
  * keys stay (a deduplicated push within the window still enqueues nothing).
  * @param[out] out  items removed (may be NULL)
  * @return 0; KVQ_EINVAL; a transaction error (nothing removed).
@@ -130,12 +130,19 @@ KVQ_API KVQ_NODISCARD int kvq_workq_purge(uint64_t *out, kvq_workq *w);
  * Writes a lease as a token: its fields in lowercase hexadecimal (id, received, deadline,
  * deliveries, priority, big-endian), the same text the kvq command prints, so that a lease can
  * travel between programs and commands (`kvq receive` in a script, kvq_workq_ack in C).
- * @param[out] out  at least KVQ_WORKQ_TOKEN_LEN + 1 bytes; receives the token and a NUL
- * @param cap       the size of out
- * @return 0; KVQ_EINVAL (NULL); KVQ_ENOBUFS (cap too small: nothing written).
+ * The caller's buffer is passed as kvq_tuple_pack's is: (out, cap, &len), then the input.
+ *
+ * @param[out] out    at least KVQ_WORKQ_TOKEN_LEN + 1 bytes; receives the token and a NUL; may
+ *                    be NULL when cap is 0 (to ask for the size)
+ * @param[in]  cap    the size of out
+ * @param[out] len    the characters written, the NUL not counted (KVQ_WORKQ_TOKEN_LEN); with
+ *                    KVQ_ENOBUFS the size needed, the NUL counted; 0 on other errors
+ * @param[in]  lease  the lease
+ * @return 0; KVQ_EINVAL (a NULL len or lease, a NULL out with cap > 0); KVQ_ENOBUFS (cap too
+ *         small: nothing written).
  */
 KVQ_API KVQ_NODISCARD int
-kvq_workq_lease_format(char *out, size_t cap, const kvq_workq_lease *lease);
+kvq_workq_lease_format(char *out, size_t cap, size_t *len, const kvq_workq_lease *lease);
 
 /**
  * Reads a token written by kvq_workq_lease_format (or printed by the kvq command): exactly

@@ -17,7 +17,7 @@ from typing import Optional
 from . import _handle
 from ._db import Database, QueueInfo, Transaction, transactional
 from ._queue import Queue, QueueStats
-from ._workq import DeadLetter, Message, WorkItem, WorkQueue, WorkQueueMetrics
+from ._workq import DeadLetter, Message, WorkItem, WorkQueue, WorkQueueStats
 from .errors import *  # noqa: F401,F403 - one class per kvq error
 from .errors import __all__ as _error_names
 
@@ -34,7 +34,7 @@ __all__ = [
     "Message",
     "WorkItem",
     "DeadLetter",
-    "WorkQueueMetrics",
+    "WorkQueueStats",
     "library_version",
     "library_path",
     *_error_names,

@@ -134,7 +134,7 @@ class Database(Handle):
     def engine(self) -> str:
         """The engine's name: "embedded" or "fdb"."""
         with self._use() as p:
-            return (lib().kvq_db_engine(p) or b"").decode()
+            return (lib().kvq_db_get_engine(p) or b"").decode()
 
     def stats(self) -> Dict[str, int]:
         """The handle's counters: commits, conflicts, retries, batches, injected_faults, syncs."""

@@ -17,6 +17,7 @@ from ctypes import (
     CFUNCTYPE,
     POINTER,
     Structure,
+    c_bool,
     c_char_p,
     c_int,
     c_int64,
@@ -142,7 +143,7 @@ class kvq_workq_item(Structure):
     ]
 
 
-class kvq_workq_metrics(Structure):
+class kvq_workq_stats(Structure):
     _fields_ = [
         (n, c_int64)
         for n in (
@@ -183,12 +184,12 @@ _PROTOS = {
     "kvq_errname": (c_char_p, [c_int]),
     "kvq_last_error": (c_char_p, []),
     "kvq_last_error_code": (c_int, []),
-    "kvq_error_retryable": (c_int, [c_int]),
+    "kvq_error_retryable": (c_bool, [c_int]),
     "kvq_buf_dispose": (None, [BUFP]),
     # databases and transactions
     "kvq_db_open": (c_int, [PP, c_char_p, POINTER(kvq_db_options)]),
     "kvq_db_close": (None, [P]),
-    "kvq_db_engine": (c_char_p, [P]),
+    "kvq_db_get_engine": (c_char_p, [P]),
     "kvq_db_get_stats": (c_int, [POINTER(kvq_db_stats), P]),
     "kvq_db_transact": (c_int, [P, TXN_FN, P]),
     "kvq_txn_get": (c_int, [BYTESP, POINTER(c_int), P, U8P, SZ, c_uint]),
@@ -265,9 +266,9 @@ _PROTOS = {
     "kvq_workq_dlq_purge": (c_int, [POINTER(c_uint64), P]),
     "kvq_workq_list_inflight": (c_int, [P, ITEM_FN, P]),
     "kvq_workq_list_delayed": (c_int, [P, ITEM_FN, P]),
-    "kvq_workq_get_metrics": (c_int, [POINTER(kvq_workq_metrics), P]),
+    "kvq_workq_get_stats": (c_int, [POINTER(kvq_workq_stats), P]),
     "kvq_workq_purge": (c_int, [POINTER(c_uint64), P]),
-    "kvq_workq_lease_format": (c_int, [c_char_p, SZ, LEASEP]),
+    "kvq_workq_lease_format": (c_int, [c_char_p, SZ, POINTER(SZ), LEASEP]),
     "kvq_workq_lease_parse": (c_int, [LEASEP, c_char_p]),
 }
 

@@ -47,8 +47,8 @@ class WorkItem:
 
 
 @dataclass(frozen=True)
-class WorkQueueMetrics:
-    """Counts of a work queue (kvq_workq_metrics); totals count this API's operations only.
+class WorkQueueStats:
+    """Counts of a work queue (kvq_workq_stats); totals count this API's operations only.
 
     oldest_ready_age is in seconds, None when nothing is ready.
     """
@@ -69,8 +69,9 @@ class WorkQueueMetrics:
 
 def _format(lease: _lib.kvq_workq_lease) -> str:
     out = ctypes.create_string_buffer(_TOKEN_LEN + 1)
-    check(lib().kvq_workq_lease_format(out, len(out), byref(lease)))
-    return out.value.decode("ascii")
+    n = ctypes.c_size_t(0)
+    check(lib().kvq_workq_lease_format(out, len(out), byref(n), byref(lease)))
+    return out.raw[: n.value].decode("ascii")
 
 
 class Message:
@@ -421,12 +422,12 @@ class WorkQueue(Handle):
         """The delayed items, the one due soonest first."""
         return self._items("kvq_workq_list_delayed", False)
 
-    def metrics(self) -> WorkQueueMetrics:
+    def stats(self) -> WorkQueueStats:
         """Ready, in-flight, delayed and dead counts and the totals (read from counters)."""
-        m = _lib.kvq_workq_metrics()
+        m = _lib.kvq_workq_stats()
         with self._use() as p:
-            check(lib().kvq_workq_get_metrics(byref(m), p))
+            check(lib().kvq_workq_get_stats(byref(m), p))
         age = m.oldest_ready_age_ms
-        return WorkQueueMetrics(m.ready, m.inflight, m.delayed, m.dead,
+        return WorkQueueStats(m.ready, m.inflight, m.delayed, m.dead,
                                 None if age < 0 else age / 1000.0, m.received, m.taken,
                                 m.acked, m.requeued, m.dead_lettered, m.cleared, m.cleared_ready)

@@ -344,7 +344,8 @@ static int consume_leased(cli *c, cli_queue *q, const kvq_queue_settings *info, 
     err = kvq_workq_consumer_join(cons);
     cli_exec_stop();
     kvq_workq_consumer_stats s;
-    (void)kvq_workq_consumer_get_stats(&s, cons);
+    if (kvq_workq_consumer_get_stats(&s, cons) != 0) /* cannot fail on a live handle; zeros if it ever does */
+        memset(&s, 0, sizeof s);
     kvq_workq_consumer_destroy(cons);
     pthread_mutex_destroy(&x.out_mu);
     pthread_mutex_destroy(&x.run_mu);
@@ -518,7 +519,8 @@ int cmd_consume(cli *c, int argc, char **argv)
     err = kvq_consumer_join(cons);
     cli_exec_stop();
     kvq_consumer_stats s;
-    (void)kvq_consumer_get_stats(&s, cons);
+    if (kvq_consumer_get_stats(&s, cons) != 0) /* cannot fail on a live handle; zeros if it ever does */
+        memset(&s, 0, sizeof s);
     kvq_consumer_destroy(cons);
     cli_queue_close(q);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

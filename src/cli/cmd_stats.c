@@ -53,7 +53,7 @@ typedef struct qview {
     uint64_t f[NFIELDS];
     int has_age; /* the oldest ready item's age */
     double age_s;
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
 } qview;
 
 static uint64_t minus(uint64_t a, int64_t b)
@@ -74,18 +74,18 @@ static int gather(cli *c, const char *name, qview *v)
     cli_queue_stats s = { 0 };
     int err = 0;
     kvq_workq *w = NULL;
-    /* The work queue's metrics first: reading them makes due items ready, so that the
+    /* The work queue's statistics first: reading them makes due items ready, so that the
      * counters read next count them as ready too. */
     if (info.type != KVQ_QUEUE_FIFO) {
         err = cli_queue_workq(q, &info, &w);
         if (err == 0)
-            err = kvq_workq_get_metrics(&v->m, w);
+            err = kvq_workq_get_stats(&v->m, w);
     }
     if (err == 0)
         err = cli_queue_stats_get(q, &s);
     v->length = s.length;
     if (err == 0 && info.type != KVQ_QUEUE_FIFO) {
-        const kvq_workq_metrics *m = &v->m;
+        const kvq_workq_stats *m = &v->m;
         /* The durable queue's push and pop counters also move when the work queue gives
          * an item back or takes one: what is left is producers' pushes and plain pops
          * (read a moment apart, so never below 0). */

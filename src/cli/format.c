@@ -215,7 +215,8 @@ long cli_stdout_unread(void)
 
 void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1])
 {
-    if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, l) != 0)
+    size_t len;
+    if (kvq_workq_lease_format(out, KVQ_WORKQ_TOKEN_LEN + 1, &len, l) != 0)
         out[0] = '\0';
 }
 
@@ -223,14 +224,14 @@ void cli_token_format(const kvq_workq_lease *l, char out[KVQ_WORKQ_TOKEN_LEN + 1
 static long not_tuples;
 
 /* The text of a value as the tuple it packs: kvq_tuple_format's form, ("a", 1); b"..."
- * (kvq_printable) for a value that is not a packed tuple, which no tuple's text is (it always
+ * (kvq_bytes_format) for a value that is not a packed tuple, which no tuple's text is (it always
  * has its parentheses). Returns 1 for a tuple, 0 for another value, -1 out of memory. */
 static int tuple_text(kvq_buf *out, const uint8_t *p, size_t n)
 {
     out->len = 0;
     kvq_tuple *t = NULL;
     if (kvq_tuple_unpack(&t, p, n) == 0) {
-        int rc = kvq_tuple_format(out, kvq_tuple_at(t, 0), kvq_tuple_count(t));
+        int rc = kvq_tuple_format(out, kvq_tuple_get_elem(t, 0), kvq_tuple_get_count(t));
         kvq_tuple_destroy(t);
         if (rc == 0)
             return 1;

@@ -241,7 +241,7 @@ int cli_queue_watch(cli_queue *q, int64_t timeout_ms)
 /* Durable queues: the push and pop counters (snapshot reads). */
 static int durable_stats(cli_queue *q, kvq_txn *txn, cli_queue_stats *out)
 {
-    kvq_bytes prefix = kvq_queue_prefix(q->q);
+    kvq_bytes prefix = kvq_queue_get_prefix(q->q);
     uint64_t c[2] = { 0, 0 };
     const char *names[2] = { "npush", "npop" };
     int rc = 0;

@@ -137,7 +137,7 @@ static void *worker_main(void *arg)
             }
         } else {
             rc = kvq_txn_run(txn, pop_body, &p);
-            add_stat(c, &c->stats.retries, (uint64_t)kvq_txn_retries(txn));
+            add_stat(c, &c->stats.retries, (uint64_t)kvq_txn_get_retries(txn));
         }
         if (rc != 0) {
             set_error(c, rc);
@@ -278,7 +278,7 @@ int kvq_consumer_join(kvq_consumer *c)
     return kvq__crew_join(&c->crew);
 }
 
-int kvq_consumer_finished(kvq_consumer *c)
+bool kvq_consumer_finished(kvq_consumer *c)
 {
     return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }

@@ -304,7 +304,7 @@ int kvq_workq_consumer_join(kvq_workq_consumer *c)
     return kvq__crew_error(&c->crew);
 }
 
-int kvq_workq_consumer_finished(kvq_workq_consumer *c)
+bool kvq_workq_consumer_finished(kvq_workq_consumer *c)
 {
     return c == NULL ? 1 : kvq__crew_finished(&c->crew);
 }
@@ -322,7 +322,9 @@ void kvq_workq_consumer_destroy(kvq_workq_consumer *c)
     if (c == NULL)
         return;
     kvq_workq_consumer_stop(c);
-    (void)kvq_workq_consumer_join(c);
+    /* The consumer's result was for kvq_workq_consumer_join; destroying only needs the join. */
+    int joined = kvq_workq_consumer_join(c);
+    (void)joined;
     for (int i = 0; i < c->opts.workers; i++) {
         pthread_mutex_destroy(&c->slots[i].mu);
         if (c->slots[i].waker_ready)

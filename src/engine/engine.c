@@ -152,7 +152,7 @@ void kvq_db_close(kvq_db *db)
     kvq__free(db);
 }
 
-const char *kvq_db_engine(const kvq_db *db)
+const char *kvq_db_get_engine(const kvq_db *db)
 {
     return db == NULL ? "none" : db->ops->name;
 }
@@ -642,7 +642,7 @@ int kvq_txn_get_approximate_size(int64_t *out, kvq_txn *txn)
     return txn->db->ops->get_approximate_size(txn->t, out);
 }
 
-int kvq_txn_retries(const kvq_txn *txn)
+int kvq_txn_get_retries(const kvq_txn *txn)
 {
     return txn == NULL ? 0 : txn->retries;
 }

@@ -50,7 +50,7 @@ void kvq_subspace_destroy(kvq_subspace *s)
     kvq__free(s);
 }
 
-kvq_bytes kvq_subspace_prefix(const kvq_subspace *s)
+kvq_bytes kvq_subspace_get_prefix(const kvq_subspace *s)
 {
     kvq_bytes b = { NULL, 0 };
     if (s != NULL) {
@@ -97,15 +97,15 @@ int kvq_subspace_pack_vs(kvq_buf *out,
     return rc;
 }
 
-int kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len)
+bool kvq_subspace_contains(const kvq_subspace *s, const uint8_t *key, size_t len)
 {
     if (s == NULL) {
         (void)kvq__error(KVQ_EINVAL, "kvq_subspace_contains: the subspace is NULL");
-        return 0;
+        return false;
     }
     if (key == NULL && len > 0) {
         (void)kvq__error(KVQ_EINVAL, "kvq_subspace_contains: key is NULL and len is %zu", len);
-        return 0;
+        return false;
     }
     return len >= s->prefix.len &&
            (s->prefix.len == 0 || memcmp(key, s->prefix.data, s->prefix.len) == 0);

@@ -1,4 +1,4 @@
-/* Readable forms of bytes and tuples (kvq_printable, kvq_tuple_format). */
+/* Readable forms of bytes and tuples (kvq_bytes_format, kvq_tuple_format). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,12 +159,12 @@ static int finish_text(kvq_buf *out, size_t start, int rc)
     return 0;
 }
 
-int kvq_printable(kvq_buf *out, const uint8_t *data, size_t len)
+int kvq_bytes_format(kvq_buf *out, const uint8_t *data, size_t len)
 {
     if (out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_printable: out is NULL");
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_format: out is NULL");
     if (data == NULL && len > 0)
-        return kvq__error(KVQ_EINVAL, "kvq_printable: data is NULL and len is %zu", len);
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_format: data is NULL and len is %zu", len);
     size_t start = out->len;
     return finish_text(out, start, put_printable(out, data, len, 0));
 }

@@ -298,22 +298,21 @@ static int pack_into(writer *w, const kvq_tuple_elem *elems, size_t count, const
     return pack_elems(w, elems, count, 0);
 }
 
-int kvq_tuple_pack(
-    uint8_t *buf, size_t cap, size_t *len_out, const kvq_tuple_elem *elems, size_t count)
+int kvq_tuple_pack(uint8_t *out, size_t cap, size_t *len, const kvq_tuple_elem *elems, size_t count)
 {
-    if (len_out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: len_out is NULL");
-    *len_out = 0;
-    if (buf == NULL && cap > 0)
-        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: buf is NULL and cap is %zu", cap);
-    writer w = { buf, cap, 0, 0, 0 };
+    if (len == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: len is NULL");
+    *len = 0;
+    if (out == NULL && cap > 0)
+        return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: out is NULL and cap is %zu", cap);
+    writer w = { out, cap, 0, 0, 0 };
     int rc = pack_into(&w, elems, count, "kvq_tuple_pack");
     if (rc != 0)
         return rc;
     if (w.vs_count > 0)
         return kvq__error(KVQ_EINVAL, "kvq_tuple_pack: the tuple holds an incomplete "
                                       "versionstamp; pack it with kvq_tuple_pack_vs");
-    *len_out = w.len;
+    *len = w.len;
     if (w.len > cap)
         return kvq__error(KVQ_ENOBUFS, "kvq_tuple_pack: needs %zu bytes, the buffer has %zu", w.len,
                           cap);
@@ -369,14 +368,14 @@ int kvq_tuple_pack_vs(kvq_buf *out, const kvq_tuple_elem *elems, size_t count)
 
 /* ---- strict equality ----------------------------------------------------------------------- */
 
-int kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb)
+bool kvq_tuple_equal(const kvq_tuple_elem *a, size_t na, const kvq_tuple_elem *b, size_t nb)
 {
     writer wa = { NULL, 0, 0, 0, 0 }, wb = { NULL, 0, 0, 0, 0 };
     if ((a == NULL && na > 0) || (b == NULL && nb > 0) || pack_elems(&wa, a, na, 0) != 0 ||
         pack_elems(&wb, b, nb, 0) != 0 || wa.len != wb.len)
-        return 0;
+        return false;
     if (wa.len == 0)
-        return 1;
+        return true;
     uint8_t *pa = kvq__malloc(wa.len), *pb = kvq__malloc(wb.len);
     int eq = 0;
     if (pa != NULL && pb != NULL) {
@@ -426,16 +425,16 @@ static void build_elem(kvq_tuple_builder *b, const kvq_tuple_elem *e)
     b->out->len += sizing.len;
 }
 
-void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *out)
+void kvq_tuple_builder_init(kvq_tuple_builder *b, kvq_buf *dest)
 {
     if (b == NULL)
         return;
     memset(b, 0, sizeof(*b));
-    b->out = out;
-    if (out == NULL)
-        b->error = kvq__error(KVQ_EINVAL, "kvq_tuple_builder_init: out is NULL");
+    b->out = dest;
+    if (dest == NULL)
+        b->error = kvq__error(KVQ_EINVAL, "kvq_tuple_builder_init: dest is NULL");
     else
-        b->start = out->len;
+        b->start = dest->len;
 }
 
 void kvq_tuple_add(kvq_tuple_builder *b, kvq_tuple_elem e)
@@ -507,7 +506,7 @@ int kvq_tuple_builder_finish(kvq_tuple_builder *b)
 /* ---- unpacking ----------------------------------------------------------------------------- */
 
 /* Memory of an unpacked tuple: blocks freed together with it. Each nested tuple's elements are
- * one array in a block, so kvq_tuple_at(t, 0) and v.nested.elems are arrays. */
+ * one array in a block, so kvq_tuple_get_elem(t, 0) and v.nested.elems are arrays. */
 typedef struct block {
     struct block *next;
     size_t used, cap;
@@ -894,12 +893,12 @@ int kvq_tuple_unpack(kvq_tuple **out, const uint8_t *data, size_t len)
     return kvq__tuple_unpack_from(out, data, len, 0);
 }
 
-size_t kvq_tuple_count(const kvq_tuple *t)
+size_t kvq_tuple_get_count(const kvq_tuple *t)
 {
     return t == NULL ? 0 : t->count;
 }
 
-const kvq_tuple_elem *kvq_tuple_at(const kvq_tuple *t, size_t i)
+const kvq_tuple_elem *kvq_tuple_get_elem(const kvq_tuple *t, size_t i)
 {
     return (t == NULL || i >= t->count) ? NULL : &t->elems[i];
 }
@@ -1090,18 +1089,18 @@ int kvq_tuple_range(kvq_buf *begin, kvq_buf *end, const uint8_t *prefix, size_t 
     return rc;
 }
 
-int kvq_strinc(kvq_buf *out, const uint8_t *key, size_t len)
+int kvq_bytes_strinc(kvq_buf *out, const uint8_t *key, size_t len)
 {
     if (out == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_strinc: out is NULL");
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_strinc: out is NULL");
     if (key == NULL && len > 0)
-        return kvq__error(KVQ_EINVAL, "kvq_strinc: key is NULL and len is %zu", len);
+        return kvq__error(KVQ_EINVAL, "kvq_bytes_strinc: key is NULL and len is %zu", len);
     size_t n = len;
     while (n > 0 && key[n - 1] == 0xff)
         n--;
     if (n == 0)
         return kvq__error(KVQ_EINVAL,
-                          "kvq_strinc: the key is %s; no key follows all keys that "
+                          "kvq_bytes_strinc: the key is %s; no key follows all keys that "
                           "start with it",
                           len == 0 ? "empty" : "all 0xFF");
     size_t start = out->len;

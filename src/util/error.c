@@ -36,12 +36,12 @@ const char *kvq_errname(int err)
     }
 }
 
-int kvq_error_maybe_committed(int err)
+bool kvq_error_maybe_committed(int err)
 {
     return err == KVQ_ECOMMIT_UNKNOWN_RESULT || err == KVQ_ECLUSTER_VERSION_CHANGED;
 }
 
-int kvq_error_retryable_not_committed(int err)
+bool kvq_error_retryable_not_committed(int err)
 {
     switch (err) {
     case KVQ_ETRANSACTION_TOO_OLD:
@@ -57,13 +57,13 @@ int kvq_error_retryable_not_committed(int err)
     case KVQ_ETRANSACTION_THROTTLED_HOT_SHARD:
     case KVQ_ETRANSACTION_REJECTED_RANGE_LOCKED:
     case KVQ_EUNKNOWN_TENANT:
-        return 1;
+        return true;
     default:
-        return 0;
+        return false;
     }
 }
 
-int kvq_error_retryable(int err)
+bool kvq_error_retryable(int err)
 {
     return kvq_error_maybe_committed(err) || kvq_error_retryable_not_committed(err);
 }

@@ -437,7 +437,7 @@ static void test_retry_loop(void **state)
     c.calls = 0;
     assert_int_equal(kvq_txn_run(t, always_conflicts, &c), KVQ_ENOT_COMMITTED);
     assert_int_equal(c.calls, 4);
-    assert_int_equal(kvq_txn_retries(t), 3);
+    assert_int_equal(kvq_txn_get_retries(t), 3);
     /* And the timeout. */
     kvq_txn_reset(t);
     assert_ok(kvq_txn_set_option(t, KVQ_TXN_RETRY_LIMIT, -1));

@@ -267,8 +267,7 @@ static void test_conflict_writer_thread(void **state)
 {
     (void)state;
     const char *p = "rv_conflict_thread";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     writer w = { .db = cf_open(NULL), .k = cf_k(p, "k") };
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
@@ -349,8 +348,7 @@ static void test_conflict_writer_process(void **state)
 {
     (void)state;
     const char *p = "rv_conflict_proc";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     int down[2], up[2];
     /* Close-on-exec, so that the child keeps only its own ends, as descriptors 3 and 4 (dup2
      * clears the flag): it must see end of file once we close our writing end. */

@@ -653,7 +653,7 @@ static void test_serializable_history(void **state)
     printf("oracle: engine=%s txns=%" PRIu64 " committed=%ld 1020=%" PRIu64
            " other_retryable=%" PRIu64 " reads_checked=%ld anomalies=%ld final_mismatches=%ld "
            "lost_increments=%" PRId64 " broken_engine=no seed=%" PRIu64 "\n",
-           kvq_db_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
+           kvq_db_get_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
            tot.conflicts, tot.other_retryable, c->reads_checked, c->anomalies, c->final_mismatches,
            (int64_t)(tot.increments - counter), seed);
     fflush(stdout);
@@ -696,7 +696,7 @@ static void test_checker_catches_broken_engine(void **state)
     printf("oracle: engine=%s txns=%" PRIu64 " committed=%ld 1020=%" PRIu64
            " reads_checked=%ld anomalies=%ld final_mismatches=%ld lost_increments=%" PRId64
            " broken_engine=skip_conflict_check seed=%" PRIu64 "\n",
-           kvq_db_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
+           kvq_db_get_engine(db), tot.committed + tot.conflicts + tot.other_retryable, c->txns,
            tot.conflicts, c->reads_checked, c->anomalies, c->final_mismatches,
            (int64_t)(tot.increments - counter), seed);
     fflush(stdout);

@@ -93,8 +93,7 @@ static void test_get_set_clear(void **state)
 {
     (void)state;
     const char *p = "basic_gsc";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
 
     kvq_txn *t = new_txn(db);
     expect_s(t, p, "a", NULL, "absent before any write");
@@ -142,8 +141,7 @@ static void test_binary_keys_and_values(void **state)
 {
     (void)state;
     const char *p = "basic_bin";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key base = cf_k(p, "");
     /* Keys and values with every byte value, including 0x00, order as unsigned bytes. */
     kvq_txn *t = new_txn(db);
@@ -190,8 +188,7 @@ static void test_clear_range(void **state)
 {
     (void)state;
     const char *p = "basic_cr";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     seed_keys(db, p, letters, 8);
 
     kvq_txn *t = new_txn(db);
@@ -243,8 +240,7 @@ static void test_get_range_limits(void **state)
 {
     (void)state;
     const char *p = "basic_grl";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     seed_keys(db, p, ten, 10);
 
     static const struct kv_str all[] = { { "k0", "k0" }, { "k1", "k1" }, { "k2", "k2" },
@@ -339,8 +335,7 @@ static void test_get_range_paging(void **state)
 {
     (void)state;
     const char *p = "basic_page";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     const size_t n = 53;
     kvq_txn *t = new_txn(db);
     for (size_t i = 0; i < n; i++) {
@@ -369,8 +364,7 @@ static void test_ryw_ranges(void **state)
 {
     (void)state;
     const char *p = "basic_rywr";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     static const char *const base[] = { "b", "d", "f", "h" };
     seed_keys(db, p, base, 4);
 
@@ -616,8 +610,7 @@ static void test_atomic_ops(void **state)
 {
     (void)state;
     const char *p = "basic_atomic";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     for (size_t i = 0; i < sizeof(atomic_cases) / sizeof(atomic_cases[0]); i++)
         run_atomic_case(db, p, i);
     kvq_db_close(db);
@@ -627,8 +620,7 @@ static void test_atomic_sequences(void **state)
 {
     (void)state;
     const char *p = "basic_atomic_seq";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "counter");
     uint8_t one[8], got[8];
     cf_put_le(one, 1, 8);
@@ -758,8 +750,7 @@ static void test_append_if_fits_compare_and_clear(void **state)
 {
     (void)state;
     const char *p = "basic_append_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     for (size_t i = 0; i < sizeof(append_clear_cases) / sizeof(append_clear_cases[0]); i++)
         run_append_clear_case(db, p, i);
     kvq_db_close(db);
@@ -770,8 +761,7 @@ static void test_append_if_fits_limit(void **state)
 {
     (void)state;
     const char *p = "basic_append_limit";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     uint8_t *v = malloc(KVQ_MAX_VALUE_SIZE + 1);
     assert_non_null(v);
     memset(v, 'a', KVQ_MAX_VALUE_SIZE);
@@ -827,8 +817,7 @@ static void test_append_clear_ryw(void **state)
 {
     (void)state;
     const char *p = "basic_append_ryw";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_txn *t = new_txn(db);
     set_s(t, p, "a", "x");
     set_s(t, p, "b", "y");
@@ -880,8 +869,7 @@ static void test_visibility_and_snapshot(void **state)
 {
     (void)state;
     const char *p = "basic_vis";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_txn *w = new_txn(db);
     set_s(w, p, "a", "1");
     set_s(w, p, "c", "1");
@@ -953,8 +941,7 @@ static void test_uncommitted_writes_invisible(void **state)
 {
     (void)state;
     const char *p = "basic_uncommitted";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_txn *w = new_txn(db), *r = new_txn(db);
     set_s(w, p, "x", "pending");
     expect_s(r, p, "x", NULL, "another transaction's buffered write is invisible");
@@ -994,8 +981,7 @@ static void test_versionstamped_keys(void **state)
 {
     (void)state;
     const char *p = "basic_vsk";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key pre = cf_k(p, "q/"), end = cf_after_prefix(&pre);
     enum { N = 20 };
     uint8_t stamps[N][10];
@@ -1070,8 +1056,7 @@ static void test_versionstamped_value(void **state)
 {
     (void)state;
     const char *p = "basic_vsv";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), k2 = cf_k(p, "k2");
     uint8_t val[20];
     memcpy(val, "ab", 2);
@@ -1105,8 +1090,7 @@ static void test_versionstamp_unreadable(void **state)
 {
     (void)state;
     const char *p = "basic_vsu";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key pre = cf_k(p, "q/"), pend = cf_after_prefix(&pre);
     cf_key before = cf_k(p, "q"), after = cf_k(p, "r");
     for (int with_rv = 0; with_rv < 2; with_rv++) {
@@ -1189,8 +1173,7 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
 {
     (void)state;
     const char *p = "basic_vsu2";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), after_k = cf_k(p, "k\x01"), pre = cf_k(p, "q/"),
            pend = cf_after_prefix(&pre);
     uint8_t val[14] = { 0 };
@@ -1358,8 +1341,7 @@ static void test_many_point_clears(void **state)
 {
     (void)state;
     const char *p = "basic_clears";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     enum { N = 20000, STORED_EVERY = 20 };
     kvq_txn *t = new_txn(db);
     for (unsigned i = 0; i < N; i += STORED_EVERY) {
@@ -1403,8 +1385,7 @@ static void test_large_ranges(void **state)
 {
     (void)state;
     const char *p = "basic_large";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_model m = { NULL, 0, 0 };
     enum { N = 3000 };
     kvq_txn *t = new_txn(db);
@@ -1462,8 +1443,7 @@ static void test_read_only_handle(void **state)
 {
     (void)state;
     const char *p = "basic_ro";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "v", 1);
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
@@ -1506,8 +1486,7 @@ static void test_stats(void **state)
 {
     (void)state;
     const char *p = "basic_stats";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db_stats a, b;
     assert_ok(kvq_db_get_stats(&a, db));
     cf_key k = cf_k(p, "k");
@@ -1602,8 +1581,7 @@ static void test_versionstamps_concurrent(void **state)
 {
     (void)state;
     const char *p = "basic_vs_threads";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     enum { THREADS = 4, N = 100 };
     struct stamper *s = calloc(THREADS, sizeof(*s));
     assert_non_null(s);
@@ -1649,8 +1627,7 @@ static void test_versionstamp_mutation_order(void **state)
 {
     (void)state;
     const char *p = "basic_vs_order";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key pre = cf_k(p, "q/"), end = cf_after_prefix(&pre);
     uint8_t key[300];
     size_t kn = vs_key(key, &pre, "");
@@ -1710,8 +1687,7 @@ static void test_read_version_at_first_read(void **state)
 {
     (void)state;
     const char *p = "basic_rv_first";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), mine = cf_k(p, "mine");
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set(t, mine.b, mine.n, K("x"))); /* a write takes no read version */

@@ -353,8 +353,7 @@ static void test_concurrent_atomic_adds(void **state)
 {
     (void)state;
     const char *p = "confl_add";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "n");
     uint8_t one[8], got[8];
     cf_put_le(one, 1, 8);
@@ -381,8 +380,7 @@ static void test_concurrent_append_and_compare_and_clear(void **state)
 {
     (void)state;
     const char *p = "confl_append_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key a = cf_k(p, "a"), c = cf_k(p, "c"), n = cf_k(p, "n");
     for (int ryw_off = 0; ryw_off < 2; ryw_off++) {
         kvq_txn *t = new_txn(db);
@@ -482,8 +480,7 @@ static void test_threads_atomic_adds(void **state)
 {
     (void)state;
     const char *p = "confl_add_threads";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     enum { THREADS = 4, N = 150 };
     struct adder a[THREADS];
     pthread_t th[THREADS];
@@ -510,8 +507,7 @@ static void test_versionstamped_pushes_no_conflict(void **state)
 {
     (void)state;
     const char *p = "confl_vs";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key q = cf_k(p, "q/"), qe = cf_after_prefix(&q);
     kvq_txn *t[3];
     for (int i = 0; i < 3; i++) {
@@ -549,8 +545,7 @@ static void test_clear_after_versionstamped_push_conflicts(void **state)
 {
     (void)state;
     const char *p = "confl_vs_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key q = cf_k(p, "q/"), qe = cf_after_prefix(&q);
     uint8_t k[300];
     memcpy(k, q.b, q.n);
@@ -588,8 +583,7 @@ static void test_read_after_failed_commit(void **state)
 {
     (void)state;
     const char *p = "confl_after_fail";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), o = cf_k(p, "o");
     kvq_txn *a = new_txn(db), *b = new_txn(db);
     kvq_bytes v;
@@ -656,8 +650,7 @@ static void test_transact_retries_conflicts(void **state)
 {
     (void)state;
     const char *p = "confl_retry";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db_stats before, after;
     assert_ok(kvq_db_get_stats(&before, db));
 
@@ -668,13 +661,13 @@ static void test_transact_retries_conflicts(void **state)
     assert_int_equal(cf_read_key(db, in.key.b, in.key.n, got, sizeof(got)), 8);
     assert_memory_equal(got, "attempt2", 8);
 
-    /* With a caller's transaction, kvq_txn_retries counts the retries. */
+    /* With a caller's transaction, kvq_txn_get_retries counts the retries. */
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 5));
     in = (struct interfere){ db, cf_k(p, "k"), 0, 3, 0 };
     assert_ok(kvq_txn_run(t, interfering_body, &in));
     assert_int_equal(in.attempts, 4);
-    assert_int_equal(kvq_txn_retries(t), 3);
+    assert_int_equal(kvq_txn_get_retries(t), 3);
     /* After success the transaction holds its commit. */
     uint8_t st[10];
     assert_ok(kvq_txn_get_versionstamp(st, t));
@@ -700,8 +693,7 @@ static void test_transact_body_errors(void **state)
 {
     (void)state;
     const char *p = "confl_body";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     /* The body's own failure: returned as is, run once, nothing committed. */
     struct interfere in = { db, cf_k(p, "k"), 0, 0, KVQ_EUSER };
     assert_err(kvq_db_transact(db, user_error_body, &in), KVQ_EUSER);
@@ -728,8 +720,7 @@ static void test_on_error(void **state)
 {
     (void)state;
     const char *p = "confl_onerr";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_option(t, KVQ_TXN_MAX_RETRY_DELAY_MS, 2));
     /* Non-retryable errors come back unchanged, and count no retry. */
@@ -754,7 +745,7 @@ static void test_on_error(void **state)
         assert_err(kvq_txn_on_error(t, final_errors[i]), final_errors[i]);
         assert_false(kvq_error_retryable(final_errors[i]));
     }
-    assert_int_equal(kvq_txn_retries(t), 0);
+    assert_int_equal(kvq_txn_get_retries(t), 0);
     /* Retryable ones reset the transaction and return 0. */
     static const int retryable[] = { KVQ_ENOT_COMMITTED, KVQ_ETRANSACTION_TOO_OLD,
                                      KVQ_ECOMMIT_UNKNOWN_RESULT, KVQ_EFUTURE_VERSION,
@@ -764,7 +755,7 @@ static void test_on_error(void **state)
         assert_true(kvq_error_retryable(retryable[i]));
         assert_ok(kvq_txn_set(t, k.b, k.n, K("dropped")));
         assert_ok(kvq_txn_on_error(t, retryable[i]));
-        assert_int_equal(kvq_txn_retries(t), (int)i + 1);
+        assert_int_equal(kvq_txn_get_retries(t), (int)i + 1);
     }
     assert_true(kvq_error_maybe_committed(KVQ_ECOMMIT_UNKNOWN_RESULT));
     assert_false(kvq_error_maybe_committed(KVQ_ENOT_COMMITTED));
@@ -775,7 +766,7 @@ static void test_on_error(void **state)
     assert_int_equal(cf_read_key(db, k.b, k.n, NULL, 0), -1);
     /* kvq_txn_reset zeroes the count. */
     kvq_txn_reset(t);
-    assert_int_equal(kvq_txn_retries(t), 0);
+    assert_int_equal(kvq_txn_get_retries(t), 0);
     kvq_txn_destroy(t);
     kvq_db_close(db);
 }
@@ -817,7 +808,7 @@ static void test_retry_limit_option(void **state)
         in.attempts = 0;
         assert_err(kvq_txn_run(t, set_body, &in), KVQ_ENOT_COMMITTED);
         assert_int_equal(in.attempts, limits[i] + 1);
-        assert_int_equal(kvq_txn_retries(t), limits[i]);
+        assert_int_equal(kvq_txn_get_retries(t), limits[i]);
         kvq_txn_destroy(t);
     }
     /* By hand: on_error gives the error back once the limit is reached. */
@@ -914,8 +905,7 @@ static void fault_case(unsigned kind, int want_rc, int want_written, const char 
 {
     char p[64];
     snprintf(p, sizeof(p), "confl_fault_%s", name);
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db *faulty = open_faulty(kind, 1.0, 100);
     kvq_db_stats before, after;
     assert_ok(kvq_db_get_stats(&before, faulty));
@@ -964,8 +954,7 @@ static void test_fault_rate_retry_loop(void **state)
 {
     (void)state;
     const char *p = "confl_fault_rate";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     kvq_db *faulty =
         open_faulty(KVQ_FAULT_NOT_COMMITTED | KVQ_FAULT_UNKNOWN_NOT_COMMITTED, 0.5, -1);
     for (int i = 0; i < 40; i++) {
@@ -1030,8 +1019,7 @@ static void test_conflicts_across_processes(void **state)
 {
     (void)state;
     const char *p = "confl_procs";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), other = cf_k(p, "other"), out = cf_k(p, "out");
     kvq_bytes v;
     int present;

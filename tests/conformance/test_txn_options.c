@@ -17,8 +17,7 @@ static void test_read_your_writes_disable(void **state)
 {
     (void)state;
     const char *p = "opt_ryw";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "stored", 6);
     kvq_txn *t = new_txn(db);
@@ -54,8 +53,7 @@ static void test_snapshot_ryw_disable(void **state)
 {
     (void)state;
     const char *p = "opt_snapryw";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "stored", 6);
     kvq_txn *t = new_txn(db);
@@ -73,8 +71,7 @@ static void test_next_write_no_write_conflict_range(void **state)
 {
     (void)state;
     const char *p = "opt_nowcr";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), k2 = cf_k(p, "k2"), out = cf_k(p, "out");
     for (int with = 0; with < 2; with++) {
         kvq_txn *reader = new_txn(db), *writer = new_txn(db);
@@ -195,8 +192,7 @@ static void test_set_read_version(void **state)
 {
     (void)state;
     const char *p = "opt_rv";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "one", 3);
     kvq_txn *a = new_txn(db), *b = new_txn(db);

@@ -145,8 +145,7 @@ static void test_fires_across_processes(void **state)
 {
     (void)state;
     const char *p = "watch_proc";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "start", 5);
     struct writer wr = start_writer(&k);
@@ -183,8 +182,7 @@ static void test_same_value_does_not_fire(void **state)
 {
     (void)state;
     const char *p = "watch_same";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     struct writer wr = start_writer(&k);
     (void)writer_do(&wr, 's'); /* the key now holds "start" */
@@ -221,8 +219,7 @@ static void test_wait_timeout(void **state)
 {
     (void)state;
     const char *p = "watch_timeout";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     kvq_watch *w = arm(db, &k);
     int64_t t0 = cf_now_ns();
@@ -258,8 +255,7 @@ static void test_cancel(void **state)
 {
     (void)state;
     const char *p = "watch_cancel";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     /* Cancelled from another thread while this one waits forever. */
     kvq_watch *w = arm(db, &k);
@@ -292,8 +288,7 @@ static void test_transaction_reset_or_failed(void **state)
 {
     (void)state;
     const char *p = "watch_reset";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k"), other = cf_k(p, "other");
     kvq_bytes v;
     int present;
@@ -340,8 +335,7 @@ static void test_append_and_compare_and_clear_fire(void **state)
 {
     (void)state;
     const char *p = "watch_append_clear";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "v", 1);
     kvq_watch *w = arm(db, &k);
@@ -376,8 +370,7 @@ static void test_change_between_read_and_commit(void **state)
 {
     (void)state;
     const char *p = "watch_between";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "v0", 2);
     kvq_txn *t = new_txn(db);
@@ -416,8 +409,7 @@ static void test_watch_own_write(void **state)
 {
     (void)state;
     const char *p = "watch_own";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     cf_write_key(db, k.b, k.n, "old", 3);
     /* The watch compares with the transaction's own write, not the value it replaced. */
@@ -455,8 +447,7 @@ static void test_many_waiters_across_threads(void **state)
 {
     (void)state;
     const char *p = "watch_threads";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     enum { N = 4 };
     struct waiter wt[N];
@@ -485,8 +476,7 @@ static void test_two_waiters_one_watch(void **state)
 {
     (void)state;
     const char *p = "watch_shared";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     cf_key k = cf_k(p, "k");
     kvq_watch *w = arm(db, &k);
     struct waiter wt[2] = { { w, -1, 0 }, { w, -1, 0 } };
@@ -508,8 +498,7 @@ static void test_many_watches_one_commit(void **state)
 {
     (void)state;
     const char *p = "watch_many";
-    kvq_db *db = cf_open(NULL);
-    cf_clear_prefix(db, p);
+    kvq_db *db = cf_open_clean(p);
     enum { N = 200 };
     kvq_txn *t = new_txn(db);
     for (int i = 0; i < N; i++) {

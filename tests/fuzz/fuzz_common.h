@@ -48,8 +48,8 @@ static inline int fuzz_key_order(const uint8_t *a, size_t na, const uint8_t *b, 
  * holds several (no canonical form kvq can write). Aborts when kvq refuses what it decoded. */
 static inline int fuzz_canonical(kvq_buf *out, const kvq_tuple *t)
 {
-    size_t n = kvq_tuple_count(t);
-    const kvq_tuple_elem *e = kvq_tuple_at(t, 0);
+    size_t n = kvq_tuple_get_count(t);
+    const kvq_tuple_elem *e = kvq_tuple_get_elem(t, 0);
     size_t stamps = fuzz_incomplete_stamps(e, n);
     if (stamps == 0) {
         FUZZ_CHECK(kvq_tuple_pack_buf(out, e, n) == 0);

@@ -15,8 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(t == NULL);
         FUZZ_CHECK(strstr(kvq_last_error(), "at byte ") != NULL);
     } else {
-        size_t n = kvq_tuple_count(t);
-        const kvq_tuple_elem *e = kvq_tuple_at(t, 0);
+        size_t n = kvq_tuple_get_count(t);
+        const kvq_tuple_elem *e = kvq_tuple_get_elem(t, 0);
         FUZZ_CHECK(n <= size);
         FUZZ_CHECK(kvq_tuple_compare(e, n, e, n) == 0);
         kvq_buf canon = KVQ_BUF_INIT;
@@ -24,8 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* The canonical bytes decode to an equal tuple, which packs to the same bytes. */
             kvq_tuple *t2 = NULL;
             FUZZ_CHECK(kvq_tuple_unpack(&t2, canon.data, canon.len) == 0);
-            FUZZ_CHECK(kvq_tuple_count(t2) == n);
-            FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(t2, 0), n, e, n) == 0);
+            FUZZ_CHECK(kvq_tuple_get_count(t2) == n);
+            FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_get_elem(t2, 0), n, e, n) == 0);
             kvq_buf again = KVQ_BUF_INIT;
             FUZZ_CHECK(fuzz_canonical(&again, t2) == 0);
             FUZZ_CHECK(again.len == canon.len && memcmp(again.data, canon.data, canon.len) == 0);
@@ -59,8 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rr = kvq_tuple_unpack(&tr, size > 0 ? data + k : NULL, size - k);
     FUZZ_CHECK(rs == rr);
     if (rs == 0)
-        FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(ts, 0), kvq_tuple_count(ts), kvq_tuple_at(tr, 0),
-                                     kvq_tuple_count(tr)) == 0);
+        FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_get_elem(ts, 0), kvq_tuple_get_count(ts),
+                                     kvq_tuple_get_elem(tr, 0), kvq_tuple_get_count(tr)) == 0);
     kvq_tuple_destroy(ts);
     kvq_tuple_destroy(tr);
     kvq_subspace_destroy(s);

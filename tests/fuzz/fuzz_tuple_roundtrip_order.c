@@ -19,8 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         goto out;
     if (fuzz_canonical(&pa, ta) != 0 || fuzz_canonical(&pb, tb) != 0)
         goto out;
-    size_t ca = kvq_tuple_count(ta), cb = kvq_tuple_count(tb);
-    const kvq_tuple_elem *ea = kvq_tuple_at(ta, 0), *eb = kvq_tuple_at(tb, 0);
+    size_t ca = kvq_tuple_get_count(ta), cb = kvq_tuple_get_count(tb);
+    const kvq_tuple_elem *ea = kvq_tuple_get_elem(ta, 0), *eb = kvq_tuple_get_elem(tb, 0);
     int by_bytes = fuzz_key_order(pa.data, pa.len, pb.data, pb.len);
     int by_tuples = kvq_tuple_compare(ea, ca, eb, cb);
     if (by_bytes != by_tuples) {
@@ -34,9 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(kvq_buf_append(&both, pb.data, pb.len) == 0);
     kvq_tuple *tab = NULL;
     FUZZ_CHECK(kvq_tuple_unpack(&tab, both.data, both.len) == 0);
-    FUZZ_CHECK(kvq_tuple_count(tab) == ca + cb);
-    FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(tab, 0), ca, ea, ca) == 0);
-    FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_at(tab, ca), cb, eb, cb) == 0);
+    FUZZ_CHECK(kvq_tuple_get_count(tab) == ca + cb);
+    FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_get_elem(tab, 0), ca, ea, ca) == 0);
+    FUZZ_CHECK(kvq_tuple_compare(kvq_tuple_get_elem(tab, ca), cb, eb, cb) == 0);
     kvq_tuple_destroy(tab);
 out:
     kvq_tuple_destroy(ta);

@@ -87,8 +87,8 @@ static void check_completed(const uint8_t *stored,
 {
     kvq_tuple *t = NULL;
     FUZZ_CHECK(kvq_tuple_unpack(&t, stored, stored_len) == 0);
-    FUZZ_CHECK(kvq_tuple_count(t) == n);
-    const kvq_tuple_elem *got = kvq_tuple_at(t, 0);
+    FUZZ_CHECK(kvq_tuple_get_count(t) == n);
+    const kvq_tuple_elem *got = kvq_tuple_get_elem(t, 0);
     FUZZ_CHECK(fuzz_incomplete_stamps(got, n) == 0);
     size_t completed = 0;
     match(got, want, n, stamp, &completed);
@@ -177,8 +177,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvq_tuple *t = NULL;
         if (kvq_tuple_unpack(&t, in, n - 4) == 0) {
             kvq_buf again = KVQ_BUF_INIT;
-            const kvq_tuple_elem *e = kvq_tuple_at(t, 0);
-            size_t c = kvq_tuple_count(t);
+            const kvq_tuple_elem *e = kvq_tuple_get_elem(t, 0);
+            size_t c = kvq_tuple_get_count(t);
             if (fuzz_incomplete_stamps(e, c) == 1 && kvq_tuple_pack_vs(&again, e, c) == 0 &&
                 again.len == n && memcmp(again.data, in, n) == 0) {
                 uint8_t stored[1100];
@@ -195,8 +195,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvq_tuple *t = NULL;
     if (kvq_tuple_unpack(&t, in, n) != 0)
         return 0;
-    size_t c = kvq_tuple_count(t);
-    const kvq_tuple_elem *e = kvq_tuple_at(t, 0);
+    size_t c = kvq_tuple_get_count(t);
+    const kvq_tuple_elem *e = kvq_tuple_get_elem(t, 0);
     size_t stamps = fuzz_incomplete_stamps(e, c);
     kvq_tuple_elem *elems = malloc((c + 1) * sizeof(*elems));
     FUZZ_CHECK(elems != NULL);

@@ -40,6 +40,7 @@
 
 #include "kvq/kvq.h"
 #include "kvq/testing.h"
+#include "kvq_test.h"
 #include "pc_common.h"
 #include "test_scale.h"
 
@@ -78,9 +79,7 @@ static uint64_t mix(uint64_t x)
 
 static void rm_rf(const char *p)
 {
-    char cmd[4200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p);
-    if (system(cmd) != 0)
+    if (kt_rm_rf(p) != 0)
         fprintf(stderr, "powercut: cannot remove %s\n", p);
 }
 
@@ -457,9 +456,8 @@ static void run_campaign(campaign *c)
     int64_t t0 = now_ms();
     uint64_t cut_max = 1500; /* raised to the most events a whole run took */
     for (int chain = 0; c->cuts < c->cuts_wanted; chain++) {
-        char dir[] = "/tmp/kvq-powercut-XXXXXX";
-        if (mkdtemp(dir) == NULL) {
-            perror("mkdtemp");
+        char dir[1024];
+        if (kt_mkdtemp(dir, sizeof(dir), "powercut") != 0) {
             c->worker_failures++;
             return;
         }

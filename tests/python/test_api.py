@@ -233,7 +233,7 @@ def test_work_queue(db):
     assert (m2.value, m2.deliveries) == (b"one", 2)
     m2.nack()  # its second delivery: to the dead letters
     assert wq.dead_letters() == [kvq.DeadLetter(b"one", 2)]
-    met = wq.metrics()
+    met = wq.stats()
     assert (met.ready, met.inflight, met.delayed, met.dead) == (1, 0, 1, 1)
     assert met.oldest_ready_age is not None and met.oldest_ready_age >= 0
     assert wq.redrive() == 1 and wq.dead_letters() == []
@@ -252,7 +252,7 @@ def test_work_queue(db):
         wq.receive(timeout=0)
     assert wq.recover() == 0
     assert wq.purge() == 1  # the delayed item
-    assert wq.metrics().delayed == 0
+    assert wq.stats().delayed == 0
     wq.push("dead")
     d = wq.receive(timeout=0, lease=5)
     wq.nack(d, delay=0)

@@ -54,7 +54,7 @@ def test_leases_both_ways(db, url, cli):
     assert value == "job 1"
     assert [i.token for i in wq.in_flight()] == [token]
     wq.ack(token)
-    assert wq.metrics().inflight == 0
+    assert wq.stats().inflight == 0
     # Python receives, the command acks
     rc, _, err = kvq_cmd(cli, url, "push", "work", "job 2")
     assert rc == 0, err

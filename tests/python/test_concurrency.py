@@ -93,7 +93,7 @@ def test_threads_share_handles_exactly_once(db):
     for t in consumers:
         t.join()
     assert len(seen) == n_threads * per and set(seen.values()) == {1}
-    assert wq.metrics().acked == n_threads * per and len(q) == 0
+    assert wq.stats().acked == n_threads * per and len(q) == 0
 
 
 def test_four_processes_push_four_consume_exactly_once(url, tmp_path):
@@ -146,7 +146,7 @@ def test_consumer_killed_mid_lease_gets_its_item_back_once(db, url):
     back.ack()
     with pytest.raises(kvq.NotFoundError):
         wq.receive(timeout=0)
-    met = wq.metrics()
+    met = wq.stats()
     assert (met.ready, met.inflight, met.acked, met.received) == (0, 0, 2, 3)
 
 

@@ -104,6 +104,13 @@ cf_key cf_after_prefix(const cf_key *p)
     return k;
 }
 
+kvq_db *cf_open_clean(const char *prefix)
+{
+    kvq_db *db = cf_open(NULL);
+    cf_clear_prefix(db, prefix);
+    return db;
+}
+
 void cf_clear_prefix(kvq_db *db, const char *prefix)
 {
     cf_key b = cf_k(prefix, "");

@@ -120,6 +120,9 @@ cf_key cf_after_prefix(const cf_key *p);
 /* Commits the removal of every key under "cf/<prefix>/". */
 void cf_clear_prefix(kvq_db *db, const char *prefix);
 
+/* The start of most tests: cf_open(NULL), then cf_clear_prefix of the test's own prefix. */
+kvq_db *cf_open_clean(const char *prefix);
+
 /* ---- reading helpers ----------------------------------------------------------------------- */
 
 /* Asserts that `key` reads as the given value in txn (absent when val is NULL). */

@@ -12,6 +12,11 @@
  *   skips                   test_skip.h (a skipped program exits 77, ctest's "skipped")
  *   assertions              assert_ok, assert_err, assert_bytes, and K("key") for the
  *                           (pointer, length) pair of a C string
+ *   queue-layer tests       test_queue_common.h (queue.c): tq_dir, tq_open_db, fixtures,
+ *                           subspaces, tq_crash_cycles, the tq_value codec
+ *                           test_queue_conc.h (queue_conc.c): producers and their checker
+ *   conformance tests       model.h (model.c): the key-value model the checkers replay into
+ *   log store tests         test_log_util.h (log_util.c): directories, segment paths, seeds
  *
  * Include it instead of <cmocka.h>; it includes cmocka with the headers cmocka needs. */
 #ifndef KVQ_TEST_H

@@ -146,7 +146,8 @@ static void batches_child(const char *dir, int id, int n, int opened_fd, int out
         if (commit_one(db, id, i) != 0)
             _exit(5);
     kvq_db_stats st;
-    kvq_db_get_stats(&st, db);
+    if (kvq_db_get_stats(&st, db) != 0)
+        _exit(7);
     uint64_t both[2] = { st.commits, st.batches };
     if (write(out_fd, both, sizeof(both)) != (ssize_t)sizeof(both))
         _exit(6);

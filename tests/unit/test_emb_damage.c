@@ -100,6 +100,21 @@ static int probe(const char *dir, int *read_all)
     return rc;
 }
 
+/* The start of most cases: a fresh database of make_db in dir, and the path of its file name. */
+static void damage_case(char *dir, size_t dir_cap, char *file, size_t file_cap, const char *name)
+{
+    new_dir(dir, dir_cap);
+    make_db(dir);
+    snprintf(file, file_cap, "%s/%s", dir, name);
+}
+
+/* The end of most cases: the damage is found and reported, and nothing is changed (probe). */
+static void expect_damaged(const char *dir)
+{
+    int all = 0;
+    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+}
+
 static int probe_child(const char *dir, int *read_all, int *hang)
 {
     int fds[2];
@@ -189,23 +204,18 @@ static void test_value_bit_flip(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     off_t off = find(file, VALUE_MARK "-017");
     assert_true(off > 0);
     flip(file, off + 3, 0x01);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
 }
 
 static void test_key_bit_flip(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     /* Keys are stored next to their values: find "k023" followed by the marker. */
     off_t off = find(file, "k023");
     assert_true(off > 0);
@@ -220,22 +230,17 @@ static void test_header_garbage(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     for (int i = 0; i < 16; i++)
         flip(file, i, 0x5a);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
 }
 
 static void test_junk_of_the_right_size(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     struct stat st;
     assert_int_equal(stat(file, &st), 0);
     int fd = open(file, O_WRONLY | O_TRUNC);
@@ -246,8 +251,7 @@ static void test_junk_of_the_right_size(void **state)
         assert_int_equal(write(fd, &b, 1), 1);
     }
     close(fd);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
 }
 
 static void test_wal_garbage(void **state)
@@ -256,9 +260,7 @@ static void test_wal_garbage(void **state)
     /* A WAL of junk: SQLite's checksums reject its frames, so the committed data (already in
      * the main file) reads as it was. */
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db-wal", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db-wal");
     int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     assert_true(fd >= 0);
     char junk[8192];
@@ -274,9 +276,7 @@ static void test_shm_garbage(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db-shm", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db-shm");
     int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     assert_true(fd >= 0);
     char junk[32768];
@@ -386,14 +386,11 @@ static void test_shm_short_or_foreign_rebuilt(void **state)
 static void truncate_case(long keep_num, long keep_den)
 {
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     struct stat st;
     assert_int_equal(stat(file, &st), 0);
     assert_int_equal(truncate(file, st.st_size * keep_num / keep_den), 0);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
 }
 
 static void test_zero_length_file(void **state)
@@ -412,12 +409,9 @@ static void test_data_file_missing(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     assert_int_equal(unlink(file), 0);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
     struct stat st;
     assert_int_not_equal(stat(file, &st), 0); /* not re-created empty */
 }
@@ -426,15 +420,12 @@ static void test_marker_damaged(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/kvq.marker", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "kvq.marker");
     FILE *f = fopen(file, "w");
     assert_non_null(f);
     fputs("something else\n", f);
     fclose(f);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
+    expect_damaged(dir);
 }
 
 /* A database written by an earlier layout (format 1: the version in a meta row, a log row per
@@ -443,9 +434,7 @@ static void test_old_format_refused(void **state)
 {
     (void)state;
     char dir[128], file[160];
-    new_dir(dir, sizeof(dir));
-    make_db(dir);
-    snprintf(file, sizeof(file), "%s/data.db", dir);
+    damage_case(dir, sizeof(dir), file, sizeof(file), "data.db");
     sqlite3 *db;
     assert_int_equal(sqlite3_open(file, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,

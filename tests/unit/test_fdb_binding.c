@@ -122,7 +122,7 @@ static void test_open(void **state)
     if (!have_library())
         skip();
     assert_int_equal(kvq_db_open(&g_db, g_url, NULL), 0);
-    assert_string_equal(kvq_db_engine(g_db), "fdb");
+    assert_string_equal(kvq_db_get_engine(g_db), "fdb");
     /* The version is chosen once per process. */
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.api_version = 730;

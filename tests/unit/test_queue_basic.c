@@ -99,13 +99,13 @@ static void test_key_vectors(void **state)
     assert_bytes(q->npush.data, q->npush.len, npush, sizeof(npush));
     assert_bytes(q->npop.data, q->npop.len, npop, sizeof(npop));
     k.len = 0;
-    assert_ok(kvq__qk_durable_push(&k, kvq_queue_prefix(q), 0));
+    assert_ok(kvq__qk_durable_push(&k, kvq_queue_get_prefix(q), 0));
     static const uint8_t vs[] = { 0x01, 0x71, 0x00, 0x01, 0x76, 0x61, 0x6c, 0x00, 0x33,
                                   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                   0xff, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00 };
     assert_bytes(k.data, k.len, vs, sizeof(vs));
     k.len = 0;
-    assert_ok(kvq__qk_durable_push(&k, kvq_queue_prefix(q), 0x0102));
+    assert_ok(kvq__qk_durable_push(&k, kvq_queue_get_prefix(q), 0x0102));
     assert_int_equal(k.data[19], 0x01);
     assert_int_equal(k.data[20], 0x02);
     kvq_queue_close(q);
@@ -136,7 +136,7 @@ static void test_key_vectors(void **state)
         k.len = 0;
         assert_ok(kvq_tuple_pack_buf(&k, &de[i], 1));
         q = open_q(ts[i], NULL, 0);
-        kvq_bytes pf = kvq_queue_prefix(q);
+        kvq_bytes pf = kvq_queue_get_prefix(q);
         assert_bytes(pf.data, pf.len, k.data, k.len);
         kvq_queue_close(q);
     }
@@ -672,7 +672,7 @@ static void test_named(void **state)
     assert_int_equal(got.lease_ms, 1500);
     assert_int_equal(got.max_deliveries, 2);
     assert_int_equal(kvq_queue_get_type(q), KVQ_QUEUE_DURABLE);
-    kvq_bytes pre = kvq_queue_prefix(q);
+    kvq_bytes pre = kvq_queue_get_prefix(q);
     static const uint8_t want[] = { 0x01, 'n', 'a', 'm', 'e', 'd', '-', 'j', 'o', 'b', 's', 0x00 };
     assert_bytes(pre.data, pre.len, want, sizeof(want));
     push_s(q, "w1");
@@ -785,7 +785,7 @@ static void test_bad_args(void **state)
     assert_int_equal(kvq_queue_push_txn(NULL, NULL, NULL, 0), KVQ_EINVAL);
     assert_int_equal(kvq_queue_pop_txn(&v, NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_queue_get_type(NULL), 0);
-    assert_null(kvq_queue_prefix(NULL).data);
+    assert_null(kvq_queue_get_prefix(NULL).data);
     kvq_queue_close(NULL);
 
     q = open_q(KVQ_QUEUE_DURABLE, NULL, 0);

@@ -269,7 +269,7 @@ typedef struct raw_arg {
 static int recipe_push_body(kvq_txn *txn, void *arg)
 {
     kvq_queue *q = arg;
-    kvq_bytes p = kvq_queue_prefix(q);
+    kvq_bytes p = kvq_queue_get_prefix(q);
     uint8_t rnd[20];
     memset(rnd, 0x5a, sizeof(rnd));
     kvq_tuple_elem e[2] = { kvq_tuple_int(1), kvq_tuple_bytes(rnd, sizeof(rnd)) };
@@ -287,7 +287,7 @@ static int recipe_push_body(kvq_txn *txn, void *arg)
 static int raw_body(kvq_txn *txn, void *arg)
 {
     raw_arg *a = arg;
-    kvq_bytes p = kvq_queue_prefix(a->q);
+    kvq_bytes p = kvq_queue_get_prefix(a->q);
     uint8_t lo[64], hi[64], ck[64];
     assert_true(p.len + 16 < sizeof(lo));
     memcpy(lo, p.data, p.len);

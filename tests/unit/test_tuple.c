@@ -63,7 +63,7 @@ static int unpack_exact(kvq_tuple **t, const uint8_t *p, size_t n)
 
 static const kvq_tuple_elem *elems_of(const kvq_tuple *t)
 {
-    return kvq_tuple_at(t, 0);
+    return kvq_tuple_get_elem(t, 0);
 }
 
 /* Packs elems both ways (caller buffer, kvq_buf), checks the bytes against the hex string, then
@@ -86,9 +86,9 @@ static void expect_hex(const kvq_tuple_elem *elems, size_t n, const char *want_h
 
     kvq_tuple *t;
     assert_int_equal(unpack_exact(&t, got, gn), 0);
-    assert_int_equal(kvq_tuple_count(t), n);
+    assert_int_equal(kvq_tuple_get_count(t), n);
     assert_int_equal(kvq_tuple_compare(elems_of(t), n, elems, n), 0);
-    assert_int_equal(kvq_tuple_pack_buf(&b, elems_of(t), kvq_tuple_count(t)), 0);
+    assert_int_equal(kvq_tuple_pack_buf(&b, elems_of(t), kvq_tuple_get_count(t)), 0);
     assert_bytes(b.data, b.len, want.b, want.n);
     kvq_buf_dispose(&b);
     kvq_tuple_destroy(t);
@@ -108,8 +108,8 @@ static const kvq_tuple_elem *decode_one(kvq_tuple **t, const char *h)
     int rc = unpack_exact(t, in.b, in.n);
     if (rc != 0)
         fail_msg("decoding %s: %s (%s)", h, kvq_errname(rc), kvq_last_error());
-    assert_int_equal(kvq_tuple_count(*t), 1);
-    return kvq_tuple_at(*t, 0);
+    assert_int_equal(kvq_tuple_get_count(*t), 1);
+    return kvq_tuple_get_elem(*t, 0);
 }
 
 /* Unpacking must fail with code, and the detail must contain each non-NULL needle. */
@@ -190,10 +190,10 @@ static void test_null_and_nested(void **state)
     kvq_tuple *t;
     hexbuf in = hex("05 00 00");
     assert_int_equal(unpack_exact(&t, in.b, in.n), 0);
-    assert_int_equal(kvq_tuple_count(t), 2);
-    assert_int_equal(kvq_tuple_at(t, 0)->type, KVQ_TUPLE_NESTED);
-    assert_int_equal(kvq_tuple_at(t, 0)->v.nested.count, 0);
-    assert_int_equal(kvq_tuple_at(t, 1)->type, KVQ_TUPLE_NULL);
+    assert_int_equal(kvq_tuple_get_count(t), 2);
+    assert_int_equal(kvq_tuple_get_elem(t, 0)->type, KVQ_TUPLE_NESTED);
+    assert_int_equal(kvq_tuple_get_elem(t, 0)->v.nested.count, 0);
+    assert_int_equal(kvq_tuple_get_elem(t, 1)->type, KVQ_TUPLE_NULL);
     kvq_tuple_destroy(t);
 }
 
@@ -360,7 +360,7 @@ static void test_integer_decoding_edges(void **state)
     longest[sizeof(longest) - 1] = 0x2a; /* 254 leading zeros then 42: fits */
     kvq_tuple *t;
     assert_int_equal(unpack_exact(&t, longest, sizeof(longest)), 0);
-    assert_int_equal(kvq_tuple_at(t, 1)->v.i, 42);
+    assert_int_equal(kvq_tuple_get_elem(t, 1)->v.i, 42);
     kvq_tuple_destroy(t);
     /* -(2^64-1) in both forms (the 8-byte one of Java, Go and erlfdb, Python's long one), and
      * INT64_MIN - 1 = -(2^63+1): below INT64_MIN, they decode as magnitudes. */
@@ -410,7 +410,7 @@ static void test_floats_and_doubles(void **state)
         kvq_tuple *t;
         assert_int_equal(unpack_exact(&t, buf, n), 0);
         uint64_t back;
-        memcpy(&back, &kvq_tuple_at(t, 0)->v.d, 8);
+        memcpy(&back, &kvq_tuple_get_elem(t, 0)->v.d, 8);
         assert_true(back == dbits[i]);
         kvq_tuple_destroy(t);
     }
@@ -423,7 +423,7 @@ static void test_floats_and_doubles(void **state)
         kvq_tuple *t;
         assert_int_equal(unpack_exact(&t, buf, n), 0);
         uint32_t back;
-        memcpy(&back, &kvq_tuple_at(t, 0)->v.f, 4);
+        memcpy(&back, &kvq_tuple_get_elem(t, 0)->v.f, 4);
         assert_true(back == fbits[i]);
         kvq_tuple_destroy(t);
     }
@@ -554,8 +554,8 @@ static void test_erlfdb_keys(void **state)
     hexbuf stored = hex("01 71 00 01 76 61 6c 00 33 01 02 03 04 05 06 07 08 00 09 00 00");
     kvq_tuple *t;
     assert_int_equal(unpack_exact(&t, stored.b, stored.n), 0);
-    assert_int_equal(kvq_tuple_count(t), 3);
-    const kvq_tuple_elem *vs = kvq_tuple_at(t, 2);
+    assert_int_equal(kvq_tuple_get_count(t), 3);
+    const kvq_tuple_elem *vs = kvq_tuple_get_elem(t, 2);
     assert_int_equal(vs->type, KVQ_TUPLE_VERSIONSTAMP);
     assert_int_equal(vs->v.vs.complete, 1);
     assert_memory_equal(vs->v.vs.tr, "\x01\x02\x03\x04\x05\x06\x07\x08\x00\x09", 10);
@@ -914,7 +914,7 @@ static void test_random_round_trip_and_order(void **state)
         if (rc != 0)
             fail_msg("round %d (seed %" PRIu64 "): unpack failed: %s", round, seed,
                      kvq_last_error());
-        assert_int_equal(kvq_tuple_count(ta), na);
+        assert_int_equal(kvq_tuple_get_count(ta), na);
         assert_int_equal(kvq_tuple_compare(elems_of(ta), na, a, na), 0);
         kvq_buf again = KVQ_BUF_INIT;
         assert_int_equal(kvq_tuple_pack_buf(&again, elems_of(ta), na), 0);
@@ -939,7 +939,8 @@ static void test_random_round_trip_and_order(void **state)
                 truncations++;
                 if (rc == 0) {
                     kvq_buf re = KVQ_BUF_INIT;
-                    assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(tc), kvq_tuple_count(tc)), 0);
+                    assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(tc), kvq_tuple_get_count(tc)),
+                                     0);
                     assert_bytes(re.data, re.len, pa.data, cut);
                     kvq_buf_dispose(&re);
                     kvq_tuple_destroy(tc);
@@ -1106,7 +1107,7 @@ static void test_truncations(void **state)
         for (size_t cut = 1; cut < in.n; cut++) {
             if (unpack_exact(&t, in.b, cut) == 0) {
                 kvq_buf re = KVQ_BUF_INIT;
-                assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(t), kvq_tuple_count(t)), 0);
+                assert_int_equal(kvq_tuple_pack_buf(&re, elems_of(t), kvq_tuple_get_count(t)), 0);
                 assert_bytes(re.data, re.len, in.b, cut);
                 kvq_buf_dispose(&re);
                 kvq_tuple_destroy(t);
@@ -1147,7 +1148,7 @@ static void test_depth_limit(void **state)
     memset(ok + D, 0x00, D);
     kvq_tuple *t;
     assert_int_equal(unpack_exact(&t, ok, 2 * D), 0);
-    const kvq_tuple_elem *e = kvq_tuple_at(t, 0);
+    const kvq_tuple_elem *e = kvq_tuple_get_elem(t, 0);
     int levels = 0;
     while (e != NULL && e->type == KVQ_TUPLE_NESTED) {
         levels++;
@@ -1236,21 +1237,21 @@ static void test_ranges_and_strinc(void **state)
     assert_bytes(b.data, b.len, (const uint8_t *)"\x01q\x00\x00", 4);
     assert_bytes(e.data, e.len, (const uint8_t *)"\x01q\x00\xff", 4);
 
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"ab\xff\xff", 4), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"ab\xff\xff", 4), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"ac", 2);
     s.len = 0;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"a\xfe", 2), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"a\xfe", 2), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"a\xff", 2);
     s.len = 0;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\x00", 1), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\x00", 1), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"\x01", 1);
     /* It appends. */
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\x01q\x00\xff", 4), 0);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\x01q\x00\xff", 4), 0);
     assert_bytes(s.data, s.len, (const uint8_t *)"\x01\x01q\x01", 4);
     size_t before = s.len;
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"\xff\xff", 2), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"\xff\xff", 2), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "all 0xFF"));
-    assert_int_equal(kvq_strinc(&s, (const uint8_t *)"x", 0), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_strinc(&s, (const uint8_t *)"x", 0), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "empty"));
     assert_int_equal(s.len, before);
     kvq_buf_dispose(&b);
@@ -1264,7 +1265,7 @@ static void test_subspaces(void **state)
     kvq_tuple_elem q[1] = { kvq_tuple_bytes("q", 1) };
     kvq_subspace *sub;
     assert_int_equal(kvq_subspace_new(&sub, (const uint8_t *)"\xfe", 1, q, 1), 0);
-    kvq_bytes p = kvq_subspace_prefix(sub);
+    kvq_bytes p = kvq_subspace_get_prefix(sub);
     assert_bytes(p.data, p.len, (const uint8_t *)"\xfe\x01q\x00", 4);
     kvq_tuple_elem key[2] = { kvq_tuple_str("x"), kvq_tuple_int(7) };
     kvq_buf k = KVQ_BUF_INIT;
@@ -1274,7 +1275,7 @@ static void test_subspaces(void **state)
     assert_int_equal(kvq_subspace_contains(sub, p.data, p.len), 1); /* the prefix itself */
     kvq_tuple *t;
     assert_int_equal(kvq_subspace_unpack(&t, sub, k.data, k.len), 0);
-    assert_int_equal(kvq_tuple_count(t), 2);
+    assert_int_equal(kvq_tuple_get_count(t), 2);
     assert_int_equal(kvq_tuple_compare(elems_of(t), 2, key, 2), 0);
     kvq_tuple_destroy(t);
     /* Outside: shorter than the prefix, or a different prefix. */
@@ -1291,7 +1292,7 @@ static void test_subspaces(void **state)
     assert_non_null(strstr(kvq_last_error(), "at byte 5 of 6"));
     /* The prefix alone is the empty tuple. */
     assert_int_equal(kvq_subspace_unpack(&t, sub, p.data, p.len), 0);
-    assert_int_equal(kvq_tuple_count(t), 0);
+    assert_int_equal(kvq_tuple_get_count(t), 0);
     kvq_tuple_destroy(t);
 
     /* Range: strictly inside prefix + pack(("x",)). */
@@ -1331,11 +1332,11 @@ static void test_subspaces(void **state)
 
     /* Raw prefix only; and the empty subspace, which holds every key. */
     assert_int_equal(kvq_subspace_new(&sub, (const uint8_t *)"ab", 2, NULL, 0), 0);
-    assert_bytes(kvq_subspace_prefix(sub).data, kvq_subspace_prefix(sub).len, (const uint8_t *)"ab",
-                 2);
+    assert_bytes(kvq_subspace_get_prefix(sub).data, kvq_subspace_get_prefix(sub).len,
+                 (const uint8_t *)"ab", 2);
     kvq_subspace_destroy(sub);
     assert_int_equal(kvq_subspace_new(&sub, NULL, 0, NULL, 0), 0);
-    assert_int_equal(kvq_subspace_prefix(sub).len, 0);
+    assert_int_equal(kvq_subspace_get_prefix(sub).len, 0);
     assert_int_equal(kvq_subspace_contains(sub, NULL, 0), 1);
     assert_int_equal(kvq_subspace_contains(sub, (const uint8_t *)"\xff", 1), 1);
     kvq_subspace_destroy(sub);
@@ -1389,16 +1390,16 @@ static void test_bad_arguments(void **state)
     t = (kvq_tuple *)&t;
     EXPECT_EINVAL(kvq_tuple_unpack(&t, NULL, 1));
     assert_null(t);
-    assert_int_equal(kvq_tuple_count(NULL), 0);
-    assert_null(kvq_tuple_at(NULL, 0));
+    assert_int_equal(kvq_tuple_get_count(NULL), 0);
+    assert_null(kvq_tuple_get_elem(NULL, 0));
     kvq_tuple_destroy(NULL);
     EXPECT_EINVAL(kvq_tuple_range(NULL, &b2, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, NULL, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, &b, NULL, 0));
     EXPECT_EINVAL(kvq_tuple_range(&b, &b2, NULL, 3));
-    EXPECT_EINVAL(kvq_strinc(NULL, buf, 1));
-    EXPECT_EINVAL(kvq_strinc(&b, NULL, 1));
-    EXPECT_EINVAL(kvq_strinc(&b, NULL, 0));
+    EXPECT_EINVAL(kvq_bytes_strinc(NULL, buf, 1));
+    EXPECT_EINVAL(kvq_bytes_strinc(&b, NULL, 1));
+    EXPECT_EINVAL(kvq_bytes_strinc(&b, NULL, 0));
     EXPECT_EINVAL(kvq_subspace_new(NULL, NULL, 0, NULL, 0));
     kvq_subspace *s2 = (kvq_subspace *)&s2;
     EXPECT_EINVAL(kvq_subspace_new(&s2, NULL, 3, NULL, 0));
@@ -1408,8 +1409,8 @@ static void test_bad_arguments(void **state)
     EXPECT_EINVAL(kvq_subspace_new(&s2, NULL, 0, &vs, 1));
     assert_null(s2);
     kvq_subspace_destroy(NULL);
-    assert_null(kvq_subspace_prefix(NULL).data);
-    assert_int_equal(kvq_subspace_prefix(NULL).len, 0);
+    assert_null(kvq_subspace_get_prefix(NULL).data);
+    assert_int_equal(kvq_subspace_get_prefix(NULL).len, 0);
     EXPECT_EINVAL(kvq_subspace_pack(NULL, s, &e, 1));
     EXPECT_EINVAL(kvq_subspace_pack(&b, NULL, &e, 1));
     EXPECT_EINVAL(kvq_subspace_pack(&b, s, NULL, 1));
@@ -1440,8 +1441,8 @@ static void test_bad_arguments(void **state)
     EXPECT_EINVAL(kvq_tuple_pack_buf(&junk, &e, 1));
     /* The empty input is the empty tuple, also with NULL data. */
     assert_int_equal(kvq_tuple_unpack(&t, NULL, 0), 0);
-    assert_int_equal(kvq_tuple_count(t), 0);
-    assert_null(kvq_tuple_at(t, 0));
+    assert_int_equal(kvq_tuple_get_count(t), 0);
+    assert_null(kvq_tuple_get_elem(t, 0));
     kvq_tuple_destroy(t);
     kvq_subspace_destroy(s);
     kvq_buf_dispose(&b);
@@ -1592,13 +1593,13 @@ static void test_printable_and_format(void **state)
 {
     (void)state;
     kvq_buf out = KVQ_BUF_INIT;
-    assert_int_equal(kvq_printable(&out, (const uint8_t *)"a\x00\\ ~\x7f\xff\"", 8), 0);
+    assert_int_equal(kvq_bytes_format(&out, (const uint8_t *)"a\x00\\ ~\x7f\xff\"", 8), 0);
     assert_string_equal((const char *)out.data, "a\\x00\\\\ ~\\x7f\\xff\"");
     assert_int_equal(out.len, strlen("a\\x00\\\\ ~\\x7f\\xff\""));
-    assert_int_equal(kvq_printable(NULL, NULL, 0), KVQ_EINVAL);
-    assert_int_equal(kvq_printable(&out, NULL, 1), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_format(NULL, NULL, 0), KVQ_EINVAL);
+    assert_int_equal(kvq_bytes_format(&out, NULL, 1), KVQ_EINVAL);
     out.len = 0;
-    assert_int_equal(kvq_printable(&out, NULL, 0), 0);
+    assert_int_equal(kvq_bytes_format(&out, NULL, 0), 0);
     assert_string_equal((const char *)out.data, "");
 
     uint8_t uuid[16], tr[10];
@@ -1646,9 +1647,9 @@ static void test_printable_and_format(void **state)
     kvq_buf again = KVQ_BUF_INIT;
     out.len = 0;
     assert_int_equal(kvq_tuple_format(&out, t, 12), 0);
-    assert_int_equal(kvq_tuple_format(&again, kvq_tuple_at(u, 0), kvq_tuple_count(u)), 0);
+    assert_int_equal(kvq_tuple_format(&again, kvq_tuple_get_elem(u, 0), kvq_tuple_get_count(u)), 0);
     assert_string_equal((const char *)again.data, (const char *)out.data);
-    assert_int_equal(kvq_tuple_equal(kvq_tuple_at(u, 0), kvq_tuple_count(u), t, 12), 1);
+    assert_int_equal(kvq_tuple_equal(kvq_tuple_get_elem(u, 0), kvq_tuple_get_count(u), t, 12), 1);
     kvq_tuple_destroy(u);
     kvq_buf_dispose(&packed);
     kvq_buf_dispose(&again);

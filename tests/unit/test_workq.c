@@ -143,8 +143,8 @@ static int recv_wait(kvq_workq *w, kvq_buf *b, kvq_workq_lease *l, int64_t lease
 static void
 expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed, int64_t dead)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     if (m.ready != ready || m.inflight != inflight || m.delayed != delayed || m.dead != dead)
         fail_msg("metrics ready %lld inflight %lld delayed %lld dead %lld, want %lld %lld %lld "
                  "%lld",
@@ -156,8 +156,8 @@ expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed, i
 static void expect_totals(
     kvq_workq *w, int64_t received, int64_t taken, int64_t acked, int64_t requeued, int64_t dead)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     if (m.received != received || m.taken != taken || m.acked != acked ||
         m.requeued != requeued || m.dead_lettered != dead)
         fail_msg("totals received %lld taken %lld acked %lld requeued %lld dead-lettered %lld, "
@@ -226,9 +226,9 @@ static void test_bad_input(void **state)
     assert_int_equal(kvq_workq_recover(NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_dlq_list(e.w, NULL, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_dlq_redrive(NULL, NULL), KVQ_EINVAL);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(NULL, e.w), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_get_metrics(&m, NULL), KVQ_EINVAL);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(NULL, e.w), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_get_stats(&m, NULL), KVQ_EINVAL);
     /* A token nobody issued: not a lease of this queue. */
     assert_int_equal(kvq_workq_ack(e.w, &l), KVQ_ELEASE_EXPIRED);
     kvq_workq_close(NULL);
@@ -411,11 +411,11 @@ static void poison_case(kvq_queue_type type)
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease lx;
     int64_t end = kvq__mono_us() + WAIT_US;
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
     do {
         kvq__sleep_us(50000);
         assert_ok(kvq_workq_recover(NULL, e.w));
-        assert_ok(kvq_workq_get_metrics(&m, e.w));
+        assert_ok(kvq_workq_get_stats(&m, e.w));
     } while (m.dead == 0 && kvq__mono_us() < end);
     expect_metrics(e.w, 0, 1, 0, 1);
     assert_int_equal(kvq_workq_receive(&b, &lx, e.w, 0), KVQ_ENOTFOUND);
@@ -581,8 +581,8 @@ static void test_dedup(void **state)
     kvq__sleep_us(600000);
     assert_ok(kvq_workq_recover(NULL, e.w)); /* prunes, and moves versions on */
     push_str(e.w, "v3", &po, 1);
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e.w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e.w));
     assert_int_equal(m.ready, enq == 0 ? 3 : 4);
     kvq_workq_lease l;
     expect_recv(e.w, "v1", &l, 0);
@@ -640,8 +640,8 @@ static void test_metrics_model(void **state)
         }
     }
     expect_metrics(e.w, ready, (int64_t)nheld, delayed, dead);
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e.w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e.w));
     if (ready > 0)
         assert_true(m.oldest_ready_age_ms >= 0);
     else
@@ -660,8 +660,8 @@ static void test_oldest_age(void **state)
     push_str(e.w, "old", NULL, 1);
     kvq__sleep_us(300000);
     push_str(e.w, "new", NULL, 1); /* a commit: versions move on */
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e.w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e.w));
     assert_true(m.oldest_ready_age_ms >= 250);
     assert_true(m.oldest_ready_age_ms < 3600000);
     env_close(&e);
@@ -673,8 +673,8 @@ static void test_oldest_age(void **state)
  * between a version read after the push and one read before the metrics. */
 static int64_t prio_age(wq_env *e)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e->w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e->w));
     assert_true(m.oldest_ready_age_ms < 3600000);
     return m.oldest_ready_age_ms;
 }

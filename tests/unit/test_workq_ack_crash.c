@@ -79,8 +79,8 @@ static void child_main(int at)
     if (kvq_workq_consumer_start(&cons, w, child_handler, &c, &o) != 0)
         _exit(12);
     /* The consumer runs until this process is killed; reaching the end is a failure. */
-    (void)kvq_workq_consumer_join(cons);
-    _exit(13);
+    int joined = kvq_workq_consumer_join(cons);
+    _exit(joined == 0 ? 13 : 14);
 }
 
 static void crash_case(int at, const char *name, const uint32_t expect[ITEMS])
@@ -121,8 +121,8 @@ static void crash_case(int at, const char *name, const uint32_t expect[ITEMS])
     int acked_here = 0;
     kvq_buf b = KVQ_BUF_INIT;
     for (;;) {
-        kvq_workq_metrics m;
-        assert_int_equal(kvq_workq_get_metrics(&m, w), 0);
+        kvq_workq_stats m;
+        assert_int_equal(kvq_workq_get_stats(&m, w), 0);
         if (m.ready == 0 && m.inflight == 0 && m.delayed == 0)
             break;
         kvq_workq_lease l;
@@ -140,8 +140,8 @@ static void crash_case(int at, const char *name, const uint32_t expect[ITEMS])
         acked_here++;
     }
     kvq_buf_dispose(&b);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(&m, w), 0);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(&m, w), 0);
     uint64_t len = 1;
     assert_int_equal(kvq_queue_len(&len, q), 0);
     printf("# %s: deliveries in the drain %u %u %u (0: acked by the killed worker); acked %lld "

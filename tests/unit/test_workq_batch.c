@@ -51,10 +51,10 @@ static void push_n(env *e, int from, int to, int64_t prio)
     }
 }
 
-static kvq_workq_metrics metrics(env *e)
+static kvq_workq_stats metrics(env *e)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e->w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e->w));
     return m;
 }
 
@@ -82,7 +82,7 @@ static void receive_ack_case(kvq_queue_type type)
         if (i > 0)
             assert_memory_not_equal(leases[i].id, leases[i - 1].id, 16);
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 100);
     assert_int_equal(m.ready, 150);
     assert_int_equal(m.received, 100);
@@ -157,7 +157,7 @@ static void test_partial_failure(void **state)
     assert_int_equal(results[0], KVQ_ELEASE_EXPIRED);
     assert_int_equal(results[1], 0);
     assert_int_equal(results[2], 0);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, 3);
     assert_int_equal(m.ready, 0);
@@ -190,7 +190,7 @@ static void test_nack_and_dead_letters(void **state)
     /* Nack three with a delay and two at once: max deliveries reached, all five are dead. */
     assert_ok(kvq_workq_nack_many(NULL, e.w, leases, 3, 60000));
     assert_ok(kvq_workq_nack_many(NULL, e.w, leases + 3, 2, 0));
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.dead, 5);
     assert_int_equal(m.delayed, 0);
     assert_int_equal(m.inflight, 0);
@@ -274,7 +274,7 @@ static void test_unknown_results(void **state)
         size_t got = 0;
         int rc = kvq_workq_receive_many(outs, leases, &got, e.w, 50, 1000);
         if (rc == KVQ_ENOTFOUND) {
-            kvq_workq_metrics m = metrics(&e);
+            kvq_workq_stats m = metrics(&e);
             if (m.inflight == 0 && m.ready == 0)
                 break;
             kvq__sleep_us(20000);
@@ -299,7 +299,7 @@ static void test_unknown_results(void **state)
             seen[v]++;
         }
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, 300);
@@ -323,7 +323,9 @@ static void test_tokens(void **state)
     l.deliveries = 3;
     l.priority = -2;
     char tok[KVQ_WORKQ_TOKEN_LEN + 1];
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &l));
+    size_t toklen;
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &l));
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN);
     assert_string_equal(tok, "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
                              "0102030405060708" "1112131415161718" "00000003"
                              "fffffffffffffffe");
@@ -341,9 +343,15 @@ static void test_tokens(void **state)
     assert_ok(kvq_workq_lease_parse(&back, up));
     assert_int_equal(back.deadline, l.deadline);
     char small[KVQ_WORKQ_TOKEN_LEN];
-    assert_int_equal(kvq_workq_lease_format(small, sizeof(small), &l), KVQ_ENOBUFS);
-    assert_int_equal(kvq_workq_lease_format(NULL, 100, &l), KVQ_EINVAL);
-    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), NULL), KVQ_EINVAL);
+    /* The caller-buffer form of kvq_tuple_pack: the size needed with KVQ_ENOBUFS, 0 on errors. */
+    assert_int_equal(kvq_workq_lease_format(small, sizeof(small), &toklen, &l), KVQ_ENOBUFS);
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN + 1);
+    assert_int_equal(kvq_workq_lease_format(NULL, 0, &toklen, &l), KVQ_ENOBUFS);
+    assert_int_equal(toklen, KVQ_WORKQ_TOKEN_LEN + 1);
+    assert_int_equal(kvq_workq_lease_format(NULL, 100, &toklen, &l), KVQ_EINVAL);
+    assert_int_equal(toklen, 0);
+    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), &toklen, NULL), KVQ_EINVAL);
+    assert_int_equal(kvq_workq_lease_format(tok, sizeof(tok), NULL, &l), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(NULL, tok), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(&back, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_lease_parse(&back, ""), KVQ_EINVAL);
@@ -362,7 +370,7 @@ static void test_tokens(void **state)
     kvq_buf v = KVQ_BUF_INIT;
     kvq_workq_lease got;
     assert_ok(kvq_workq_receive(&v, &got, e.w, 0));
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &got));
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &got));
     assert_ok(kvq_workq_lease_parse(&back, tok));
     assert_ok(kvq_workq_ack(e.w, &back));
     assert_int_equal(metrics(&e).acked, 1);
@@ -385,7 +393,7 @@ static void test_purge_and_due(void **state)
     size_t n = 0;
     assert_ok(kvq_workq_receive_many(outs, leases, &n, e.w, 2, 0));
     assert_ok(kvq_workq_nack(e.w, &leases[0], 0)); /* max 1 delivery: dead */
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.ready + m.inflight + m.delayed + m.dead, 5);
     uint64_t cleared = 0;
     assert_ok(kvq_workq_purge(&cleared, e.w));

@@ -96,10 +96,10 @@ static int item_no(kvq_bytes v)
     return n;
 }
 
-static kvq_workq_metrics metrics(env *e)
+static kvq_workq_stats metrics(env *e)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, e->w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, e->w));
     return m;
 }
 
@@ -164,13 +164,14 @@ static void token_case(kvq_queue_type type)
     assert_int_equal(n, 6);
     /* The token of item 2, as `kvq receive` prints it, acks item 2 only, once. */
     char tok[KVQ_WORKQ_TOKEN_LEN + 1];
+    size_t toklen;
     kvq_workq_lease back;
-    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &ls[2]));
+    assert_ok(kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[2]));
     assert_ok(kvq_workq_lease_parse(&back, tok));
     assert_ok(kvq_workq_ack(e.w, &back));
     assert_int_equal(kvq_workq_ack(e.w, &back), KVQ_ELEASE_SETTLED);
     assert_int_equal(kvq_workq_nack(e.w, &ls[2], 0), KVQ_ELEASE_SETTLED);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 5);
     assert_int_equal(m.acked, 1);
     /* Nack of item 3: it is ready again, at its place, with one more delivery. */
@@ -255,7 +256,7 @@ static void expiry_case(kvq_queue_type type)
     assert_ok(kvq_workq_ack(e.w, &ls[6]));            /* 6 */
     /* 7-19 and the single lease come back. */
     assert_int_equal(force_expiry(&e), 14);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.ready, 15);
     int r[21];
@@ -324,7 +325,7 @@ static void test_expiry_in_passes(void **state)
     assert_ok(kvq_workq_receive(&v, &l, e.w, 0));
     assert_ok(kvq_testing_workq_flags(e.w, 0));
     assert_int_equal(item_no(view(&v)), 0);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.inflight, 1); /* item 0 again; the whole batch came back */
     assert_int_equal(m.ready, N - 1);
     listed li = { 0 };
@@ -397,7 +398,7 @@ static void test_large_batch(void **state)
         else
             assert_ok(kvq_workq_ack_many(NULL, e.w, ls, n));
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.acked, N);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.ready, 0);
@@ -484,7 +485,7 @@ static void test_record_cleanup(void **state)
     assert_ok(kvq_workq_receive_many(outs, ls, &n, e.w, 2, 0));
     assert_ok(kvq_workq_ack_many(NULL, e.w, ls, n));
     assert_int_equal(batch_keys(&e), 0);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.acked, 4);
     assert_int_equal(m.inflight, 0);
     dispose_all(outs, 2);
@@ -509,7 +510,8 @@ static int holder_main(const char *dir)
         return 3;
     for (size_t i = 0; i < n; i++) {
         char tok[KVQ_WORKQ_TOKEN_LEN + 1];
-        if (kvq_workq_lease_format(tok, sizeof(tok), &ls[i]) != 0)
+        size_t toklen;
+        if (kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[i]) != 0)
             return 4;
         printf("%s\n", tok);
     }
@@ -591,7 +593,7 @@ static void test_kill_batch_holder(void **state)
     assert_int_equal(kvq_workq_ack_many(r, e.w, held, CRASH_N), KVQ_ELEASE_EXPIRED);
     for (int i = 0; i < CRASH_N; i++)
         assert_int_equal(r[i], KVQ_ELEASE_EXPIRED);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.acked, CRASH_N);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.ready, 0);
@@ -654,8 +656,9 @@ static void *conc_thread(void *arg)
             /* One by one, each through its token. */
             for (size_t i = 0; i < n && rc == 0; i++) {
                 char tok[KVQ_WORKQ_TOKEN_LEN + 1];
+                size_t toklen;
                 kvq_workq_lease l;
-                rc = kvq_workq_lease_format(tok, sizeof(tok), &ls[i]);
+                rc = kvq_workq_lease_format(tok, sizeof(tok), &toklen, &ls[i]);
                 if (rc == 0)
                     rc = kvq_workq_lease_parse(&l, tok);
                 if (rc == 0)
@@ -707,7 +710,7 @@ static void test_concurrent_exactly_once(void **state)
     assert_int_equal(c->total, CONC_ITEMS);
     for (int i = 0; i < CONC_ITEMS; i++)
         assert_int_equal(c->acks[i], 1);
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     assert_int_equal(m.acked, CONC_ITEMS);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.ready, 0);
@@ -785,7 +788,7 @@ static void test_racing_settlers(void **state)
         assert_int_equal(r->failed, 0);
         for (int i = 0; i < RACE_ITEMS; i++)
             assert_int_equal(r->wins[i], 1);
-        kvq_workq_metrics m = metrics(&e);
+        kvq_workq_stats m = metrics(&e);
         assert_int_equal(m.acked, (round + 1) * RACE_ITEMS);
         assert_int_equal(m.inflight, 0);
         free(r);
@@ -884,7 +887,7 @@ static void test_kill_campaign(void **state)
         size_t n = 0;
         int rc = kvq_workq_receive_many(outs, ls, &n, e.w, 100, 600000);
         if (rc == KVQ_ENOTFOUND) {
-            kvq_workq_metrics m = metrics(&e);
+            kvq_workq_stats m = metrics(&e);
             if (m.ready == 0 && m.inflight == 0 && m.delayed == 0)
                 break;
             assert_true(kvq__mono_us() - t0 < 60000000);
@@ -907,7 +910,7 @@ static void test_kill_campaign(void **state)
         }
         fclose(f);
     }
-    kvq_workq_metrics m = metrics(&e);
+    kvq_workq_stats m = metrics(&e);
     size_t seen = 0;
     for (int i = 0; i < CAMP_ITEMS; i++) {
         assert_true(acks[i] <= 1); /* two acks of one item that both returned 0: never */

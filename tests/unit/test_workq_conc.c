@@ -191,8 +191,8 @@ static void threads_case(kvq_queue_type type)
         redeliveries += sh->receives[i] - 1;
         explained += why;
     }
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.delayed, 0);
@@ -277,8 +277,8 @@ static void exactly_once_case(kvq_queue_type type)
     assert_ok(kvq_workq_open(&w, q, &never_dead));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
     push_items(w, type);
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     assert_int_equal(m.ready, NITEMS); /* pushes exactly once despite 1021 */
     kvq__rng rng = { kt_seed() ^ 0x5eed };
     int done = 0, applied = 0, settled_on_retry = 0, expired = 0;
@@ -327,7 +327,7 @@ static void exactly_once_case(kvq_queue_type type)
                      i, r->counts[i], kt_prog(), kt_seed());
     free(r);
     assert_ok(kvq_workq_recover(NULL, w));
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    assert_ok(kvq_workq_get_stats(&m, w));
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     kvq_db_stats st;
@@ -410,8 +410,8 @@ static void test_sigkill_redelivers(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status));
     /* The item is in flight: nobody gets it until the lease has passed; then exactly one. */
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     assert_int_equal(m.inflight, 1);
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;

@@ -119,8 +119,8 @@ static void expect_all_acked_once(env *e, const seen *s)
         if (s->acks[i] != 1)
             fail_msg("item %d acked %d times", i, s->acks[i]);
     assert_int_equal(s->bad, 0);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(&m, e->w), 0);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(&m, e->w), 0);
     assert_int_equal(m.ready, 0);
     assert_int_equal(m.inflight, 0);
     assert_int_equal(m.acked, N);
@@ -203,10 +203,10 @@ static void test_last_ack_not_held(void **state)
     kvq_workq_consumer_options o = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
     kvq_workq_consumer *c;
     assert_int_equal(kvq_workq_consumer_start(&c, e.w, handler, &s, &o), 0);
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
     /* The worker keeps waiting for more items; the ack must land meanwhile. */
     for (int i = 0; i < 60000; i++) {
-        assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
+        assert_int_equal(kvq_workq_get_stats(&m, e.w), 0);
         if (m.acked == 1)
             break;
         kvq__sleep_us(1000);
@@ -237,8 +237,8 @@ static void test_failed_items_come_back(void **state)
     assert_int_equal(st.nacked, N);
     assert_int_equal(st.acked, N);
     assert_int_equal(s.max_deliveries_seen, 2);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(&m, e.w), 0);
     assert_int_equal(m.requeued, N);
     env_close(&e);
 }
@@ -256,8 +256,8 @@ static void test_failed_items_dead_letter(void **state)
     run_drain(&e, &s, 2, 0, &st);
     assert_int_equal(st.nacked, 20);
     assert_int_equal(st.acked, 0);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(&m, e.w), 0);
     assert_int_equal(m.dead, 20);
     assert_int_equal(m.ready, 0);
     env_close(&e);
@@ -322,8 +322,8 @@ static void test_release_gives_back_and_stops(void **state)
     kvq_workq_consumer_destroy(c);
     assert_int_equal(calls, 1);
     assert_int_equal(st.released, 1);
-    kvq_workq_metrics m;
-    assert_int_equal(kvq_workq_get_metrics(&m, e.w), 0);
+    kvq_workq_stats m;
+    assert_int_equal(kvq_workq_get_stats(&m, e.w), 0);
     assert_int_equal(m.ready, 3);
     assert_int_equal(m.inflight, 0);
     env_close(&e);

@@ -714,10 +714,10 @@ static size_t check_at_rest(kvq_queue_type type, const char *when)
     kvq__sleep_us((LEASE_MS + 100) * 1000);
     assert_ok(kvq_workq_recover(NULL, w));
     uint64_t len = 0, listed = 0, inflight = 0, delayed = 0;
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
     assert_ok(kvq_queue_len(&len, q));
     assert_ok(kvq_queue_iterate(q, count_item, &listed));
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    assert_ok(kvq_workq_get_stats(&m, w));
     assert_ok(kvq_workq_list_inflight(w, count_listed, &inflight));
     assert_ok(kvq_workq_list_delayed(w, count_listed, &delayed));
     uint64_t len2 = 0;
@@ -767,7 +767,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     assert_true(fd >= 0);
     kvq_buf b = KVQ_BUF_INIT;
     int64_t end = kvq__mono_us() + DRAIN_US;
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
     for (;;) {
         cstate st;
         memset(&st, 0, sizeof(st));
@@ -779,7 +779,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
         }
         if (rc != KVQ_ENOTFOUND)
             fail_msg("drain: %s (%s)", kvq_errname(rc), kvq_last_error());
-        assert_ok(kvq_workq_get_metrics(&m, w));
+        assert_ok(kvq_workq_get_stats(&m, w));
         if (m.ready == 0 && m.inflight == 0 && m.delayed == 0)
             break;
         if (kvq__mono_us() > end)

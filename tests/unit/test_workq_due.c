@@ -138,8 +138,8 @@ static void expect_str(const kvq_buf *b, const char *want)
 static void expect_metrics(kvq_workq *w, int64_t ready, int64_t inflight, int64_t delayed,
                            int64_t dead)
 {
-    kvq_workq_metrics m;
-    assert_ok(kvq_workq_get_metrics(&m, w));
+    kvq_workq_stats m;
+    assert_ok(kvq_workq_get_stats(&m, w));
     if ((ready >= 0 && m.ready != ready) || m.inflight != inflight || m.delayed != delayed || m.dead != dead)
         fail_msg("metrics ready %lld inflight %lld delayed %lld dead %lld, want %lld %lld %lld "
                  "%lld",
@@ -343,7 +343,7 @@ static void run_reader(reader_ctx *c, kvq_db *db)
 {
     kvq_buf outs[4] = { KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT };
     kvq_workq_lease leases[4];
-    kvq_workq_metrics m;
+    kvq_workq_stats m;
     kvq_watch *watch = NULL;
     size_t n = 0;
     c->n = 0;
@@ -387,7 +387,7 @@ static void run_reader(reader_ctx *c, kvq_db *db)
         assert_ok(kvq__buf_set(&c->val, outs[0].data, outs[0].len));
         break;
     case R_METRICS:
-        assert_ok(kvq_workq_get_metrics(&m, c->w));
+        assert_ok(kvq_workq_get_stats(&m, c->w));
         assert_int_equal(m.delayed, 0);
         assert_int_equal(m.inflight, 0);
         c->n = (uint64_t)m.ready;

@@ -82,11 +82,11 @@ static int tail_ints(const uint8_t *key, size_t len, size_t plen, int64_t *out, 
     kvq_tuple *t = NULL;
     if (len < plen || kvq_tuple_unpack(&t, key + plen, len - plen) != 0)
         return -1;
-    int ok = kvq_tuple_count(t) == want;
+    int ok = kvq_tuple_get_count(t) == want;
     for (size_t i = 0; ok && i < want; i++) {
-        ok = kvq_tuple_at(t, i)->type == KVQ_TUPLE_INT;
+        ok = kvq_tuple_get_elem(t, i)->type == KVQ_TUPLE_INT;
         if (ok)
-            out[i] = kvq_tuple_at(t, i)->v.i;
+            out[i] = kvq_tuple_get_elem(t, i)->v.i;
     }
     kvq_tuple_destroy(t);
     return ok ? 0 : -1;

@@ -103,16 +103,17 @@ expire_leases(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b, uint64_t *mo
         const uint8_t *xk = xkeys.data + xoff[i];
         size_t xl = xoff[i + 1] - xoff[i];
         rc = kvq_tuple_unpack(&t, xk + w->base_x.len, xl - w->base_x.len);
-        if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
-            (kvq_tuple_at(t, 1)->v.bytes.len != 16 &&
-             kvq_tuple_at(t, 1)->v.bytes.len != KVQ__WQ_BATCH_ID)) {
+        if (rc != 0 || kvq_tuple_get_count(t) != 2 ||
+            kvq_tuple_get_elem(t, 1)->type != KVQ_TUPLE_BYTES ||
+            (kvq_tuple_get_elem(t, 1)->v.bytes.len != 16 &&
+             kvq_tuple_get_elem(t, 1)->v.bytes.len != KVQ__WQ_BATCH_ID)) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed lease expiry key");
             break;
         }
-        if (kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
+        if (kvq_tuple_get_elem(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
             /* A batch lease (batch_lease.c): its items, as far as the pass's budget goes. */
             uint8_t bid[KVQ__WQ_BATCH_ID];
-            memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, sizeof(bid));
+            memcpy(bid, kvq_tuple_get_elem(t, 1)->v.bytes.data, sizeof(bid));
             kvq_tuple_destroy(t);
             t = NULL;
             int done = 0;
@@ -126,7 +127,7 @@ expire_leases(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b, uint64_t *mo
             continue;
         }
         uint8_t id[16];
-        memcpy(id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
+        memcpy(id, kvq_tuple_get_elem(t, 1)->v.bytes.data, 16);
         kvq_tuple_destroy(t);
         t = NULL;
         rc = expire_lease(w, txn, xk, xl, id, b, moved);
@@ -156,13 +157,14 @@ ready_delayed(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b, uint64_t *mo
     for (size_t i = 0; rc == 0 && i < got; i++) {
         /* kvs stays valid: only writes follow. */
         rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_y.len, kvs[i].key.len - w->base_y.len);
-        if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT ||
-            kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
+        if (rc != 0 || kvq_tuple_get_count(t) != 4 ||
+            kvq_tuple_get_elem(t, 2)->type != KVQ_TUPLE_INT ||
+            kvq_tuple_get_elem(t, 3)->type != KVQ_TUPLE_INT) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
             break;
         }
-        int64_t prio = kvq_tuple_at(t, 2)->v.i;
-        uint32_t deliv = (uint32_t)kvq_tuple_at(t, 3)->v.i;
+        int64_t prio = kvq_tuple_get_elem(t, 2)->v.i;
+        uint32_t deliv = (uint32_t)kvq_tuple_get_elem(t, 3)->v.i;
         kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq_txn_clear(txn, kvs[i].key.data, kvs[i].key.len);
@@ -208,12 +210,13 @@ static int prune_dedup(kvq_workq *w, kvq_txn *txn, int64_t rv, pass_bufs *b)
     for (size_t i = 0; rc == 0 && i < got; i++) {
         rc = kvq_tuple_unpack(&t, kvs[i].key.data + w->base_ddx.len,
                               kvs[i].key.len - w->base_ddx.len);
-        if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES) {
+        if (rc != 0 || kvq_tuple_get_count(t) != 2 ||
+            kvq_tuple_get_elem(t, 1)->type != KVQ_TUPLE_BYTES) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed dedup index key");
             break;
         }
-        int64_t at = kvq_tuple_at(t, 0)->v.i;
-        kvq_tuple_elem de2 = *kvq_tuple_at(t, 1);
+        int64_t at = kvq_tuple_get_elem(t, 0)->v.i;
+        kvq_tuple_elem de2 = *kvq_tuple_get_elem(t, 1);
         rc = kvq__wq_key_of(&b->k, &w->base_dd, &de2, 1);
         kvq_tuple_destroy(t);
         t = NULL;

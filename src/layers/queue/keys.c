@@ -30,10 +30,10 @@ static int unpack_typed(kvq_tuple **t,
     int rc = kvq_tuple_unpack(t, rest, len);
     if (rc != 0)
         return rc;
-    if (kvq_tuple_count(*t) != count)
+    if (kvq_tuple_get_count(*t) != count)
         goto bad;
     for (size_t i = 0; i < count; i++) {
-        const kvq_tuple_elem *e = kvq_tuple_at(*t, i);
+        const kvq_tuple_elem *e = kvq_tuple_get_elem(*t, i);
         if (e->type != types[i]) {
             if (types[i] == KVQ_TUPLE_INT && e->type == KVQ_TUPLE_UINT) {
                 kvq_tuple_destroy(*t);
@@ -145,7 +145,7 @@ int kvq__qk_parse_fifo(const uint8_t *rest, size_t len, int64_t *index)
     int rc = unpack_typed(&t, rest, len, "FIFO item (index, random bytes)", 2, types);
     if (rc != 0)
         return rc;
-    *index = kvq_tuple_at(t, 0)->v.i;
+    *index = kvq_tuple_get_elem(t, 0)->v.i;
     kvq_tuple_destroy(t);
     return 0;
 }
@@ -157,8 +157,8 @@ int kvq__qk_parse_prio(const uint8_t *rest, size_t len, int64_t *priority, int64
     int rc = unpack_typed(&t, rest, len, "priority item (priority, count, random bytes)", 3, types);
     if (rc != 0)
         return rc;
-    *priority = kvq_tuple_at(t, 0)->v.i;
-    *count = kvq_tuple_at(t, 1)->v.i;
+    *priority = kvq_tuple_get_elem(t, 0)->v.i;
+    *count = kvq_tuple_get_elem(t, 1)->v.i;
     kvq_tuple_destroy(t);
     return 0;
 }
@@ -171,13 +171,13 @@ int kvq__qk_parse_waiter(const uint8_t *rest, size_t len, int64_t *index, uint8_
     int rc = unpack_typed(&t, rest, len, "high-contention waiter", 4, types);
     if (rc != 0)
         return rc;
-    const kvq_tuple_elem *r = kvq_tuple_at(t, 3);
+    const kvq_tuple_elem *r = kvq_tuple_get_elem(t, 3);
     if (r->v.bytes.len != KVQ__RAND_LEN) {
         kvq_tuple_destroy(t);
         return kvq__error(KVQ_ETUPLE, "a high-contention waiter's id is not %d bytes",
                           KVQ__RAND_LEN);
     }
-    *index = kvq_tuple_at(t, 2)->v.i;
+    *index = kvq_tuple_get_elem(t, 2)->v.i;
     memcpy(rand20, r->v.bytes.data, KVQ__RAND_LEN);
     kvq_tuple_destroy(t);
     return 0;

@@ -239,7 +239,7 @@ int kvq__wq_age_take(kvq_workq *w, kvq_txn *txn, const uint8_t *id, int64_t *sin
     return rc;
 }
 
-/* Entries of the age index looked at per metrics read or upkeep pass. */
+/* Entries of the age index looked at per statistics read or upkeep pass. */
 #define AGE_PROBE 16
 
 /* The ready version of the oldest ready item of a priority queue (-1: none found), from the
@@ -269,11 +269,12 @@ int kvq__wq_age_head(kvq_workq *w, kvq_txn *txn, int prune, int64_t *out)
         const uint8_t *ak = keys.data + off[i];
         size_t al = off[i + 1] - off[i];
         rc = kvq_tuple_unpack(&t, ak + w->base_a.len, al - w->base_a.len);
-        if (rc != 0 || kvq_tuple_count(t) < 2 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT) {
+        if (rc != 0 || kvq_tuple_get_count(t) < 2 ||
+            kvq_tuple_get_elem(t, 0)->type != KVQ_TUPLE_INT) {
             rc = kvq__error(KVQ_EDAMAGED, "a malformed age index key");
             break;
         }
-        int64_t since = kvq_tuple_at(t, 0)->v.i;
+        int64_t since = kvq_tuple_get_elem(t, 0)->v.i;
         kvq_tuple_destroy(t);
         t = NULL;
         rc = kvq__wq_age_key(&k, w, since, NULL, 0);

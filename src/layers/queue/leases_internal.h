@@ -62,7 +62,7 @@ struct kvq_workq {
     kvq_buf base_a, base_t; /* priority queues: the age index, leased items' ready versions */
     kvq_buf base_b;         /* batch leases (batch_lease.c) */
     kvq_buf n_inflight, n_delayed, n_dead, n_ready, tick;
-    /* Totals since the queue was made (atomic adds; only read by the metrics). */
+    /* Totals since the queue was made (atomic adds; only read by the statistics). */
     kvq_buf n_received, n_taken, n_acked, n_requeued, n_deadlettered;
     /* Items removed by kvq_workq_purge, all and those that were ready (workq_purge.c). */
     kvq_buf n_cleared, n_cleared_ready;

@@ -131,7 +131,7 @@ int kvq_queue_open(kvq_queue **out,
                                            : DEF_DURABLE;
         pfx_len = 3;
     } else {
-        kvq_bytes b = kvq_subspace_prefix(sub);
+        kvq_bytes b = kvq_subspace_get_prefix(sub);
         pfx = b.data;
         pfx_len = b.len;
     }
@@ -194,7 +194,7 @@ kvq_queue_type kvq_queue_get_type(const kvq_queue *q)
     return q == NULL ? (kvq_queue_type)0 : q->type;
 }
 
-kvq_bytes kvq_queue_prefix(const kvq_queue *q)
+kvq_bytes kvq_queue_get_prefix(const kvq_queue *q)
 {
     kvq_bytes none = { NULL, 0 };
     return q == NULL ? none : kvq__buf_bytes(&q->prefix);
@@ -482,7 +482,7 @@ int kvq_queue_delete_txn(kvq_queue *q, kvq_txn *txn)
     /* Everything that starts with the prefix: [prefix, strinc(prefix)). The prefix never
      * starts with 0xFF, so strinc exists. */
     kvq_buf end = KVQ_BUF_INIT;
-    rc = kvq_strinc(&end, q->prefix.data, q->prefix.len);
+    rc = kvq_bytes_strinc(&end, q->prefix.data, q->prefix.len);
     if (rc == 0)
         rc = kvq_txn_clear_range(txn, q->prefix.data, q->prefix.len, end.data, end.len);
     kvq_buf_dispose(&end);

@@ -1,6 +1,6 @@
 /* Work-queue semantics over the durable and priority queues (kvq/workq.h): handles, pushes
  * (delayed and deduplicated), receives and the settling of leases (ack, nack, extend). The
- * long poll is in workq_wait.c, upkeep in layers/queue/due.c, dead letters, listings and metrics
+ * long poll is in workq_wait.c, upkeep in layers/queue/due.c, dead letters, listings and statistics
  * in workq_admin.c; the key layout and the conflicts are described in workq_internal.h. */
 #include <signal.h>
 #include <string.h>

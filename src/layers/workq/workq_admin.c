@@ -1,5 +1,5 @@
 /* The work queue's administration: dead letters (list, redrive, purge), listings of the items
- * in flight and delayed, and metrics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
+ * in flight and delayed, and statistics. All reads are snapshot reads in pages of KVQ__WQ_BATCH. */
 #include <string.h>
 
 #include "layers/workq/workq_internal.h"
@@ -161,9 +161,9 @@ static int batch_entry(kvq_workq *w, kvq_bytes xkey, uint8_t *bid)
     kvq_tuple *t = NULL;
     int is = 0;
     if (kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len) == 0 &&
-        kvq_tuple_count(t) == 2 && kvq_tuple_at(t, 1)->type == KVQ_TUPLE_BYTES &&
-        kvq_tuple_at(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
-        memcpy(bid, kvq_tuple_at(t, 1)->v.bytes.data, KVQ__WQ_BATCH_ID);
+        kvq_tuple_get_count(t) == 2 && kvq_tuple_get_elem(t, 1)->type == KVQ_TUPLE_BYTES &&
+        kvq_tuple_get_elem(t, 1)->v.bytes.len == KVQ__WQ_BATCH_ID) {
+        memcpy(bid, kvq_tuple_get_elem(t, 1)->v.bytes.data, KVQ__WQ_BATCH_ID);
         is = 1;
     }
     kvq_tuple_destroy(t);
@@ -184,13 +184,14 @@ static int inflight_item(kvq_workq *w,
     *found = 0;
     kvq_tuple *t = NULL;
     int rc = kvq_tuple_unpack(&t, xkey.data + w->base_x.len, xkey.len - w->base_x.len);
-    if (rc != 0 || kvq_tuple_count(t) != 2 || kvq_tuple_at(t, 1)->type != KVQ_TUPLE_BYTES ||
-        kvq_tuple_at(t, 1)->v.bytes.len != 16) {
+    if (rc != 0 || kvq_tuple_get_count(t) != 2 ||
+        kvq_tuple_get_elem(t, 1)->type != KVQ_TUPLE_BYTES ||
+        kvq_tuple_get_elem(t, 1)->v.bytes.len != 16) {
         kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed lease-expiry key");
     }
     memset(it, 0, sizeof(*it));
-    memcpy(it->lease.id, kvq_tuple_at(t, 1)->v.bytes.data, 16);
+    memcpy(it->lease.id, kvq_tuple_get_elem(t, 1)->v.bytes.data, 16);
     kvq_tuple_destroy(t);
     kvq_bytes m, v;
     int pm = 0, pv = 0;
@@ -226,15 +227,16 @@ static int delayed_item(kvq_workq *w, kvq_kv kv, int64_t rv, kvq_buf *val, kvq_w
 {
     kvq_tuple *t = NULL;
     int rc = kvq_tuple_unpack(&t, kv.key.data + w->base_y.len, kv.key.len - w->base_y.len);
-    if (rc != 0 || kvq_tuple_count(t) != 4 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT ||
-        kvq_tuple_at(t, 2)->type != KVQ_TUPLE_INT || kvq_tuple_at(t, 3)->type != KVQ_TUPLE_INT) {
+    if (rc != 0 || kvq_tuple_get_count(t) != 4 || kvq_tuple_get_elem(t, 0)->type != KVQ_TUPLE_INT ||
+        kvq_tuple_get_elem(t, 2)->type != KVQ_TUPLE_INT ||
+        kvq_tuple_get_elem(t, 3)->type != KVQ_TUPLE_INT) {
         kvq_tuple_destroy(t);
         return kvq__error(KVQ_EDAMAGED, "a malformed delayed-item key");
     }
     memset(it, 0, sizeof(*it));
-    it->due_ms = (kvq_tuple_at(t, 0)->v.i - rv) / KVQ__VERSIONS_PER_MS;
-    it->priority = kvq_tuple_at(t, 2)->v.i;
-    it->deliveries = (uint32_t)kvq_tuple_at(t, 3)->v.i;
+    it->due_ms = (kvq_tuple_get_elem(t, 0)->v.i - rv) / KVQ__VERSIONS_PER_MS;
+    it->priority = kvq_tuple_get_elem(t, 2)->v.i;
+    it->deliveries = (uint32_t)kvq_tuple_get_elem(t, 3)->v.i;
     kvq_tuple_destroy(t);
     return kvq__buf_set(val, kv.value.data, kv.value.len);
 }
@@ -406,7 +408,8 @@ int kvq_workq_dlq_purge(uint64_t *out, kvq_workq *w)
     return rc != 0 ? rc : dlq_drain(w, out, 1);
 }
 
-/* ---- metrics ------------------------------------------------------------------------------- */
+/* ---- statistics -------------------------------------------------------------------------------
+ */
 
 static int read_counter(kvq_txn *txn, const kvq_buf *key, int64_t *out)
 {
@@ -417,14 +420,14 @@ static int read_counter(kvq_txn *txn, const kvq_buf *key, int64_t *out)
     return rc;
 }
 
-typedef struct metrics_ctx {
+typedef struct stats_ctx {
     kvq_workq *w;
-    kvq_workq_metrics m;
-} metrics_ctx;
+    kvq_workq_stats m;
+} stats_ctx;
 
-static int metrics_body(kvq_txn *txn, void *arg)
+static int stats_body(kvq_txn *txn, void *arg)
 {
-    metrics_ctx *c = arg;
+    stats_ctx *c = arg;
     kvq_workq *w = c->w;
     kvq_queue *q = w->q;
     int64_t rv;
@@ -484,17 +487,17 @@ static int metrics_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-int kvq_workq_get_metrics(kvq_workq_metrics *out, kvq_workq *w)
+int kvq_workq_get_stats(kvq_workq_stats *out, kvq_workq *w)
 {
-    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_metrics");
+    int rc = kvq__wq_check(w, NULL, 0, "kvq_workq_get_stats");
     if (rc == 0 && out == NULL)
-        rc = kvq__error(KVQ_EINVAL, "kvq_workq_get_metrics: out is NULL");
+        rc = kvq__error(KVQ_EINVAL, "kvq_workq_get_stats: out is NULL");
     if (rc != 0)
         return rc;
-    metrics_ctx c;
+    stats_ctx c;
     memset(&c, 0, sizeof(c));
     c.w = w;
-    rc = kvq_db_transact(w->q->db, metrics_body, &c);
+    rc = kvq_db_transact(w->q->db, stats_body, &c);
     if (rc == 0)
         *out = c.m;
     return rc;

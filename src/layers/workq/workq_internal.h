@@ -1,10 +1,10 @@
 /* Internals of the work queue (kvq/workq.h): leases, ack, nack, extend, delivery counts, dead
- * letters, delayed items, deduplicated pushes and metrics. Its files:
+ * letters, delayed items, deduplicated pushes and statistics. Its files:
  *
  *   workq.c         handles, pushes, receives, settling leases (ack, nack, extend)
  *   workq_upkeep.c  kvq_workq_ready_due and kvq_workq_recover
  *   workq_wait.c    the long poll (kvq_workq_receive_wait)
- *   workq_admin.c   dead letters, listings of items in flight and delayed, metrics
+ *   workq_admin.c   dead letters, listings of items in flight and delayed, statistics
  *   workq_batch.c   receive, ack and nack of many items in one transaction
  *   workq_purge.c   removing every item, whatever its state
  *   workq_token.c   leases as text

@@ -11,13 +11,19 @@
 #define TOKEN_BYTES 44
 _Static_assert(2 * TOKEN_BYTES == KVQ_WORKQ_TOKEN_LEN, "a token is two digits a byte");
 
-int kvq_workq_lease_format(char *out, size_t cap, const kvq_workq_lease *lease)
+int kvq_workq_lease_format(char *out, size_t cap, size_t *len, const kvq_workq_lease *lease)
 {
-    if (out == NULL || lease == NULL)
-        return kvq__error(KVQ_EINVAL, "kvq_workq_lease_format: NULL out or lease");
-    if (cap < KVQ_WORKQ_TOKEN_LEN + 1)
+    if (len == NULL)
+        return kvq__error(KVQ_EINVAL, "kvq_workq_lease_format: len is NULL");
+    *len = 0;
+    if (lease == NULL || (out == NULL && cap > 0))
+        return kvq__error(KVQ_EINVAL, "kvq_workq_lease_format: NULL lease, or NULL out and cap %zu",
+                          cap);
+    if (cap < KVQ_WORKQ_TOKEN_LEN + 1) {
+        *len = KVQ_WORKQ_TOKEN_LEN + 1;
         return kvq__error(KVQ_ENOBUFS, "kvq_workq_lease_format: %zu bytes, a token needs %d",
                           cap, KVQ_WORKQ_TOKEN_LEN + 1);
+    }
     uint8_t b[TOKEN_BYTES];
     memcpy(b, lease->id, 16);
     kvq__be_put(b + 16, (uint64_t)lease->received, 8);
@@ -30,6 +36,7 @@ int kvq_workq_lease_format(char *out, size_t cap, const kvq_workq_lease *lease)
         out[2 * i + 1] = hex[b[i] & 15];
     }
     out[KVQ_WORKQ_TOKEN_LEN] = '\0';
+    *len = KVQ_WORKQ_TOKEN_LEN;
     return 0;
 }
 

@@ -109,10 +109,10 @@ static int first_time(kvq_txn *txn, const kvq_buf *base, kvq_buf *lo, kvq_buf *h
         return rc;
     kvq_tuple *t = NULL;
     rc = kvq_tuple_unpack(&t, kvs[0].key.data + base->len, kvs[0].key.len - base->len);
-    if (rc != 0 || kvq_tuple_count(t) < 2 || kvq_tuple_at(t, 0)->type != KVQ_TUPLE_INT)
+    if (rc != 0 || kvq_tuple_get_count(t) < 2 || kvq_tuple_get_elem(t, 0)->type != KVQ_TUPLE_INT)
         rc = kvq__error(KVQ_EDAMAGED, "a malformed delayed-item or lease-expiry key");
     else
-        *out = kvq_tuple_at(t, 0)->v.i;
+        *out = kvq_tuple_get_elem(t, 0)->v.i;
     kvq_tuple_destroy(t);
     return rc;
 }

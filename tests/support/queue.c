@@ -1,30 +1,23 @@
-/* Helpers shared by the queue-layer tests: a fresh database directory per test, handles with
- * injected faults, subspaces and small value codecs. The scaffolding (directories, seeds,
- * assertions) is the test support library's (tests/support/kvq_test.h). */
-#ifndef KVQ_TEST_QUEUE_COMMON_H
-#define KVQ_TEST_QUEUE_COMMON_H
-
+/* The queue-layer tests' helpers (test_queue_common.h says what each does). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "kvq_test.h"
-#include "layers/queue/queue_internal.h"
-#include "util/util.h"
+#include "test_queue_common.h"
 
-static char tq_dir[256];
-static unsigned int tq_test_flags; /* KVQ_TEST_* of the handles tq_open_db opens */
+char tq_dir[256];
+unsigned int tq_test_flags; /* KVQ_TEST_* of the handles tq_open_db opens */
 
 /* A fresh database directory in tq_dir. */
-static inline void tq_mkdir(void)
+void tq_mkdir(void)
 {
     if (kt_mkdtemp(tq_dir, sizeof(tq_dir), "queue") != 0)
         abort();
 }
 
-static inline void tq_rmdir(void)
+void tq_rmdir(void)
 {
     if (tq_dir[0] != 0)
         (void)kt_rm_rf(tq_dir);
@@ -32,14 +25,14 @@ static inline void tq_rmdir(void)
 }
 
 /* Fixtures: a fresh tq_dir for each test. */
-static inline int tq_dir_setup(void **state)
+int tq_dir_setup(void **state)
 {
     (void)state;
     tq_mkdir();
     return 0;
 }
 
-static inline int tq_dir_teardown(void **state)
+int tq_dir_teardown(void **state)
 {
     (void)state;
     tq_rmdir();
@@ -47,7 +40,7 @@ static inline int tq_dir_teardown(void **state)
 }
 
 /* A subspace of raw prefix bytes (free it with kvq_subspace_destroy). */
-static inline kvq_subspace *tq_sub(const char *prefix, size_t len)
+kvq_subspace *tq_sub(const char *prefix, size_t len)
 {
     kvq_subspace *s = NULL;
     if (kvq_subspace_new(&s, (const uint8_t *)prefix, len, NULL, 0) != 0)
@@ -56,7 +49,7 @@ static inline kvq_subspace *tq_sub(const char *prefix, size_t len)
 }
 
 /* A subspace of one or two tuple elements. */
-static inline kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem *b)
+kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem *b)
 {
     kvq_tuple_elem e[2] = { a, b != NULL ? *b : a };
     kvq_subspace *s = NULL;
@@ -66,7 +59,7 @@ static inline kvq_subspace *tq_sub_tuple(kvq_tuple_elem a, const kvq_tuple_elem 
 }
 
 /* The options of the queue tests' handles: retries without limit, short backoff. */
-static inline kvq_db_options tq_options(void)
+kvq_db_options tq_options(void)
 {
     kvq_db_options o = KVQ_DB_OPTIONS_INIT;
     o.retry_limit = -1;
@@ -75,7 +68,7 @@ static inline kvq_db_options tq_options(void)
     return o;
 }
 
-static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
+kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t seed)
 {
     kvq_db_options o = tq_options();
     kvq_testing_options t = KVQ_TESTING_OPTIONS_INIT;
@@ -96,19 +89,19 @@ static inline kvq_db *tq_open_db(double fault_rate, unsigned int kinds, uint64_t
  * given to tq_group() (for a group, or for each test). */
 static kvq_db **tq_group_db;
 
-static inline void tq_group(kvq_db **db)
+void tq_group(kvq_db **db)
 {
     tq_group_db = db;
 }
 
-static inline int tq_db_setup(void **state)
+int tq_db_setup(void **state)
 {
     int rc = tq_dir_setup(state);
     *tq_group_db = tq_open_db(0, 0, 0);
     return rc;
 }
 
-static inline int tq_db_teardown(void **state)
+int tq_db_teardown(void **state)
 {
     kvq_db_close(*tq_group_db);
     *tq_group_db = NULL;
@@ -121,13 +114,13 @@ static inline int tq_db_teardown(void **state)
  * tenth cycle all of them, otherwise one victim and each other process one time in four), last
  * all of them. Fails the test when a process exited by itself (an error it found) during the
  * cycles, or when check_end, at the end. Returns how many processes were killed. */
-static inline size_t tq_crash_cycles(const char *name,
-                                     int cycles,
-                                     pid_t *pids,
-                                     int nprocs,
-                                     kt_spawn_fn spawn,
-                                     void *arg,
-                                     int check_end)
+size_t tq_crash_cycles(const char *name,
+                       int cycles,
+                       pid_t *pids,
+                       int nprocs,
+                       kt_spawn_fn spawn,
+                       void *arg,
+                       int check_end)
 {
     unsigned seed = kt_campaign_seed(name, cycles);
     tq_mkdir();
@@ -144,7 +137,7 @@ static inline size_t tq_crash_cycles(const char *name,
 }
 
 /* Values of the concurrency tests: producer id (4 bytes BE) + sequence (4 bytes BE) + filler. */
-static inline size_t tq_value(uint8_t *out, uint32_t producer, uint32_t seq)
+size_t tq_value(uint8_t *out, uint32_t producer, uint32_t seq)
 {
     for (int i = 0; i < 4; i++) {
         out[i] = (uint8_t)(producer >> (24 - 8 * i));
@@ -154,7 +147,7 @@ static inline size_t tq_value(uint8_t *out, uint32_t producer, uint32_t seq)
     return 16;
 }
 
-static inline int tq_parse(const uint8_t *v, size_t n, uint32_t *producer, uint32_t *seq)
+int tq_parse(const uint8_t *v, size_t n, uint32_t *producer, uint32_t *seq)
 {
     if (n != 16 || memcmp(v + 8, "kvq-item", 8) != 0)
         return -1;
@@ -166,5 +159,3 @@ static inline int tq_parse(const uint8_t *v, size_t n, uint32_t *producer, uint3
     }
     return 0;
 }
-
-#endif /* KVQ_TEST_QUEUE_COMMON_H */

@@ -1,41 +1,7 @@
-/* The producer/consumer workload shared by the thread and process concurrency tests.
- *
- * Producers push values that encode (producer, sequence); consumers pop them and record what
- * they saw. The checks: every item popped exactly once; per producer, the items one consumer
- * pops come out in push order (for FIFO queues: each pop takes the head of the queue, so a later
- * pop by the same consumer can only see later items of a producer; for durable queues, whose
- * racing consumers spread out, in order within each pop); within
- * one pop_k batch of a priority queue, priorities are non-decreasing. Producers use their own
- * database handle, so that its conflict counter counts pushes only: it must stay 0. */
-#ifndef KVQ_TEST_QUEUE_CONC_H
-#define KVQ_TEST_QUEUE_CONC_H
+/* The queue concurrency tests' producers and checker (test_queue_conc.h says what each does). */
+#include "test_queue_conc.h"
 
-#include <pthread.h>
-
-#include "test_queue_common.h"
-
-typedef struct conc_cfg {
-    const char *name;
-    kvq_queue_type type;
-    unsigned int flags; /* queue flags of the consumers */
-    size_t items;       /* in total, a multiple of producers */
-    int producers, consumers;
-    int push_batch;    /* items per push transaction */
-    int pop_batch;     /* 1: kvq_queue_pop (or pop_min/max); more: pop_k / consume_k */
-    int stop_on_empty; /* consumers stop at the first empty pop (everything was pushed) */
-} conc_cfg;
-
-/* What one consumer saw: its items in pop order, with the priority of each. */
-typedef struct conc_log {
-    uint32_t *prod, *seq;
-    int64_t *prio;
-    uint32_t *batch; /* number of the pop call that returned the item */
-    size_t n, cap;
-    int rc;
-    char err[200];
-} conc_log;
-
-static inline int conc_log_add(conc_log *l, uint32_t p, uint32_t s, int64_t prio, uint32_t batch)
+int conc_log_add(conc_log *l, uint32_t p, uint32_t s, int64_t prio, uint32_t batch)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 1024;
@@ -63,7 +29,7 @@ static inline int conc_log_add(conc_log *l, uint32_t p, uint32_t s, int64_t prio
     return 0;
 }
 
-static inline void conc_log_free(conc_log *l)
+void conc_log_free(conc_log *l)
 {
     free(l->prod);
     free(l->seq);
@@ -72,19 +38,12 @@ static inline void conc_log_free(conc_log *l)
     memset(l, 0, sizeof(*l));
 }
 
-static inline int64_t conc_prio(uint32_t producer, uint32_t seq)
+int64_t conc_prio(uint32_t producer, uint32_t seq)
 {
     return (int64_t)((producer * 7919u + seq * 104729u) % 21u) - 10;
 }
 
-typedef struct conc_prio_batch {
-    kvq_queue *q;
-    const kvq_bytes *vals;
-    size_t n;
-    uint32_t p, s;
-} conc_prio_batch;
-
-static inline int conc_prio_body(kvq_txn *txn, void *arg)
+int conc_prio_body(kvq_txn *txn, void *arg)
 {
     conc_prio_batch *b = arg;
     int rc = 0;
@@ -94,8 +53,7 @@ static inline int conc_prio_body(kvq_txn *txn, void *arg)
     return rc;
 }
 
-/* Pushes producer p's share. Returns 0 or an error. */
-static inline int conc_produce(const conc_cfg *c, kvq_db *pdb, uint32_t p, char *err, size_t errn)
+int conc_produce(const conc_cfg *c, kvq_db *pdb, uint32_t p, char *err, size_t errn)
 {
     kvq_queue *q = NULL;
     int rc = kvq_queue_open(&q, pdb, c->type, NULL, NULL);
@@ -133,9 +91,7 @@ static inline int conc_produce(const conc_cfg *c, kvq_db *pdb, uint32_t p, char 
     return rc;
 }
 
-/* Pops until *consumed reaches the total. */
-static inline void
-conc_consume(const conc_cfg *c, kvq_db *cdb, int id, size_t *consumed, conc_log *log)
+void conc_consume(const conc_cfg *c, kvq_db *cdb, int id, size_t *consumed, conc_log *log)
 {
     kvq_queue_options o = KVQ_QUEUE_OPTIONS_INIT;
     o.flags = c->flags;
@@ -218,8 +174,7 @@ conc_consume(const conc_cfg *c, kvq_db *cdb, int id, size_t *consumed, conc_log 
     kvq_queue_close(q);
 }
 
-/* Checks the consumers' logs; returns 0 or prints what is wrong and returns -1. */
-static inline int conc_check(const conc_cfg *c, conc_log *logs, int nlogs)
+int conc_check(const conc_cfg *c, conc_log *logs, int nlogs)
 {
     size_t per = c->items / (size_t)c->producers;
     unsigned char *seen = calloc(c->items, 1);
@@ -282,5 +237,3 @@ static inline int conc_check(const conc_cfg *c, conc_log *logs, int nlogs)
     }
     return bad ? -1 : 0;
 }
-
-#endif /* KVQ_TEST_QUEUE_CONC_H */

@@ -1,32 +1,7 @@
-/* An in-memory model of a key-value store with FoundationDB's semantics, for the randomized
- * conformance tests: an ordered map of byte strings, with set, clear, clear_range, every atomic
- * operation (FoundationDB's byte rules, API >= 510) and limited range reads in both
- * directions. Small and slow on purpose (a sorted array): it must be obviously right. */
-#ifndef KVQ_CONFORMANCE_MODEL_H
-#define KVQ_CONFORMANCE_MODEL_H
+/* The conformance tests' model of the key-value store (model.h says what each does). */
+#include "model.h"
 
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <kvq/kvq.h>
-
-#define CF_MODEL_KEY 64
-#define CF_MODEL_VAL 64
-
-typedef struct cf_mentry {
-    uint8_t k[CF_MODEL_KEY];
-    size_t kn;
-    uint8_t v[CF_MODEL_VAL];
-    size_t vn;
-} cf_mentry;
-
-typedef struct cf_model {
-    cf_mentry *e;
-    size_t n, cap;
-} cf_model;
-
-static inline int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
 {
     size_t m = an < bn ? an : bn;
     int c = m > 0 ? memcmp(a, b, m) : 0;
@@ -35,8 +10,7 @@ static inline int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, si
     return an < bn ? -1 : an > bn ? 1 : 0;
 }
 
-/* The first index whose key is >= k. */
-static inline size_t cf_model_lower(const cf_model *m, const uint8_t *k, size_t kn)
+size_t cf_model_lower(const cf_model *m, const uint8_t *k, size_t kn)
 {
     size_t lo = 0, hi = m->n;
     while (lo < hi) {
@@ -49,7 +23,7 @@ static inline size_t cf_model_lower(const cf_model *m, const uint8_t *k, size_t 
     return lo;
 }
 
-static inline cf_mentry *cf_model_find(const cf_model *m, const uint8_t *k, size_t kn)
+cf_mentry *cf_model_find(const cf_model *m, const uint8_t *k, size_t kn)
 {
     size_t i = cf_model_lower(m, k, kn);
     if (i < m->n && cf_bytes_cmp(m->e[i].k, m->e[i].kn, k, kn) == 0)
@@ -57,9 +31,7 @@ static inline cf_mentry *cf_model_find(const cf_model *m, const uint8_t *k, size
     return NULL;
 }
 
-/* Returns 0, or -1 when the key or value does not fit the model (a bug in the test). */
-static inline int
-cf_model_set(cf_model *m, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+int cf_model_set(cf_model *m, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
 {
     if (kn > CF_MODEL_KEY || vn > CF_MODEL_VAL)
         return -1;
@@ -85,8 +57,7 @@ cf_model_set(cf_model *m, const uint8_t *k, size_t kn, const uint8_t *v, size_t 
     return 0;
 }
 
-static inline void
-cf_model_clear_range(cf_model *m, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+void cf_model_clear_range(cf_model *m, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
 {
     if (cf_bytes_cmp(b, bn, e, en) >= 0)
         return;
@@ -97,7 +68,7 @@ cf_model_clear_range(cf_model *m, const uint8_t *b, size_t bn, const uint8_t *e,
     }
 }
 
-static inline void cf_model_clear(cf_model *m, const uint8_t *k, size_t kn)
+void cf_model_clear(cf_model *m, const uint8_t *k, size_t kn)
 {
     size_t i = cf_model_lower(m, k, kn);
     if (i < m->n && cf_bytes_cmp(m->e[i].k, m->e[i].kn, k, kn) == 0) {
@@ -106,24 +77,20 @@ static inline void cf_model_clear(cf_model *m, const uint8_t *k, size_t kn)
     }
 }
 
-/* Copies `from` truncated or zero-extended to n bytes. */
-static inline void cf_fit(uint8_t *out, const uint8_t *from, size_t from_n, size_t n)
+void cf_fit(uint8_t *out, const uint8_t *from, size_t from_n, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = i < from_n ? from[i] : 0;
 }
 
-/* FoundationDB's atomic operations (fdbclient/Atomic.h; MIN and AND as MinV2 and AndV2).
- * `present` says whether the key exists; out gets at most old_n + p_n bytes. Returns 1, or 0
- * when the key is absent afterwards (COMPARE_AND_CLEAR). */
-static inline int cf_atomic_apply(int present,
-                                  const uint8_t *old,
-                                  size_t old_n,
-                                  kvq_mutation op,
-                                  const uint8_t *p,
-                                  size_t p_n,
-                                  uint8_t *out,
-                                  size_t *out_n)
+int cf_atomic_apply(int present,
+                    const uint8_t *old,
+                    size_t old_n,
+                    kvq_mutation op,
+                    const uint8_t *p,
+                    size_t p_n,
+                    uint8_t *out,
+                    size_t *out_n)
 {
     if (!present)
         old_n = 0;
@@ -228,7 +195,7 @@ static inline int cf_atomic_apply(int present,
     }
 }
 
-static inline int cf_model_atomic(
+int cf_model_atomic(
     cf_model *m, const uint8_t *k, size_t kn, kvq_mutation op, const uint8_t *p, size_t pn)
 {
     const cf_mentry *cur = cf_model_find(m, k, kn);
@@ -244,17 +211,15 @@ static inline int cf_model_atomic(
     return cf_model_set(m, k, kn, out, on);
 }
 
-/* The rows of [b, e) in order (or reverse), at most `limit` (0: all): their indices go to idx
- * (room for m->n); returns the count, and *more = 1 when rows were left out. */
-static inline size_t cf_model_range(const cf_model *m,
-                                    const uint8_t *b,
-                                    size_t bn,
-                                    const uint8_t *e,
-                                    size_t en,
-                                    int limit,
-                                    int reverse,
-                                    size_t *idx,
-                                    int *more)
+size_t cf_model_range(const cf_model *m,
+                      const uint8_t *b,
+                      size_t bn,
+                      const uint8_t *e,
+                      size_t en,
+                      int limit,
+                      int reverse,
+                      size_t *idx,
+                      int *more)
 {
     *more = 0;
     if (cf_bytes_cmp(b, bn, e, en) >= 0)
@@ -270,7 +235,7 @@ static inline size_t cf_model_range(const cf_model *m,
     return n;
 }
 
-static inline int cf_model_copy(cf_model *dst, const cf_model *src)
+int cf_model_copy(cf_model *dst, const cf_model *src)
 {
     if (dst->cap < src->n) {
         cf_mentry *e = realloc(dst->e, (src->n + 1) * sizeof(*e));
@@ -285,11 +250,9 @@ static inline int cf_model_copy(cf_model *dst, const cf_model *src)
     return 0;
 }
 
-static inline void cf_model_free(cf_model *m)
+void cf_model_free(cf_model *m)
 {
     free(m->e);
     m->e = NULL;
     m->n = m->cap = 0;
 }
-
-#endif /* KVQ_CONFORMANCE_MODEL_H */
