@@ -528,7 +528,7 @@ int kvq__queue_salvage(const char *url,
     }
     kvq_bytes p = { NULL, 0 };
     if (rc == 0) {
-        p = kvq_subspace_prefix(sub);
+        p = kvq_subspace_get_prefix(sub);
         if (s.type == KVQ_QUEUE_DURABLE) {
             kvq_buf val = KVQ_BUF_INIT;
             rc = kvq__qk_counter(&val, p, "val");
