@@ -1,7 +1,7 @@
 /* The log store with its table (docs/logstore.md): memory per byte of live data and the time
  * to open after kill -9, with many items queued. Run by hand (a bench, never a timed test):
  *
- *   bench_logstore [--items N] [--procs P] [--dir DIR]
+ *   bench_logstore [--items N] [--procs P] [--dir DIR] [--growth]
  *
  * 1. fill: N items of 100 bytes pushed into a durable queue of a new "log:" database (batches
  *    of 1,000), then the database kept open past the window so that its applier takes the
@@ -13,6 +13,11 @@
  * 3. kill -9: a child pushes and pops (one item each, durable) beside the N items for 3 s and
  *    is killed with SIGKILL; the time a fresh process takes to open the database and read the
  *    queue's length and its head (a peek).
+ * 4. growth (--growth; issue 31's growth row): push and pop rates, one durable item per
+ *    transaction and batches of 100, on the queue with the N items (pushes at its tail, pops
+ *    its oldest items, which the table holds) and on an empty queue of a second new database,
+ *    alternated (empty, full, empty, full, ...) for ROUNDS rounds in the same run; prints each
+ *    rate and the ratio full / empty of the medians.
  * Prints one line per measure. Wall-clock figures on a shared machine are noisy: say so. */
 #include <errno.h>
 #include <signal.h>
@@ -27,7 +32,7 @@
 
 #include "kvq/kvq.h"
 
-enum { VLEN = 100, BATCH = 1000, MAX_PROCS = 64 };
+enum { VLEN = 100, BATCH = 1000, MAX_PROCS = 64, ROUNDS = 5, OPS = 400, BOPS = 40, BK = 100 };
 
 static double now_s(void)
 {
@@ -175,11 +180,120 @@ static void churn(const char *url)
     }
 }
 
+/* ---- growth: rates with the N items queued against an empty queue ---- */
+
+/* The rates of one measure, items per second: single pushes, single pops, batched pushes,
+ * batched pops. */
+typedef struct rates {
+    double push1, pop1, push100, pop100;
+} rates;
+
+static void measure_rates(kvq_queue *q, rates *out)
+{
+    uint8_t v[VLEN];
+    memset(v, 'g', sizeof v);
+    kvq_buf b = KVQ_BUF_INIT;
+    double t0 = now_s();
+    for (int i = 0; i < OPS; i++) {
+        int rc = kvq_queue_push(q, v, sizeof v);
+        if (rc != 0)
+            die("growth push", rc);
+    }
+    double t1 = now_s();
+    for (int i = 0; i < OPS; i++) {
+        int rc = kvq_queue_pop(&b, q);
+        if (rc != 0)
+            die("growth pop", rc);
+    }
+    double t2 = now_s();
+    static kvq_bytes views[BK];
+    for (int j = 0; j < BK; j++)
+        views[j] = (kvq_bytes){ v, VLEN };
+    for (int i = 0; i < BOPS; i++) {
+        int rc = kvq_queue_push_many(q, views, BK);
+        if (rc != 0)
+            die("growth push_many", rc);
+    }
+    double t3 = now_s();
+    static kvq_buf outs[BK];
+    for (int i = 0; i < BOPS; i++) {
+        size_t n = 0;
+        int rc = kvq_queue_pop_k(outs, &n, q, BK);
+        if (rc != 0 || n != BK)
+            die("growth pop_k", rc != 0 ? rc : KVQ_EINVAL);
+    }
+    double t4 = now_s();
+    for (int j = 0; j < BK; j++)
+        kvq_buf_dispose(&outs[j]);
+    kvq_buf_dispose(&b);
+    out->push1 = OPS / (t1 - t0);
+    out->pop1 = OPS / (t2 - t1);
+    out->push100 = (double)BOPS * BK / (t3 - t2);
+    out->pop100 = (double)BOPS * BK / (t4 - t3);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void growth(const char *full_url, const char *empty_url, long items)
+{
+    kvq_db *fdb, *edb;
+    kvq_queue *fq, *eq;
+    open_queue(&fdb, &fq, full_url);
+    open_queue(&edb, &eq, empty_url);
+    rates r[2][ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        measure_rates(eq, &r[0][i]);
+        measure_rates(fq, &r[1][i]);
+        printf("growth: round=%d empty push1=%.0f pop1=%.0f push100=%.0f pop100=%.0f | "
+               "queued=%ld push1=%.0f pop1=%.0f push100=%.0f pop100=%.0f (items/s)\n",
+               i, r[0][i].push1, r[0][i].pop1, r[0][i].push100, r[0][i].pop100, items,
+               r[1][i].push1, r[1][i].pop1, r[1][i].push100, r[1][i].pop100);
+        fflush(stdout);
+    }
+    double m[2][4];
+    for (int w = 0; w < 2; w++) {
+        double a[4][ROUNDS];
+        for (int i = 0; i < ROUNDS; i++) {
+            a[0][i] = r[w][i].push1;
+            a[1][i] = r[w][i].pop1;
+            a[2][i] = r[w][i].push100;
+            a[3][i] = r[w][i].pop100;
+        }
+        for (int k = 0; k < 4; k++)
+            m[w][k] = median(a[k], ROUNDS);
+    }
+    printf("growth: queued=%ld ratio full/empty of the medians: push1=%.2f pop1=%.2f "
+           "push100=%.2f pop100=%.2f\n",
+           items, m[1][0] / m[0][0], m[1][1] / m[0][1], m[1][2] / m[0][2], m[1][3] / m[0][3]);
+    uint64_t len = 0;
+    int rc = kvq_queue_len(&len, fq);
+    if (rc != 0)
+        die("len", rc);
+    printf("growth: queued after=%llu (the rounds push and pop as many)\n",
+           (unsigned long long)len);
+    fflush(stdout);
+    kvq_queue_close(fq);
+    kvq_db_close(fdb);
+    kvq_queue_close(eq);
+    kvq_db_close(edb);
+}
+
 int main(int argc, char **argv)
 {
     long items = 1000000;
     int procs = 8;
     const char *dir = NULL;
+    int do_growth = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--items") == 0 && i + 1 < argc)
             items = atol(argv[++i]);
@@ -187,8 +301,11 @@ int main(int argc, char **argv)
             procs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
             dir = argv[++i];
+        else if (strcmp(argv[i], "--growth") == 0)
+            do_growth = 1;
         else {
-            fprintf(stderr, "usage: bench_logstore [--items N] [--procs P] [--dir DIR]\n");
+            fprintf(stderr,
+                    "usage: bench_logstore [--items N] [--procs P] [--dir DIR] [--growth]\n");
             return 2;
         }
     }
@@ -244,5 +361,16 @@ int main(int argc, char **argv)
     }
     waitpid(p, NULL, 0);
     printf("kill -9: open_len_and_peek_s=%.3f (one process, page cache warm)\n", now_s() - t0);
+    if (do_growth) {
+        char empty_url[600];
+        snprintf(empty_url, sizeof empty_url, "log:%s/empty", dir);
+        fflush(NULL);
+        p = fork();
+        if (p == 0) {
+            growth(url, empty_url, items);
+            _exit(0);
+        }
+        waitpid(p, NULL, 0);
+    }
     return 0;
 }

@@ -194,6 +194,28 @@ static char *immutable_uri(const struct emb_store *s)
     return uri;
 }
 
+/* The main file of a connection as SQLite holds it, or NULL. kvq reads data.db's header through
+ * it rather than through a descriptor of its own: a close() of any descriptor on a file
+ * releases every POSIX lock the process holds on it, SQLite's included, and then another
+ * process closing its last connection takes the file's exclusive lock, checkpoints under this
+ * process's readers and deletes the WAL and its index (test_emb_file_locks). */
+static sqlite3_file *main_file(sqlite3 *db)
+{
+    sqlite3_file *f = NULL;
+    if (db == NULL ||
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || f == NULL ||
+        f->pMethods == NULL)
+        return NULL;
+    return f;
+}
+
+/* Reads n bytes at off of the connection's main file; 0, or -1 when they are not all there. */
+static int main_file_read(sqlite3 *db, void *buf, int n, sqlite3_int64 off)
+{
+    sqlite3_file *f = main_file(db);
+    return f != NULL && f->pMethods->xRead(f, buf, n, off) == SQLITE_OK ? 0 : -1;
+}
+
 /* A read-only handle opened as immutable reports the journal mode "delete": the file's header
  * (bytes 18 and 19 are 2 in WAL mode) says what it is. */
 static int wal_header(const struct emb_store *s)
@@ -201,12 +223,7 @@ static int wal_header(const struct emb_store *s)
     if (!s->read_only)
         return 0;
     uint8_t h[2];
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    int ok = pread(fd, h, 2, 18) == 2 && h[0] == 2 && h[1] == 2;
-    close(fd);
-    return ok;
+    return main_file_read(s->writer, h, 2, 18) == 0 && h[0] == 2 && h[1] == 2;
 }
 
 static int open_sqlite(struct emb_store *s, sqlite3 **out, int create)
@@ -857,30 +874,38 @@ static const char SCHEMA[] =
     "INSERT OR IGNORE INTO meta(name, value) VALUES ('wlog_floor', 0);"
     "COMMIT;";
 
-/* Reads the SQLite header and checks that the file is at least as long as the header says: a
- * truncated file is damage, even where SQLite would quietly read the missing pages as empty. */
-static int check_file(const char *path)
+/* Whether data.db exists, before SQLite opens it (a stat: no descriptor, see main_file). */
+static int check_present(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return kvq__error(KVQ_EDAMAGED,
-                              "%s is missing although the database's marker exists: the "
-                              "database is damaged",
-                              path);
-        return emb_errno_error(errno, "cannot open", path);
-    }
     struct stat st;
+    if (stat(path, &st) == 0)
+        return 0;
+    if (errno == ENOENT)
+        return kvq__error(KVQ_EDAMAGED,
+                          "%s is missing although the database's marker exists: the "
+                          "database is damaged",
+                          path);
+    return emb_errno_error(errno, "cannot open", path);
+}
+
+/* Reads the SQLite header through the writer's own file (main_file) before any statement runs,
+ * and checks that the file is at least as long as the header says: a truncated file is damage,
+ * even where SQLite would quietly read the missing pages as empty. */
+static int check_file(struct emb_store *s)
+{
+    const char *path = s->path;
+    sqlite3_file *f = main_file(s->writer);
+    sqlite3_int64 size = 0;
+    if (f == NULL || f->pMethods->xFileSize(f, &size) != SQLITE_OK)
+        return kvq__error(KVQ_EIO, "cannot read the size of %s", path);
     uint8_t h[100];
     int rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = emb_errno_error(errno, "cannot stat", path);
-    } else if (st.st_size == 0) {
+    if (size == 0) {
         rc = kvq__error(KVQ_EDAMAGED,
                         "%s is empty although the database's marker exists: the "
                         "database is damaged",
                         path);
-    } else if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+    } else if (main_file_read(s->writer, h, (int)sizeof(h), 0) != 0 ||
                memcmp(h, "SQLite format 3", 16) != 0) {
         rc = kvq__error(KVQ_EDAMAGED,
                         "%s does not start with a valid header: the database is "
@@ -899,13 +924,12 @@ static int check_file(const char *path)
         struct stat wst;
         snprintf(wal, sizeof(wal), "%s-wal", path);
         int has_wal = stat(wal, &wst) == 0 && wst.st_size > 0;
-        if (valid && !has_wal && (uint64_t)st.st_size < (uint64_t)pages * page)
+        if (valid && !has_wal && (uint64_t)size < (uint64_t)pages * page)
             rc = kvq__error(KVQ_EDAMAGED,
                             "%s is truncated (%lld bytes, its header says %llu): the database is "
                             "damaged",
-                            path, (long long)st.st_size, (unsigned long long)pages * page);
+                            path, (long long)size, (unsigned long long)pages * page);
     }
-    close(fd);
     return rc;
 }
 
@@ -1004,12 +1028,16 @@ static int sq_open(emb_store **out, const emb_store_config *cfg)
         goto fail;
     }
     if (cfg->create) {
-        int fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, cfg->opts->file_mode);
-        if (fd < 0) {
+        /* Made here for its mode (SQLite's would be 0644). O_EXCL: a descriptor closed on a
+         * file that SQLite connections of this process hold would drop their locks (main_file);
+         * a new file has none. */
+        int fd = open(s->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, cfg->opts->file_mode);
+        if (fd < 0 && errno != EEXIST) {
             rc = emb_errno_error(errno, "cannot create", s->path);
             goto fail;
         }
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         rc = open_sqlite(s, &s->writer, 1);
         if (rc == 0)
             rc = exec(s->writer, "PRAGMA journal_mode=WAL;", "setting WAL mode");
@@ -1023,9 +1051,15 @@ static int sq_open(emb_store **out, const emb_store_config *cfg)
         if (rc == 0)
             rc = exec(s->writer, "PRAGMA wal_checkpoint(FULL);", "syncing the new tables");
     } else {
-        rc = check_file(s->path);
-        if (rc == 0)
+        rc = check_present(s->path);
+        if (rc == 0) {
             rc = open_sqlite(s, &s->writer, 0);
+            /* Say why the system refused, as an open() of our own would have. */
+            if (rc != 0 && access(s->path, R_OK) != 0 && (errno == EACCES || errno == EPERM))
+                rc = emb_errno_error(errno, "cannot open", s->path);
+        }
+        if (rc == 0)
+            rc = check_file(s);
         if (rc == 0)
             rc = check_meta(s);
         if (rc == 0)

@@ -114,6 +114,7 @@ static void ls_close(emb_store *s)
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->ckpt_write_mu);
     pthread_cond_destroy(&s->ckpt_cv);
+    pthread_cond_destroy(&s->pressure_cv);
     kvq__free(s->dir);
     kvq__free(s);
 }
@@ -321,6 +322,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->ckpt_write_mu, NULL);
     pthread_cond_init(&s->ckpt_cv, NULL);
+    pthread_cond_init(&s->pressure_cv, NULL);
     s->read_only = (cfg->opts->flags & KVQ_DB_READ_ONLY) != 0;
     s->durable = cfg->durable;
     s->mode = cfg->opts->file_mode ? cfg->opts->file_mode : 0600;
@@ -518,13 +520,22 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     kvq__vmap_rdlock(s->map);
     kvq__vmap_get_stats(s->map, &st);
     kvq__vmap_rdunlock(s->map);
+    /* the conflict log's size and the applied version move under apply_mu */
+    pthread_mutex_lock(&s->apply_mu);
     out->mem = kvq__ls_mem_used(s);
+    out->applied_version = s->applied_version;
+    pthread_mutex_unlock(&s->apply_mu);
     out->live_bytes = st.live_bytes;
     out->live_keys = st.live_keys;
     out->limit = s->limit;
+    out->map_mem = kvq__vmap_mem(s->map);
+    out->map_peak = __atomic_load_n(&s->mem_peak, __ATOMIC_RELAXED);
+    out->throttled = __atomic_load_n(&s->n_throttled, __ATOMIC_RELAXED);
+    out->throttle_us = __atomic_load_n(&s->throttle_us, __ATOMIC_RELAXED);
+    out->forced = __atomic_load_n(&s->n_forced, __ATOMIC_RELAXED);
+    out->table_live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
     out->log_bytes = kvq__log_tail(s->log) - kvq__log_first(s->log);
-    out->checkpoints = s->n_ckpts;
-    out->applied_version = s->applied_version;
+    out->checkpoints = __atomic_load_n(&s->n_ckpts, __ATOMIC_RELAXED);
     kvq__log_stats ls;
     kvq__log_get_stats(s->log, &ls);
     out->log_syncs = ls.syncs;

@@ -361,7 +361,7 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
     if (p.batches > 0 || p.last_end > s->ckpt_lsn) {
         s->ckpt_version = tv;
         __atomic_store_n(&s->ckpt_lsn, p.last_end, __ATOMIC_RELEASE);
-        s->n_ckpts++;
+        __atomic_add_fetch(&s->n_ckpts, 1, __ATOMIC_RELAXED);
         /* The log the table holds goes, except what a live handle has not applied. */
         rc = kvq__log_release(s->log, kvq__ls_slots_min(s, p.last_end));
         if (rc == 0)
@@ -372,9 +372,9 @@ static int apply_locked(emb_store *s, int all, uint64_t *covered)
     return rc;
 }
 
-/* Runs an applier pass; wait: wait for another applier rather than leave it to it (and apply
- * every batch, not only those older than the window). */
-int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
+/* Runs an applier pass; wait: wait for another applier rather than leave it to it; all: apply
+ * every batch, not only those older than the window. */
+static int run_pass(emb_store *s, int wait, int all, uint64_t *covered)
 {
     /* One applier per handle (the flock below does not exclude the threads of one process:
      * they share its open file), then one per database. */
@@ -384,17 +384,105 @@ int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
         return 0;
     int rc = 0;
     if (flock(s->ckpt_fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) == 0) {
-        rc = apply_locked(s, wait, covered);
+        rc = apply_locked(s, all, covered);
         if (rc == KVQ_ENOSPC && kvq__ls_reserve_size(s) > 0) {
             /* the room kept for it */
             kvq__error_clear();
             kvq__ls_reserve_release(s, 0);
-            rc = apply_locked(s, wait, covered);
+            rc = apply_locked(s, all, covered);
         }
         flock(s->ckpt_fd, LOCK_UN);
     }
     pthread_mutex_unlock(&s->ckpt_write_mu);
     return rc;
+}
+
+/* Runs an applier pass; wait: wait for another applier rather than leave it to it (and apply
+ * every batch, not only those older than the window). */
+int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
+{
+    return run_pass(s, wait, wait, covered);
+}
+
+/* ---- memory pressure ---- */
+
+/* The map bounds its memory as FoundationDB's ratekeeper bounds its storage servers' queues:
+ * not by refusing commits, but by slowing them while the applier catches up. Past half the
+ * limit (soft) the checkpoint thread is asked for a pass of every batch (reads at versions
+ * older than the newest table version then get transaction_too_old), and each commit waits
+ * until the map is back under soft, or at most a delay growing with the excess: nothing just
+ * past soft, LS_DELAY_MAX_US at the limit. A commit that would still take the map past the
+ * limit runs a pass itself (waiting for another process's applier if one is at work); the map
+ * then holds only what open snapshots still read. */
+#define LS_DELAY_MAX_US 100000
+
+static uint64_t soft_limit(const emb_store *s)
+{
+    return s->limit / 2;
+}
+
+/* Wakes the commits waiting on the map (ckpt_mu not held). */
+static void pressure_eased(emb_store *s)
+{
+    pthread_mutex_lock(&s->ckpt_mu);
+    pthread_cond_broadcast(&s->pressure_cv);
+    pthread_mutex_unlock(&s->ckpt_mu);
+}
+
+/* The checkpoint thread's pass under pressure: the table may have been brought up by another
+ * process's applier; if not, every batch goes to it, unless another applier is at work. */
+static void pressure_pass(emb_store *s)
+{
+    if (kvq__ls_table_refresh(s) != 0)
+        kvq__error_clear();
+    kvq__ls_drop(s);
+    if (kvq__vmap_mem(s->map) > soft_limit(s) && run_pass(s, 0, 1, NULL) != 0)
+        kvq__error_clear();
+    pressure_eased(s);
+}
+
+void kvq__ls_throttle(emb_store *s, uint64_t add)
+{
+    uint64_t soft = soft_limit(s);
+    uint64_t need = kvq__vmap_mem(s->map) + add;
+    if (s->limit == 0 || need <= soft)
+        return;
+    int64_t start = kvq__mono_us();
+    uint64_t span = s->limit - soft;
+    int64_t delay = need - soft >= span
+                        ? LS_DELAY_MAX_US
+                        : (int64_t)((double)LS_DELAY_MAX_US * (double)(need - soft) / (double)span);
+    pthread_mutex_lock(&s->ckpt_mu);
+    if (s->ckpt_started && !s->ckpt_stop) {
+        s->pressure_wanted = 1;
+        pthread_cond_signal(&s->ckpt_cv);
+        for (;;) {
+            int64_t left = start + delay - kvq__mono_us();
+            if (left <= 0 || kvq__vmap_mem(s->map) + add <= soft)
+                break;
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_sec += (time_t)(left / 1000000);
+            dl.tv_nsec += (long)(left % 1000000) * 1000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->pressure_cv, &s->ckpt_mu, &dl);
+        }
+    }
+    pthread_mutex_unlock(&s->ckpt_mu);
+    __atomic_add_fetch(&s->n_throttled, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->throttle_us, (uint64_t)(kvq__mono_us() - start), __ATOMIC_RELAXED);
+    if (kvq__vmap_mem(s->map) + add <= s->limit)
+        return;
+    /* The applier did not keep up (held back, or another process's applier is slow): the
+     * commit brings the table up to the newest batch itself. A batch larger than the limit
+     * passes it for as long as the next pass takes. */
+    __atomic_add_fetch(&s->n_forced, 1, __ATOMIC_RELAXED);
+    if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
+        kvq__error_clear();
+    kvq__ls_drop(s);
 }
 
 void *kvq__ls_ckpt_main(void *arg)
@@ -403,6 +491,13 @@ void *kvq__ls_ckpt_main(void *arg)
     int64_t tick_at = kvq__mono_us() + (int64_t)s->apply_ms * 1000, retry_us = 1000;
     pthread_mutex_lock(&s->ckpt_mu);
     while (!s->ckpt_stop) {
+        if (s->pressure_wanted) {
+            s->pressure_wanted = 0;
+            pthread_mutex_unlock(&s->ckpt_mu);
+            pressure_pass(s);
+            pthread_mutex_lock(&s->ckpt_mu);
+            continue;
+        }
         if (!s->ckpt_wanted && !s->reserve_wanted) {
             /* The periodic work every apply_ms; a kept WAL is tried again after a
              * millisecond, then less and less often, until every frame is copied. */
@@ -454,6 +549,10 @@ void *kvq__ls_ckpt_main(void *arg)
                     if (kvq__ls_horizon(s, newest) > tk && kvq__ls_do_checkpoint(s, 0, NULL) != 0)
                         kvq__error_clear();
                     kvq__ls_drop(s);
+                    /* past half the limit without a commit to say so (another process's
+                     * batches, applied by reads) */
+                    if (s->limit && kvq__vmap_mem(s->map) > soft_limit(s))
+                        pressure_pass(s);
                 }
                 pthread_mutex_lock(&s->ckpt_mu);
             }
@@ -476,6 +575,8 @@ void *kvq__ls_ckpt_main(void *arg)
             ckpt = 1;
         if (ckpt && kvq__ls_do_checkpoint(s, 0, NULL) != 0)
             kvq__error_clear();
+        if (ckpt)
+            pressure_eased(s);
         if (src == KVQ_ENOSPC) {
             kvq__error_clear();
             src = kvq__log_prepare_spare(s->log);

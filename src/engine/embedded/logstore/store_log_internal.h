@@ -120,6 +120,15 @@ struct emb_store {
     /* The bytes of the table's pages in use, as of the last pass or the open (atomic;
      * UINT64_MAX: not known, the file's size counts). */
     uint64_t table_live;
+
+    /* Memory pressure (kvq__ls_throttle): the map past half its limit asks the checkpoint
+     * thread for a pass of every batch (pressure_wanted, under ckpt_mu), and each commit waits
+     * on pressure_cv (with ckpt_mu) for a delay growing with the excess; the counters are
+     * atomic: commits delayed, microseconds they waited, passes run by a committer at the
+     * limit, and the most the map held after a commit. */
+    int pressure_wanted;
+    pthread_cond_t pressure_cv;
+    uint64_t n_throttled, throttle_us, n_forced, mem_peak;
 };
 
 /* A snapshot: the table's (a SQLite read transaction at table version tver) merged with the
@@ -181,6 +190,7 @@ int kvq__ls_reserve_give_segment(emb_store *s);
 int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered);
 void *kvq__ls_ckpt_main(void *arg);
 void kvq__ls_wake_reserve(emb_store *s);
+void kvq__ls_throttle(emb_store *s, uint64_t add);
 int kvq__ls_checkpoint(emb_store *s);
 
 /* ---- writing (store_log_write.c) ---- */

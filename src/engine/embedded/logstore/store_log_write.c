@@ -404,15 +404,11 @@ int kvq__ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, s
                         (long long)s->applied_version);
         goto out;
     }
-    if (s->limit && s->add_cost > 0 && kvq__vmap_mem(s->map) + s->add_cost > s->limit) {
-        /* The map would pass its limit: the commit waits for the applier to bring the table up
-         * to the newest batch (reads at an older version then get transaction_too_old), after
-         * which the map holds only what open snapshots still read. Never refused: a batch
-         * larger than the limit passes it for as long as the next pass takes. */
-        if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
-            kvq__error_clear();
-        kvq__ls_drop(s);
-    }
+    /* The map past half its limit: the commit is slowed, the more the nearer the limit, while
+     * the applier brings the table up to the newest batch; at the limit it applies itself.
+     * Never refused for memory (kvq__ls_throttle). */
+    if (s->limit && s->add_cost > 0)
+        kvq__ls_throttle(s, s->add_cost);
     if (kvq_buf_grow(&s->rec, n) != 0) {
         rc = kvq__error(KVQ_ENOMEM, "out of memory");
         goto out;
@@ -496,6 +492,13 @@ int kvq__ls_write_commit(emb_store *s, int64_t version, const uint8_t *packed, s
             rc = unknown_result();
     }
     pthread_mutex_unlock(&s->apply_mu);
+    if (rc == 0) {
+        uint64_t mem = kvq__vmap_mem(s->map);
+        uint64_t peak = __atomic_load_n(&s->mem_peak, __ATOMIC_RELAXED);
+        while (mem > peak && !__atomic_compare_exchange_n(&s->mem_peak, &peak, mem, 0,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
     /* The checkpoint thread is told when the log has grown enough (the engine does not call
      * the checkpoint operation yet); it never runs on the committer's thread. */
     if (rc == 0)
