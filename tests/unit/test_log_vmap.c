@@ -469,6 +469,255 @@ static void test_readers_while_popping(void **state)
     pthread_mutex_destroy(&st.mu);
 }
 
+/* A queue's pattern over thousands of keys (pushes at the tail, pops at the head, sets, clears,
+ * tombstones of absent keys, clear-ranges) read at the newest version and a few versions back,
+ * as readers at the durable version do, and anywhere in the window: every read agrees with a
+ * model, and the graveyard's links (which let a read skip the keys buried at or before its
+ * version) agree with its nodes after every batch. */
+#define QKEYS 4096
+
+typedef struct qhist {
+    int64_t *v;
+    int32_t *val; /* -1: a tombstone */
+    int n, cap;
+} qhist;
+
+static qhist qmodel[QKEYS];
+
+static void q_key(int i, uint8_t k[2])
+{
+    k[0] = (uint8_t)(i >> 8);
+    k[1] = (uint8_t)i;
+}
+
+static void q_put(int i, int64_t ver, int32_t val)
+{
+    qhist *h = &qmodel[i];
+    if (h->n > 0 && h->v[h->n - 1] == ver) {
+        h->val[h->n - 1] = val;
+        return;
+    }
+    if (h->n == h->cap) {
+        h->cap = h->cap ? h->cap * 2 : 8;
+        h->v = realloc(h->v, (size_t)h->cap * sizeof *h->v);
+        h->val = realloc(h->val, (size_t)h->cap * sizeof *h->val);
+        assert_non_null(h->v);
+        assert_non_null(h->val);
+    }
+    h->v[h->n] = ver;
+    h->val[h->n] = val;
+    h->n++;
+}
+
+/* The value of key i at ver, -1 when absent. */
+static int32_t q_at(int i, int64_t ver)
+{
+    const qhist *h = &qmodel[i];
+    for (int j = h->n - 1; j >= 0; j--)
+        if (h->v[j] <= ver)
+            return h->val[j];
+    return -1;
+}
+
+static void q_set(kvq__vmap *m, int64_t ver, int i, int32_t val)
+{
+    uint8_t k[2];
+    q_key(i, k);
+    assert_int_equal(kvq__vmap_set(m, ver, k, 2, (const uint8_t *)&val, sizeof val), 0);
+    q_put(i, ver, val);
+}
+
+static void q_clear(kvq__vmap *m, int64_t ver, int i, int tomb)
+{
+    uint8_t k[2];
+    q_key(i, k);
+    if (tomb)
+        assert_int_equal(kvq__vmap_tombstone(m, ver, k, 2), 0);
+    else
+        assert_int_equal(kvq__vmap_clear(m, ver, k, 2), 0);
+    if (tomb || q_at(i, ver) >= 0)
+        q_put(i, ver, -1);
+}
+
+static void q_check_read(kvq__vmap *m, int64_t ver, int head, int tail, kvq__rng *r)
+{
+    /* mostly around the queue's head, where consumers read */
+    int span = tail - head + 64;
+    int a = head - 32 + (int)(kvq__rng_next(r) % (uint64_t)span);
+    if (kvq__rng_next(r) % 4 == 0)
+        a = (int)(kvq__rng_next(r) % QKEYS);
+    if (a < 0)
+        a = 0;
+    if (a > QKEYS)
+        a = QKEYS;
+    int b = a + (int)(kvq__rng_next(r) % 400);
+    if (b > QKEYS)
+        b = QKEYS;
+    int reverse = (int)(kvq__rng_next(r) % 2), limit = 1 + (int)(kvq__rng_next(r) % 20);
+    uint8_t bk[2], ek[2];
+    q_key(a, bk);
+    q_key(b, ek);
+    kvq__vmap_cursor c;
+    kvq__vmap_cursor_init(&c, m, ver, bk, a < QKEYS ? 2 : 0, b < QKEYS ? ek : NULL,
+                          b < QKEYS ? 2 : 0, reverse);
+    if (a == QKEYS)
+        kvq__vmap_cursor_init(&c, m, ver, (const uint8_t *)"\xff\xff\xff", 3, NULL, 0, reverse);
+    int got = 0;
+    for (int j = reverse ? b - 1 : a; (reverse ? j >= a : j < b) && got < limit;
+         j += reverse ? -1 : 1) {
+        int32_t want = q_at(j, ver);
+        if (want < 0)
+            continue;
+        kvq_bytes kk, vv;
+        kvq__vmap_rdlock(m);
+        int has = kvq__vmap_cursor_next(&c, &kk, &vv);
+        kvq__vmap_rdunlock(m);
+        assert_int_equal(has, 1);
+        uint8_t k[2];
+        q_key(j, k);
+        assert_int_equal(kk.len, 2);
+        assert_memory_equal(kk.data, k, 2);
+        assert_int_equal(vv.len, sizeof want);
+        assert_memory_equal(vv.data, &want, sizeof want);
+        got++;
+    }
+    if (got < limit) {
+        kvq_bytes kk, vv;
+        kvq__vmap_rdlock(m);
+        assert_int_equal(kvq__vmap_cursor_next(&c, &kk, &vv), 0);
+        kvq__vmap_rdunlock(m);
+    }
+    /* and one key's probe */
+    int i = (int)(kvq__rng_next(r) % QKEYS);
+    uint8_t k[2];
+    q_key(i, k);
+    kvq_bytes v;
+    int32_t want = q_at(i, ver);
+    kvq__vmap_rdlock(m);
+    int p = kvq__vmap_get(m, ver, k, 2, &v);
+    kvq__vmap_rdunlock(m);
+    assert_int_equal(p, want >= 0);
+    if (want >= 0)
+        assert_memory_equal(v.data, &want, sizeof want);
+}
+
+static void test_queue_reads_back_in_the_window(void **state)
+{
+    (void)state;
+    unsigned seed = tl_seed();
+    printf("vmap queue model: seed %u (replay: KVQ_TEST_SEED=%u)\n", seed, seed);
+    kvq__rng r = { seed };
+    memset(qmodel, 0, sizeof qmodel);
+    kvq__vmap *m = kvq__vmap_new(0);
+    assert_non_null(m);
+    int64_t ver = 10, floor = 0;
+    int head = 0, tail = 0;
+    long steps = kvq_test_scaled(4000);
+    for (long s = 0; s < steps; s++) {
+        ver += 1 + (int64_t)(kvq__rng_next(&r) % 2);
+        int nm = 1 + (int)(kvq__rng_next(&r) % 8);
+        kvq__vmap_wrlock(m);
+        for (int j = 0; j < nm; j++) {
+            int op = (int)(kvq__rng_next(&r) % 20);
+            int i = (int)(kvq__rng_next(&r) % QKEYS);
+            if (op < 8 && tail < QKEYS) {
+                q_set(m, ver, tail++, (int32_t)s);
+            } else if (op < 14 && head < tail) {
+                q_clear(m, ver, head++, 0);
+            } else if (op < 16) {
+                q_set(m, ver, i, (int32_t)(s * 8 + j));
+            } else if (op < 17) {
+                q_clear(m, ver, i, 0);
+            } else if (op < 19) {
+                q_clear(m, ver, i, 1);
+            } else {
+                int e = i + 1 + (int)(kvq__rng_next(&r) % 30);
+                if (e > QKEYS)
+                    e = QKEYS;
+                uint8_t bk[2], ek[2];
+                q_key(i, bk);
+                q_key(e, ek);
+                assert_int_equal(kvq__vmap_clear_range(m, ver, bk, 2, e < QKEYS ? ek : NULL,
+                                                       e < QKEYS ? 2 : 0, NULL, NULL),
+                                 0);
+                for (int x = i; x < e; x++)
+                    if (q_at(x, ver) >= 0)
+                        q_put(x, ver, -1);
+            }
+        }
+        if (head == QKEYS || (tail == QKEYS && head == tail))
+            head = tail = 0; /* around again over the same keys */
+        if (kvq__rng_next(&r) % 50 == 0) {
+            int64_t f = ver - 20 - (int64_t)(kvq__rng_next(&r) % 60);
+            if (f > floor) {
+                floor = f;
+                kvq__vmap_forget(m, floor);
+            }
+        }
+        if (s % 8 == 0 || s < 200)
+            assert_int_equal(kvq__vmap_check(m), 0);
+        kvq__vmap_wrunlock(m);
+        for (int q = 0; q < 3; q++) {
+            int64_t at = ver - (int64_t)(kvq__rng_next(&r) % 6);
+            if (q == 2)
+                at = ver - (int64_t)(kvq__rng_next(&r) % (uint64_t)(ver - floor + 1));
+            if (at < floor)
+                at = floor;
+            q_check_read(m, at, head, tail, &r);
+        }
+    }
+    /* the map gives up what it holds: everything cleared and forgotten */
+    kvq__vmap_wrlock(m);
+    assert_int_equal(kvq__vmap_clear_range(m, ver + 1, NULL, 0, NULL, 0, NULL, NULL), 0);
+    kvq__vmap_forget(m, ver + 1);
+    assert_int_equal(kvq__vmap_check(m), 0);
+    kvq__vmap_wrunlock(m);
+    kvq__vmap_stats st;
+    kvq__vmap_get_stats(m, &st);
+    assert_int_equal(st.nodes, 0);
+    kvq__vmap_free(m);
+    for (int i = 0; i < QKEYS; i++) {
+        free(qmodel[i].v);
+        free(qmodel[i].val);
+    }
+}
+
+/* The store's use: kvq__vmap_drop of what the table holds keeps the graveyard's links right. */
+static void test_drop_keeps_the_graveyard_whole(void **state)
+{
+    (void)state;
+    kvq__vmap *m = kvq__vmap_new(0);
+    uint8_t k[2];
+    kvq__vmap_wrlock(m);
+    for (int i = 0; i < 3000; i++) {
+        q_key(i, k);
+        assert_int_equal(kvq__vmap_set(m, 1 + i, k, 2, k, 2), 0);
+        if (i >= 10) {
+            q_key(i - 10, k);
+            assert_int_equal(kvq__vmap_clear(m, 1 + i, k, 2), 0);
+        }
+        if (i % 100 == 99) {
+            kvq__vmap_drop(m, i - 50);
+            assert_int_equal(kvq__vmap_check(m), 0);
+        }
+    }
+    kvq__vmap_wrunlock(m);
+    /* at version 2990: keys 2980..2989 (pushed at i+1 <= 2990, popped at key+11 > 2990) */
+    kvq__vmap_cursor c;
+    kvq__vmap_cursor_init(&c, m, 2990, NULL, 0, NULL, 0, 0);
+    kvq_bytes kk, vv;
+    int n = 0;
+    kvq__vmap_rdlock(m);
+    while (kvq__vmap_cursor_next(&c, &kk, &vv)) {
+        assert_int_equal(kk.len, 2);
+        assert_int_equal(kk.data[0] * 256 + kk.data[1], 2980 + n);
+        n++;
+    }
+    kvq__vmap_rdunlock(m);
+    assert_int_equal(n, 10);
+    kvq__vmap_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +725,8 @@ int main(void)
         cmocka_unit_test(test_memory_limit_and_accounting),
         cmocka_unit_test(test_snapshot_stability),
         cmocka_unit_test(test_readers_while_popping),
+        cmocka_unit_test(test_queue_reads_back_in_the_window),
+        cmocka_unit_test(test_drop_keeps_the_graveyard_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -354,9 +354,10 @@ void emb_watch_publish(emb_db *e);
  * sync covers all the commits written so far) or waits for the process that is syncing.
  * 0, or KVQ_EIO when the sync failed (the commits' durability is then unknown). */
 int emb_sync_upto(emb_db *e, int64_t v);
-/* The commit pipeline of issue 30 ($KVQ_PIPELINE=1, read once per process; off by default
- * until it measures better, docs/engine.md): reads at the durable version on a storage that
- * keeps versions, leadership handed on before the sync, watches fired once durable. */
+/* The commit pipeline of issue 30 (docs/engine.md): reads at the durable version on a storage
+ * that keeps versions, leadership handed on before the sync, watches fired once durable. On by
+ * default on such a storage (the log store), off on SQLite; $KVQ_PIPELINE=0 turns it off, =1 on
+ * for every storage (read once per process). */
 int emb_pipelined(const emb_db *e);
 /* Is every commit up to version v known to be on disk (or the handle relaxed)? */
 int emb_synced(emb_db *e, int64_t v);

@@ -66,14 +66,19 @@ static int covered(const emb_shm *m, int64_t v)
 
 int emb_pipelined(const emb_db *e)
 {
-    static int on = -1; /* read once per process */
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
+    /* $KVQ_PIPELINE, read once per process: 0 off, 1 on for every storage; unset (or anything
+     * else) on for a storage that keeps versions (the log store), whose reads never wait, and
+     * off for SQLite, whose reads would wait for ever newer writes (BENCHMARKS.md). */
+    static int mode = -2;
+    int v = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (v == -2) {
         const char *s = getenv("KVQ_PIPELINE");
-        v = s != NULL && strcmp(s, "1") == 0;
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+        v = s == NULL ? -1 : strcmp(s, "0") == 0 ? 0 : strcmp(s, "1") == 0 ? 1 : -1;
+        __atomic_store_n(&mode, v, __ATOMIC_RELAXED);
     }
-    return v && e->durable;
+    if (!e->durable)
+        return 0;
+    return v < 0 ? (e->so->caps & EMB_STORE_MVCC) != 0 : v;
 }
 
 int emb_synced(emb_db *e, int64_t v)

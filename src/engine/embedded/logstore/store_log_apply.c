@@ -480,6 +480,17 @@ int kvq__ls_get(struct emb_snap *sn, const uint8_t *key, size_t key_len, kvq_byt
     return emb_sqlite_store.get(sn->tsnap, key, key_len, value, present);
 }
 
+/* Whether the map deletes key at the snapshot's version, with a tombstone newer than its table. */
+static int ls_deleted_after_table(struct emb_snap *sn, const uint8_t *key, size_t key_len)
+{
+    int64_t ever = 0;
+    kvq_bytes v;
+    kvq__vmap_rdlock(sn->s->map);
+    int p = kvq__vmap_probe_ver(sn->s->map, sn->version, key, key_len, &v, &ever);
+    kvq__vmap_rdunlock(sn->s->map);
+    return p < 0 && ever > sn->tver;
+}
+
 int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_len,
                         const uint8_t *end, size_t end_len, int reverse, struct emb_cursor **out)
 {
@@ -499,8 +510,10 @@ int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_
         kvq__free(c);
         return rc;
     }
+    /* The map's values only: a tombstone matters where the table has the key, and is looked up
+     * there (kvq__ls_cursor_next), so that the items popped in the window are not walked one by
+     * one by every read of the queue's head (most of them never reached the table). */
     kvq__vmap_cursor_init(&c->c, sn->s->map, sn->version, c->b, begin_len, c->e, end_len, reverse);
-    c->c.all = 1;
     c->a_need = c->b_need = 1;
     c->reverse = reverse;
     *out = c;
@@ -520,11 +533,13 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
             } while (c->a_has && ever <= c->snap->tver);
             kvq__vmap_rdunlock(m);
         }
-        if (c->b_need) {
+        while (c->b_need) {
             c->b_need = 0;
             int rc = emb_sqlite_store.cursor_next(c->tcur, &c->bk, &c->bv, &c->b_has);
             if (rc != 0)
                 return rc;
+            if (c->b_has && ls_deleted_after_table(c->snap, c->bk.data, c->bk.len))
+                c->b_need = 1; /* a row of the table deleted in the map: the next one */
         }
         if (!c->a_has && !c->b_has) {
             *has = 0;

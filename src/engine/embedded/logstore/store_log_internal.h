@@ -140,8 +140,8 @@ struct emb_snap {
     void *tsnap; /* the table's emb_snap */
 };
 
-/* A cursor over a snapshot: the map's rows (tombstones too) newer than the table's, merged
- * with the table's cursor. */
+/* A cursor over a snapshot: the map's values newer than the table's, merged with the table's
+ * cursor, whose rows the map deletes (a tombstone newer than the table) are skipped. */
 struct emb_cursor {
     struct emb_snap *snap;
     kvq__vmap_cursor c;

@@ -5,11 +5,15 @@
  * a tombstone, to the graveyard list (merging it with the key's older graveyard history, if
  * any); a later set of the key starts a new node in the live list. A read at the newest
  * version - every snapshot but those taken at an older version - never looks at the graveyard,
- * so the items a queue popped in the last seconds cost its consumers nothing; a read at an
- * older version merges both lists. A queue of (version, node) tells forget where old entries
- * are. Nodes taken out of both lists wait in a limbo until no snapshot that could have reached
- * them is open (their version stamp is below the floor given to forget, which the store keeps
- * at or below its oldest open snapshot). */
+ * so the items a queue popped in the last seconds cost its consumers nothing. A read at an
+ * older version v merges the live list with only the graveyard nodes whose tombstone is newer
+ * than v (a key buried at or before v is deleted for it, as for a reader at the newest
+ * version): each link of the graveyard carries the newest tombstone of the nodes it spans, so
+ * a cursor steps over a run of older burials in one hop per level (an augmented skip list),
+ * and the graveyard of the window costs it a few steps, not one per popped item. A queue of
+ * (version, node) tells forget where old entries are. Nodes taken out of both lists wait in a
+ * limbo until no snapshot that could have reached them is open (their version stamp is below
+ * the floor given to forget, which the store keeps at or below its oldest open snapshot). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +44,7 @@ struct vm_node {
     uint32_t trim_gen; /* the forget pass that last trimmed it (in the padding: no cost) */
     int64_t stamp;     /* unlinked: the newest version when it was */
     vm_node *limbo;    /* unlinked: the next node of the limbo */
-    vm_node *next[];
+    vm_node *next[];   /* level links, then (graveyard) level span maxima: see span() */
 };
 
 _Static_assert(sizeof(void *) != 8 || sizeof(vm_node) == 56, "trim_gen fits in the padding");
@@ -65,9 +69,15 @@ struct kvq__vmap {
     vm_node *limbo, *limbo_tail;
 };
 
+/* Each level has a link and, for the graveyard, the newest tombstone of the nodes the link spans
+ * (span()). */
+#define LINK_SIZE (sizeof(vm_node *) + sizeof(int64_t))
+
+static int64_t *span(vm_node *x);
+
 static uint64_t node_cost(size_t klen, int level)
 {
-    return sizeof(vm_node) + (uint64_t)level * sizeof(vm_node *) + klen + MALLOC_OVERHEAD;
+    return sizeof(vm_node) + (uint64_t)level * LINK_SIZE + klen + MALLOC_OVERHEAD;
 }
 
 static uint64_t ver_cost(size_t vlen)
@@ -86,7 +96,7 @@ kvq__vmap *kvq__vmap_new(uint64_t limit)
     if (m == NULL)
         return NULL;
     for (int l = 0; l < 2; l++) {
-        m->head[l] = kvq__calloc(1, sizeof(vm_node) + MAX_LEVEL * sizeof(vm_node *));
+        m->head[l] = kvq__calloc(1, sizeof(vm_node) + MAX_LEVEL * LINK_SIZE);
         if (m->head[l] == NULL) {
             kvq__free(m->head[0]);
             kvq__free(m);
@@ -94,6 +104,8 @@ kvq__vmap *kvq__vmap_new(uint64_t limit)
         }
         m->head[l]->level = MAX_LEVEL;
         m->level[l] = 1;
+        for (int lv = 0; lv < MAX_LEVEL; lv++)
+            span(m->head[l])[lv] = INT64_MIN;
     }
     m->rng = 0x9e3779b97f4a7c15ull;
     m->limit = limit;
@@ -217,6 +229,108 @@ static int random_level(kvq__vmap *m)
     return l;
 }
 
+/* The graveyard's span maxima: span(x)[lv] is the newest tombstone (the top entry) of the nodes
+ * x's link at level lv steps over, from the one after x up to x->next[lv] included (to the end
+ * of the list when that is NULL); INT64_MIN for none. Kept in the graveyard only (a live node's
+ * are garbage until it is buried). */
+static int64_t *span(vm_node *x)
+{
+    return (int64_t *)(void *)&x->next[x->level];
+}
+
+static int64_t top_version(const vm_node *n)
+{
+    return n->vers != NULL ? n->vers->version : INT64_MIN;
+}
+
+/* span(x)[lv] from the spans of the level below, which tile it. */
+static int64_t span_of(vm_node *x, int lv)
+{
+    if (lv == 0)
+        return x->next[0] != NULL ? top_version(x->next[0]) : INT64_MIN;
+    vm_node *end = x->next[lv];
+    int64_t mx = INT64_MIN;
+    for (vm_node *y = x; y != end; y = y->next[lv - 1])
+        if (span(y)[lv - 1] > mx)
+            mx = span(y)[lv - 1];
+    return mx;
+}
+
+/* Brings the graveyard's spans up to date after a node was linked (n), unlinked (n NULL) or
+ * given a newer tombstone (n NULL), preds being its predecessors at every level: only their
+ * spans and n's own changed. Bottom up, as each level is computed from the one below. */
+static void fix_spans(kvq__vmap *m, vm_node **preds, vm_node *n)
+{
+    for (int lv = 0; lv < m->level[GRAVE]; lv++) {
+        if (n != NULL && lv < n->level)
+            span(n)[lv] = span_of(n, lv);
+        span(preds[lv])[lv] = span_of(preds[lv], lv);
+    }
+}
+
+/* The first graveyard node after x (a node or the head) whose tombstone is newer than v: a
+ * link whose span holds none is stepped over whole (its end node is in it, so not wanted). */
+static vm_node *grave_after(kvq__vmap *m, vm_node *x, int64_t v)
+{
+    int lv = (x == m->head[GRAVE] ? m->level[GRAVE] : x->level) - 1;
+    for (;;) {
+        if (span(x)[lv] > v) {
+            if (lv == 0)
+                return x->next[0];
+            lv--;
+        } else {
+            x = x->next[lv];
+            if (x == NULL)
+                return NULL;
+            lv = x->level - 1;
+        }
+    }
+}
+
+/* The first graveyard node >= key (> key when after) whose tombstone is newer than v. */
+static vm_node *grave_seek(kvq__vmap *m, const uint8_t *k, size_t kl, int after, int64_t v)
+{
+    vm_node *x = m->head[GRAVE];
+    for (int lv = m->level[GRAVE] - 1; lv >= 0; lv--) {
+        while (x->next[lv] != NULL) {
+            int c = cmp(x->next[lv], k, kl);
+            if (c < 0 || (after && c == 0))
+                x = x->next[lv];
+            else
+                break;
+        }
+    }
+    return grave_after(m, x, v);
+}
+
+/* The last graveyard node < key (NULL key: the last node) whose tombstone is newer than v. The
+ * links a search for key steps over tile the nodes before key, later ones further on: the last
+ * of them whose span holds such a node holds the one wanted, found by going down inside it. */
+static vm_node *grave_before(kvq__vmap *m, const uint8_t *k, size_t kl, int64_t v)
+{
+    vm_node *x = m->head[GRAVE], *cx = NULL;
+    int clv = 0;
+    for (int lv = m->level[GRAVE] - 1; lv >= 0; lv--) {
+        while (x->next[lv] != NULL && (k == NULL || cmp(x->next[lv], k, kl) < 0)) {
+            if (span(x)[lv] > v) {
+                cx = x;
+                clv = lv;
+            }
+            x = x->next[lv];
+        }
+    }
+    if (cx == NULL)
+        return NULL;
+    for (int lv = clv; lv > 0; lv--) {
+        vm_node *end = cx->next[lv], *best = cx;
+        for (vm_node *y = cx; y != end; y = y->next[lv - 1])
+            if (span(y)[lv - 1] > v)
+                best = y;
+        cx = best;
+    }
+    return cx->next[0];
+}
+
 /* Links n into list l after preds (from find on that list). */
 static void link_node(kvq__vmap *m, int l, vm_node *n, vm_node **preds)
 {
@@ -233,6 +347,8 @@ static void link_node(kvq__vmap *m, int l, vm_node *n, vm_node **preds)
     if (n->next[0])
         n->next[0]->prev = n;
     n->list = (uint8_t)l;
+    if (l == GRAVE)
+        fix_spans(m, preds, n);
 }
 
 static void unlink_from(kvq__vmap *m, vm_node *n)
@@ -247,6 +363,8 @@ static void unlink_from(kvq__vmap *m, vm_node *n)
         n->next[0]->prev = n->prev;
     while (m->level[l] > 1 && m->head[l]->next[m->level[l] - 1] == NULL)
         m->level[l]--;
+    if (l == GRAVE)
+        fix_spans(m, preds, NULL);
     m->gen++;
 }
 
@@ -302,11 +420,11 @@ static vm_ver *new_ver(int64_t version, const uint8_t *val, size_t vlen, int dea
 static vm_node *new_node(kvq__vmap *m, const uint8_t *key, size_t klen)
 {
     int level = random_level(m);
-    vm_node *n = kvq__malloc(sizeof *n + (size_t)level * sizeof(vm_node *) + klen);
+    vm_node *n = kvq__malloc(sizeof *n + (size_t)level * LINK_SIZE + klen);
     if (n == NULL)
         return NULL;
     memset(n, 0, sizeof *n);
-    n->key = (uint8_t *)&n->next[level];
+    n->key = (uint8_t *)&n->next[level] + (size_t)level * sizeof(int64_t);
     if (klen)
         memcpy(n->key, key, klen);
     n->klen = (uint32_t)klen;
@@ -491,6 +609,8 @@ int kvq__vmap_tombstone(kvq__vmap *m, int64_t version, const uint8_t *key, size_
     } else if (push_ver(m, g, t) != 0) {
         kvq__free(t);
         return KVQ_ENOMEM;
+    } else {
+        fix_spans(m, preds, NULL); /* g's tombstone is newer */
     }
     __atomic_add_fetch(&m->mem, ver_cost(0), __ATOMIC_RELAXED);
     if (version > m->grave_max)
@@ -597,6 +717,12 @@ static void seek(kvq__vmap_cursor *c, const uint8_t *after, size_t alen)
         vm_node *n = NULL;
         if (l == GRAVE && !use_grave)
             n = NULL;
+        else if (l == GRAVE && !c->all)
+            /* only the keys buried after the cursor's version */
+            n = !c->reverse ? (after ? grave_seek(m, after, alen, 1, c->version)
+                                     : grave_seek(m, c->b, c->blen, 0, c->version))
+                            : (after ? grave_before(m, after, alen, c->version)
+                                     : grave_before(m, c->e, c->elen, c->version));
         else if (!c->reverse)
             n = after ? find(m, l, after, alen, NULL, 1) : find(m, l, c->b, c->blen, NULL, 0);
         else
@@ -649,8 +775,11 @@ int kvq__vmap_cursor_next_ver(
         vm_node *kl = d <= 0 ? l : NULL, *kg = d >= 0 ? g : NULL;
         if (kl)
             c->at = c->reverse ? kl->prev : kl->next[0];
-        if (kg)
+        if (kg && c->all)
             c->at_grave = c->reverse ? kg->prev : kg->next[0];
+        else if (kg)
+            c->at_grave = c->reverse ? grave_before(m, kg->key, kg->klen, c->version)
+                                     : grave_after(m, kg, c->version);
         const vm_ver *v = resolve(kl, kg, c->version);
         if (v == NULL || (v->dead && !c->all))
             continue;
@@ -808,6 +937,28 @@ void kvq__vmap_drop(kvq__vmap *m, int64_t floor)
             m->q_head = 0;
         }
     }
+}
+
+int kvq__vmap_check(kvq__vmap *m)
+{
+    vm_node *h = m->head[GRAVE];
+    for (int lv = 0; lv < m->level[GRAVE]; lv++) {
+        for (vm_node *x = h; x != NULL; x = x->next[lv]) {
+            int64_t mx = INT64_MIN;
+            for (vm_node *y = x->next[0]; y != NULL; y = y->next[0]) {
+                if (top_version(y) > mx)
+                    mx = top_version(y);
+                if (y == x->next[lv])
+                    break;
+            }
+            if (span(x)[lv] != mx)
+                return -1;
+        }
+    }
+    for (vm_node *y = h->next[0]; y != NULL; y = y->next[0])
+        if (y->list != GRAVE || y->vers == NULL || !y->vers->dead)
+            return -1;
+    return 0;
 }
 
 void kvq__vmap_each(kvq__vmap *m, kvq__vmap_entry_fn fn, void *arg)

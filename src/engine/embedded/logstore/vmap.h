@@ -62,7 +62,9 @@ int kvq__vmap_get(kvq__vmap *m, int64_t version, const uint8_t *key, size_t klen
                   kvq_bytes *val);
 
 /* A cursor over [b, e) at version (e NULL: to the end), forward or reverse. Limits are the
- * caller's: it stops calling next. */
+ * caller's: it stops calling next. At an older version than the newest it visits, of the
+ * deleted keys, only those deleted after its version (a few steps for the window's graveyard);
+ * with `all` it returns every tombstone in the range, and walks them all. */
 typedef struct kvq__vmap_cursor {
     kvq__vmap *m;
     int64_t version;
@@ -100,6 +102,9 @@ void kvq__vmap_drop(kvq__vmap *m, int64_t floor);
 typedef void (*kvq__vmap_entry_fn)(void *arg, const uint8_t *key, size_t klen,
                                    const uint8_t *val, size_t vlen, int dead);
 void kvq__vmap_each(kvq__vmap *m, kvq__vmap_entry_fn fn, void *arg);
+
+/* For tests: 0 when the graveyard's links agree with its nodes (vmap.c, span()), else -1. */
+int kvq__vmap_check(kvq__vmap *m);
 
 typedef struct kvq__vmap_stats {
     uint64_t mem;        /* bytes allocated for nodes and entries */
