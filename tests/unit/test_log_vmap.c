@@ -386,7 +386,9 @@ static void *stress_reader(void *p)
             if (has) {
                 /* copy while the lock is held, as the store's caller does before its next
                  * call; then check after letting go */
-                memcpy(kb, k.data, k.len < sizeof kb ? k.len : sizeof kb);
+                size_t kn = k.len < sizeof kb - 1 ? k.len : sizeof kb - 1;
+                memcpy(kb, k.data, kn);
+                kb[kn] = '\0'; /* strtol below reads the digits up to here, no further */
                 if (k.len != 9 || val.len != 9 || memcmp(k.data, val.data, 9) != 0)
                     st->bad = 1;
             }
