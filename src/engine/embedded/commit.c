@@ -591,6 +591,14 @@ int emb_commit(void *tp)
              * process's next batch is written while this one waits for the disk (as other
              * processes' are: the commit lock is free). Its sync then covers this one's, or
              * starts as soon as this one ends (sync.c). */
+            if (!e->durable && to_sync > 0 && e->shm != NULL &&
+                !(e->opts.flags & KVQ_DB_READ_ONLY)) {
+                int64_t cur = __atomic_load_n(&e->shm->relaxed_version, __ATOMIC_SEQ_CST);
+                while (cur < to_sync &&
+                       !__atomic_compare_exchange_n(&e->shm->relaxed_version, &cur, to_sync, 0,
+                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                }
+            }
             int pipelined = emb_pipelined(e);
             if (pipelined) {
                 pthread_mutex_lock(&e->gc_mu);

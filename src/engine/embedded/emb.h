@@ -63,6 +63,11 @@ typedef struct emb_shm {
      * checkpoint copied the whole WAL into the database file and synced it; sync.c). Zero in a
      * kvq.shm of an older kvq. */
     uint32_t sync_broken;
+    /* The newest commit of a relaxed handle (written, acknowledged, not synced). While it is
+     * above synced_version, a durable reader cannot read at synced_version, which would miss a
+     * commit already acknowledged: it reads the newest and has it synced first (txn.c). Zero in
+     * a kvq.shm of an older kvq. */
+    int64_t relaxed_version;
 } emb_shm;
 
 _Static_assert(sizeof(emb_shm) <= 4096, "kvq.shm is one page");

@@ -121,11 +121,16 @@ static int ensure_rv(emb_txn *t)
     emb_snap_info info;
     /* Reads see only durable data. A storage that keeps versions is read at the newest durable
      * one, synced_version, so a read never waits for a sync: every commit up to it is written
-     * (it was synced), and the snapshot holds all of them. */
+     * (it was synced), and the snapshot holds all of them. Unless a relaxed handle's commit,
+     * acknowledged without a sync, is newer than it: a read must see that commit (it returned
+     * before this read began), so the read takes the path below and has it synced. */
     int64_t durable = 0;
     if (emb_pipelined(e) && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 && e->shm != NULL &&
-        !(e->opts.flags & KVQ_DB_READ_ONLY))
+        !(e->opts.flags & KVQ_DB_READ_ONLY)) {
         durable = __atomic_load_n(&e->shm->synced_version, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&e->shm->relaxed_version, __ATOMIC_SEQ_CST) > durable)
+            durable = 0;
+    }
     emb_rv_before_snapshot(e, &probe);
     int rc = e->so->snap_open(e->store, durable > 0 ? durable : t->wanted_rv, &t->snap, &info);
     if (rc == KVQ_ETRANSACTION_TOO_OLD && durable > 0) {
