@@ -827,7 +827,11 @@ static void trim(kvq__vmap *m, vm_node *n, int64_t floor)
     }
 }
 
-void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
+/* One pass of the version queue up to floor: each node queued at a version <= floor is trimmed
+ * by trim_fn (once per pass: trim_gen), then the nodes out of the map since before every open
+ * snapshot are freed, and a queue that grew during a burst gives its memory back. */
+static void
+forget_pass(kvq__vmap *m, int64_t floor, void (*trim_fn)(kvq__vmap *, vm_node *, int64_t))
 {
     if (m == NULL || floor <= m->floor)
         return;
@@ -840,7 +844,7 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
         vm_node *n = r->node;
         m->q_head = (m->q_head + 1) % m->q_cap;
         m->q_len--;
-        trim(m, n, floor);
+        trim_fn(m, n, floor);
         n->gc_refs--;
     }
     /* Nodes out of the map since before every open snapshot: nobody can reach them. */
@@ -866,6 +870,11 @@ void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
             m->q_head = 0;
         }
     }
+}
+
+void kvq__vmap_forget(kvq__vmap *m, int64_t floor)
+{
+    forget_pass(m, floor, trim);
 }
 
 /* Drops every entry of n with a version <= floor (kvq__vmap_drop); a node left with none
@@ -902,41 +911,7 @@ static void trim_all(kvq__vmap *m, vm_node *n, int64_t floor)
 
 void kvq__vmap_drop(kvq__vmap *m, int64_t floor)
 {
-    if (m == NULL || floor <= m->floor)
-        return;
-    m->floor = floor;
-    m->forget_gen++;
-    while (m->q_len > 0) {
-        gc_rec *r = &m->q[m->q_head];
-        if (r->version > floor)
-            break;
-        vm_node *n = r->node;
-        m->q_head = (m->q_head + 1) % m->q_cap;
-        m->q_len--;
-        trim_all(m, n, floor);
-        n->gc_refs--;
-    }
-    while (m->limbo != NULL && m->limbo->stamp < floor && m->limbo->gc_refs == 0) {
-        vm_node *n = m->limbo;
-        m->limbo = n->limbo;
-        if (m->limbo == NULL)
-            m->limbo_tail = NULL;
-        free_node(n);
-    }
-    if (m->q_cap > 1024 && m->q_len < m->q_cap / 8) {
-        size_t cap = m->q_cap / 2;
-        while (cap > 1024 && m->q_len < cap / 8)
-            cap /= 2;
-        gc_rec *q = kvq__malloc(cap * sizeof *q);
-        if (q != NULL) {
-            for (size_t i = 0; i < m->q_len; i++)
-                q[i] = m->q[(m->q_head + i) % m->q_cap];
-            kvq__free(m->q);
-            m->q = q;
-            __atomic_store_n(&m->q_cap, cap, __ATOMIC_RELAXED);
-            m->q_head = 0;
-        }
-    }
+    forget_pass(m, floor, trim_all);
 }
 
 int kvq__vmap_check(kvq__vmap *m)
