@@ -1164,21 +1164,29 @@ int kvq__sqlite_snap_meta(emb_snap *c, const char *name, int64_t *value, int *fo
     return rc;
 }
 
+/* A checkpoint of the writer's WAL in mode (SQLITE_CHECKPOINT_*) that never waits for a reader:
+ * one that needs old frames keeps them until a later call, which *complete (may be NULL) says
+ * (0: stopped short). Counted in n_checkpoints. */
+static int checkpoint_nowait(emb_store *s, int mode, const char *what, int *complete)
+{
+    int log = 0, done = 0;
+    sqlite3_busy_timeout(s->writer, 0);
+    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, mode, &log, &done);
+    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
+    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
+    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
+        return sqlite_error(s->writer, src, what);
+    if (complete)
+        *complete = src == SQLITE_OK;
+    return 0;
+}
+
 int kvq__sqlite_checkpoint(emb_store *s, int *complete)
 {
     *complete = 1;
     if (s == NULL || s->writer == NULL || s->read_only)
         return 0;
-    int log = 0, done = 0;
-    /* Never wait for a reader: one that needs old frames keeps the WAL until a later call. */
-    sqlite3_busy_timeout(s->writer, 0);
-    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
-    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
-    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
-    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
-        return sqlite_error(s->writer, src, "checkpointing the WAL");
-    *complete = src == SQLITE_OK;
-    return 0;
+    return checkpoint_nowait(s, SQLITE_CHECKPOINT_RESTART, "checkpointing the WAL", complete);
 }
 
 static int pragma_int(sqlite3 *db, const char *sql, int64_t *value)
@@ -1243,14 +1251,8 @@ int kvq__sqlite_compact(emb_store *s)
     int rc = exec(s->writer, "VACUUM;", "compacting the database");
     if (rc != 0)
         return rc;
-    int log = 0, done = 0;
-    sqlite3_busy_timeout(s->writer, 0);
-    int src = sqlite3_wal_checkpoint_v2(s->writer, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
-    sqlite3_busy_timeout(s->writer, BUSY_TIMEOUT_MS);
-    __atomic_add_fetch(&s->n_checkpoints, 1, __ATOMIC_RELAXED);
-    if (src != SQLITE_OK && (src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED)
-        return sqlite_error(s->writer, src, "checkpointing the compacted database");
-    return 0;
+    return checkpoint_nowait(s, SQLITE_CHECKPOINT_TRUNCATE,
+                             "checkpointing the compacted database", NULL);
 }
 
 /* ---- salvage (salvage.c): reading past damage, never writing ----------------------------- */
