@@ -157,16 +157,26 @@ static int in_range(const uint8_t *k, size_t kn, const uint8_t *b, size_t bl, co
     return kvq__bytes_cmp(k, kn, b, bl) >= 0 && kvq__bytes_cmp(k, kn, e, el) < 0;
 }
 
+/* An array of *cap items of size bytes doubled (first: its first capacity), the new items
+ * zeroed, *cap raised; NULL when out of memory (items and *cap are unchanged then). */
+static void *grow_zeroed(void *items, size_t *cap, size_t size, size_t first)
+{
+    size_t n = *cap ? 2 * *cap : first;
+    uint8_t *p = kvq__realloc(items, n * size);
+    if (p == NULL)
+        return NULL;
+    memset(p + *cap * size, 0, (n - *cap) * size);
+    *cap = n;
+    return p;
+}
+
 static int view_add(log_view *v, int op, const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 {
     if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 64;
-        log_op *o = kvq__realloc(v->ops, cap * sizeof(*o));
+        log_op *o = grow_zeroed(v->ops, &v->cap, sizeof(*o), 64);
         if (o == NULL)
             return kvq__error(KVQ_ENOMEM, "out of memory for the log's changes");
-        memset(o + v->cap, 0, (cap - v->cap) * sizeof(*o));
         v->ops = o;
-        v->cap = cap;
     }
     log_op *o = &v->ops[v->n++];
     o->seq = v->seq++;
@@ -565,13 +575,10 @@ static int on_row(void *arg, kvq_bytes key, kvq_bytes value, int ok)
     }
     if (x->backward) {
         if (x->n_rows == x->cap_rows) {
-            size_t cap = x->cap_rows ? 2 * x->cap_rows : 256;
-            row_copy *r = kvq__realloc(x->rows, cap * sizeof(*r));
+            row_copy *r = grow_zeroed(x->rows, &x->cap_rows, sizeof(*r), 256);
             if (r == NULL)
                 return kvq__error(KVQ_ENOMEM, "out of memory for the rows read backwards");
-            memset(r + x->cap_rows, 0, (cap - x->cap_rows) * sizeof(*r));
             x->rows = r;
-            x->cap_rows = cap;
         }
         row_copy *r = &x->rows[x->n_rows++];
         if (kvq__buf_set(&r->key, key.data, key.len) != 0 ||
