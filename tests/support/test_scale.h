@@ -25,4 +25,22 @@ static inline long kvq_test_scaled(long n)
     return v < 1 ? 1 : (long)v;
 }
 
+/* How much longer a wall-time span of a test must be in this build: the lease a heartbeat must
+ * keep, the wait before a redelivery would show. A test that needs a thread to run within a span
+ * of wall time cannot control the clock; it widens the span instead (TESTING.md). 4 in the
+ * sanitizer builds (KVQ_TEST_SLOW_BUILD, set by tests/CMakeLists.txt), 1 otherwise; $KVQ_TEST_TIME_FACTOR
+ * overrides it (valgrind, a very loaded machine). */
+#ifndef KVQ_TEST_SLOW_BUILD
+#define KVQ_TEST_SLOW_BUILD 1
+#endif
+static inline long kvq_test_time_factor(void)
+{
+    const char *s = getenv("KVQ_TEST_TIME_FACTOR");
+    if (s != NULL && s[0] != '\0') {
+        long f = strtol(s, NULL, 10);
+        return f >= 1 && f <= 100 ? f : 1;
+    }
+    return KVQ_TEST_SLOW_BUILD;
+}
+
 #endif

@@ -3,6 +3,7 @@
  * a long handler kept alive by the heartbeat, KVQ_WORKQ_RELEASE giving the item back and
  * stopping, wake-up by a push, and bad input. */
 #include "kvq_test.h"
+#include "test_scale.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,19 +269,23 @@ static void test_failed_items_dead_letter(void **state)
 static void test_heartbeat_keeps_a_long_lease(void **state)
 {
     (void)state;
-    env e = env_open(KVQ_QUEUE_DURABLE, 300, 0);
+    /* The heartbeat extends a lease every third of it: the test fails only if the heartbeat
+     * thread is held off the CPU for two thirds of a lease, so the lease is wider in the slow
+     * builds (a sanitizer build beside other work once held it 200 ms). */
+    const int64_t lease_ms = 400 * kvq_test_time_factor();
+    env e = env_open(KVQ_QUEUE_DURABLE, lease_ms, 0);
     push_items(&e, 1);
     static seen s;
     memset(&s, 0, sizeof(s));
-    s.sleep_us = 1200 * 1000; /* four leases */
+    s.sleep_us = 4 * lease_ms * 1000; /* four leases */
     kvq_workq_consumer_options o = KVQ_WORKQ_CONSUMER_OPTIONS_INIT;
     o.workers = 2;
     kvq_workq_consumer *c;
     assert_int_equal(kvq_workq_consumer_start(&c, e.w, handler, &s, &o), 0);
-    int64_t end = kvq__mono_us() + 20 * 1000000LL;
+    int64_t end = kvq__mono_us() + 20 * lease_ms * 1000;
     while (__atomic_load_n(&s.acks[0], __ATOMIC_RELAXED) == 0 && kvq__mono_us() < end)
         kvq__sleep_us(20000);
-    kvq__sleep_us(500000); /* longer than a lease: an early redelivery would show now */
+    kvq__sleep_us((lease_ms * 3 / 2) * 1000); /* past a lease: an early redelivery would show */
     kvq_workq_consumer_stop(c);
     assert_int_equal(kvq_workq_consumer_join(c), 0);
     kvq_workq_consumer_stats st;
