@@ -108,12 +108,13 @@ static void scan(emb_db *e)
         return;
     }
     e->watch_scans++;
-    /* A watch fires only on durable data: a snapshot that holds a commit not yet synced waits
-     * for its sync first (usually the one under way), without watch_mu, so that committers
-     * arming watches do not wait behind it. Watches armed meanwhile are read as well: their
-     * counters, loaded before the snapshot or not at all, can only make the next scan read
-     * them again. */
-    if (emb_pipelined(e) && !emb_synced(e, info.latest)) {
+    /* A watch fires only on durable data, with or without the commit pipeline: a commit wakes
+     * the watchers once it is written, before its sync, so a snapshot that holds a commit not
+     * yet synced waits for its sync first (usually the one under way), without watch_mu, so
+     * that committers arming watches do not wait behind it. Watches armed meanwhile are read
+     * as well: their counters, loaded before the snapshot or not at all, can only make the
+     * next scan read them again. */
+    if (!emb_synced(e, info.latest)) {
         pthread_mutex_unlock(&e->watch_mu);
         int rc = emb_sync_upto(e, info.latest);
         pthread_mutex_lock(&e->watch_mu);
