@@ -64,6 +64,12 @@ enum {
     /** As KVQ_TEST_LEADER_STOP_BEFORE_COMMIT, but the process stops just after the storage
      * commit, before the other process's batch learns its outcome. */
     KVQ_TEST_LEADER_STOP_AFTER_COMMIT = 1u << 5,
+    /** Embedded engine, not a broken guarantee: every transaction of the handle reads early, as
+     * only kvq's own pops do when early reads are on ($KVQ_EARLY_READ=1, docs/engine.md): its
+     * first read may see commits written but not yet synced, and its commit (or, if it writes
+     * nothing, its return from commit) waits for them. The serializability oracle runs with it
+     * so that early reads meet transactions of every shape. */
+    KVQ_TEST_EARLY_READ_ALL = 1u << 6,
 };
 
 #define KVQ_TESTING_OPTIONS_VERSION 1

@@ -41,7 +41,7 @@ static int txn_window_us(int64_t *out, const char *fn)
 #define KVQ__TEST_FLAGS_KNOWN                                                                \
     (KVQ_TEST_SKIP_CONFLICT_CHECK | KVQ_TEST_DROP_IDEMPOTENCY_MARKER | KVQ_TEST_ACK_BEFORE_SYNC | \
      KVQ_TEST_IOERR_AS_DEFINITE | KVQ_TEST_LEADER_STOP_BEFORE_COMMIT |                           \
-     KVQ_TEST_LEADER_STOP_AFTER_COMMIT)
+     KVQ_TEST_LEADER_STOP_AFTER_COMMIT | KVQ_TEST_EARLY_READ_ALL)
 
 static int db_open(kvq_db **out, const char *url, const kvq_db_options *opts,
                    const kvq_testing_options *testing, const char *fn)
@@ -566,6 +566,20 @@ int kvq_txn_get_versionstamp(uint8_t out[10], kvq_txn *txn)
     if (out == NULL || txn == NULL)
         return kvq__error(KVQ_EINVAL, "kvq_txn_get_versionstamp: NULL argument");
     return txn->db->ops->get_versionstamp(txn->t, out);
+}
+
+void kvq__txn_early_read(kvq_txn *txn)
+{
+    /* Only the embedded engine has such reads: a cluster's read versions are its own. */
+    if (txn != NULL && txn->db->ops == &kvq__embedded_ops)
+        (void)txn->db->ops->set_option(txn->t, KVQ__TXN_EARLY_READ, 1);
+}
+
+int kvq__txn_early_settle(kvq_txn *txn)
+{
+    if (txn == NULL || txn->db->ops != &kvq__embedded_ops)
+        return 0;
+    return txn->db->ops->set_option(txn->t, KVQ__TXN_EARLY_SETTLE, 0);
 }
 
 int kvq_txn_set_option(kvq_txn *txn, kvq_txn_option option, int64_t value)

@@ -35,6 +35,12 @@ typedef struct kvq__db_opts {
 
 #define KVQ__ENGINE_OPS_VERSION 1
 
+/* Internal transaction options, never public (kvq_txn_set_option refuses them): early reads
+ * and their settling (engine_layers.h, kvq__txn_early_read), passed to the embedded engine's
+ * set_option. */
+#define KVQ__TXN_EARLY_READ   ((kvq_txn_option)90001)
+#define KVQ__TXN_EARLY_SETTLE ((kvq_txn_option)90002)
+
 typedef struct kvq__engine_ops {
     unsigned int version;
     const char *name;

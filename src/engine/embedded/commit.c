@@ -524,7 +524,13 @@ int emb_commit(void *tp)
     /* The snapshot is no longer needed: conflicts are found in the log, not in the snapshot. */
     emb_txn_end_read(t);
     if (t->n_muts == 0 && t->writes.n == 0) {
-        /* Read-only transactions always commit. */
+        /* Read-only transactions always commit; one that read early (txn.c) only once what it
+         * read is durable, since its caller is told the outcome now. */
+        int rc = emb_txn_early_settle(t);
+        if (rc != 0) {
+            emb_watches_after_commit(t, rc);
+            return rc;
+        }
         t->committed = 1;
         t->committed_version = -1;
         emb_watches_after_commit(t, 0);

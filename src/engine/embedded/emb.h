@@ -212,6 +212,12 @@ struct emb_txn {
     int snapshot_no_ryw;
     int next_write_no_conflict;
     int64_t wanted_rv;
+    /* Early lock release (kvq__txn_early_read, cleared by a reset): the first read takes the
+     * newest written snapshot without waiting for its sync; early_upto is then the newest
+     * commit it holds that was not yet synced (0: none), which a commit that writes nothing,
+     * or an attempt settled without a commit, waits for. */
+    int early_read;
+    int64_t early_upto;
 
     emb_arena arena;
 
@@ -364,6 +370,14 @@ int emb_sync_upto(emb_db *e, int64_t v);
  * default on such a storage (the log store), off on SQLite; $KVQ_PIPELINE=0 turns it off, =1 on
  * for every storage (read once per process). */
 int emb_pipelined(const emb_db *e);
+/* Early reads (issue 30, item 4; kvq__txn_early_read): honoured on a durable read-write handle
+ * of either storage when $KVQ_EARLY_READ is 1 (read once per process; off otherwise). */
+int emb_early_read(const emb_db *e);
+/* Whether the handle can read early at all (durable, read-write, kvq.shm mapped). */
+int emb_early_read_possible(const emb_db *e);
+/* An early-read transaction that hands out what it read without a commit of its own (a
+ * read-only commit, a settled attempt): waits for the sync of what it read. */
+int emb_txn_early_settle(emb_txn *t);
 /* Is every commit up to version v known to be on disk (or the handle relaxed)? */
 int emb_synced(emb_db *e, int64_t v);
 /* Notes, under the commit lock, that commit version v is written. */

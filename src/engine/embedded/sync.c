@@ -81,6 +81,25 @@ int emb_pipelined(const emb_db *e)
     return v < 0 ? (e->so->caps & EMB_STORE_MVCC) != 0 : v;
 }
 
+int emb_early_read(const emb_db *e)
+{
+    /* $KVQ_EARLY_READ, read once per process: 1 on; unset (or anything else) off, until it
+     * measures better (BENCHMARKS.md). */
+    static int mode = -2;
+    int v = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (v == -2) {
+        const char *s = getenv("KVQ_EARLY_READ");
+        v = s == NULL ? -1 : strcmp(s, "0") == 0 ? 0 : strcmp(s, "1") == 0 ? 1 : -1;
+        __atomic_store_n(&mode, v, __ATOMIC_RELAXED);
+    }
+    return v == 1 && emb_early_read_possible(e);
+}
+
+int emb_early_read_possible(const emb_db *e)
+{
+    return e->durable && e->shm != NULL && !(e->opts.flags & KVQ_DB_READ_ONLY);
+}
+
 int emb_synced(emb_db *e, int64_t v)
 {
     return !e->durable || covered(e->shm, v);

@@ -53,6 +53,8 @@ static void txn_clear(emb_txn *t)
     t->snapshot_no_ryw = 0;
     t->next_write_no_conflict = 0;
     t->wanted_rv = 0;
+    t->early_read = 0;
+    t->early_upto = 0;
     t->committing = 0;
     t->committed = 0;
     t->committed_version = 0;
@@ -124,9 +126,16 @@ static int ensure_rv(emb_txn *t)
      * (it was synced), and the snapshot holds all of them. Unless a relaxed handle's commit,
      * acknowledged without a sync, is newer than it: a read must see that commit (it returned
      * before this read began), so the read takes the path below and has it synced. */
+    /* An early read (kvq__txn_early_read: early lock release, issue 30 item 4) takes the newest
+     * written snapshot and does not wait for its sync: its transaction hands nothing out
+     * before its own commit (ordered after every commit it read, and synced with them) or its
+     * settling (emb_txn_early_settle) has returned. */
+    int early = t->wanted_rv == 0 &&
+                ((t->early_read && emb_early_read(e)) ||
+                 ((e->opts.test_flags & KVQ_TEST_EARLY_READ_ALL) && emb_early_read_possible(e)));
     int64_t durable = 0;
-    if (emb_pipelined(e) && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 && e->shm != NULL &&
-        !(e->opts.flags & KVQ_DB_READ_ONLY)) {
+    if (!early && emb_pipelined(e) && (e->so->caps & EMB_STORE_MVCC) && t->wanted_rv == 0 &&
+        e->shm != NULL && !(e->opts.flags & KVQ_DB_READ_ONLY)) {
         durable = __atomic_load_n(&e->shm->synced_version, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&e->shm->relaxed_version, __ATOMIC_SEQ_CST) > durable)
             durable = 0;
@@ -153,11 +162,12 @@ static int ensure_rv(emb_txn *t)
     } else {
         /* Without versions kept, a snapshot that holds a commit not yet synced waits for the
          * shared sync (or runs it). (With them, the snapshot holds only durable commits.) */
-        rc = durable > 0 ? 0 : emb_sync_upto(e, stored);
+        rc = durable > 0 || early ? 0 : emb_sync_upto(e, stored);
         if (rc != 0) {
             emb_txn_end_read(t);
             return rc;
         }
+        t->early_upto = early && !emb_synced(e, stored) ? stored : 0;
         t->rv = emb_rv_after_snapshot(e, &probe, stored);
     }
     if (t->wanted_rv > 0) {
@@ -190,6 +200,17 @@ static int ensure_rv(emb_txn *t)
     return 0;
 }
 
+int emb_txn_early_settle(emb_txn *t)
+{
+    int64_t v = t->early_upto;
+    if (v == 0 || emb_synced(t->e, v))
+        return 0;
+    int rc = emb_sync_upto(t->e, v);
+    if (rc == 0)
+        t->early_upto = 0;
+    return rc;
+}
+
 int emb_set_read_version(void *tp, int64_t version)
 {
     emb_txn *t = tp;
@@ -213,6 +234,15 @@ int emb_get_approximate_size(void *tp, int64_t *out)
 int emb_set_option(void *tp, kvq_txn_option option, int64_t value)
 {
     emb_txn *t = tp;
+    /* The internal options (engine.h), outside the enumeration, in any state: an early read is
+     * asked for before the first read only (a read version taken is kept, and a transaction
+     * that committed reads no more), and settling only syncs. */
+    if ((int)option == (int)KVQ__TXN_EARLY_READ) {
+        t->early_read = !t->has_rv && !t->committing && !t->committed;
+        return 0;
+    }
+    if ((int)option == (int)KVQ__TXN_EARLY_SETTLE)
+        return emb_txn_early_settle(t);
     int rc = check_state(t);
     if (rc != 0)
         return rc;

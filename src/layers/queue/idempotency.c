@@ -346,7 +346,16 @@ int kvq__qop_run(kvq__qop *o, kvq__qop_body body, void *arg)
         return rc;
     for (;;) {
         o->attempt++;
+        if (o->early)
+            kvq__txn_early_read(txn);
         rc = body(txn, o, arg);
+        if (rc != 0 && o->early) {
+            /* No commit: what the attempt read must be durable before its outcome (an empty
+             * queue, an error) is told or acted on. */
+            int src = kvq__txn_early_settle(txn);
+            if (src != 0)
+                rc = src;
+        }
         if (rc == 0)
             rc = kvq_txn_commit(txn);
         if (o->after_commit != NULL)

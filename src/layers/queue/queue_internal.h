@@ -265,6 +265,9 @@ typedef struct kvq__qop {
      * queue's pops note their contention with it (kvq__q_pop_pressure_note). */
     void (*after_commit)(kvq_queue *q, int rc);
     int last_rc; /* the outcome of the previous attempt (its body's error, or its commit's) */
+    /* Each attempt reads early (kvq__txn_early_read: a pop hands nothing out before its commit,
+     * or before its settling when it ends without one): set by the convenience pops. */
+    int early;
 } kvq__qop;
 
 int kvq__qop_init(kvq__qop *o, kvq_queue *q, const char *tag, size_t cap);

@@ -205,6 +205,7 @@ static int pop_single(kvq_queue *q,
     }
     if (q->type == KVQ_QUEUE_DURABLE)
         o.after_commit = kvq__q_pop_pressure_note;
+    o.early = 1;
     int hc = (q->opts.flags & KVQ_QUEUE_HIGH_CONTENTION) && k == 1;
     if (hc) {
         /* Its steps do not look for due items: a transaction of its own does first. */
@@ -301,6 +302,7 @@ static void serve_batch(kvq_queue *q, kvq__cmb_req **reqs, size_t m)
     int rc = kvq__qop_init(&o, q, "r", total);
     if (q->type == KVQ_QUEUE_DURABLE)
         o.after_commit = kvq__q_pop_pressure_note;
+    o.early = 1;
     if (rc == 0 && views == NULL)
         rc = kvq__error(KVQ_ENOMEM, "out of memory");
     if (rc == 0)
