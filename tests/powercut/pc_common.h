@@ -8,7 +8,15 @@
  * transaction half applied, applied twice or not applied breaks one of these. The worker logs
  * "I p s" before each commit and "A p s" once it returned success, with write(2) to a file
  * outside the simulated file system, so the log survives the cut; every acknowledged s must be
- * at most m, and m at most the last invoked. */
+ * at most m, and m at most the last invoked.
+ *
+ * Rides (early lock release, docs/engine.md "Early reads"; on when the worker's TEST_FLAGS have
+ * KVQ_TEST_EARLY_READ_ALL): the transaction (p, s) also reads, early, the last number s' of a
+ * neighbour producer p' (its commit may be written and not yet synced) and sets p's ride to
+ * (p', s'), as a pop that rides an unsynced push does. So after any cut the ride of p names a
+ * number p' has: last(p') >= s'. A cut that kept the ride but lost the commit it read breaks
+ * that. PC_RIDE_AHEAD (a worker-only bit of TEST_FLAGS, never passed to kvq) makes the worker
+ * claim s' + 1, a number not yet committed: the checker must see it. */
 #ifndef KVQ_PC_COMMON_H
 #define KVQ_PC_COMMON_H
 
@@ -41,6 +49,17 @@ static inline size_t pc_last_key(uint8_t *k, uint64_t p)
         k[3 + i] = (uint8_t)(p >> (56 - 8 * i));
     return 11;
 }
+
+/* "pr/" + producer: the ride (pc_common.h, above); its value is p' and s', 8-byte big-endian. */
+static inline size_t pc_ride_key(uint8_t *k, uint64_t p)
+{
+    memcpy(k, "pr/", 3);
+    for (int i = 0; i < 8; i++)
+        k[3 + i] = (uint8_t)(p >> (56 - 8 * i));
+    return 11;
+}
+
+#define PC_RIDE_AHEAD (1u << 30)
 
 static inline uint64_t pc_be64(const uint8_t *b)
 {

@@ -10,7 +10,8 @@
  * times, so that cuts also
  * fall into opening (recovery, creation) and closing (the last checkpoint, the WAL's removal).
  * Producer t of run RUN is RUN * 16 + t. TEST_FLAGS are kvq_testing_options.flags (a broken
- * engine, to show that the test can fail). Appends "I p s" before each commit and "A p s" after
+ * engine, to show that the test can fail; KVQ_TEST_EARLY_READ_ALL also makes each transaction
+ * ride producer t + 1's newest commit, and PC_RIDE_AHEAD claim one more: pc_common.h). Appends "I p s" before each commit and "A p s" after
  * each acknowledged one to LOG; an error ends that producer ("F p s code"). At the end, asks the
  * layer to cut (a cut after a clean close); without the layer, exits 0. */
 #include <dlfcn.h>
@@ -29,7 +30,8 @@ static const char *url;
 static int log_fd;
 #define HANDLES 2
 static kvq_db *dbs[HANDLES];
-static int txns;
+static int txns, threads;
+static unsigned int worker_flags; /* PC_RIDE_AHEAD, KVQ_TEST_EARLY_READ_ALL (rides) */
 static uint64_t next_seq[16];
 static int stopped[16];
 static uint64_t run;
@@ -42,7 +44,29 @@ static void log_line(const char *fmt, uint64_t p, uint64_t s, int code)
         _exit(3);
 }
 
-static int one_txn(kvq_db *db, uint64_t p, uint64_t s)
+/* The ride of transaction (p, s): reads the last number of producer q early (a snapshot read: it
+ * adds no conflict) and sets p's ride to it (pc_common.h). */
+static int ride(kvq_txn *t, uint64_t p, uint64_t q)
+{
+    uint8_t lk[11], rk[11], v[16];
+    kvq_bytes got;
+    int present = 0;
+    int rc = kvq_txn_get(&got, &present, t, lk, pc_last_key(lk, q), KVQ_SNAPSHOT);
+    if (rc != 0)
+        return rc;
+    uint64_t seen = present && got.len == 8 ? pc_le64(got.data) : 0;
+    if (worker_flags & PC_RIDE_AHEAD)
+        seen++;
+    if (seen == 0)
+        return 0;
+    for (int i = 0; i < 8; i++) {
+        v[i] = (uint8_t)(q >> (56 - 8 * i));
+        v[8 + i] = (uint8_t)(seen >> (56 - 8 * i));
+    }
+    return kvq_txn_set(t, rk, pc_ride_key(rk, p), v, 16);
+}
+
+static int one_txn(kvq_db *db, uint64_t p, uint64_t s, uint64_t neighbour)
 {
     static const uint8_t one[8] = { 1 };
     uint8_t k[PC_KEY_BYTES], lk[11], le[8];
@@ -55,6 +79,8 @@ static int one_txn(kvq_db *db, uint64_t p, uint64_t s)
         le[i] = (uint8_t)(s >> (8 * i));
     kvq_txn *t;
     int rc = kvq_txn_create(&t, db);
+    if (rc == 0 && (worker_flags & KVQ_TEST_EARLY_READ_ALL))
+        rc = ride(t, p, neighbour);
     if (rc == 0)
         rc = kvq_txn_set(t, k, pc_item_key(k, p, s), v, len);
     if (rc == 0 && s > PC_WINDOW)
@@ -78,7 +104,7 @@ static void *producer(void *arg)
     uint64_t p = run * 16 + (uint64_t)t;
     for (int i = 0; i < txns && !stopped[t]; i++) {
         uint64_t s = ++next_seq[t];
-        int rc = one_txn(dbs[t % HANDLES], p, s);
+        int rc = one_txn(dbs[t % HANDLES], p, s, run * 16 + (uint64_t)((t + 1) % threads));
         if (rc == 0) {
             log_line("A %llu %llu\n", p, s, 0);
         } else {
@@ -100,10 +126,11 @@ int main(int argc, char **argv)
     }
     url = argv[1];
     run = strtoull(argv[3], NULL, 10);
-    int threads = atoi(argv[4]);
+    threads = atoi(argv[4]);
     txns = atoi(argv[5]);
     int phases = atoi(argv[6]);
-    unsigned int flags = (unsigned int)strtoul(argv[7], NULL, 0);
+    worker_flags = (unsigned int)strtoul(argv[7], NULL, 0);
+    unsigned int flags = worker_flags & ~PC_RIDE_AHEAD;
     if (threads < 1 || threads > 16 || txns < 1 || phases < 1) {
         fprintf(stderr, "pc_worker: bad THREADS, TXNS or PHASES\n");
         return 2;

@@ -18,8 +18,14 @@
  * acknowledged before their WAL is synced, one sync skipped) must make the checker count lost
  * commits: a checker that cannot fail is not a test.
  *
+ * --rides runs the campaign of early lock release instead (pc_common.h, "Rides"): every
+ * transaction reads early (KVQ_TEST_EARLY_READ_ALL) the newest commit of another producer,
+ * written and perhaps not yet synced, and records it; a cut must never keep the ride and lose
+ * the commit it read. Its broken campaign (ride_ahead) records one commit more than it read,
+ * and the checker must see those.
+ *
  *   test_powercut --shim LIB --worker EXE [--seed N] [--cuts N] [--broken-cuts N]
- *                 [--storage NAME]
+ *                 [--rides] [--storage NAME]
  *
  * Prints one line per campaign, "powercut: storage=... cuts=... acked=... lost=0 ...", and the
  * command that replays it. $KVQ_TEST_SCALE multiplies the cuts; $KVQ_TEST_SEED is a seed to
@@ -63,6 +69,7 @@ static const struct storage {
 #define MAX_PRODS   (CHAIN * 16 + 16)
 
 static const char *shim, *worker;
+static int rides; /* --rides: the early reads' campaign (pc_common.h, "Rides") */
 static int verbose; /* -v: every cut's figures and every failure */
 
 static int64_t now_ms(void)
@@ -97,6 +104,7 @@ typedef struct campaign {
     uint64_t sizes_reverted;
     uint64_t volatile_kept, volatile_emptied;
     uint64_t lost, unexpected, half_applied, corrupted, counter_mismatch;
+    uint64_t rides, rides_lost; /* rides checked; kept rides whose commit is gone */
     int reported; /* detailed failure reports printed */
     uint64_t lost_seen[MAX_PRODS]; /* per producer of the current chain */
 } campaign;
@@ -303,8 +311,23 @@ typedef struct state {
     uint64_t last[MAX_PRODS];
     uint64_t first_item[MAX_PRODS], n_items[MAX_PRODS], prev_item[MAX_PRODS];
     int items_in_order[MAX_PRODS];
+    uint64_t ride_p[MAX_PRODS], ride_s[MAX_PRODS]; /* ride_s 0: none */
     uint64_t bad_keys;
 } state;
+
+static void on_ride(campaign *c, const kvq_kv *kv, void *arg)
+{
+    state *s = arg;
+    (void)c;
+    uint64_t p = kv->key.len == 11 ? pc_be64(kv->key.data + 3) : MAX_PRODS;
+    uint64_t q = kv->value.len == 16 ? pc_be64(kv->value.data) : MAX_PRODS;
+    if (p >= MAX_PRODS || q >= MAX_PRODS) {
+        s->bad_keys++;
+        return;
+    }
+    s->ride_p[p] = q;
+    s->ride_s[p] = pc_be64(kv->value.data + 8);
+}
 
 static void on_item(campaign *c, const kvq_kv *kv, void *arg)
 {
@@ -378,6 +401,8 @@ static int check(campaign *c, const char *dir, int final)
             rc = scan(t, "pc/", "pc0", on_item, c, &s);
         if (rc == 0)
             rc = scan(t, "pl/", "pl0", on_last, c, &s);
+        if (rc == 0)
+            rc = scan(t, "pr/", "pr0", on_ride, c, &s);
         kvq_bytes v;
         int present = 0;
         if (rc == 0)
@@ -406,6 +431,16 @@ static int check(campaign *c, const char *dir, int final)
         if (!pr[p].seen)
             continue;
         sum += m;
+        /* The commit p's last transaction rode (read early) must be there with it. */
+        if (s.ride_s[p] > 0) {
+            c->rides++;
+            if (s.last[s.ride_p[p]] < s.ride_s[p]) {
+                c->rides_lost++;
+                report(c, "producer %" PRIu64 " rode (%" PRIu64 ", %" PRIu64 "), which is not "
+                          "there (its last is %" PRIu64 ")",
+                       p, s.ride_p[p], s.ride_s[p], s.last[s.ride_p[p]]);
+            }
+        }
         /* A commit lost at one cut stays lost at the next checks of the chain: counted once. */
         if (m < pr[p].acked && pr[p].acked - m > c->lost_seen[p]) {
             c->lost += pr[p].acked - m - c->lost_seen[p];
@@ -447,7 +482,8 @@ static int check(campaign *c, const char *dir, int final)
 
 static int failures(const campaign *c)
 {
-    return (int)(c->lost + c->unexpected + c->half_applied + c->corrupted + c->counter_mismatch) +
+    return (int)(c->lost + c->unexpected + c->half_applied + c->corrupted + c->counter_mismatch +
+                 c->rides_lost) +
            c->open_failures + c->worker_failures;
 }
 
@@ -505,18 +541,22 @@ static void run_campaign(campaign *c)
            " dirops_pending=%" PRIu64 " dirops_dropped=%" PRIu64
            " shm_kept=%" PRIu64 " shm_emptied=%" PRIu64 " lost=%" PRIu64
            " unexpected=%" PRIu64 " half_applied=%" PRIu64 " corrupted=%" PRIu64
-           " counter_mismatch=%" PRIu64 " open_failures=%d worker_failures=%d broken_engine=%s"
+           " counter_mismatch=%" PRIu64 " rides=%" PRIu64 " rides_lost=%" PRIu64
+           " open_failures=%d worker_failures=%d broken_engine=%s"
            " seed=%" PRIu64 " elapsed_ms=%lld%s\n",
            c->st->name, c->cuts, c->chains, c->points[0], c->points[1], c->points[2], c->modes[0],
            c->modes[1], c->modes[2], c->events_max, c->acked, c->acked_checked, c->recovered,
            c->pages_pending, c->pages_reverted, c->pages_torn, c->sizes_reverted, c->dirops_pending,
            c->dirops_dropped, c->volatile_kept, c->volatile_emptied, c->lost, c->unexpected,
-           c->half_applied, c->corrupted, c->counter_mismatch, c->open_failures, c->worker_failures,
-           c->broken != NULL ? c->broken : "no", c->seed, (long long)(now_ms() - t0),
-           c->broken != NULL ? " (the checker must see lost commits)" : "");
-    printf("# replay: %s --shim %s --worker %s --seed %" PRIu64 " --cuts %d --storage %s%s\n",
+           c->half_applied, c->corrupted, c->counter_mismatch, c->rides, c->rides_lost,
+           c->open_failures, c->worker_failures, c->broken != NULL ? c->broken : "no", c->seed,
+           (long long)(now_ms() - t0),
+           c->broken == NULL ? ""
+           : rides      ? " (the checker must see rides whose commit is gone)"
+                        : " (the checker must see lost commits)");
+    printf("# replay: %s --shim %s --worker %s --seed %" PRIu64 " --cuts %d --storage %s%s%s\n",
            "test_powercut", shim, worker, c->seed, c->cuts_wanted, c->st->name,
-           c->broken != NULL ? " --broken-only" : "");
+           rides ? " --rides" : "", c->broken != NULL ? " --broken-only" : "");
     fflush(stdout);
 }
 
@@ -538,6 +578,8 @@ int main(int argc, char **argv)
             broken_cuts = atoi(argv[++i]);
         else if (strcmp(argv[i], "--broken-only") == 0)
             broken_only = 1;
+        else if (strcmp(argv[i], "--rides") == 0)
+            rides = 1;
         else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc)
             only = argv[++i];
         else if (strcmp(argv[i], "-v") == 0)
@@ -546,7 +588,8 @@ int main(int argc, char **argv)
             check_only = argv[++i];
         else {
             fprintf(stderr, "usage: test_powercut --shim LIB --worker EXE [--seed N] [--cuts N] "
-                            "[--broken-cuts N] [--broken-only] [--storage NAME] [-v]\n");
+                            "[--broken-cuts N] [--broken-only] [--rides] [--storage NAME] "
+                            "[-v]\n");
             return 2;
         }
     }
@@ -590,7 +633,12 @@ int main(int argc, char **argv)
             c.st = &storages[i];
             c.seed = seed;
             c.cuts_wanted = cuts;
+            c.flags = rides ? KVQ_TEST_EARLY_READ_ALL : 0;
             run_campaign(&c);
+            if (rides && c.rides == 0) {
+                printf("powercut: FAILED: no ride was checked\n");
+                status = 1;
+            }
             if (failures(&c) != 0 || c.cuts < c.cuts_wanted)
                 status = 1;
         }
@@ -603,10 +651,15 @@ int main(int argc, char **argv)
         b.st = &storages[i];
         b.seed = seed ^ 0x5bd1e995u;
         b.cuts_wanted = broken_cuts;
-        b.flags = KVQ_TEST_ACK_BEFORE_SYNC;
-        b.broken = "ack_before_sync";
+        b.flags = rides ? KVQ_TEST_EARLY_READ_ALL | PC_RIDE_AHEAD : KVQ_TEST_ACK_BEFORE_SYNC;
+        b.broken = rides ? "ride_ahead" : "ack_before_sync";
         run_campaign(&b);
-        if (b.lost == 0) {
+        if (rides && b.rides_lost == 0) {
+            printf("powercut: FAILED: rides of commits not made were never caught in %d cuts: "
+                   "the checker cannot see a ride kept without its commit\n",
+                   b.cuts);
+            status = 1;
+        } else if (!rides && b.lost == 0) {
             printf("powercut: FAILED: the broken engine lost no acknowledged commit in %d cuts: "
                    "the checker cannot see a missing sync\n",
                    b.cuts);
