@@ -84,6 +84,20 @@ static void test_item_tails(void **state)
         }
     }
     kvq_buf_dispose(&tail);
+
+    /* A durable push key whose user version is rewritten is the key packed with that one. */
+    kvq_bytes dprefix = { (const uint8_t *)"\x01q\x00", 3 };
+    kvq_buf k = KVQ_BUF_INIT, fresh = KVQ_BUF_INIT;
+    assert_ok(kvq__qk_durable_push(&k, dprefix, 0));
+    static const uint16_t uvs[] = { 1, 0xff, 0x100, 0x1234, 0xffff, 0 };
+    for (size_t i = 0; i < sizeof(uvs) / sizeof(uvs[0]); i++) {
+        kvq__qk_durable_push_set_uv(&k, uvs[i]);
+        fresh.len = 0;
+        assert_ok(kvq__qk_durable_push(&fresh, dprefix, uvs[i]));
+        assert_bytes(k.data, k.len, fresh.data, fresh.len);
+    }
+    kvq_buf_dispose(&k);
+    kvq_buf_dispose(&fresh);
 }
 
 static void test_key_vectors(void **state)

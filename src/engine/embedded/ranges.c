@@ -134,7 +134,12 @@ void emb_ranges_normalize(emb_ranges *r)
     r->n = k;
     if (r->n < 2)
         return;
-    qsort(r->v, r->n, sizeof(*r->v), range_cmp);
+    /* Ranges mostly come in key order (a batch's keys, a pop's reads): sort only when not. */
+    size_t sorted = 1;
+    while (sorted < r->n && range_cmp(&r->v[sorted - 1], &r->v[sorted]) <= 0)
+        sorted++;
+    if (sorted < r->n)
+        qsort(r->v, r->n, sizeof(*r->v), range_cmp);
     size_t w = 0;
     for (size_t i = 1; i < r->n; i++) {
         emb_range *last = &r->v[w];
@@ -304,18 +309,23 @@ static void le32_put(uint8_t *p, uint32_t v)
 
 int emb_ranges_pack(kvq_buf *out, const emb_ranges *w)
 {
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < w->n; i++) {
+    size_t need = 0;
+    for (size_t i = 0; i < w->n; i++)
+        need += 8 + w->v[i].b.n + w->v[i].e.n;
+    if (kvq_buf_grow(out, need) != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+    uint8_t *p = out->data + out->len;
+    for (size_t i = 0; i < w->n; i++) {
         const emb_str *s[2] = { &w->v[i].b, &w->v[i].e };
-        for (int j = 0; rc == 0 && j < 2; j++) {
-            uint8_t len[4];
-            le32_put(len, (uint32_t)s[j]->n);
-            rc = kvq_buf_append(out, len, 4);
-            if (rc == 0 && s[j]->n > 0)
-                rc = kvq_buf_append(out, s[j]->p, s[j]->n);
+        for (int j = 0; j < 2; j++) {
+            le32_put(p, (uint32_t)s[j]->n);
+            if (s[j]->n > 0)
+                memcpy(p + 4, s[j]->p, s[j]->n);
+            p += 4 + s[j]->n;
         }
     }
-    return rc == 0 ? 0 : kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+    out->len += need;
+    return 0;
 }
 
 int emb_ranges_packed_intersects(const emb_ranges *reads, const uint8_t *p, size_t n, int *hit)

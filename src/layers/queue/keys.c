@@ -120,6 +120,15 @@ int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv)
     return rc;
 }
 
+void kvq__qk_durable_push_set_uv(kvq_buf *key, uint16_t uv)
+{
+    /* The incomplete stamp is 10 bytes of transaction version then the user version, big
+     * endian; the offset of the 10 bytes is the key's last 4 bytes. */
+    uint32_t off = kvq__le32_get(key->data + key->len - 4);
+    key->data[off + 10] = (uint8_t)(uv >> 8);
+    key->data[off + 11] = (uint8_t)uv;
+}
+
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name)
 {
     kvq_tuple_elem e = kvq_tuple_bytes(name, strlen(name));

@@ -128,6 +128,9 @@ int kvq__qk_prio_item(
     kvq_buf *out, kvq_bytes prefix, int64_t priority, int64_t count, const uint8_t *rand20);
 /* prefix + pack_vs((b"val", incomplete versionstamp with user version uv)) + 4-byte LE offset. */
 int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv);
+/* Rewrites the user version of a key kvq__qk_durable_push built (the two bytes after its stamp,
+ * found by the offset at its end): a batch packs one key and changes only that per item. */
+void kvq__qk_durable_push_set_uv(kvq_buf *key, uint16_t uv);
 /* prefix + pack((b"npush",)) or (b"npop",). */
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
 /* prefix + 0xFF + pack((name,)), name a string: a FIFO or priority queue's push counter. */

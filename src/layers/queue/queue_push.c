@@ -82,12 +82,14 @@ static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *va
 {
     kvq_buf key = KVQ_BUF_INIT;
     int rc = 0;
+    /* One key is packed; each item changes only its user version. */
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint16_t uv;
         rc = kvq_txn_next_user_version(&uv, txn);
-        key.len = 0;
-        if (rc == 0)
+        if (rc == 0 && i == 0)
             rc = kvq__qk_durable_push(&key, kvq__buf_bytes(&q->prefix), uv);
+        else if (rc == 0)
+            kvq__qk_durable_push_set_uv(&key, uv);
         if (rc == 0)
             rc = kvq_txn_set_versionstamped_key(txn, key.data, key.len, values[i].data,
                                                 values[i].len);
