@@ -4,7 +4,7 @@
  * push needs little) to ARENA_BLOCK. */
 #include "emb.h"
 
-#define ARENA_FIRST 4096
+#define ARENA_FIRST 16384
 #define ARENA_BLOCK 65536
 
 void *emb_arena_alloc(emb_arena *a, size_t n)
