@@ -67,8 +67,8 @@ static void test_stamped_batch_and_reads_between_writes(void **state)
     (void)state;
     kvq_txn *t;
     assert_int_equal(kvq_txn_create(&t, db), 0);
-    static const uint8_t zeros[10] = { 0 }, ffs[10] = { 0xff, 0xff, 0xff, 0xff, 0xff,
-                                                        0xff, 0xff, 0xff, 0xff, 0xff };
+    static const uint8_t zeros[10] = { 0 };
+    static const uint8_t ffs[10] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
     uint8_t k[20];
     for (unsigned uv = 10; uv < 110; uv++)
         assert_int_equal(kvq_txn_set_versionstamped_key(t, k, stamp_key(k, zeros, uv, 1), K("v")),
