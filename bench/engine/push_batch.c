@@ -1,12 +1,14 @@
 /* The CPU of a batch push, for callgrind: kvq_queue_push_many of --k values of --size bytes,
  * --batches times, on one thread, into a new database. By default on the log store and
  * relaxed (no sync), so that only the CPU path is counted; --durable syncs each batch, --sqlite
- * uses the SQLite storage. Run by hand:
+ * uses the SQLite storage; --type fifo or priority pushes to a recipe queue instead of the
+ * durable one; --pop then pops everything back with kvq_queue_pop_k of --k. Run by hand:
  *
  *   valgrind --tool=callgrind bench/engine/push_batch --batches 300
  *
  * and divide the instructions by batches x k (opening and closing the database included: run
- * it twice with different --batches to take them out). */
+ * it twice with different --batches to take them out; the pops' share is the difference of a
+ * run with --pop and one without). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,8 @@ static void die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     long batches = 300, k = 100, size = 100;
-    int durable = 0, sqlite = 0;
+    int durable = 0, sqlite = 0, pop = 0;
+    kvq_queue_type type = KVQ_QUEUE_DURABLE;
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batches") == 0 && i + 1 < argc)
@@ -37,9 +40,19 @@ int main(int argc, char **argv)
             durable = 1;
         else if (strcmp(argv[i], "--sqlite") == 0)
             sqlite = 1;
+        else if (strcmp(argv[i], "--pop") == 0)
+            pop = 1;
+        else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc && strcmp(argv[i + 1], "fifo") == 0)
+            type = KVQ_QUEUE_FIFO, i++;
+        else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc &&
+                 strcmp(argv[i + 1], "priority") == 0)
+            type = KVQ_QUEUE_PRIORITY, i++;
+        else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc &&
+                 strcmp(argv[i + 1], "durable") == 0)
+            type = KVQ_QUEUE_DURABLE, i++;
         else {
             fprintf(stderr, "usage: push_batch [--batches N] [--k K] [--size B] [--dir DIR] "
-                            "[--durable] [--sqlite]\n");
+                            "[--durable] [--sqlite] [--type durable|fifo|priority] [--pop]\n");
             return 2;
         }
     }
@@ -65,7 +78,7 @@ int main(int argc, char **argv)
     int rc = kvq_db_open(&db, path, &o);
     if (rc != 0)
         die("open", rc);
-    if ((rc = kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL)) != 0)
+    if ((rc = kvq_queue_open(&q, db, type, NULL, NULL)) != 0)
         die("queue", rc);
     uint8_t *val = calloc((size_t)k, (size_t)size);
     kvq_bytes *vals = calloc((size_t)k, sizeof(*vals));
@@ -78,7 +91,31 @@ int main(int argc, char **argv)
         if ((rc = kvq_queue_push_many(q, vals, (size_t)k)) != 0)
             die("push_many", rc);
     }
-    printf("push_batch: %ld batches of %ld values of %ld bytes (%s, %s)\n", batches, k, size,
+    long popped = 0;
+    if (pop) {
+        kvq_buf *outs = calloc((size_t)k, sizeof(*outs));
+        if (outs == NULL)
+            die("memory", KVQ_ENOMEM);
+        for (;;) {
+            size_t got = 0;
+            rc = kvq_queue_pop_k(outs, &got, q, (size_t)k);
+            if (rc == KVQ_ENOTFOUND)
+                break;
+            if (rc != 0)
+                die("pop_k", rc);
+            for (size_t i = 0; i < got; i++)
+                kvq_buf_dispose(&outs[i]);
+            popped += (long)got;
+        }
+        free(outs);
+        if (popped != batches * k) {
+            fprintf(stderr, "push_batch: popped %ld of %ld\n", popped, batches * k);
+            return 1;
+        }
+    }
+    printf("push_batch: %ld batches of %ld values of %ld bytes to a %s queue, %ld popped (%s, "
+           "%s)\n",
+           batches, k, size, kvq_queue_type_name(type), popped,
            sqlite ? "SQLite storage" : "log store", durable ? "durable" : "relaxed");
     kvq_queue_close(q);
     kvq_db_close(db);

@@ -170,6 +170,21 @@ static void put_int(writer *w, int64_t v)
     put_neg(w, (uint64_t)(-(v + 1)) + 1u); /* the magnitude, without overflow at INT64_MIN */
 }
 
+size_t kvq__tuple_put_int(uint8_t *p, int64_t v)
+{
+    writer w = { p, KVQ__TUPLE_INT_MAX, 0, 0, 0 };
+    put_int(&w, v);
+    return w.len;
+}
+
+size_t kvq__tuple_put_bytes(uint8_t *p, const uint8_t *bytes, size_t n)
+{
+    writer w = { p, 2 * n + 2, 0, 0, 0 };
+    put(&w, CODE_BYTES);
+    put_escaped(&w, bytes, n);
+    return w.len;
+}
+
 /* IEEE bits, transformed so that unsigned order is numeric order: a set sign bit flips every
  * bit, a clear one flips only the sign. */
 static uint32_t float_key(float f)

@@ -229,7 +229,11 @@ static void test_atomic_ops(void **state)
 static void test_overlay(void **state)
 {
     (void)state;
+    /* The overlay lives in an arena (its transaction's) and keeps the bytes it is given. */
+    emb_arena arena = { 0 };
     emb_overlay ov = { 0 };
+    ov.arena = &arena;
+    ov.cleared.arena = &arena;
     assert_int_equal(emb_overlay_set(&ov, S("b"), S("1")), 0);
     assert_int_equal(emb_overlay_set(&ov, S("a"), S("0")), 0);
     assert_int_equal(emb_overlay_set(&ov, S("d"), S("3")), 0);
@@ -259,6 +263,37 @@ static void test_overlay(void **state)
     assert_int_equal(emb_overlay_unreadable(&ov, S("y")), 0);
     assert_int_equal(emb_overlay_find(&ov, S("y"), NULL)->kind, OV_UNREADABLE);
     emb_overlay_free(&ov);
+    emb_arena_free(&arena);
+}
+
+/* Ranges with an arena: strings come from it (lent ones are kept as given), and normalizing,
+ * inserting and subtracting behave as with owned strings. */
+static void test_ranges_arena(void **state)
+{
+    (void)state;
+    emb_arena arena = { 0 };
+    emb_ranges r = { 0 };
+    r.arena = &arena;
+    static const uint8_t lent[] = { 'k', 0 };
+    assert_int_equal(emb_ranges_add_lent(&r, lent, 1, lent, 2), 0);
+    assert_ptr_equal(r.v[0].b.p, lent);
+    assert_int_equal(emb_ranges_add(&r, S("a"), S("c")), 0);
+    assert_int_equal(emb_ranges_add(&r, S("b"), S("d")), 0);
+    emb_ranges_normalize(&r);
+    assert_int_equal(r.n, 2);
+    assert_true(emb_ranges_contains(&r, S("k")));
+    assert_false(emb_ranges_contains(&r, lent, 2)); /* k 0x00: the end */
+    assert_int_equal(emb_ranges_insert(&r, S("c"), S("l")), 0);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(emb_ranges_subtract(&r, S("e"), S("f")), 0);
+    emb_ranges_normalize(&r);
+    assert_int_equal(r.n, 2);
+    assert_true(emb_ranges_contains(&r, S("d")));
+    assert_false(emb_ranges_contains(&r, S("e")));
+    assert_true(emb_ranges_contains(&r, S("f")));
+    emb_ranges_free(&r);
+    assert_ptr_equal(r.arena, &arena);
+    emb_arena_free(&arena);
 }
 
 int main(int argc, char **argv)
@@ -270,6 +305,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ranges_insert_random),
         cmocka_unit_test(test_atomic_ops),
         cmocka_unit_test(test_overlay),
+        cmocka_unit_test(test_ranges_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

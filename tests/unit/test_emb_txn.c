@@ -44,6 +44,75 @@ static void test_own_write_read_no_conflict(void **state)
     kvq_txn_destroy(t2);
 }
 
+/* A key "s" + 10 stamp bytes + a 2-byte user version (+ its offset, 1, for the template). */
+static size_t stamp_key(uint8_t *k, const uint8_t stamp[10], unsigned uv, int tmpl)
+{
+    k[0] = 's';
+    memcpy(k + 1, stamp, 10);
+    k[11] = (uint8_t)(uv >> 8);
+    k[12] = (uint8_t)uv;
+    if (!tmpl)
+        return 13;
+    static const uint8_t off[4] = { 1, 0, 0, 0 };
+    memcpy(k + 13, off, 4);
+    return 17;
+}
+
+/* A batch of stamped keys of one template (user versions growing, as a push of many items
+ * writes them) makes unreadable exactly the union of their spans: every key any of their stamps
+ * may produce, and nothing past the last span's end; writes made between reads are all seen by
+ * the next read, in order. */
+static void test_stamped_batch_and_reads_between_writes(void **state)
+{
+    (void)state;
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    static const uint8_t zeros[10] = { 0 };
+    static const uint8_t ffs[10] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+    uint8_t k[20];
+    for (unsigned uv = 10; uv < 110; uv++)
+        assert_int_equal(kvq_txn_set_versionstamped_key(t, k, stamp_key(k, zeros, uv, 1), K("v")),
+                         0);
+    kvq_bytes v;
+    int present = 1;
+    /* Inside: the lowest stamp of the first key, one between two user versions, the highest
+     * stamp of the last key. */
+    assert_int_equal(kvq_txn_get(&v, &present, t, k, stamp_key(k, zeros, 10, 0), 0),
+                     KVQ_EACCESSED_UNREADABLE);
+    static const uint8_t mid[10] = { 0x7f, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    assert_int_equal(kvq_txn_get(&v, &present, t, k, stamp_key(k, mid, 60, 0), 0),
+                     KVQ_EACCESSED_UNREADABLE);
+    assert_int_equal(kvq_txn_get(&v, &present, t, k, stamp_key(k, ffs, 109, 0), 0),
+                     KVQ_EACCESSED_UNREADABLE);
+    /* Outside: below the first span, and the last span's end (its last key + 0x00). */
+    assert_int_equal(kvq_txn_get(&v, &present, t, K("s"), 0), 0);
+    assert_false(present);
+    size_t n = stamp_key(k, ffs, 109, 0);
+    k[n] = 0;
+    assert_int_equal(kvq_txn_get(&v, &present, t, k, n + 1, 0), 0);
+    assert_false(present);
+
+    /* Writes between reads: a set, an atomic add on it, a clear of another key written before
+     * the last read, then one read that sees them all. */
+    assert_int_equal(kvq_txn_set(t, K("ra"), K("\x01")), 0);
+    assert_int_equal(kvq_txn_set(t, K("rb"), K("b")), 0);
+    assert_int_equal(kvq_txn_get(&v, &present, t, K("rb"), 0), 0);
+    assert_true(present && v.len == 1 && v.data[0] == 'b');
+    static const uint8_t one = 1;
+    assert_int_equal(kvq_txn_atomic_op(t, K("ra"), &one, 1, KVQ_MUT_ADD), 0);
+    assert_int_equal(kvq_txn_clear(t, K("rb")), 0);
+    assert_int_equal(kvq_txn_set(t, K("rc"), K("c")), 0);
+    const kvq_kv *kvs;
+    size_t count;
+    int more;
+    assert_int_equal(kvq_txn_get_range(&kvs, &count, &more, t, K("r"), K("s"), 0, 0), 0);
+    assert_int_equal(count, 2);
+    assert_memory_equal(kvs[0].key.data, "ra", 2);
+    assert_true(kvs[0].value.len == 1 && kvs[0].value.data[0] == 2);
+    assert_memory_equal(kvs[1].key.data, "rc", 2);
+    kvq_txn_destroy(t);
+}
+
 #define THREADS    8
 #define PER_THREAD 50
 
@@ -121,6 +190,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_own_write_read_no_conflict),
         cmocka_unit_test(test_group_commit_stamps),
+        cmocka_unit_test(test_stamped_batch_and_reads_between_writes),
     };
     kt_group_db(&db, "emb-txn");
     return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);

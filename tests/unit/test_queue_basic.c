@@ -50,6 +50,56 @@ static uint64_t len_of(kvq_queue *q)
 static const uint8_t RND[20] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09,
                                  0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0xff };
 
+/* The item keys a batch writes (the prefix once, each item's tail after it, by the tuple layer's
+ * element writers) are the bytes the generic codec packs, at every integer length and sign and
+ * for random bytes full of zeros. */
+static void test_item_tails(void **state)
+{
+    (void)state;
+    static const int64_t ints[] = { 0, 1, -1, 255, 256, -255, -256, 0x1234, 65535, 65536,
+                                    -65536, INT32_MAX, INT32_MIN, (int64_t)1 << 40,
+                                    -((int64_t)1 << 40), INT64_MAX - 1, INT64_MAX, INT64_MIN + 1,
+                                    INT64_MIN };
+    const size_t n = sizeof(ints) / sizeof(ints[0]);
+    uint8_t zeros[20] = { 0 };
+    const uint8_t *rands[2] = { RND, zeros };
+    kvq_buf tail = KVQ_BUF_INIT;
+    for (size_t r = 0; r < 2; r++) {
+        for (size_t i = 0; i < n; i++) {
+            for (size_t j = 0; j < n; j += 3) {
+                uint8_t want[80];
+                size_t wn = 0;
+                kvq_tuple_elem f[2] = { kvq_tuple_int(ints[i]), kvq_tuple_bytes(rands[r], 20) };
+                assert_ok(kvq_tuple_pack(want, sizeof(want), &wn, f, 2));
+                tail.len = 0;
+                assert_ok(kvq__qk_fifo_item_tail(&tail, ints[i], rands[r]));
+                assert_bytes(tail.data, tail.len, want, wn);
+                kvq_tuple_elem p[3] = { kvq_tuple_int(ints[i]), kvq_tuple_int(ints[j]),
+                                        kvq_tuple_bytes(rands[r], 20) };
+                assert_ok(kvq_tuple_pack(want, sizeof(want), &wn, p, 3));
+                tail.len = 0;
+                assert_ok(kvq__qk_prio_item_tail(&tail, ints[i], ints[j], rands[r]));
+                assert_bytes(tail.data, tail.len, want, wn);
+            }
+        }
+    }
+    kvq_buf_dispose(&tail);
+
+    /* A durable push key whose user version is rewritten is the key packed with that one. */
+    kvq_bytes dprefix = { (const uint8_t *)"\x01q\x00", 3 };
+    kvq_buf k = KVQ_BUF_INIT, fresh = KVQ_BUF_INIT;
+    assert_ok(kvq__qk_durable_push(&k, dprefix, 0));
+    static const uint16_t uvs[] = { 1, 0xff, 0x100, 0x1234, 0xffff, 0 };
+    for (size_t i = 0; i < sizeof(uvs) / sizeof(uvs[0]); i++) {
+        kvq__qk_durable_push_set_uv(&k, uvs[i]);
+        fresh.len = 0;
+        assert_ok(kvq__qk_durable_push(&fresh, dprefix, uvs[i]));
+        assert_bytes(k.data, k.len, fresh.data, fresh.len);
+    }
+    kvq_buf_dispose(&k);
+    kvq_buf_dispose(&fresh);
+}
+
 static void test_key_vectors(void **state)
 {
     (void)state;
@@ -1025,7 +1075,8 @@ int main(int argc, char **argv)
 {
     kt_seed_init(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_stored_bytes),
+        cmocka_unit_test(test_key_vectors), cmocka_unit_test(test_item_tails),
+        cmocka_unit_test(test_stored_bytes),
         cmocka_unit_test(test_fifo),        cmocka_unit_test(test_priority),
         cmocka_unit_test(test_durable),     cmocka_unit_test(test_durable_spread),
         cmocka_unit_test(test_named),       cmocka_unit_test(test_txn_forms),

@@ -1,7 +1,10 @@
-/* The engine's arena: memory handed out by a transaction's reads (keys, values, result
- * arrays), valid until the transaction is reset, and freed all at once. */
+/* The engine's arena: a transaction's mutations, conflict ranges and read-your-writes overlay,
+ * and the memory its reads hand out (keys, values, result arrays), valid until the transaction
+ * is reset, and freed all at once. Blocks grow from a small first one (a transaction of one
+ * push needs little) to ARENA_BLOCK. */
 #include "emb.h"
 
+#define ARENA_FIRST 16384
 #define ARENA_BLOCK 65536
 
 void *emb_arena_alloc(emb_arena *a, size_t n)
@@ -9,13 +12,16 @@ void *emb_arena_alloc(emb_arena *a, size_t n)
     n = (n + 7) & ~(size_t)7;
     emb_arena_block *b = a->head;
     if (b == NULL || b->cap - b->used < n) {
-        size_t cap = n > ARENA_BLOCK / 2 ? n : ARENA_BLOCK;
+        size_t step = b == NULL ? ARENA_FIRST : b->cap * 2;
+        if (step > ARENA_BLOCK)
+            step = ARENA_BLOCK;
+        size_t cap = n > step / 2 ? n : step;
         emb_arena_block *nb = kvq__malloc(sizeof(*nb) + cap);
         if (nb == NULL)
             return NULL;
         nb->cap = cap;
         nb->used = 0;
-        if (b != NULL && n > ARENA_BLOCK / 2) {
+        if (b != NULL && n > step / 2) {
             /* A large block goes behind the current one, which keeps its free room. */
             nb->next = b->next;
             b->next = nb;

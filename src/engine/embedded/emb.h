@@ -177,19 +177,9 @@ typedef struct ov_entry {
 typedef struct emb_overlay {
     ov_entry **v; /* sorted by key */
     size_t n, cap;
-    emb_ranges cleared; /* sorted, disjoint, not adjacent */
+    emb_ranges cleared; /* sorted, disjoint, not adjacent; in the arena */
+    emb_arena *arena;   /* the transaction's: entries, computed values */
 } emb_overlay;
-
-/* Memory handed out by reads, valid until the transaction is reset (arena.c). */
-typedef struct emb_arena_block {
-    struct emb_arena_block *next;
-    size_t used, cap;
-    uint8_t data[];
-} emb_arena_block;
-
-typedef struct emb_arena {
-    emb_arena_block *head;
-} emb_arena;
 
 struct emb_txn {
     emb_db *e;
@@ -200,8 +190,10 @@ struct emb_txn {
     int64_t rv_mono_us;
 
     emb_overlay ov;
-    emb_mut *muts;
+    emb_mut *muts; /* their bytes are in the arena */
     size_t n_muts, cap_muts;
+    size_t ov_muts; /* the mutations the overlay reflects (txn.c: ov_catch_up) */
+    int ov_rc;      /* the overlay could not be brought up to date (out of memory) */
     emb_ranges reads, writes, unreadable;
     size_t size; /* bytes of mutations and conflict ranges, for the 10 MB limit */
     /* Options, cleared by a reset: a lower size limit (0: KVQ_MAX_TXN_SIZE), reads that do
@@ -257,7 +249,9 @@ struct emb_commit_req {
 
 /* strings and ranges: ranges.h (ranges.c) */
 
-/* the read-your-writes overlay (overlay.c) */
+/* the read-your-writes overlay (overlay.c). Keys, values and parameters given to it are lent:
+ * they must stay valid until ov->arena is freed (they are the transaction's mutations). Frees
+ * the array of entries (the rest is in the arena); ov->arena stays set. */
 void emb_overlay_free(emb_overlay *ov);
 /* Finds the entry for key, or NULL; *pos gets the insertion position. */
 ov_entry *emb_overlay_find(const emb_overlay *ov, const uint8_t *k, size_t kn, size_t *pos);
@@ -282,10 +276,7 @@ int emb_apply_atomic(kvq_buf *out,
                      const uint8_t *param,
                      size_t pn);
 
-/* the arena (arena.c): n bytes, 8-aligned, valid until emb_arena_free; NULL when out of
- * memory. */
-void *emb_arena_alloc(emb_arena *a, size_t n);
-void emb_arena_free(emb_arena *a);
+/* the arena (arena.c): ranges.h */
 
 /* transactions (txn.c): the engine operations, and helpers */
 int emb_txn_create(void **out, void *ep, kvq_txn *owner);

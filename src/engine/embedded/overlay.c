@@ -1,6 +1,9 @@
 /* The read-your-writes overlay of a transaction: what its reads see of its own writes (values
  * set, ranges cleared, atomic operations pending on values it has not read, keys it made
- * unreadable with versionstamps). */
+ * unreadable with versionstamps). Everything it holds is in the transaction's arena: its keys,
+ * values and parameters are the transaction's mutations' own bytes (lent, not copied), and what
+ * it computes (a folded atomic operation, its entries) is carved from the arena, so freeing it
+ * frees one array. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,20 +14,8 @@ static int cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
     return kvq__bytes_cmp(a, an, b, bn);
 }
 
-static void entry_free(ov_entry *x)
-{
-    emb_str_free(&x->key);
-    emb_str_free(&x->value);
-    for (size_t i = 0; i < x->n_ops; i++)
-        emb_str_free(&x->ops[i].param);
-    kvq__free(x->ops);
-    kvq__free(x);
-}
-
 void emb_overlay_free(emb_overlay *ov)
 {
-    for (size_t i = 0; i < ov->n; i++)
-        entry_free(ov->v[i]);
     kvq__free(ov->v);
     ov->v = NULL;
     ov->n = ov->cap = 0;
@@ -67,11 +58,12 @@ static int overlay_insert(emb_overlay *ov, size_t pos, const uint8_t *k, size_t 
         ov->v = v;
         ov->cap = cap;
     }
-    ov_entry *x = kvq__calloc(1, sizeof(*x));
-    if (x == NULL || emb_str_set(&x->key, k, kn) != 0) {
-        kvq__free(x);
+    ov_entry *x = emb_arena_alloc(ov->arena, sizeof(*x));
+    if (x == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
-    }
+    memset(x, 0, sizeof(*x));
+    x->key.p = (uint8_t *)k;
+    x->key.n = kn;
     if (pos < ov->n)
         memmove(&ov->v[pos + 1], &ov->v[pos], (ov->n - pos) * sizeof(*ov->v));
     ov->v[pos] = x;
@@ -82,9 +74,8 @@ static int overlay_insert(emb_overlay *ov, size_t pos, const uint8_t *k, size_t 
 
 static void entry_reset(ov_entry *x)
 {
-    emb_str_free(&x->value);
-    for (size_t i = 0; i < x->n_ops; i++)
-        emb_str_free(&x->ops[i].param);
+    x->value.p = NULL;
+    x->value.n = 0;
     x->n_ops = 0;
 }
 
@@ -111,7 +102,21 @@ int emb_overlay_set(emb_overlay *ov, const uint8_t *k, size_t kn, const uint8_t 
         return 0;
     entry_reset(x);
     x->kind = OV_SET;
-    return emb_str_set(&x->value, v, vn);
+    x->value.p = (uint8_t *)v;
+    x->value.n = vn;
+    return 0;
+}
+
+/* A computed value, copied into the arena. */
+static int arena_copy(emb_overlay *ov, const uint8_t *p, size_t n, const uint8_t **out)
+{
+    uint8_t *q = emb_arena_alloc(ov->arena, n);
+    if (q == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
+    if (n > 0)
+        memcpy(q, p, n);
+    *out = q;
+    return 0;
 }
 
 int emb_overlay_unreadable(emb_overlay *ov, const uint8_t *k, size_t kn)
@@ -135,10 +140,8 @@ int emb_overlay_clear_range(
 {
     size_t i = emb_overlay_lower(ov, b, bn);
     size_t j = i;
-    while (j < ov->n && cmp(ov->v[j]->key.p, ov->v[j]->key.n, e, en) < 0) {
-        entry_free(ov->v[j]);
+    while (j < ov->n && cmp(ov->v[j]->key.p, ov->v[j]->key.n, e, en) < 0)
         j++;
-    }
     if (j > i) {
         memmove(&ov->v[i], &ov->v[j], (ov->n - j) * sizeof(*ov->v));
         ov->n -= j - i;
@@ -172,9 +175,13 @@ int emb_overlay_atomic(
         kvq_buf out = KVQ_BUF_INIT;
         int present;
         rc = emb_apply_atomic(&out, &present, op, x->value.p, x->value.n, 1, param, pn);
+        const uint8_t *v = NULL;
         if (rc == 0 && present) {
-            emb_str_free(&x->value);
-            rc = emb_str_set(&x->value, out.data, out.len);
+            rc = arena_copy(ov, out.data, out.len, &v);
+            if (rc == 0) {
+                x->value.p = (uint8_t *)v;
+                x->value.n = out.len;
+            }
         } else if (rc == 0) {
             /* COMPARE_AND_CLEAR cleared it: the key now reads as cleared. */
             rc = overlay_clear_key(ov, k, kn);
@@ -187,8 +194,11 @@ int emb_overlay_atomic(
         kvq_buf out = KVQ_BUF_INIT;
         int present;
         rc = emb_apply_atomic(&out, &present, op, NULL, 0, 0, param, pn);
+        const uint8_t *v = NULL;
         if (rc == 0 && present)
-            rc = emb_overlay_set(ov, k, kn, out.data, out.len);
+            rc = arena_copy(ov, out.data, out.len, &v);
+        if (rc == 0 && present)
+            rc = emb_overlay_set(ov, k, kn, v, out.len);
         kvq_buf_dispose(&out);
         return rc;
     }
@@ -199,16 +209,18 @@ int emb_overlay_atomic(
         x->kind = OV_ATOMIC;
     }
     if (x->n_ops == x->cap_ops) {
+        /* Doubling in the arena: what an entry leaves behind is at most what it holds. */
         size_t cap = x->cap_ops ? x->cap_ops * 2 : 4;
-        ov_atomic *v = kvq__realloc(x->ops, cap * sizeof(*v));
+        ov_atomic *v = emb_arena_alloc(ov->arena, cap * sizeof(*v));
         if (v == NULL)
             return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
+        if (x->n_ops > 0)
+            memcpy(v, x->ops, x->n_ops * sizeof(*v));
         x->ops = v;
         x->cap_ops = cap;
     }
-    rc = emb_str_set(&x->ops[x->n_ops].param, param, pn);
-    if (rc != 0)
-        return rc;
+    x->ops[x->n_ops].param.p = (uint8_t *)param;
+    x->ops[x->n_ops].param.n = pn;
     x->ops[x->n_ops].op = op;
     x->n_ops++;
     return 0;

@@ -28,32 +28,79 @@ static int cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
     return kvq__bytes_cmp(a, an, b, bn);
 }
 
+/* A string of r: from r's arena if it has one, else owned. */
+static int rstr_set(const emb_ranges *r, emb_str *s, const uint8_t *p, size_t n)
+{
+    if (r->arena == NULL)
+        return emb_str_set(s, p, n);
+    uint8_t *q = emb_arena_alloc(r->arena, n);
+    if (q == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for %zu bytes", n);
+    if (n > 0)
+        memcpy(q, p, n);
+    s->p = q;
+    s->n = n;
+    return 0;
+}
+
+static void rstr_free(const emb_ranges *r, emb_str *s)
+{
+    if (r->arena == NULL) {
+        emb_str_free(s);
+    } else {
+        s->p = NULL;
+        s->n = 0;
+    }
+}
+
+/* Room for one more range at the end. */
+static int ranges_room(emb_ranges *r)
+{
+    if (r->n < r->cap)
+        return 0;
+    size_t cap = r->cap ? r->cap * 2 : 8;
+    emb_range *v = kvq__realloc(r->v, cap * sizeof(*v));
+    if (v == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for conflict ranges");
+    r->v = v;
+    r->cap = cap;
+    return 0;
+}
+
 int emb_ranges_add(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
 {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 8;
-        emb_range *v = kvq__realloc(r->v, cap * sizeof(*v));
-        if (v == NULL)
-            return kvq__error(KVQ_ENOMEM, "out of memory for conflict ranges");
-        r->v = v;
-        r->cap = cap;
-    }
-    emb_range *x = &r->v[r->n];
-    if (emb_str_set(&x->b, b, bn) != 0)
+    if (ranges_room(r) != 0)
         return KVQ_ENOMEM;
-    if (emb_str_set(&x->e, e, en) != 0) {
-        emb_str_free(&x->b);
+    emb_range *x = &r->v[r->n];
+    if (rstr_set(r, &x->b, b, bn) != 0)
+        return KVQ_ENOMEM;
+    if (rstr_set(r, &x->e, e, en) != 0) {
+        rstr_free(r, &x->b);
         return KVQ_ENOMEM;
     }
     r->n++;
     return 0;
 }
 
+int emb_ranges_add_lent(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
+{
+    if (r->arena == NULL)
+        return emb_ranges_add(r, b, bn, e, en);
+    if (ranges_room(r) != 0)
+        return KVQ_ENOMEM;
+    emb_range *x = &r->v[r->n++];
+    x->b.p = (uint8_t *)b;
+    x->b.n = bn;
+    x->e.p = (uint8_t *)e;
+    x->e.n = en;
+    return 0;
+}
+
 void emb_ranges_clear(emb_ranges *r)
 {
     for (size_t i = 0; i < r->n; i++) {
-        emb_str_free(&r->v[i].b);
-        emb_str_free(&r->v[i].e);
+        rstr_free(r, &r->v[i].b);
+        rstr_free(r, &r->v[i].e);
     }
     r->n = 0;
 }
@@ -78,8 +125,8 @@ void emb_ranges_normalize(emb_ranges *r)
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (cmp(r->v[i].b.p, r->v[i].b.n, r->v[i].e.p, r->v[i].e.n) >= 0) {
-            emb_str_free(&r->v[i].b);
-            emb_str_free(&r->v[i].e);
+            rstr_free(r, &r->v[i].b);
+            rstr_free(r, &r->v[i].e);
         } else {
             r->v[k++] = r->v[i];
         }
@@ -87,7 +134,12 @@ void emb_ranges_normalize(emb_ranges *r)
     r->n = k;
     if (r->n < 2)
         return;
-    qsort(r->v, r->n, sizeof(*r->v), range_cmp);
+    /* Ranges mostly come in key order (a batch's keys, a pop's reads): sort only when not. */
+    size_t sorted = 1;
+    while (sorted < r->n && range_cmp(&r->v[sorted - 1], &r->v[sorted]) <= 0)
+        sorted++;
+    if (sorted < r->n)
+        qsort(r->v, r->n, sizeof(*r->v), range_cmp);
     size_t w = 0;
     for (size_t i = 1; i < r->n; i++) {
         emb_range *last = &r->v[w];
@@ -95,12 +147,12 @@ void emb_ranges_normalize(emb_ranges *r)
         if (cmp(cur->b.p, cur->b.n, last->e.p, last->e.n) <= 0) {
             /* Overlapping or touching: extend the last range. */
             if (cmp(cur->e.p, cur->e.n, last->e.p, last->e.n) > 0) {
-                emb_str_free(&last->e);
+                rstr_free(r, &last->e);
                 last->e = cur->e;
                 cur->e.p = NULL;
             }
-            emb_str_free(&cur->b);
-            emb_str_free(&cur->e);
+            rstr_free(r, &cur->b);
+            rstr_free(r, &cur->e);
         } else {
             w++;
             if (w != i) {
@@ -151,15 +203,15 @@ int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t 
     emb_range *m = &r->v[s];
     if (cmp(b, bn, m->b.p, m->b.n) < 0) {
         emb_str nb;
-        if (emb_str_set(&nb, b, bn) != 0)
+        if (rstr_set(r, &nb, b, bn) != 0)
             return KVQ_ENOMEM;
-        emb_str_free(&m->b);
+        rstr_free(r, &m->b);
         m->b = nb;
     }
     const emb_str *last_e = &r->v[j].e;
     int take_new = cmp(e, en, last_e->p, last_e->n) > 0;
     emb_str ne = { NULL, 0 };
-    if (take_new && emb_str_set(&ne, e, en) != 0)
+    if (take_new && rstr_set(r, &ne, e, en) != 0)
         return KVQ_ENOMEM;
     if ((size_t)j > s) {
         if (!take_new) {
@@ -170,14 +222,14 @@ int emb_ranges_insert(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t 
             take_new = 1;
         }
         for (size_t x = s + 1; x <= (size_t)j; x++) {
-            emb_str_free(&r->v[x].b);
-            emb_str_free(&r->v[x].e);
+            rstr_free(r, &r->v[x].b);
+            rstr_free(r, &r->v[x].e);
         }
         memmove(&r->v[s + 1], &r->v[j + 1], (r->n - (size_t)j - 1) * sizeof(*r->v));
         r->n -= (size_t)j - s;
     }
     if (take_new) {
-        emb_str_free(&m->e);
+        rstr_free(r, &m->e);
         m->e = ne;
     }
     return 0;
@@ -203,20 +255,20 @@ int emb_ranges_subtract(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_
         }
         if (keep_left) {
             emb_str nb;
-            if (emb_str_set(&nb, b, bn) != 0)
+            if (rstr_set(r, &nb, b, bn) != 0)
                 return KVQ_ENOMEM;
-            emb_str_free(&x->e);
+            rstr_free(r, &x->e);
             x->e = nb;
         } else if (keep_right) {
             emb_str ne;
-            if (emb_str_set(&ne, e, en) != 0)
+            if (rstr_set(r, &ne, e, en) != 0)
                 return KVQ_ENOMEM;
-            emb_str_free(&x->b);
+            rstr_free(r, &x->b);
             x->b = ne;
         } else {
             /* Wholly covered: leave an empty range, which normalizing drops. */
-            emb_str_free(&x->e);
-            if (emb_str_set(&x->e, x->b.p, x->b.n) != 0)
+            rstr_free(r, &x->e);
+            if (rstr_set(r, &x->e, x->b.p, x->b.n) != 0)
                 return KVQ_ENOMEM;
         }
     }
@@ -257,18 +309,23 @@ static void le32_put(uint8_t *p, uint32_t v)
 
 int emb_ranges_pack(kvq_buf *out, const emb_ranges *w)
 {
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < w->n; i++) {
+    size_t need = 0;
+    for (size_t i = 0; i < w->n; i++)
+        need += 8 + w->v[i].b.n + w->v[i].e.n;
+    if (kvq_buf_grow(out, need) != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+    uint8_t *p = out->data + out->len;
+    for (size_t i = 0; i < w->n; i++) {
         const emb_str *s[2] = { &w->v[i].b, &w->v[i].e };
-        for (int j = 0; rc == 0 && j < 2; j++) {
-            uint8_t len[4];
-            le32_put(len, (uint32_t)s[j]->n);
-            rc = kvq_buf_append(out, len, 4);
-            if (rc == 0 && s[j]->n > 0)
-                rc = kvq_buf_append(out, s[j]->p, s[j]->n);
+        for (int j = 0; j < 2; j++) {
+            le32_put(p, (uint32_t)s[j]->n);
+            if (s[j]->n > 0)
+                memcpy(p + 4, s[j]->p, s[j]->n);
+            p += 4 + s[j]->n;
         }
     }
-    return rc == 0 ? 0 : kvq__error(KVQ_ENOMEM, "out of memory for the write log");
+    out->len += need;
+    return 0;
 }
 
 int emb_ranges_packed_intersects(const emb_ranges *reads, const uint8_t *p, size_t n, int *hit)

@@ -19,14 +19,39 @@ typedef struct emb_range {
     emb_str b, e;
 } emb_range;
 
+/* Memory freed all at once (arena.c): a transaction's strings and ranges, and what its reads
+ * hand out, valid until the transaction is reset. */
+typedef struct emb_arena_block {
+    struct emb_arena_block *next;
+    size_t used, cap;
+    uint8_t data[];
+} emb_arena_block;
+
+typedef struct emb_arena {
+    emb_arena_block *head;
+} emb_arena;
+
+/* n bytes, 8-aligned, valid until emb_arena_free; NULL when out of memory. */
+void *emb_arena_alloc(emb_arena *a, size_t n);
+void emb_arena_free(emb_arena *a);
+
+/* Ranges own their strings (one allocation each) unless arena is set: their strings then come
+ * from that arena and are never freed one by one (freeing the ranges frees only the array), so
+ * emb_ranges_add_lent may also store strings that live in the arena without copying them. A
+ * zeroed emb_ranges owns its strings. */
 typedef struct emb_ranges {
     emb_range *v;
     size_t n, cap;
+    emb_arena *arena;
 } emb_ranges;
 
 int emb_str_set(emb_str *s, const uint8_t *p, size_t n);
 void emb_str_free(emb_str *s);
 int emb_ranges_add(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+/* Adds [b, e) without copying the strings when r has an arena (they must then stay valid until
+ * that arena is freed); copies them otherwise. */
+int emb_ranges_add_lent(emb_ranges *r, const uint8_t *b, size_t bn, const uint8_t *e, size_t en);
+/* Frees the ranges (the array too); the arena, if any, stays set. */
 void emb_ranges_free(emb_ranges *r);
 void emb_ranges_clear(emb_ranges *r);
 /* Sorts and merges overlapping or touching ranges in place. */

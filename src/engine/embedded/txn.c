@@ -1,6 +1,12 @@
 /* Embedded transactions: reads at one read version (a storage snapshot held from the first
  * read), read-your-writes through the overlay, and the buffered writes and conflict ranges
- * that commit.c applies. */
+ * that commit.c applies.
+ *
+ * A write costs no allocation of its own: its bytes go into the transaction's arena once (the
+ * key, a 0x00, the value), its write-conflict range lends them, and the read-your-writes
+ * overlay indexes it only when a read of this transaction next needs the overlay (ov_catch_up),
+ * so the writes of a batch that reads nothing back (a push of a hundred items) are only
+ * appended. */
 #include <string.h>
 
 #include "emb.h"
@@ -12,6 +18,11 @@ int emb_txn_create(void **out, void *ep, kvq_txn *owner)
         return kvq__error(KVQ_ENOMEM, "out of memory for a transaction");
     t->e = ep;
     t->owner = owner;
+    t->ov.arena = &t->arena;
+    t->ov.cleared.arena = &t->arena;
+    t->reads.arena = &t->arena;
+    t->writes.arena = &t->arena;
+    t->unreadable.arena = &t->arena;
     *out = t;
     return 0;
 }
@@ -24,15 +35,14 @@ void emb_txn_end_read(emb_txn *t)
     t->snap = NULL;
 }
 
+/* The mutations' bytes are in the arena. */
 static void muts_free(emb_txn *t)
 {
-    for (size_t i = 0; i < t->n_muts; i++) {
-        emb_str_free(&t->muts[i].a);
-        emb_str_free(&t->muts[i].b);
-    }
     kvq__free(t->muts);
     t->muts = NULL;
     t->n_muts = t->cap_muts = 0;
+    t->ov_muts = 0;
+    t->ov_rc = 0;
 }
 
 static void txn_clear(emb_txn *t)
@@ -311,24 +321,59 @@ static int add_read_conflict(emb_txn *t, const uint8_t *b, size_t bn, const uint
     return rc;
 }
 
-/* [key, key + 0x00) */
-static int point_range(emb_ranges *r, const uint8_t *k, size_t kn)
+/* [key, key + 0x00), both ends one copy of the key and a 0x00 in the arena. */
+static int point_range(emb_txn *t, emb_ranges *r, const uint8_t *k, size_t kn)
 {
-    uint8_t stack[256];
-    uint8_t *e = kvq__key_succ(stack, sizeof(stack), k, kn);
-    if (e == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory");
-    int rc = emb_ranges_add(r, k, kn, e, kn + 1);
-    kvq__key_succ_free(e, stack);
-    return rc;
+    uint8_t *p = emb_arena_alloc(&t->arena, kn + 1);
+    if (p == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for conflict ranges");
+    if (kn > 0)
+        memcpy(p, k, kn);
+    p[kn] = 0;
+    return emb_ranges_add_lent(r, p, kn, p, kn + 1);
 }
 
 static int add_point_read(emb_txn *t, const uint8_t *k, size_t kn)
 {
     int rc = add_size(t, 2 * kn + 1);
     if (rc == 0)
-        rc = point_range(&t->reads, k, kn);
+        rc = point_range(t, &t->reads, k, kn);
     return rc;
+}
+
+/* Brings the overlay up to date with the mutations made since a read last needed it, applying
+ * them in order: the overlay is then exactly what it would be had each write updated it at
+ * once. A failure (out of memory) sticks: the overlay cannot be trusted any more. */
+static int ov_catch_up(emb_txn *t)
+{
+    if (t->ov_rc != 0)
+        return kvq__error(t->ov_rc, "out of memory for the transaction's own writes");
+    for (; t->ov_muts < t->n_muts; t->ov_muts++) {
+        const emb_mut *m = &t->muts[t->ov_muts];
+        int rc;
+        switch (m->op) {
+        case EMB_OP_SET:
+            rc = emb_overlay_set(&t->ov, m->a.p, m->a.n, m->b.p, m->b.n);
+            break;
+        case EMB_OP_CLEAR_RANGE:
+            rc = emb_overlay_clear_range(&t->ov, m->a.p, m->a.n, m->b.p, m->b.n);
+            break;
+        case KVQ_MUT_SET_VERSIONSTAMPED_KEY:
+            rc = 0; /* its key is not known before the commit: t->unreadable covers it */
+            break;
+        case KVQ_MUT_SET_VERSIONSTAMPED_VALUE:
+            rc = emb_overlay_unreadable(&t->ov, m->a.p, m->a.n);
+            break;
+        default:
+            rc = emb_overlay_atomic(&t->ov, m->a.p, m->a.n, m->b.p, m->b.n, m->op);
+            break;
+        }
+        if (rc != 0) {
+            t->ov_rc = rc;
+            return rc;
+        }
+    }
+    return 0;
 }
 
 static int check_unreadable(emb_txn *t, const uint8_t *b, size_t bn, const uint8_t *e, size_t en)
@@ -406,6 +451,8 @@ int emb_get(void *tp,
     int rc = check_state(t);
     if (rc == 0)
         rc = ensure_rv(t);
+    if (rc == 0)
+        rc = ov_catch_up(t);
     if (rc != 0)
         return rc;
     uint8_t zero = 0;
@@ -587,6 +634,8 @@ int emb_get_range(void *tp,
     int rc = check_state(t);
     if (rc == 0)
         rc = ensure_rv(t);
+    if (rc == 0)
+        rc = ov_catch_up(t);
     if (rc != 0)
         return rc;
     static const uint8_t empty[1] = { 0 };
@@ -716,7 +765,10 @@ int emb_get_range(void *tp,
     return 0;
 }
 
-static int push_mut(emb_txn *t, int op, const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+/* Appends a mutation: one arena block holds a, a 0x00 (so that [a, a + 0x00) can be lent to a
+ * conflict range) and b. *out: the mutation, valid until the next one is appended. */
+static int push_mut(
+    emb_txn *t, int op, const uint8_t *a, size_t an, const uint8_t *b, size_t bn, emb_mut **out)
 {
     int rc = add_size(t, an + bn);
     if (rc != 0)
@@ -729,23 +781,31 @@ static int push_mut(emb_txn *t, int op, const uint8_t *a, size_t an, const uint8
         t->muts = v;
         t->cap_muts = cap;
     }
-    emb_mut *m = &t->muts[t->n_muts];
+    uint8_t *p = emb_arena_alloc(&t->arena, an + 1 + bn);
+    if (p == NULL)
+        return kvq__error(KVQ_ENOMEM, "out of memory for the write buffer");
+    if (an > 0)
+        memcpy(p, a, an);
+    p[an] = 0;
+    if (bn > 0)
+        memcpy(p + an + 1, b, bn);
+    emb_mut *m = &t->muts[t->n_muts++];
     m->op = op;
-    if (emb_str_set(&m->a, a, an) != 0)
-        return KVQ_ENOMEM;
-    if (emb_str_set(&m->b, b, bn) != 0) {
-        emb_str_free(&m->a);
-        return KVQ_ENOMEM;
-    }
-    t->n_muts++;
+    m->a.p = p;
+    m->a.n = an;
+    m->b.p = p + an + 1;
+    m->b.n = bn;
+    if (out != NULL)
+        *out = m;
     return 0;
 }
 
-static int add_point_write(emb_txn *t, const uint8_t *k, size_t kn)
+/* The point write-conflict range of a mutation's key, lent by the mutation. */
+static int add_point_write(emb_txn *t, const emb_mut *m)
 {
-    int rc = add_size(t, 2 * kn + 1);
+    int rc = add_size(t, 2 * m->a.n + 1);
     if (rc == 0)
-        rc = point_range(&t->writes, k, kn);
+        rc = emb_ranges_add_lent(&t->writes, m->a.p, m->a.n, m->a.p, m->a.n + 1);
     return rc;
 }
 
@@ -760,11 +820,10 @@ int emb_set(void *tp, const uint8_t *key, size_t key_len, const uint8_t *value, 
         key = &zero;
     if (value == NULL)
         value = &zero;
-    rc = push_mut(t, EMB_OP_SET, key, key_len, value, value_len);
+    emb_mut *m = NULL;
+    rc = push_mut(t, EMB_OP_SET, key, key_len, value, value_len, &m);
     if (rc == 0 && write_conflicts(t))
-        rc = add_point_write(t, key, key_len);
-    if (rc == 0)
-        rc = emb_overlay_set(&t->ov, key, key_len, value, value_len);
+        rc = add_point_write(t, m);
     return rc;
 }
 
@@ -778,11 +837,10 @@ int emb_clear_range(
     static const uint8_t empty[1] = { 0 };
     if (begin == NULL)
         begin = empty;
-    rc = push_mut(t, EMB_OP_CLEAR_RANGE, begin, begin_len, end, end_len);
+    emb_mut *m = NULL;
+    rc = push_mut(t, EMB_OP_CLEAR_RANGE, begin, begin_len, end, end_len, &m);
     if (rc == 0 && write_conflicts(t))
-        rc = emb_ranges_add(&t->writes, begin, begin_len, end, end_len);
-    if (rc == 0)
-        rc = emb_overlay_clear_range(&t->ov, begin, begin_len, end, end_len);
+        rc = emb_ranges_add_lent(&t->writes, m->a.p, m->a.n, m->b.p, m->b.n);
     /* What a clear covers reads as empty, even inside the span a versionstamped key made
      * unreadable (FoundationDB's read-your-writes map does the same). */
     if (rc == 0 && t->unreadable.n > 0)
@@ -817,19 +875,16 @@ int emb_atomic_op(void *tp,
         (void)write_conflicts(t);
         size_t kn = key_len - 4;
         uint32_t off = le32(key + kn);
-        rc = push_mut(t, op, key, key_len, param, param_len);
+        rc = push_mut(t, op, key, key_len, param, param_len, NULL);
         if (rc != 0)
             return rc;
         /* The keys this stamp may produce become unreadable: from the key with the stamp
          * (read version + 1, order 0), or zeros without a read version, to the key with 0xFF
          * stamp bytes, inclusive. */
-        uint8_t *lo = kvq__malloc(kn + 1);
-        uint8_t *hi = kvq__malloc(kn + 1);
-        if (lo == NULL || hi == NULL) {
-            kvq__free(lo);
-            kvq__free(hi);
+        uint8_t *lo = emb_arena_alloc(&t->arena, 2 * kn + 1);
+        if (lo == NULL)
             return kvq__error(KVQ_ENOMEM, "out of memory");
-        }
+        uint8_t *hi = lo + kn;
         memcpy(lo, key, kn);
         memcpy(hi, key, kn);
         uint64_t v = t->has_rv ? (uint64_t)t->rv + 1 : 0;
@@ -838,24 +893,27 @@ int emb_atomic_op(void *tp,
         lo[off + 8] = lo[off + 9] = 0;
         memset(hi + off, 0xff, 10);
         hi[kn] = 0;
-        rc = emb_ranges_add(&t->unreadable, lo, kn, hi, kn + 1);
-        kvq__free(lo);
-        kvq__free(hi);
-        return rc;
+        /* A batch of stamped keys of one template (a push of many items: the same prefix, user
+         * versions that grow) makes ranges that each overlap the one before: they join it,
+         * rather than adding a range per key that every read would sort. */
+        emb_ranges *u = &t->unreadable;
+        if (u->n > 0) {
+            emb_range *last = &u->v[u->n - 1];
+            if (kvq__bytes_cmp(last->b.p, last->b.n, lo, kn) <= 0 &&
+                kvq__bytes_cmp(lo, kn, last->e.p, last->e.n) <= 0) {
+                if (kvq__bytes_cmp(hi, kn + 1, last->e.p, last->e.n) > 0) {
+                    last->e.p = hi;
+                    last->e.n = kn + 1;
+                }
+                return 0;
+            }
+        }
+        return emb_ranges_add_lent(u, lo, kn, hi, kn + 1);
     }
-    if (op == KVQ_MUT_SET_VERSIONSTAMPED_VALUE) {
-        rc = push_mut(t, op, key, key_len, param, param_len);
-        if (rc == 0 && write_conflicts(t))
-            rc = add_point_write(t, key, key_len);
-        if (rc == 0)
-            rc = emb_overlay_unreadable(&t->ov, key, key_len);
-        return rc;
-    }
-    rc = push_mut(t, op, key, key_len, param, param_len);
+    emb_mut *m = NULL;
+    rc = push_mut(t, op, key, key_len, param, param_len, &m);
     if (rc == 0 && write_conflicts(t))
-        rc = add_point_write(t, key, key_len);
-    if (rc == 0)
-        rc = emb_overlay_atomic(&t->ov, key, key_len, param, param_len, op);
+        rc = add_point_write(t, m);
     return rc;
 }
 

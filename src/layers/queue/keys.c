@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "layers/queue/queue_internal.h"
+#include "tuple/tuple_internal.h"
 
 /* Appends prefix (+ 0xFF for bookkeeping keys) + pack(elems); out->len is unchanged on error. */
 static int put_key(kvq_buf *out, kvq_bytes prefix, int bk, const kvq_tuple_elem *e, size_t n)
@@ -50,18 +51,54 @@ bad:
     return kvq__error(KVQ_ETUPLE, "a key under the queue's prefix is not a %s", what);
 }
 
+/* The tail of an item's key: n integers, then the random bytes, written with the tuple layer's
+ * element writers (the same bytes as kvq_tuple_pack of those elements). */
+static int put_item_tail(kvq_buf *out, const int64_t *ints, size_t n, const uint8_t *rand20)
+{
+    size_t room = n * KVQ__TUPLE_INT_MAX + 2 * KVQ__RAND_LEN + 2;
+    if (kvq_buf_grow(out, room) != 0)
+        return kvq__error(KVQ_ENOMEM, "out of memory for a key");
+    uint8_t *p = out->data + out->len;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += kvq__tuple_put_int(p + len, ints[i]);
+    len += kvq__tuple_put_bytes(p + len, rand20, KVQ__RAND_LEN);
+    out->len += len;
+    return 0;
+}
+
+int kvq__qk_fifo_item_tail(kvq_buf *out, int64_t index, const uint8_t *rand20)
+{
+    return put_item_tail(out, &index, 1, rand20);
+}
+
+int kvq__qk_prio_item_tail(kvq_buf *out, int64_t priority, int64_t count, const uint8_t *rand20)
+{
+    int64_t ints[2] = { priority, count };
+    return put_item_tail(out, ints, 2, rand20);
+}
+
 int kvq__qk_fifo_item(kvq_buf *out, kvq_bytes prefix, int64_t index, const uint8_t *rand20)
 {
-    kvq_tuple_elem e[2] = { kvq_tuple_int(index), kvq_tuple_bytes(rand20, KVQ__RAND_LEN) };
-    return put_key(out, prefix, 0, e, 2);
+    size_t old = out->len;
+    int rc = kvq_buf_append(out, prefix.data, prefix.len);
+    if (rc == 0)
+        rc = kvq__qk_fifo_item_tail(out, index, rand20);
+    if (rc != 0)
+        out->len = old;
+    return rc;
 }
 
 int kvq__qk_prio_item(
     kvq_buf *out, kvq_bytes prefix, int64_t priority, int64_t count, const uint8_t *rand20)
 {
-    kvq_tuple_elem e[3] = { kvq_tuple_int(priority), kvq_tuple_int(count),
-                            kvq_tuple_bytes(rand20, KVQ__RAND_LEN) };
-    return put_key(out, prefix, 0, e, 3);
+    size_t old = out->len;
+    int rc = kvq_buf_append(out, prefix.data, prefix.len);
+    if (rc == 0)
+        rc = kvq__qk_prio_item_tail(out, priority, count, rand20);
+    if (rc != 0)
+        out->len = old;
+    return rc;
 }
 
 int kvq__qk_prio_prefix(kvq_buf *out, kvq_bytes prefix, int64_t priority)
@@ -81,6 +118,15 @@ int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv)
     if (rc != 0)
         out->len = old;
     return rc;
+}
+
+void kvq__qk_durable_push_set_uv(kvq_buf *key, uint16_t uv)
+{
+    /* The incomplete stamp is 10 bytes of transaction version then the user version, big
+     * endian; the offset of the 10 bytes is the key's last 4 bytes. */
+    uint32_t off = kvq__le32_get(key->data + key->len - 4);
+    key->data[off + 10] = (uint8_t)(uv >> 8);
+    key->data[off + 11] = (uint8_t)uv;
 }
 
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name)

@@ -119,10 +119,18 @@ unsigned int kvq__db_test_flags(const kvq_db *db);
 
 /* Each appends to out (callers reset out->len first when they want a fresh key). */
 int kvq__qk_fifo_item(kvq_buf *out, kvq_bytes prefix, int64_t index, const uint8_t *rand20);
+/* The part of a FIFO or priority item's key after the queue's prefix (the tuple (index, rand20)
+ * or (priority, count, rand20)), appended to out: a batch writes the prefix once and each item's
+ * tail after it, without packing the tuple through the generic codec. */
+int kvq__qk_fifo_item_tail(kvq_buf *out, int64_t index, const uint8_t *rand20);
+int kvq__qk_prio_item_tail(kvq_buf *out, int64_t priority, int64_t count, const uint8_t *rand20);
 int kvq__qk_prio_item(
     kvq_buf *out, kvq_bytes prefix, int64_t priority, int64_t count, const uint8_t *rand20);
 /* prefix + pack_vs((b"val", incomplete versionstamp with user version uv)) + 4-byte LE offset. */
 int kvq__qk_durable_push(kvq_buf *out, kvq_bytes prefix, uint16_t uv);
+/* Rewrites the user version of a key kvq__qk_durable_push built (the two bytes after its stamp,
+ * found by the offset at its end): a batch packs one key and changes only that per item. */
+void kvq__qk_durable_push_set_uv(kvq_buf *key, uint16_t uv);
 /* prefix + pack((b"npush",)) or (b"npop",). */
 int kvq__qk_counter(kvq_buf *out, kvq_bytes prefix, const char *name);
 /* prefix + 0xFF + pack((name,)), name a string: a FIFO or priority queue's push counter. */

@@ -39,15 +39,23 @@ recipe_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *values, size_t
     int64_t next = 0;
     int rc = q->type == KVQ_QUEUE_FIFO ? fifo_next_index(&next, q, txn)
                                        : kvq__q_prio_next_count(&next, q, txn, p);
+    /* The prefix is written once; each item's key is its tail after it. The random parts are
+     * drawn RAND_CHUNK items at a time (one getrandom for each chunk, not one per item). */
+    enum { RAND_CHUNK = 64 };
+    uint8_t rnd[RAND_CHUNK][KVQ__RAND_LEN];
     kvq_buf key = KVQ_BUF_INIT;
+    if (rc == 0 && kvq_buf_append(&key, q->prefix.data, q->prefix.len) != 0)
+        rc = kvq__error(KVQ_ENOMEM, "out of memory for a key");
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint8_t rnd[KVQ__RAND_LEN];
-        rc = kvq__random_bytes(rnd, sizeof(rnd));
-        key.len = 0;
+        if (i % RAND_CHUNK == 0) {
+            size_t m = n - i < RAND_CHUNK ? n - i : RAND_CHUNK;
+            rc = kvq__random_bytes(rnd, m * KVQ__RAND_LEN);
+        }
+        key.len = q->prefix.len;
         if (rc == 0)
             rc = q->type == KVQ_QUEUE_FIFO
-                     ? kvq__qk_fifo_item(&key, kvq__buf_bytes(&q->prefix), next, rnd)
-                     : kvq__qk_prio_item(&key, kvq__buf_bytes(&q->prefix), p, next, rnd);
+                     ? kvq__qk_fifo_item_tail(&key, next, rnd[i % RAND_CHUNK])
+                     : kvq__qk_prio_item_tail(&key, p, next, rnd[i % RAND_CHUNK]);
         if (rc == 0)
             rc = kvq_txn_set(txn, key.data, key.len, values[i].data, values[i].len);
         if (rc == 0 && i + 1 < n) {
@@ -74,12 +82,14 @@ static int durable_push_many_txn(kvq_queue *q, kvq_txn *txn, const kvq_bytes *va
 {
     kvq_buf key = KVQ_BUF_INIT;
     int rc = 0;
+    /* One key is packed; each item changes only its user version. */
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint16_t uv;
         rc = kvq_txn_next_user_version(&uv, txn);
-        key.len = 0;
-        if (rc == 0)
+        if (rc == 0 && i == 0)
             rc = kvq__qk_durable_push(&key, kvq__buf_bytes(&q->prefix), uv);
+        else if (rc == 0)
+            kvq__qk_durable_push_set_uv(&key, uv);
         if (rc == 0)
             rc = kvq_txn_set_versionstamped_key(txn, key.data, key.len, values[i].data,
                                                 values[i].len);
