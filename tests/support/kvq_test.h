@@ -17,6 +17,8 @@
  *                           test_queue_conc.h (queue_conc.c): producers and their checker
  *   conformance tests       model.h (model.c): the key-value model the checkers replay into
  *   log store tests         test_log_util.h (log_util.c): directories, segment paths, seeds
+ *   scale and wall time     test_scale.h: kvq_test_scaled (counts), kvq_test_time_factor (a
+ *                           span a thread must keep up with is that many times wider)
  *
  * Include it instead of <cmocka.h>; it includes cmocka with the headers cmocka needs. */
 #ifndef KVQ_TEST_H
@@ -34,6 +36,7 @@
 
 #include "kvq/kvq.h"
 #include "kvq/testing.h"
+#include "test_scale.h"
 #include "test_skip.h"
 
 /* ---- temporary directories ----------------------------------------------------------------- */
