@@ -875,7 +875,8 @@ static void test_kill_campaign(void **state)
         kt_path(c->logs[i], sizeof(c->logs[i]), tq_dir, name);
     }
     pid_t pids[CAMP_PROCS];
-    kt_kill_loop l = { pids, CAMP_PROCS, camp_spawn, c, 1, 3, 5, (unsigned)kt_seed(), 0 };
+    kt_kill_loop l = { pids,   CAMP_PROCS, camp_spawn, c, 1, 3, 5, (unsigned)kt_seed(), 0,
+                       tq_dir, "c0.log|c1.log|c2.log" };
     assert_int_equal(kt_kill_campaign(&l, CAMP_CYCLES, 0), 0);
     /* Drain: the killed consumers' leases end, their items come back. */
     int *acks = calloc(CAMP_ITEMS, sizeof(*acks));
