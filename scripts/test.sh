@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvq and runs every test: a gcc build with warnings as errors, and a subset of its tests
-# under valgrind; the unit and conformance tests under ThreadSanitizer; the whole suite under
+# under valgrind; the unit and conformance tests (and those labelled tsan: a log-store crash
+# campaign) under ThreadSanitizer; the whole suite under
 # AddressSanitizer and UndefinedBehaviorSanitizer (clang, which also builds the fuzz targets and
 # runs each for a bounded time). Then the reliability stages' summary lines
 # (scripts/reliability.sh --summary), each stage's time, and last ctest's summary of the
@@ -62,7 +63,7 @@ run_stage() {
 
 tsan_tests() {
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest --test-dir build-tsan -L 'unit|conformance' -E "$TSAN_SKIP" -j"$jobs" \
+        ctest --test-dir build-tsan -L 'unit|conformance|tsan' -E "$TSAN_SKIP" -j"$jobs" \
         --output-on-failure
 }
 

@@ -17,6 +17,8 @@
  *                           test_queue_conc.h (queue_conc.c): producers and their checker
  *   conformance tests       model.h (model.c): the key-value model the checkers replay into
  *   log store tests         test_log_util.h (log_util.c): directories, segment paths, seeds
+ *   scale and wall time     test_scale.h: kvq_test_scaled (counts), kvq_test_time_factor (a
+ *                           span a thread must keep up with is that many times wider)
  *
  * Include it instead of <cmocka.h>; it includes cmocka with the headers cmocka needs. */
 #ifndef KVQ_TEST_H
@@ -34,6 +36,7 @@
 
 #include "kvq/kvq.h"
 #include "kvq/testing.h"
+#include "test_scale.h"
 #include "test_skip.h"
 
 /* ---- temporary directories ----------------------------------------------------------------- */
@@ -170,10 +173,18 @@ typedef struct kt_kill_loop {
     int all_every;
     unsigned seed;
     size_t kills; /* out: how many processes were killed in the cycles */
+    /* Optional: the files that grow as the processes work (their histories): those in
+     * progress_dir whose names start with one of the '|'-separated progress_prefixes. */
+    const char *progress_dir;
+    const char *progress_prefixes;
 } kt_kill_loop;
 
 /* Starts the n processes, then runs up to `cycles` kill cycles: sleeps 50-250 ms, SIGKILLs the
- * plan's choice, reaps each one and starts it again. A process that had exited by itself (it
+ * plan's choice, reaps each one and starts it again. In slow builds (kvq_test_time_factor() > 1),
+ * a cycle in which the progress files did not grow since the previous kill goes on, up to that
+ * many times its span: a sanitizer build's process, its start and its database's open can take
+ * longer than a cycle on a busy machine, and a campaign whose processes never got past their
+ * start tests nothing. A process that had exited by itself (it
  * found an error) ends the cycles. Last, kills and reaps them all, so that none outlives the
  * test. Returns the exit status of a process that exited by itself during the cycles (-1 when it
  * was not an exit), or when check_end, at the end; else 0. */

@@ -1,13 +1,56 @@
 /* The spawn-and-kill loops of the crash campaigns (TESTING.md S4): processes are killed with
  * SIGKILL at random moments and started again. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvq_test.h"
+
+/* The bytes of the loop's progress files (kt_kill_loop.progress_dir, progress_prefixes). */
+static long long progress_bytes(const kt_kill_loop *l)
+{
+    DIR *d = opendir(l->progress_dir);
+    if (d == NULL)
+        return -1;
+    long long sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int match = 0;
+        for (const char *p = l->progress_prefixes; p != NULL && *p != '\0' && !match;) {
+            const char *bar = strchr(p, '|');
+            size_t n = bar != NULL ? (size_t)(bar - p) : strlen(p);
+            match = n > 0 && strncmp(e->d_name, p, n) == 0;
+            p = bar != NULL ? bar + 1 : NULL;
+        }
+        struct stat st;
+        if (match && fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+            sum += (long long)st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+/* Sleeps a cycle's span; in slow builds longer, up to kvq_test_time_factor() times, while the
+ * progress files have not grown past *seen. */
+static void cycle_sleep(const kt_kill_loop *l, useconds_t span, long long *seen)
+{
+    usleep(span);
+    if (l->progress_dir == NULL || l->progress_prefixes == NULL)
+        return;
+    long long now = progress_bytes(l);
+    long most = (long)span * kvq_test_time_factor();
+    for (long waited = (long)span; now == *seen && waited < most; waited += 10000) {
+        usleep(10000);
+        now = progress_bytes(l);
+    }
+    *seen = now;
+}
 
 /* Kills and reaps one process. Returns its exit status when it had exited by itself (-1 when
  * it ended some other way than SIGKILL or an exit), else 0; *by_itself says which. */
@@ -32,8 +75,9 @@ int kt_kill_campaign(kt_kill_loop *l, int cycles, int check_end)
         l->pids[i] = l->spawn(i, l->arg);
     int failed = 0;
     unsigned one_in = l->one_in > 0 ? l->one_in : 1;
+    long long seen = l->progress_dir != NULL ? progress_bytes(l) : 0;
     for (int c = 0; c < cycles && !failed; c++) {
-        usleep((useconds_t)(50000 + rand_r(&l->seed) % 200000));
+        cycle_sleep(l, (useconds_t)(50000 + rand_r(&l->seed) % 200000), &seen);
         int all = l->all_every > 0 && c % l->all_every == l->all_every - 1;
         int victim = l->one_victim ? (int)(rand_r(&l->seed) % (unsigned)l->n) : -1;
         for (int i = 0; i < l->n; i++) {

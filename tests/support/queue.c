@@ -120,14 +120,15 @@ size_t tq_crash_cycles(const char *name,
                        int nprocs,
                        kt_spawn_fn spawn,
                        void *arg,
-                       int check_end)
+                       int check_end,
+                       const char *history_prefixes)
 {
     unsigned seed = kt_campaign_seed(name, cycles);
     tq_mkdir();
     kvq_db *db = NULL;
     assert_ok(kvq_db_open(&db, tq_dir, NULL)); /* the database exists before the processes */
     kvq_db_close(db);
-    kt_kill_loop kl = { pids, nprocs, spawn, arg, 1, 4, 10, seed, 0 };
+    kt_kill_loop kl = { pids, nprocs, spawn, arg, 1, 4, 10, seed, 0, tq_dir, history_prefixes };
     int failed = kt_kill_campaign(&kl, cycles, check_end);
     if (failed != 0)
         fail_msg("%s: a worker process failed by itself (exit %d); replay: KVQ_TEST_SEED=%" PRIu64

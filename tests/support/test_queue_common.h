@@ -51,14 +51,17 @@ int tq_db_teardown(void **state);
  * with spawn(slot, arg) and kills them at random for `cycles` cycles (kt_kill_campaign: every
  * tenth cycle all of them, otherwise one victim and each other process one time in four), last
  * all of them. Fails the test when a process exited by itself (an error it found) during the
- * cycles, or when check_end, at the end. Returns how many processes were killed. */
+ * cycles, or when check_end, at the end. Returns how many processes were killed. The histories
+ * the processes write in tq_dir are the files whose names start with one of the '|'-separated
+ * history_prefixes (kt_kill_loop's progress files). */
 size_t tq_crash_cycles(const char *name,
                        int cycles,
                        pid_t *pids,
                        int nprocs,
                        kt_spawn_fn spawn,
                        void *arg,
-                       int check_end);
+                       int check_end,
+                       const char *history_prefixes);
 
 /* Values of the concurrency tests: producer id (4 bytes BE) + sequence (4 bytes BE) + filler. */
 size_t tq_value(uint8_t *out, uint32_t producer, uint32_t seq);

@@ -247,7 +247,7 @@ static outcome campaign(int cycles)
      * seeds come from the campaign's. Every worker is stopped before any assertion. */
     pid_t pids[PROCS];
     unsigned wseed = seed;
-    kt_kill_loop kl = { pids, PROCS, spawn, &wseed, 0, PROCS, 10, seed, 0 };
+    kt_kill_loop kl = { pids, PROCS, spawn, &wseed, 0, PROCS, 10, seed, 0, base, "acks." };
     int worker_failed = kt_kill_campaign(&kl, cycles, 0);
     size_t kills = kl.kills;
     if (worker_failed != 0)

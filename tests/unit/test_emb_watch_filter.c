@@ -82,7 +82,8 @@ static void test_idle_watches_are_not_read(void **state)
     assert_int_equal(kvq_txn_watch(&remote, t, K("remote")), 0);
     assert_int_equal(kvq_txn_commit(t), 0);
     kvq_txn_destroy(t);
-    sleep_ms(300);
+    /* The watcher's first scans of the new watches are done by then (wider in slow builds). */
+    sleep_ms(300 * kvq_test_time_factor());
     uint64_t r0 = reads_of(db), s0 = scans_of(db);
 
     /* Unrelated commits: sets, atomic adds and range clears of keys nobody watches. */
@@ -97,7 +98,7 @@ static void test_idle_watches_are_not_read(void **state)
         if (i % 10 == 9)
             clear_prefix(db, "other/", "other0");
     }
-    sleep_ms(300);
+    sleep_ms(300 * kvq_test_time_factor());
     uint64_t reads = reads_of(db) - r0, scans = scans_of(db) - s0;
     printf("# %d idle watches, %d unrelated commits: %llu scans read %llu watched keys "
            "(%.1f a scan; %d without the filter)\n",

@@ -376,7 +376,8 @@ static void test_applier_bounds_the_log(void **state)
     int segs = 0;
     uint64_t files = 0;
     int64_t tv = 0;
-    for (int w = 0; w < 3000; w++) {
+    /* Until the applier catches up (a bound of 6 s or more, wider in slow builds). */
+    for (long w = 0; w < 3000 * kvq_test_time_factor(); w++) {
         tv = table_read(lsdir, "", "\xff", "q", &n, &np);
         files = log_files_bytes(lsdir, &segs);
         if (tv >= rv && segs <= 3)
@@ -562,9 +563,13 @@ static void test_old_format_converted(void **state)
 static const char *kill_step;
 static long kill_after;
 
+/* Called by the committing thread and by the checkpoint thread (its applier syncs the log too):
+ * the step and the count are shared, so they are atomic. */
 static void kill_hook(const char *step)
 {
-    if (kill_step && strcmp(step, kill_step) == 0 && --kill_after <= 0)
+    const char *want = __atomic_load_n(&kill_step, __ATOMIC_ACQUIRE);
+    if (want && strcmp(step, want) == 0 &&
+        __atomic_sub_fetch(&kill_after, 1, __ATOMIC_ACQ_REL) <= 0)
         kill(getpid(), SIGKILL);
 }
 
@@ -572,13 +577,15 @@ static void kill_hook(const char *step)
  * the same), writing each acknowledged i to fd. */
 static void child_run(const char *url, int ackfd, const char *step, long after)
 {
+    /* The hooks are set before the open starts the checkpoint thread, which reads them; they
+     * count steps only once the step is named, after the open (as the commits' steps). */
+    kvq__log_test_hook = kill_hook;
+    kvq__ckpt_test_hook = kill_hook;
     kvq_db *db;
     if (kvq_db_open(&db, url, NULL) != 0)
         _exit(3);
-    kill_step = step;
-    kill_after = after;
-    kvq__log_test_hook = kill_hook;
-    kvq__ckpt_test_hook = kill_hook;
+    __atomic_store_n(&kill_after, after, __ATOMIC_RELEASE);
+    __atomic_store_n(&kill_step, step, __ATOMIC_RELEASE);
     char key[32], val[200];
     memset(val, 'p', sizeof val - 1);
     val[sizeof val - 1] = '\0';

@@ -225,7 +225,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     memset(&r, 0, sizeof(r));
     uint32_t incarnation = 1;
     pid_t pids[NPROCS];
-    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 0);
+    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 0, "hist.");
 
     /* Drain with the same outbox transaction, on a correct handle. */
     kvq_db *db = open_db(0);

@@ -13,6 +13,11 @@
 
 static kvq_db *db;
 
+/* A staging timeout the test must act inside of (pops that must come before a stranded item
+ * returns, a waiter that must not be stale yet), and the sleeps that pass it: wider in slow
+ * builds, where a busy machine can hold the test off the CPU for a few hundred ms. */
+#define SPAN_MS(ms) ((int64_t)(ms) * kvq_test_time_factor())
+
 static kvq_queue *open_hc(kvq_db *d, kvq_queue_type t, int64_t timeout_ms, unsigned int flags)
 {
     kvq_queue_options o = KVQ_QUEUE_OPTIONS_INIT;
@@ -66,8 +71,8 @@ static size_t staging_keys(void)
 static void test_stranded_result_returns(void **state)
 {
     (void)state;
-    kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
-    kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(300), KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(300), KVQ_QUEUE_HIGH_CONTENTION);
     push_s(live, "A");
     push_s(live, "B");
     /* A popper registers, a fulfil hands it "A", and it dies before collecting. */
@@ -81,7 +86,7 @@ static void test_stranded_result_returns(void **state)
     pop_expect(live, "B");
     pop_expect(live, NULL);
     /* After the timeout the next pop's upkeep puts "A" back at its old place. */
-    kvq__sleep_us(450000);
+    kvq__sleep_us(SPAN_MS(450) * 1000);
     pop_expect(live, "A");
     push_s(live, "C");
     pop_expect(live, "C");
@@ -102,8 +107,8 @@ static void test_stranded_result_returns(void **state)
 static void test_returned_item_wakes(void **state)
 {
     (void)state;
-    kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
-    kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(300), KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(300), KVQ_QUEUE_HIGH_CONTENTION);
     push_s(live, "A");
     uint8_t me[20];
     size_t served = 0;
@@ -118,7 +123,7 @@ static void test_returned_item_wakes(void **state)
     assert_int_equal(n, 0);
     assert_non_null(w);
     /* Past the staging timeout (in database versions; sleeping longer only ages it more). */
-    kvq__sleep_us(450000);
+    kvq__sleep_us(SPAN_MS(450) * 1000);
     uint64_t back = 0;
     assert_ok(kvq_queue_recover(&back, dead));
     assert_int_equal(back, 1);
@@ -137,7 +142,7 @@ static void test_recover_keeps_order(void **state)
 {
     (void)state;
     /* Two items handed to dead waiters come back ahead of the rest, in their old order. */
-    kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, 200, KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(200), KVQ_QUEUE_HIGH_CONTENTION);
     push_s(q, "1");
     push_s(q, "2");
     push_s(q, "3");
@@ -150,7 +155,7 @@ static void test_recover_keeps_order(void **state)
     uint64_t back = 9;
     assert_ok(kvq_queue_recover(&back, q));
     assert_int_equal(back, 0); /* not stale yet */
-    kvq__sleep_us(300000);
+    kvq__sleep_us(SPAN_MS(300) * 1000);
     assert_ok(kvq_queue_recover(&back, q));
     assert_int_equal(back, 2);
     pop_expect(q, "1");
@@ -163,11 +168,11 @@ static void test_recover_keeps_order(void **state)
 static void test_stale_waiter_removed(void **state)
 {
     (void)state;
-    kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, 200, KVQ_QUEUE_HIGH_CONTENTION);
+    kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, SPAN_MS(200), KVQ_QUEUE_HIGH_CONTENTION);
     uint8_t w[20];
     assert_ok(kvq__staging_register(q, KVQ__END_MIN, w));
     assert_int_equal(staging_keys(), 1);
-    kvq__sleep_us(300000);
+    kvq__sleep_us(SPAN_MS(300) * 1000);
     /* A stale waiter at the head of the line gets no item: the live popper does. */
     push_s(q, "X");
     pop_expect(q, "X");
@@ -178,7 +183,7 @@ static void test_stale_waiter_removed(void **state)
     assert_ok(kvq__staging_register(q, KVQ__END_MIN, w));
     push_s(q, "Y");
     pop_expect(q, NULL); /* the dead waiter was first in line and took "Y" */
-    kvq__sleep_us(300000);
+    kvq__sleep_us(SPAN_MS(300) * 1000);
     pop_expect(q, "Y");
     assert_int_equal(staging_keys(), 0);
     kvq_queue_close(q);

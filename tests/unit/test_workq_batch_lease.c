@@ -495,7 +495,8 @@ static void test_record_cleanup(void **state)
 /* ---- kill -9 of a batch holder ---------------------------------------------------------------- */
 
 #define CRASH_N 100
-#define CRASH_LEASE_MS 300
+/* The parent must see the batch in flight before its lease ends: wider in slow builds. */
+#define CRASH_LEASE_MS (300 * kvq_test_time_factor())
 
 /* The child: receives a batch, prints its tokens and "held", and waits to be killed. */
 static int holder_main(const char *dir)
@@ -874,7 +875,8 @@ static void test_kill_campaign(void **state)
         kt_path(c->logs[i], sizeof(c->logs[i]), tq_dir, name);
     }
     pid_t pids[CAMP_PROCS];
-    kt_kill_loop l = { pids, CAMP_PROCS, camp_spawn, c, 1, 3, 5, (unsigned)kt_seed(), 0 };
+    kt_kill_loop l = { pids,   CAMP_PROCS, camp_spawn, c, 1, 3, 5, (unsigned)kt_seed(), 0,
+                       tq_dir, "c0.log|c1.log|c2.log" };
     assert_int_equal(kt_kill_campaign(&l, CAMP_CYCLES, 0), 0);
     /* Drain: the killed consumers' leases end, their items come back. */
     int *acks = calloc(CAMP_ITEMS, sizeof(*acks));

@@ -368,7 +368,8 @@ static int child_main(const char *dir, const char *flag)
         return 3;
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
-    if (kvq_workq_receive(&b, &l, w, 500) != 0)
+    /* The parent must see the item in flight before this lease ends (wider in slow builds). */
+    if (kvq_workq_receive(&b, &l, w, 500 * kvq_test_time_factor()) != 0)
         return 4;
     FILE *f = fopen(flag, "w");
     if (f == NULL)

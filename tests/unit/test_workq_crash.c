@@ -753,7 +753,7 @@ static result campaign(kvq_queue_type type, const char *name, int cycles, unsign
     uint32_t incarnation = 1;
     pid_t pids[NPROCS];
     /* A process that had exited by itself when the campaign ends fails it too. */
-    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 1);
+    r.kills = tq_crash_cycles(name, cycles, pids, NPROCS, spawn, &incarnation, 1, "p.|c.");
     r.count_mismatch = check_at_rest(type, "after the kills");
 
     /* Drain with acks on a correct handle, with long leases; the leases of killed consumers

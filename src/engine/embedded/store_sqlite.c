@@ -61,6 +61,11 @@
 struct emb_cursor {
     struct emb_snap *snap;
     sqlite3_stmt *st;
+    /* The bound the statement leaves to the cursor (the end of a forward range, the beginning
+     * of a reverse one; sq_cursor_next); done once a row past it was met. */
+    const uint8_t *stop;
+    size_t stop_len;
+    int reverse, done;
 };
 
 /* A snapshot is a pooled connection with its prepared statements, in a read transaction. */
@@ -344,14 +349,13 @@ static int conn_acquire(struct emb_store *s, struct emb_snap **out)
         rc = prepare(c->db, "SELECT max(version) FROM wlog", &c->version);
     if (rc == 0)
         rc = prepare(c->db, "SELECT value, crc FROM kv WHERE key = ?1", &c->get);
+    /* A range's far bound is the cursor's to check (sq_cursor_next), not the statement's. */
     if (rc == 0)
-        rc = prepare(c->db,
-                     "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key",
+        rc = prepare(c->db, "SELECT key, value, crc FROM kv WHERE key >= ?1 ORDER BY key",
                      &c->range_fwd);
     if (rc == 0)
-        rc = prepare(
-            c->db, "SELECT key, value, crc FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key DESC",
-            &c->range_rev);
+        rc = prepare(c->db, "SELECT key, value, crc FROM kv WHERE key < ?1 ORDER BY key DESC",
+                     &c->range_rev);
     if (rc != 0) {
         snap_free(c);
         return rc;
@@ -459,26 +463,60 @@ static int sq_cursor_open(emb_snap *c,
     static const uint8_t z[1] = { 0 };
     struct emb_cursor *cur = &c->cur;
     cur->st = reverse ? c->range_rev : c->range_fwd;
-    sqlite3_bind_blob(cur->st, 1, begin_len > 0 ? (const void *)begin : z, (int)begin_len,
-                      SQLITE_STATIC);
-    sqlite3_bind_blob(cur->st, 2, end_len > 0 ? (const void *)end : z, (int)end_len,
+    cur->reverse = reverse;
+    cur->done = 0;
+    /* The statement seeks to the near bound; the cursor stops at the far one. */
+    const uint8_t *from = reverse ? end : begin;
+    size_t from_len = reverse ? end_len : begin_len;
+    cur->stop = reverse ? begin : end;
+    cur->stop_len = reverse ? begin_len : end_len;
+    sqlite3_bind_blob(cur->st, 1, from_len > 0 ? (const void *)from : z, (int)from_len,
                       SQLITE_STATIC);
     *out = cur;
     return 0;
 }
 
+/* Is key past the cursor's far bound (at or after the end of a forward range, before the
+ * beginning of a reverse one)? Keys compare as SQLite compares blobs: bytes, then length. */
+static int past_stop(const struct emb_cursor *cur, const uint8_t *key, size_t key_len)
+{
+    size_t n = key_len < cur->stop_len ? key_len : cur->stop_len;
+    int c = n > 0 ? memcmp(key, cur->stop, n) : 0;
+    if (c == 0)
+        c = key_len < cur->stop_len ? -1 : key_len > cur->stop_len;
+    return cur->reverse ? c < 0 : c >= 0;
+}
+
+/* The range ends at the first row past the far bound, and only at a sound one: a key damaged in
+ * the file (bytes flipped) may sort past the bound, and a range that ended there would end early
+ * without a word, all the rows after it unread. The row's checksum, over its key too, tells the
+ * two apart (KVQ_EDAMAGED). */
 static int sq_cursor_next(emb_cursor *cur, kvq_bytes *key, kvq_bytes *value, int *has)
 {
-    int src = sqlite3_step(cur->st);
     *has = 0;
-    if (src == SQLITE_DONE)
+    if (cur->done)
         return 0;
-    if (src != SQLITE_ROW)
-        return sqlite_error(cur->snap->db, src, "reading a range");
-    int rc = row_out(cur->st, 0, NULL, 0, 1, 2, key, value);
-    if (rc == 0)
-        *has = 1;
-    return rc;
+    int src = sqlite3_step(cur->st);
+    if (src == SQLITE_DONE) {
+        cur->done = 1;
+        return 0;
+    }
+    if (src != SQLITE_ROW) {
+        char what[600];
+        snprintf(what, sizeof what, "reading a range of %s", cur->snap->s->path);
+        return sqlite_error(cur->snap->db, src, what);
+    }
+    if (row_out(cur->st, 0, NULL, 0, 1, 2, key, value) != 0)
+        return kvq__error(KVQ_EDAMAGED,
+                          "reading a range of %s: a row failed its checksum (key of %zu bytes): "
+                          "the file is damaged",
+                          cur->snap->s->path, (size_t)sqlite3_column_bytes(cur->st, 0));
+    if (past_stop(cur, key->data, key->len)) {
+        cur->done = 1;
+        return 0;
+    }
+    *has = 1;
+    return 0;
 }
 
 static void sq_cursor_close(emb_cursor *cur)
