@@ -39,7 +39,7 @@ static int push_flush(push_state *s)
     size_t i = 0;
     if (s->w != NULL) {
         for (; i < s->n && err == 0; i++) {
-            int enqueued = 0;
+            bool enqueued = false;
             err = kvq_workq_push(&enqueued, s->w, s->views[i].data, s->views[i].len, &s->po);
             if (err == 0) {
                 s->pushed += enqueued;

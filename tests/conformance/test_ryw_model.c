@@ -175,7 +175,7 @@ static void check_database(struct run *r, const cf_model *m, const char *what)
     e[pfx_len()] = 0xff;
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)PFX, pfx_len(), e,
                                 pfx_len() + 1, 0, 0));
     check_rows(r, m, kvs, n, more, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1, 0, 0, what);
@@ -348,7 +348,7 @@ static void one_op(struct run *r)
         logf_op(r, "%s", what);
         const kvq_kv *kvs;
         size_t count;
-        int more = -1;
+        bool more = true;
         if ((rc = kvq_txn_get_range(&kvs, &count, &more, t, k, kn, k2, k2n, limit, flags)) != 0)
             fail_run(r, "%s -> %d %s (%s)", what, rc, kvq_errname(rc), kvq_last_error());
         check_rows(r, &r->view, kvs, count, more, k, kn, k2, k2n, limit, (flags & KVQ_REVERSE) != 0,

@@ -32,7 +32,7 @@ static void expect_range(kvq_txn *txn,
     cf_key kb = cf_k(p, b), ke = cf_k(p, e), prefix = cf_k(p, "");
     const kvq_kv *kvs = NULL;
     size_t count = 99;
-    int more = -1;
+    bool more = true;
     int rc = kvq_txn_get_range(&kvs, &count, &more, txn, kb.b, kb.n, ke.b, ke.n, limit, flags);
     if (rc != 0)
         fail_msg("get_range [%s, %s) limit %d flags %u -> %d %s (%s)", b, e, limit, flags, rc,
@@ -163,7 +163,7 @@ static void test_binary_keys_and_values(void **state)
     end.b[end.n++] = 0xff; /* past the key 0xFF 0x00 */
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, base.b, base.n, end.b, end.n, 0, 0));
     assert_int_equal(n, 256);
     assert_int_equal(more, 0);
@@ -296,7 +296,7 @@ static void page_through(kvq_txn *t, const char *p, size_t n, int limit, unsigne
     for (int pages = 0; pages < 1000; pages++) {
         const kvq_kv *kvs;
         size_t count;
-        int more;
+        bool more;
         assert_ok(
             kvq_txn_get_range(&kvs, &count, &more, t, cur_b, cur_bn, cur_e, cur_en, limit, flags));
         assert_true(count <= (size_t)limit);
@@ -1011,7 +1011,7 @@ static void test_versionstamped_keys(void **state)
     /* The stored keys hold exactly those stamps, in commit order, with their values. */
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, N);
     for (size_t i = 0; i < n; i++) {
@@ -1105,7 +1105,7 @@ static void test_versionstamp_unreadable(void **state)
         int present;
         const kvq_kv *kvs;
         size_t n;
-        int more;
+        bool more;
         /* Inside the span: a stamp far in the future, and the all-0xFF end. */
         uint8_t probe[300];
         memcpy(probe, pre.b, pre.n);
@@ -1181,7 +1181,7 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
     int present;
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
 
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
@@ -1312,7 +1312,7 @@ static void expect_model_range(
     cf_key b = cf_k(p, ""), e = cf_after_prefix(&b);
     const kvq_kv *kvs;
     size_t n;
-    int more = -1;
+    bool more = true;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, limit, flags));
     size_t *idx = malloc((m->n + 1) * sizeof(*idx));
     assert_non_null(idx);
@@ -1355,7 +1355,7 @@ static void test_many_point_clears(void **state)
     cf_key b = cf_k(p, "c"), e = cf_k(p, "d");
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, N / STORED_EVERY);
     for (unsigned i = 0; i < N; i++) {

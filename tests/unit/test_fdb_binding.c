@@ -311,7 +311,7 @@ static void test_range_paging(void **state)
     assert_int_equal(kvq_txn_create(&t, g_db), 0);
     const kvq_kv *all, *kvs;
     size_t n = 0, nall = 0;
-    int more = -1;
+    bool more = true;
     assert_int_equal(kvq_txn_get_range(&all, &nall, &more, t, B("k"), 1, B("l"), 1, 0, 0), 0);
     assert_int_equal(nall, 10);
     assert_int_equal(more, 0);

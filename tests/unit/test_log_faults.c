@@ -389,7 +389,7 @@ static long count_keys(kvq_db *db, const char *prefix, int *err)
             return -1;
         const kvq_kv *kvs;
         size_t got = 0;
-        int more = 0;
+        bool more = false;
         *err = kvq_txn_get_range(&kvs, &got, &more, t, b, bl, e, pl + 1, 1000, 0);
         if (*err != 0) {
             kvq_txn_destroy(t);

@@ -67,7 +67,7 @@ static size_t count_prefix(kvq_db *db, const char *b, const char *e)
     for (;;) {
         const kvq_kv *kv = NULL;
         size_t n = 0;
-        int more = 0;
+        bool more = false;
         assert_int_equal(kvq_txn_get_range(&kv, &n, &more, t, from, from_len, K(e), 500, 0), 0);
         total += n;
         if (!more || n == 0)

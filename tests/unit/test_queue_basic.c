@@ -821,7 +821,7 @@ static void test_bad_args(void **state)
     assert_int_equal(kvq_queue_watch(NULL, q), KVQ_EINVAL);
     assert_int_equal(kvq_queue_consumer_source(&src, q), KVQ_EWRONGTYPE);
     kvq_queue_token tok;
-    int already;
+    bool already;
     assert_int_equal(kvq_queue_token_init(NULL), KVQ_EINVAL);
     assert_ok(kvq_queue_token_init(&tok));
     assert_int_equal(kvq_queue_token_apply_txn(&already, q, NULL, &tok), KVQ_EINVAL);
@@ -968,7 +968,7 @@ static void test_iterate(void **state)
 typedef struct tok_arg {
     kvq_queue *q;
     kvq_queue_token *tok;
-    int already;
+    bool already;
 } tok_arg;
 
 static int tok_body(kvq_txn *txn, void *arg)

@@ -198,7 +198,7 @@ out:
     return rc;
 }
 
-int kvq_workq_push_txn(int *out,
+int kvq_workq_push_txn(bool *out,
                        kvq_workq *w,
                        kvq_txn *txn,
                        const uint8_t *value,
@@ -235,7 +235,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
     push_ctx *c = arg;
     if (c->o.dedup_key == NULL) {
         /* No dedup key: the queue's idempotency token makes a retry after 1021 a no-op. */
-        int already = 0;
+        bool already = false;
         int rc = kvq_queue_token_apply_txn(&already, c->w->q, txn, &c->tok);
         if (rc != 0)
             return rc;
@@ -248,7 +248,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
 }
 
 int kvq_workq_push(
-    int *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po)
+    bool *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po)
 {
     push_ctx c;
     memset(&c, 0, sizeof(c));
