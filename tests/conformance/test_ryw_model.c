@@ -231,15 +231,7 @@ static void one_op(struct run *r)
     } else if (pick < 35) { /* clear_range */
         kn = rand_bound(r, k);
         k2n = rand_bound(r, k2);
-        if (cf_bytes_cmp(k, kn, k2, k2n) > 0) {
-            uint8_t tmp[64];
-            size_t tn = kn;
-            memcpy(tmp, k, kn);
-            memcpy(k, k2, k2n);
-            kn = k2n;
-            memcpy(k2, tmp, tn);
-            k2n = tn;
-        }
+        cf_bytes_order(k, &kn, k2, &k2n);
         kname(a, sizeof(a), k, kn);
         kname(b, sizeof(b), k2, k2n);
         logf_op(r, "clear_range [%s, %s)", a, b);
@@ -331,15 +323,7 @@ static void one_op(struct run *r)
         int limit = cf_chance(&r->rng, 30) ? 0 : 1 + (int)cf_below(&r->rng, 5);
         kn = rand_bound(r, k);
         k2n = rand_bound(r, k2);
-        if (cf_bytes_cmp(k, kn, k2, k2n) > 0) {
-            uint8_t tmp[64];
-            size_t tn = kn;
-            memcpy(tmp, k, kn);
-            memcpy(k, k2, k2n);
-            kn = k2n;
-            memcpy(k2, tmp, tn);
-            k2n = tn;
-        }
+        cf_bytes_order(k, &kn, k2, &k2n);
         kname(a, sizeof(a), k, kn);
         kname(b, sizeof(b), k2, k2n);
         char what[200];

@@ -564,46 +564,71 @@ static const struct atomic_case atomic_cases[] = {
     { "xor truncates", KVQ_MUT_BIT_XOR, 1, 2, { 0xff, 0xff }, 1, { 0x0f }, 1, { 0xf0 } },
 };
 
+/* One case of an atomic operation on one key, as both tables below give it. */
+typedef struct op_run {
+    const char *name;
+    const char *what; /* the messages' prefix */
+    kvq_mutation op;
+    int has_init; /* 0: the key is missing */
+    const uint8_t *init;
+    size_t init_len;
+    const uint8_t *arg;
+    size_t arg_len;
+    const uint8_t *want; /* NULL: the key is absent afterwards */
+    size_t want_len;
+    const char *range_want; /* with ranges: the value the range reads find, or NULL */
+} op_run;
+
 /* Runs one case in three ways: (A) the initial value committed, the op and a read in the next
  * transaction, then a read after commit; (B) the same without reading before commit (the op is
  * applied at commit on the stored value); (C) the initial value written in the same
- * transaction as the op. */
-static void run_atomic_case(kvq_db *db, const char *p, size_t idx)
+ * transaction as the op. With ranges, the reads in the transaction are also a get_range over
+ * the key (forward and reverse). */
+static void run_op_modes(kvq_db *db, const char *p, size_t idx, const op_run *c, int ranges)
 {
-    const struct atomic_case *c = &atomic_cases[idx];
     char where[160];
     for (int mode = 0; mode < 3; mode++) {
         char ks[32];
         snprintf(ks, sizeof(ks), "c%zu_%d", idx, mode);
         cf_key k = cf_k(p, ks);
         kvq_txn *t = new_txn(db);
+        if (c->has_init)
+            assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
+        else
+            assert_ok(kvq_txn_clear(t, k.b, k.n));
         if (mode != 2) {
-            if (c->has_initial) {
-                assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
-            } else {
-                assert_ok(kvq_txn_clear(t, k.b, k.n));
-            }
             assert_ok(kvq_txn_commit(t));
             kvq_txn_reset(t);
-        } else if (c->has_initial) {
-            assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
-        } else {
-            assert_ok(kvq_txn_clear(t, k.b, k.n));
         }
         assert_ok(kvq_txn_atomic_op(t, k.b, k.n, c->arg, c->arg_len, c->op));
         if (mode != 1) {
-            snprintf(where, sizeof(where), "atomic '%s' (mode %c), read in the transaction",
+            snprintf(where, sizeof(where), "%s'%s' (mode %c), read in the transaction", c->what,
                      c->name, 'A' + mode);
             cf_expect_value(t, k.b, k.n, 0, c->want, c->want_len, where);
             cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, c->want_len, where);
+            if (ranges) {
+                struct kv_str row = { ks, c->range_want };
+                char end[40];
+                snprintf(end, sizeof(end), "%s~", ks);
+                expect_range(t, p, ks, end, 0, 0, &row, c->range_want != NULL, 0);
+                expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->range_want != NULL, 0);
+            }
         }
         assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
-        snprintf(where, sizeof(where), "atomic '%s' (mode %c), read after commit", c->name,
+        snprintf(where, sizeof(where), "%s'%s' (mode %c), read after commit", c->what, c->name,
                  'A' + mode);
         cf_expect_value(t, k.b, k.n, 0, c->want, c->want_len, where);
         kvq_txn_destroy(t);
     }
+}
+
+static void run_atomic_case(kvq_db *db, const char *p, size_t idx)
+{
+    const struct atomic_case *c = &atomic_cases[idx];
+    op_run r = { c->name, "atomic ", c->op, c->has_initial, c->init, c->init_len, c->arg,
+                 c->arg_len, c->want, c->want_len, NULL };
+    run_op_modes(db, p, idx, &r, 0);
 }
 
 static void test_atomic_ops(void **state)
@@ -705,45 +730,15 @@ static const struct append_clear_case append_clear_cases[] = {
     { "compare_and_clear empty value, other", KVQ_MUT_COMPARE_AND_CLEAR, "", "x", "" },
 };
 
-/* As run_atomic_case: (A) initial value committed, op and reads in the next transaction;
- * (B) the op applied at commit without a read; (C) initial value and op in one transaction.
- * Reads in the transaction are a get and a get_range over the key (forward and reverse). */
+/* As run_atomic_case, the reads in the transaction with a get_range over the key. */
 static void run_append_clear_case(kvq_db *db, const char *p, size_t idx)
 {
     const struct append_clear_case *c = &append_clear_cases[idx];
-    char where[160];
-    for (int mode = 0; mode < 3; mode++) {
-        char ks[32];
-        snprintf(ks, sizeof(ks), "c%zu_%d", idx, mode);
-        cf_key k = cf_k(p, ks);
-        kvq_txn *t = new_txn(db);
-        if (c->init != NULL)
-            assert_ok(kvq_txn_set(t, k.b, k.n, K(c->init)));
-        else
-            assert_ok(kvq_txn_clear(t, k.b, k.n));
-        if (mode != 2) {
-            assert_ok(kvq_txn_commit(t));
-            kvq_txn_reset(t);
-        }
-        assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K(c->arg), c->op));
-        size_t wn = c->want != NULL ? strlen(c->want) : 0;
-        if (mode != 1) {
-            snprintf(where, sizeof(where), "'%s' (mode %c), read in the transaction", c->name,
-                     'A' + mode);
-            cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
-            cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, wn, where);
-            struct kv_str row = { ks, c->want };
-            char end[40];
-            snprintf(end, sizeof(end), "%s~", ks);
-            expect_range(t, p, ks, end, 0, 0, &row, c->want != NULL, 0);
-            expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->want != NULL, 0);
-        }
-        assert_ok(kvq_txn_commit(t));
-        kvq_txn_reset(t);
-        snprintf(where, sizeof(where), "'%s' (mode %c), read after commit", c->name, 'A' + mode);
-        cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
-        kvq_txn_destroy(t);
-    }
+    op_run r = { c->name, "", c->op, c->init != NULL,
+                 (const uint8_t *)c->init, c->init != NULL ? strlen(c->init) : 0,
+                 (const uint8_t *)c->arg, strlen(c->arg),
+                 (const uint8_t *)c->want, c->want != NULL ? strlen(c->want) : 0, c->want };
+    run_op_modes(db, p, idx, &r, 1);
 }
 
 static void test_append_if_fits_compare_and_clear(void **state)

@@ -1503,39 +1503,34 @@ static void test_range_pages_by_bytes(void **state)
     assert_string_equal(last, "rb/07");
     fdb_transaction_destroy(tr);
 
-    /* Conflicts: a forward SMALL page covers rb/00..rb/02, no further. */
+    /* Conflicts: a forward SMALL page covers rb/00..rb/02, no further; a reverse one
+     * rb/07..rb/09. A write just outside the page does not conflict with it, one inside does. */
+    static const struct {
+        int reverse;
+        const char *key, *value;
+        fdb_error_t want;
+    } writes[] = {
+        { 0, "rb/03", "changed", 0 },
+        { 0, "rb/02", "changed", 1020 },
+        { 1, "rb/06", "changed", 0 },
+        { 1, "rb/07", "changed2", 1020 },
+    };
     FDBTransaction *r = new_tr(), *w = new_tr();
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
-    assert_int_equal(n, 3);
-    set_s(w, "rb/03", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 0);
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
-    set_s(w, "rb/02", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 1020);
-    /* Reverse: rb/07..rb/09. */
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
-    assert_string_equal(last, "rb/07");
-    set_s(w, "rb/06", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 0);
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
-    set_s(w, "rb/07", "changed2");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 1020);
+    for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+        page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, writes[i].reverse, &n, &more,
+                first, last);
+        if (i == 0)
+            assert_int_equal(n, 3);
+        if (i == 2)
+            assert_string_equal(last, "rb/07");
+        set_s(w, writes[i].key, writes[i].value);
+        assert_int_equal(commit(w), 0);
+        set_s(r, "rb-out/1", "x");
+        assert_int_equal(commit(r), writes[i].want);
+        fdb_transaction_reset(r);
+        fdb_transaction_reset(w);
+    }
     /* The transaction's own writes count, with snapshot_ryw_disable too. */
-    fdb_transaction_reset(r);
     assert_int_equal(fdb_transaction_set_option(r, (FDBTransactionOption)FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE, NULL, 0),
                      0);
     char big[301];
