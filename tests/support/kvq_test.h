@@ -64,6 +64,13 @@ int kt_tmpfs_mount(char *out, size_t cap, const char *tag, const char *size);
  * a kt_tmpfs_mount directory, then sets mnt to ""; nothing when mnt is "". */
 void kt_tmpfs_unmount(char *mnt);
 
+/* Fills what is left of the file system with the file `path` (created, truncated first when
+ * truncate is set, else appended to): 0, or -1 when it cannot be opened. */
+int kt_fill_disk(const char *path, int truncate);
+
+/* The bytes free for an unprivileged user on the file system of `path` (-1 on error). */
+long long kt_free_bytes(const char *path);
+
 /* A fresh directory and the path of a database in it ("<dir>/db"), the most common fixture. */
 typedef struct kt_tmp {
     char dir[240];
