@@ -187,6 +187,22 @@ static void test_set_get_clear_and_ranges(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* Under a's reads, b writes key (= value) and commits; then a writes other (= other_value)
+ * and commits: a's result, 0 when its reads did not cover key, not_committed (1020) when they
+ * did. */
+static fdb_error_t write_under(FDBTransaction *a,
+                               FDBTransaction *b,
+                               const char *key,
+                               const char *value,
+                               const char *other,
+                               const char *other_value)
+{
+    set_s(b, key, value);
+    assert_int_equal(commit(b), 0);
+    set_s(a, other, other_value);
+    return commit(a);
+}
+
 static void test_conflict_and_retry_class(void **state)
 {
     (void)state;
@@ -194,10 +210,7 @@ static void test_conflict_and_retry_class(void **state)
     int present;
     char v[16];
     assert_int_equal(get_s(a, "x/k", &present, v, sizeof(v)), 0);
-    set_s(b, "x/k", "b");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "x/other", "a");
-    fdb_error_t e = commit(a);
+    fdb_error_t e = write_under(a, b, "x/k", "b", "x/other", "a");
     assert_int_equal(e, 1020);
     assert_true(fdb_error_predicate(FDB_ERROR_PREDICATE_RETRYABLE, e));
     assert_false(fdb_error_predicate(FDB_ERROR_PREDICATE_MAYBE_COMMITTED, e));
@@ -364,10 +377,9 @@ static void test_key_selectors(void **state)
         FDBTransaction *a = new_tr(), *b = new_tr();
         assert_int_equal(key_of(a, snapshot ? "s/4" : "s/3", 1, 1, snapshot, k, sizeof(k)), 0);
         assert_string_equal(k, snapshot ? "s/5" : "s/4");
-        set_s(b, snapshot ? "s/45" : "s/35", "new"); /* between the key and what it found */
-        assert_int_equal(commit(b), 0);
-        set_s(a, "s/written", "a");
-        assert_int_equal(commit(a), snapshot ? 0 : 1020);
+        /* b writes between the key and what it found. */
+        const char *between = snapshot ? "s/45" : "s/35";
+        assert_int_equal(write_under(a, b, between, "new", "s/written", "a"), snapshot ? 0 : 1020);
         fdb_transaction_destroy(a);
         fdb_transaction_destroy(b);
     }
@@ -586,10 +598,7 @@ static void test_transaction_options(void **state)
         assert_int_equal(get_err(reader, "o/c", 0, &present, out, sizeof(out)), 0);
         if (with)
             assert_int_equal(opt(writer, FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE), 0);
-        set_s(writer, "o/c", "w");
-        assert_int_equal(commit(writer), 0);
-        set_s(reader, "o/r", "r");
-        assert_int_equal(commit(reader), with ? 0 : 1020);
+        assert_int_equal(write_under(reader, writer, "o/c", "w", "o/r", "r"), with ? 0 : 1020);
         fdb_transaction_destroy(reader);
         fdb_transaction_destroy(writer);
     }
@@ -1523,10 +1532,8 @@ static void test_range_pages_by_bytes(void **state)
             assert_int_equal(n, 3);
         if (i == 2)
             assert_string_equal(last, "rb/07");
-        set_s(w, writes[i].key, writes[i].value);
-        assert_int_equal(commit(w), 0);
-        set_s(r, "rb-out/1", "x");
-        assert_int_equal(commit(r), writes[i].want);
+        assert_int_equal(write_under(r, w, writes[i].key, writes[i].value, "rb-out/1", "x"),
+                         writes[i].want);
         fdb_transaction_reset(r);
         fdb_transaction_reset(w);
     }
@@ -1990,10 +1997,7 @@ static void test_used_after_commit(void **state)
     int present;
     char v[16];
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
-    set_s(b, "uc/k", "b");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "uc/other", "a");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "uc/k", "b", "uc/other", "a"), 1020);
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 2017);
     FDBFuture *f = fdb_transaction_get_range(a, (const uint8_t *)"uc/", 3, 0, 1,
                                              (const uint8_t *)"uc0", 3, 0, 1, 0, 0,
@@ -2007,10 +2011,7 @@ static void test_used_after_commit(void **state)
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
     set_s(b, "uc/k", "b2");
     fdb_transaction_reset(b);
-    set_s(b, "uc/k", "b2");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "uc/other", "a");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "uc/k", "b2", "uc/other", "a"), 1020);
     assert_int_equal(on_error(a, 1020), 0);
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
     assert_string_equal(v, "b2");
@@ -2062,10 +2063,7 @@ static void test_watch_reads_own_write(void **state)
     char v[16];
     assert_int_equal(get_s(a, "wo/other", &present, v, sizeof(v)), 0);
     w = fdb_transaction_watch(a, (const uint8_t *)"wo/k", 4);
-    set_s(b, "wo/k", "4");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "wo/x", "1");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "wo/k", "4", "wo/x", "1"), 1020);
     assert_int_equal(wait_f(w), 1020);
     fdb_future_destroy(w);
     fdb_transaction_destroy(a);
