@@ -148,6 +148,10 @@ int kt_db_try_open(kvq_db **out,
 /* Skips the current test when an open found the engine unavailable. */
 void kt_db_skip_unavailable(void);
 
+/* Sets key k to v (strings) in a transaction of its own, committed once (no retry): 0, or the
+ * first error. */
+int kt_put(kvq_db *db, const char *k, const char *v);
+
 /* One fresh embedded database for a whole cmocka group, opened into *db with default options:
  *     kt_group_db(&db, "tag");
  *     return cmocka_run_group_tests(tests, kt_group_db_setup, kt_group_db_teardown);

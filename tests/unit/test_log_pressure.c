@@ -46,14 +46,7 @@ static void stats_of(kvq_db *db, kvq__logstore_stats *st)
 
 static int put(kvq_db *db, const char *k, const char *v)
 {
-    kvq_txn *t = NULL;
-    int rc = kvq_txn_create(&t, db);
-    if (rc == 0)
-        rc = kvq_txn_set(t, K(k), K(v));
-    if (rc == 0)
-        rc = kvq_txn_commit(t);
-    kvq_txn_destroy(t);
-    return rc;
+    return kt_put(db, k, v);
 }
 
 static size_t count_prefix(kvq_db *db, const char *b, const char *e)

@@ -52,12 +52,7 @@ static kvq_db *open_with_window(const char *ms, unsigned int flags)
 
 static void put(kvq_db *db, const char *k, const char *v)
 {
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, db), 0);
-    assert_int_equal(kvq_txn_set(t, (const uint8_t *)k, strlen(k), (const uint8_t *)v, strlen(v)),
-                     0);
-    assert_int_equal(kvq_txn_commit(t), 0);
-    kvq_txn_destroy(t);
+    assert_int_equal(kt_put(db, k, v), 0);
 }
 
 static int get(kvq_txn *t, const char *k)
