@@ -22,22 +22,19 @@
 /* How far ahead of the wall clock the versions are put: 100 seconds of versions. */
 #define AHEAD_US 100000000LL
 
-static char dir[64];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static int setup(void **state)
 {
     (void)state;
-    if (kt_mkdtemp(dir, sizeof(dir) - 3, "emb-shm-lost") != 0)
-        return -1;
-    strcat(dir, "/db");
-    return 0;
+    return kt_tmp_make(&tmp, "emb-shm-lost");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    dir[strlen(dir) - 3] = '\0';
-    return kt_rm_rf(dir) == 0 ? 0 : -1;
+    return kt_tmp_remove(&tmp);
 }
 
 #define K(s) (const uint8_t *)(s), strlen(s)
@@ -81,7 +78,7 @@ static int64_t commit_set(kvq_db *db, const char *k, const char *v)
 /* Raises rv_floor in the database's kvq.shm to v. */
 static void raise_floor(int64_t v)
 {
-    char p[96];
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.shm", dir);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -106,7 +103,7 @@ static kvq_db *ahead_then_lose_shm(int rebuild, int64_t *stored)
     assert_true(*stored > now_us() + AHEAD_US / 2);
     kvq_db_close(db);
 
-    char p[96];
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.shm", dir);
     if (!rebuild) {
         assert_int_equal(unlink(p), 0);

@@ -23,7 +23,8 @@
 #include "kvq/kvq.h"
 #include "kvq_test.h"
 
-static char dir[256];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static int64_t mono_ms(void)
 {
@@ -65,17 +66,13 @@ static int get(kvq_txn *t, const char *k)
 static int setup(void **state)
 {
     (void)state;
-    if (kt_mkdtemp(dir, sizeof(dir) - 3, "txn-window") != 0)
-        return -1;
-    strcat(dir, "/db");
-    return 0;
+    return kt_tmp_make(&tmp, "txn-window");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    dir[strlen(dir) - 3] = '\0';
-    return kt_rm_rf(dir) == 0 ? 0 : -1;
+    return kt_tmp_remove(&tmp);
 }
 
 static void test_shrunk_window(void **state)
