@@ -195,7 +195,8 @@ _PROTOS = {
     "kvq_txn_get": (c_int, [BYTESP, POINTER(c_int), P, U8P, SZ, c_uint]),
     "kvq_txn_get_range": (
         c_int,
-        [POINTER(POINTER(kvq_kv)), POINTER(SZ), POINTER(c_bool), P, U8P, SZ, U8P, SZ, c_int, c_uint],
+        [POINTER(POINTER(kvq_kv)), POINTER(SZ), POINTER(c_bool), P, U8P, SZ, U8P, SZ, c_int,
+         c_uint],
     ),
     "kvq_txn_set": (c_int, [P, U8P, SZ, U8P, SZ]),
     "kvq_txn_clear": (c_int, [P, U8P, SZ]),

@@ -491,7 +491,8 @@ static int wait_consumers(cli *c,
 
 /* consume --at-most-once: the consumer runtime's workers pop batches and hand their items over
  * (on_item); this thread waits, then says what was handed over and returns the exit code. */
-static int consume_popped(cli *c, cli_queue *q, const kvq_queue_settings *info, const consume_args *a)
+static int
+consume_popped(cli *c, cli_queue *q, const kvq_queue_settings *info, const consume_args *a)
 {
     kvq_consumer_source src;
     int err = cli_queue_source(q, &src);

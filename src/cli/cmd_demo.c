@@ -232,7 +232,8 @@ static void run_demo(cli *c,
     pthread_t progress_thread;
     d->progress_ms = progress_ms;
     /* With --json, the one JSON value at the end is all there is on standard output. */
-    int progress_on = progress_ms > 0 && !c->json && pthread_create(&progress_thread, NULL, progress, d) == 0;
+    int progress_on =
+        progress_ms > 0 && !c->json && pthread_create(&progress_thread, NULL, progress, d) == 0;
     kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
     po.threads = d->producers;
     po.batch = 1; /* one item per transaction, as the tutorial's producers push */
