@@ -86,6 +86,14 @@ int kt_tmp_remove(kt_tmp *t);
 /* Writes "dir/name" to out; fails the current test when it does not fit. */
 void kt_path(char *out, size_t cap, const char *dir, const char *name);
 
+/* ---- time ---------------------------------------------------------------------------------- */
+
+/* Sleeps ms milliseconds (the whole time, through signals). */
+void kt_sleep_ms(long ms);
+
+/* The wall clock (CLOCK_REALTIME), in microseconds. */
+int64_t kt_wall_us(void);
+
 /* ---- seeds --------------------------------------------------------------------------------- */
 
 /* Call first in main(). The run's seed: --seed N in argv, else $KVQ_TEST_SEED, else random.

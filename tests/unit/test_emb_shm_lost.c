@@ -39,20 +39,6 @@ static int teardown(void **state)
 
 #define K(s) (const uint8_t *)(s), strlen(s)
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int64_t read_version(kvq_db *db)
 {
     kvq_txn *t;
@@ -98,9 +84,9 @@ static kvq_db *ahead_then_lose_shm(int rebuild, int64_t *stored)
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     commit_set(db, "a", "1");
-    raise_floor(now_us() + AHEAD_US);
+    raise_floor(kt_wall_us() + AHEAD_US);
     *stored = commit_set(db, "b", "2");
-    assert_true(*stored > now_us() + AHEAD_US / 2);
+    assert_true(*stored > kt_wall_us() + AHEAD_US / 2);
     kvq_db_close(db);
 
     char p[300];
@@ -123,7 +109,7 @@ static void check_advancing(kvq_db *db, int64_t stored)
 {
     int64_t r1 = read_version(db);
     assert_true(r1 >= stored);
-    sleep_ms(30);
+    kt_sleep_ms(30);
     int64_t r2 = read_version(db);
     /* 30 ms of CLOCK_MONOTONIC is 30,000 versions: without the fix, both read versions are
      * the stored version. */

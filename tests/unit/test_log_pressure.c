@@ -74,13 +74,6 @@ static size_t count_prefix(kvq_db *db, const char *b, const char *e)
     return total;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* The stand-in for another process's applier: holds ckpt.lock until a commit has reached the
  * limit (a pass of its own, waiting for the lock), then lets it go. */
 struct holder {
@@ -97,7 +90,7 @@ static void *holder_main(void *arg)
         stats_of(h->db, &st);
         if (st.forced > 0)
             break;
-        sleep_ms(2);
+        kt_sleep_ms(2);
     }
     flock(h->fd, LOCK_UN);
     __atomic_store_n(&h->released, 1, __ATOMIC_RELEASE);
