@@ -23,6 +23,26 @@ static kvq_queue *open_hc(kvq_db *d, kvq_queue_type t, int64_t timeout_ms, unsig
     return q;
 }
 
+static void push_s(kvq_queue *q, const char *s)
+{
+    assert_ok(kvq_queue_push(q, (const uint8_t *)s, strlen(s)));
+}
+
+static void pop_expect(kvq_queue *q, const char *want)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    int rc = kvq_queue_pop(&b, q);
+    if (want == NULL) {
+        if (rc != KVQ_ENOTFOUND)
+            fail_msg("expected an empty queue, got rc %d value '%.*s'", rc, (int)b.len,
+                     (const char *)b.data);
+    } else {
+        assert_ok(rc);
+        assert_bytes(b.data, b.len, (const uint8_t *)want, strlen(want));
+    }
+    kvq_buf_dispose(&b);
+}
+
 /* Keys under prefix ff ("hc", ...): waiters, results and records. */
 static int count_staging(kvq_txn *txn, void *arg)
 {
@@ -48,8 +68,8 @@ static void test_stranded_result_returns(void **state)
     (void)state;
     kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
     kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
-    tq_push_s(live, "A");
-    tq_push_s(live, "B");
+    push_s(live, "A");
+    push_s(live, "B");
     /* A popper registers, a fulfil hands it "A", and it dies before collecting. */
     uint8_t me[20];
     size_t served = 0;
@@ -58,14 +78,14 @@ static void test_stranded_result_returns(void **state)
     assert_int_equal(served, 1);
     assert_int_equal(staging_keys(), 2); /* its result and record */
     /* Someone else pops "B"; "A" is in flight, not lost, not visible. */
-    tq_pop_expect(live, "B");
-    tq_pop_expect(live, NULL);
+    pop_expect(live, "B");
+    pop_expect(live, NULL);
     /* After the timeout the next pop's upkeep puts "A" back at its old place. */
     kvq__sleep_us(450000);
-    tq_pop_expect(live, "A");
-    tq_push_s(live, "C");
-    tq_pop_expect(live, "C");
-    tq_pop_expect(live, NULL);
+    pop_expect(live, "A");
+    push_s(live, "C");
+    pop_expect(live, "C");
+    pop_expect(live, NULL);
     assert_int_equal(staging_keys(), 0);
     kvq_queue_stats st;
     assert_ok(kvq_queue_get_stats(&st, live));
@@ -84,7 +104,7 @@ static void test_returned_item_wakes(void **state)
     (void)state;
     kvq_queue *dead = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
     kvq_queue *live = open_hc(db, KVQ_QUEUE_FIFO, 300, KVQ_QUEUE_HIGH_CONTENTION);
-    tq_push_s(live, "A");
+    push_s(live, "A");
     uint8_t me[20];
     size_t served = 0;
     assert_ok(kvq__staging_register(dead, KVQ__END_MIN, me));
@@ -118,9 +138,9 @@ static void test_recover_keeps_order(void **state)
     (void)state;
     /* Two items handed to dead waiters come back ahead of the rest, in their old order. */
     kvq_queue *q = open_hc(db, KVQ_QUEUE_FIFO, 200, KVQ_QUEUE_HIGH_CONTENTION);
-    tq_push_s(q, "1");
-    tq_push_s(q, "2");
-    tq_push_s(q, "3");
+    push_s(q, "1");
+    push_s(q, "2");
+    push_s(q, "3");
     uint8_t w1[20], w2[20];
     size_t served;
     assert_ok(kvq__staging_register(q, KVQ__END_MIN, w1));
@@ -133,9 +153,9 @@ static void test_recover_keeps_order(void **state)
     kvq__sleep_us(300000);
     assert_ok(kvq_queue_recover(&back, q));
     assert_int_equal(back, 2);
-    tq_pop_expect(q, "1");
-    tq_pop_expect(q, "2");
-    tq_pop_expect(q, "3");
+    pop_expect(q, "1");
+    pop_expect(q, "2");
+    pop_expect(q, "3");
     assert_int_equal(staging_keys(), 0);
     kvq_queue_close(q);
 }
@@ -149,17 +169,17 @@ static void test_stale_waiter_removed(void **state)
     assert_int_equal(staging_keys(), 1);
     kvq__sleep_us(300000);
     /* A stale waiter at the head of the line gets no item: the live popper does. */
-    tq_push_s(q, "X");
-    tq_pop_expect(q, "X");
+    push_s(q, "X");
+    pop_expect(q, "X");
     assert_int_equal(staging_keys(), 0);
     kvq_buf b = KVQ_BUF_INIT;
     assert_int_equal(kvq__staging_collect(q, w, &b), KVQ_ENOTFOUND);
     /* A waiter that is not stale yet but dies: the item it gets returns after the timeout. */
     assert_ok(kvq__staging_register(q, KVQ__END_MIN, w));
-    tq_push_s(q, "Y");
-    tq_pop_expect(q, NULL); /* the dead waiter was first in line and took "Y" */
+    push_s(q, "Y");
+    pop_expect(q, NULL); /* the dead waiter was first in line and took "Y" */
     kvq__sleep_us(300000);
-    tq_pop_expect(q, "Y");
+    pop_expect(q, "Y");
     assert_int_equal(staging_keys(), 0);
     kvq_queue_close(q);
 }
