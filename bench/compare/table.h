@@ -1,6 +1,6 @@
 /* The parts of qbench that need no server: its options, the results of a comparison, their
  * medians, the raw-results file and the Markdown table. Plain C11 with POSIX stdio, so that a
- * unit test can include table.c on its own (tests/unit/test_compare_table.c). */
+ * unit test can include table.c on its own (tests/unit/bench/test_compare_table.c). */
 #ifndef QBENCH_TABLE_H
 #define QBENCH_TABLE_H
 

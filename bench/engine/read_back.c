@@ -101,7 +101,7 @@ int main(int argc, char **argv)
             die("set_read_version", rc);
         const kvq_kv *kv;
         size_t n;
-        int more;
+        bool more;
         if ((rc = kvq_txn_get_range(&kv, &n, &more, t, (const uint8_t *)"i", 1,
                                     (const uint8_t *)"j", 1, 1, 0)) != 0)
             die("get_range", rc);

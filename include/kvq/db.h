@@ -168,8 +168,9 @@ KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *out,
  *
  * @param[out] out    array of *count pairs, borrowed from the transaction
  * @param[out] count  number of pairs
- * @param[out] more   1 if the limit stopped the read before the end of the range (may be NULL);
- *                    on the fdb engine it may also be 1 when exactly `limit` keys remained
+ * @param[out] more   true if the limit stopped the read before the end of the range (may be
+ *                    NULL); on the fdb engine it may also be true when exactly `limit` keys
+ *                    remained
  * @param limit       the most pairs to return; 0 means all
  * @param flags       KVQ_SNAPSHOT, KVQ_REVERSE
  * @return as kvq_txn_get, and KVQ_EINVERTED_RANGE when begin > end.
@@ -178,7 +179,7 @@ KVQ_API KVQ_NODISCARD int kvq_txn_get(kvq_bytes *out,
  */
 KVQ_API KVQ_NODISCARD int kvq_txn_get_range(const kvq_kv **out,
                                             size_t *count,
-                                            int *more,
+                                            bool *more,
                                             kvq_txn *txn,
                                             const uint8_t *begin,
                                             size_t begin_len,

@@ -575,15 +575,15 @@ typedef struct kvq_queue_token {
 KVQ_API KVQ_NODISCARD int kvq_queue_token_init(kvq_queue_token *tok);
 
 /**
- * Reads the token's marker and writes it. *out = 1 means an earlier attempt with this token
- * committed: the caller should skip its work and commit (nothing else happens). *out = 0:
+ * Reads the token's marker and writes it. *out = true means an earlier attempt with this token
+ * committed: the caller should skip its work and commit (nothing else happens). *out = false:
  * the marker is now written in txn; do the work. The read is of the marker key only, so tokens
  * never make transactions conflict with each other.
  * @return 0; KVQ_EINVAL; KVQ_ETIMED_OUT when the token is older than the idempotency window
  *         (whether the earlier attempt committed cannot be known any more); a transaction error.
  */
 KVQ_API KVQ_NODISCARD int
-kvq_queue_token_apply_txn(int *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok);
+kvq_queue_token_apply_txn(bool *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok);
 
 /**
  * High-contention upkeep, run automatically by pops from time to time: puts results older than

@@ -130,17 +130,17 @@ typedef struct kvq_workq_push_options {
 /**
  * Pushes a value (convenience form, its own retry loop; exactly once under 1021: a random
  * idempotency token, or the dedup key, is written with the item).
- * @param[out] out  1 when the item was enqueued by this call, 0 when the dedup key was already
- *                  pushed within the window (may be NULL)
+ * @param[out] out  true when the item was enqueued by this call, false when the dedup key was
+ *                  already pushed within the window (may be NULL)
  * @param po        options, or NULL for KVQ_WORKQ_PUSH_OPTIONS_INIT
  * @return 0; KVQ_EINVAL; KVQ_EVALUE_TOO_LARGE; a transaction error.
  */
 KVQ_API KVQ_NODISCARD int kvq_workq_push(
-    int *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po);
+    bool *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po);
 
 /** kvq_workq_push inside the caller's transaction (idempotent only through the dedup key or
  * the caller's own token). Errors as kvq_workq_push. */
-KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(int *out,
+KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(bool *out,
                                              kvq_workq *w,
                                              kvq_txn *txn,
                                              const uint8_t *value,

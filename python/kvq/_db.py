@@ -369,7 +369,7 @@ class Transaction:
             raise ValueError("limit must be >= 0")
         kvs = ctypes.POINTER(_lib.kvq_kv)()
         count = c_size_t(0)
-        more = c_int(0)
+        more = ctypes.c_bool(False)
         flags = (SNAPSHOT if snapshot else 0) | (REVERSE if reverse else 0)
         check(lib().kvq_txn_get_range(byref(kvs), byref(count), byref(more), self._p(), b,
                                       len(b), e, len(e), lim, flags))

@@ -195,7 +195,8 @@ _PROTOS = {
     "kvq_txn_get": (c_int, [BYTESP, POINTER(c_int), P, U8P, SZ, c_uint]),
     "kvq_txn_get_range": (
         c_int,
-        [POINTER(POINTER(kvq_kv)), POINTER(SZ), POINTER(c_int), P, U8P, SZ, U8P, SZ, c_int, c_uint],
+        [POINTER(POINTER(kvq_kv)), POINTER(SZ), POINTER(c_bool), P, U8P, SZ, U8P, SZ, c_int,
+         c_uint],
     ),
     "kvq_txn_set": (c_int, [P, U8P, SZ, U8P, SZ]),
     "kvq_txn_clear": (c_int, [P, U8P, SZ]),
@@ -246,10 +247,10 @@ _PROTOS = {
     # work queues
     "kvq_workq_open": (c_int, [PP, P, POINTER(kvq_workq_options)]),
     "kvq_workq_close": (None, [P]),
-    "kvq_workq_push": (c_int, [POINTER(c_int), P, U8P, SZ, POINTER(kvq_workq_push_options)]),
+    "kvq_workq_push": (c_int, [POINTER(c_bool), P, U8P, SZ, POINTER(kvq_workq_push_options)]),
     "kvq_workq_push_txn": (
         c_int,
-        [POINTER(c_int), P, P, U8P, SZ, POINTER(kvq_workq_push_options)],
+        [POINTER(c_bool), P, P, U8P, SZ, POINTER(kvq_workq_push_options)],
     ),
     "kvq_workq_receive": (c_int, [BUFP, LEASEP, P, c_int64]),
     "kvq_workq_receive_wait": (c_int, [BUFP, LEASEP, P, c_int64, c_int64]),

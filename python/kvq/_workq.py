@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from ctypes import byref, c_int, c_uint64, c_void_p
+from ctypes import byref, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Union
 
@@ -244,7 +244,7 @@ class WorkQueue(Handle):
             key = as_bytes(dedup, "dedup")
             po.dedup_key = ctypes.cast(ctypes.c_char_p(key), c_void_p).value
             po.dedup_len = len(key)
-        out = c_int(0)
+        out = ctypes.c_bool(False)
         with self._use() as p:
             if tr is None:
                 check(lib().kvq_workq_push(byref(out), p, v, len(v), byref(po)))

@@ -84,7 +84,7 @@ int cmd_backup(cli *c, int argc, char **argv)
     while (err == 0) {
         const kvq_kv *kvs;
         size_t n = 0;
-        int more = 0;
+        bool more = false;
         err = kvq_txn_get_range(&kvs, &n, &more, txn, begin.data, begin.len, &hi, 1, READ_PAGE,
                                 KVQ_SNAPSHOT);
         for (size_t i = 0; err == 0 && i < n; i++) {

@@ -98,7 +98,7 @@ static int scan_all(check_ctx *x)
     while (rc == 0) {
         const kvq_kv *kvs;
         size_t n = 0;
-        int more = 0;
+        bool more = false;
         rc = kvq_txn_get_range(&kvs, &n, &more, txn, begin.data, begin.len, &hi, 1, PAGE,
                                KVQ_SNAPSHOT);
         if (rc != 0)

@@ -385,42 +385,51 @@ static void block_stop_signals(sigset_t *sigs, sigset_t *old)
     pthread_sigmask(SIG_BLOCK, sigs, old);
 }
 
-int cmd_consume(cli *c, int argc, char **argv)
+/* What the command line asks of consume. */
+typedef struct consume_args {
+    const char *name;
+    kvq_consumer_options o;
+    const char *exec;
+    int ack, raw;
+    long long nack_delay;
+} consume_args;
+
+/* Reads consume's arguments and checks that they go together. 0, or the usage error's exit
+ * code. */
+static int parse_consume_args(consume_args *a, int argc, char **argv)
 {
     if (argc < 2 || argv[1][0] == '-')
         return cli_usage("consume", "missing the queue NAME");
-    const char *name = argv[1];
-    kvq_consumer_options o = KVQ_CONSUMER_OPTIONS_INIT;
-    const char *exec = NULL;
-    int ack = 1, ack_given = 0, batch_given = 0, nack_given = 0, raw = 0;
-    long long nack_delay = 1000;
+    *a = (consume_args){ .name = argv[1], .o = KVQ_CONSUMER_OPTIONS_INIT, .ack = 1,
+                         .nack_delay = 1000 };
+    int ack_given = 0, batch_given = 0, nack_given = 0;
     for (int i = 2; i < argc; i++) {
         long long v;
         if (strcmp(argv[i], "--workers") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 1024, &v) != 0)
                 return cli_usage("consume", "--workers needs a count from 1 to 1024");
-            o.workers = (int)v;
+            a->o.workers = (int)v;
             i++;
         } else if (strcmp(argv[i], "--batch") == 0) {
             if (i + 1 >= argc || cli_parse_int(argv[i + 1], 1, 10000, &v) != 0)
                 return cli_usage("consume", "--batch needs a count from 1 to 10000");
-            o.batch = (int)v;
+            a->o.batch = (int)v;
             batch_given = 1;
             i++;
         } else if (strcmp(argv[i], "--exec") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
                 return cli_usage("consume", "--exec needs a command");
-            exec = argv[++i];
+            a->exec = argv[++i];
         } else if (strcmp(argv[i], "--raw") == 0) {
-            raw = 1;
+            a->raw = 1;
         } else if (strcmp(argv[i], "--drain") == 0) {
-            o.drain = 1;
+            a->o.drain = 1;
         } else if (strcmp(argv[i], "--ack") == 0) {
             ack_given = 1;
         } else if (strcmp(argv[i], "--at-most-once") == 0) {
-            ack = 0;
+            a->ack = 0;
         } else if (strcmp(argv[i], "--nack-delay") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 86400000, &nack_delay) != 0)
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 86400000, &a->nack_delay) != 0)
                 return cli_usage("consume", "--nack-delay needs a duration from 0 to 24h (500ms, 30s, 5m)");
             nack_given = 1;
             i++;
@@ -428,39 +437,63 @@ int cmd_consume(cli *c, int argc, char **argv)
             return cli_usage("consume", "unexpected argument '%s'", cli_arg(argv[i]));
         }
     }
-    if (kvq_queue_check_name(name) != 0)
-        return cli_usage("consume", "invalid queue name '%s'", cli_arg(name));
-    if (raw && exec == NULL)
+    if (kvq_queue_check_name(a->name) != 0)
+        return cli_usage("consume", "invalid queue name '%s'", cli_arg(a->name));
+    if (a->raw && a->exec == NULL)
         return cli_usage("consume", "--raw applies with --exec");
-    if (ack_given && !ack)
+    if (ack_given && !a->ack)
         return cli_usage("consume", "--ack and --at-most-once exclude each other");
-    if (ack && batch_given)
+    if (a->ack && batch_given)
         return cli_usage("consume", "--batch applies with --at-most-once (at least once, the "
                                     "default, takes one lease per item)");
-    if (!ack && nack_given)
+    if (!a->ack && nack_given)
         return cli_usage("consume", "--nack-delay does not apply with --at-most-once");
-    cli_queue *q;
-    kvq_queue_settings info;
-    int rc = cli_open_named(c, name, &q, &info);
-    if (rc != 0)
-        return rc;
-    kvq_queue_type type = info.type;
-    if (ack ? type == KVQ_QUEUE_FIFO : type != KVQ_QUEUE_DURABLE) {
-        cli_queue_close(q);
-        return cli_usage("consume", "%s; '%s' is a %s queue",
-                         ack ? "consume (at least once) needs a durable or priority queue; a "
-                               "fifo queue takes --at-most-once"
-                             : "--at-most-once works on durable queues",
-                         name, cli_type_name(type));
+    return 0;
+}
+
+/* Waits for a stop signal, or for the workers to end by themselves (drain, failure).
+ * Meanwhile, delayed items and ended leases of the work queue are made ready once due (they
+ * then wake the workers as a push does), every 200 ms: a read-only look when nothing is due.
+ * Returns the signal that stopped the workers, or 0. */
+static int wait_consumers(cli *c,
+                          cli_queue *q,
+                          const kvq_queue_settings *info,
+                          consume_ctx *ctx,
+                          kvq_consumer *cons,
+                          const sigset_t *sigs)
+{
+    kvq_workq *due_w = NULL;
+    if (!c->read_only && cli_queue_workq(q, info, &due_w) != 0)
+        due_w = NULL;
+    int64_t next_due = 0;
+    while (!kvq_consumer_finished(cons)) {
+        if (due_w != NULL && kvq__mono_us() >= next_due) {
+            if (kvq_workq_ready_due(NULL, due_w) != 0)
+                fprintf(stderr, "kvq consume: cannot make due items ready: %s\n",
+                        kvq_last_error());
+            next_due = kvq__mono_us() + 200000;
+        }
+        if (__atomic_load_n(&ctx->out_gone, __ATOMIC_ACQUIRE)) {
+            fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
+            kvq_consumer_stop(cons);
+            return 0;
+        }
+        struct timespec ts = { 0, 10 * 1000000L };
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
+            kvq_consumer_stop(cons);
+            return sig;
+        }
     }
-    if (ack) {
-        sigset_t sigs, old;
-        block_stop_signals(&sigs, &old);
-        rc = consume_leased(c, q, &info, o.workers, exec, o.drain, nack_delay, &sigs, name, raw);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        cli_queue_close(q);
-        return rc;
-    }
+    return 0;
+}
+
+/* consume --at-most-once: the consumer runtime's workers pop batches and hand their items over
+ * (on_item); this thread waits, then says what was handed over and returns the exit code. */
+static int
+consume_popped(cli *c, cli_queue *q, const kvq_queue_settings *info, const consume_args *a)
+{
     kvq_consumer_source src;
     int err = cli_queue_source(q, &src);
     if (err != 0) {
@@ -473,14 +506,13 @@ int cmd_consume(cli *c, int argc, char **argv)
     sigset_t sigs, old;
     block_stop_signals(&sigs, &old);
 
-    consume_ctx ctx = { .c = c, .exec = exec, .name = name, .raw = raw };
-    int stopped_by = 0;
+    consume_ctx ctx = { .c = c, .exec = a->exec, .name = a->name, .raw = a->raw };
     pthread_mutex_init(&ctx.out_mu, NULL);
     /* At most once: a Ctrl-C lets the commands finish (their items were popped). */
-    if (exec != NULL)
+    if (a->exec != NULL)
         (void)cli_exec_start(0);
     kvq_consumer *cons;
-    err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &o);
+    err = kvq_consumer_start(&cons, c->db, &src, on_item, &ctx, &a->o);
     if (err != 0) {
         cli_exec_stop();
         pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -488,34 +520,7 @@ int cmd_consume(cli *c, int argc, char **argv)
         return cli_fail(err, "cannot start the consumers");
     }
     __atomic_store_n(&ctx.cons, cons, __ATOMIC_RELEASE);
-    /* Wait for a signal, or for the workers to end by themselves (drain, failure). Meanwhile,
-     * delayed items and ended leases of the work queue are made ready once due (they then wake
-     * the workers as a push does), every 200 ms: a read-only look when nothing is due. */
-    kvq_workq *due_w = NULL;
-    if (!c->read_only && cli_queue_workq(q, &info, &due_w) != 0)
-        due_w = NULL;
-    int64_t next_due = 0;
-    while (!kvq_consumer_finished(cons)) {
-        if (due_w != NULL && kvq__mono_us() >= next_due) {
-            if (kvq_workq_ready_due(NULL, due_w) != 0)
-                fprintf(stderr, "kvq consume: cannot make due items ready: %s\n",
-                        kvq_last_error());
-            next_due = kvq__mono_us() + 200000;
-        }
-        if (__atomic_load_n(&ctx.out_gone, __ATOMIC_ACQUIRE)) {
-            fprintf(stderr, "kvq consume: standard output was closed; stopping\n");
-            kvq_consumer_stop(cons);
-            break;
-        }
-        struct timespec ts = { 0, 10 * 1000000L };
-        int sig = sigtimedwait(&sigs, NULL, &ts);
-        if (sig == SIGINT || sig == SIGTERM) {
-            stopped_by = sig;
-            fprintf(stderr, "kvq consume: stopping (signal %d)\n", sig);
-            kvq_consumer_stop(cons);
-            break;
-        }
-    }
+    int stopped_by = wait_consumers(c, q, info, &ctx, cons, &sigs);
     err = kvq_consumer_join(cons);
     cli_exec_stop();
     kvq_consumer_stats s;
@@ -538,4 +543,39 @@ int cmd_consume(cli *c, int argc, char **argv)
     if (s.undelivered > 0 || failed > 0)
         return EXIT_FAILED;
     return stopped_by == SIGINT ? 128 + SIGINT : 0;
+}
+
+/* kvq consume QUEUE: at least once (leases, consume_leased) or at most once (consume_popped). */
+int cmd_consume(cli *c, int argc, char **argv)
+{
+    consume_args a;
+    int rc = parse_consume_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    const char *name = a.name;
+    int ack = a.ack;
+    cli_queue *q;
+    kvq_queue_settings info;
+    rc = cli_open_named(c, name, &q, &info);
+    if (rc != 0)
+        return rc;
+    kvq_queue_type type = info.type;
+    if (ack ? type == KVQ_QUEUE_FIFO : type != KVQ_QUEUE_DURABLE) {
+        cli_queue_close(q);
+        return cli_usage("consume", "%s; '%s' is a %s queue",
+                         ack ? "consume (at least once) needs a durable or priority queue; a "
+                               "fifo queue takes --at-most-once"
+                             : "--at-most-once works on durable queues",
+                         name, cli_type_name(type));
+    }
+    if (ack) {
+        sigset_t sigs, old;
+        block_stop_signals(&sigs, &old);
+        rc = consume_leased(c, q, &info, a.o.workers, a.exec, a.o.drain, a.nack_delay, &sigs, name,
+                            a.raw);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        cli_queue_close(q);
+        return rc;
+    }
+    return consume_popped(c, q, &info, &a);
 }

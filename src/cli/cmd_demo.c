@@ -172,32 +172,39 @@ static void print_json(const demo *d,
            (unsigned long long)left, ok ? "true" : "false");
 }
 
-int cmd_demo(cli *c, int argc, char **argv)
+/* What the command line asks of the demo. */
+typedef struct demo_args {
+    long long producers, consumers, items, batch, progress_ms;
+    const char *name;
+} demo_args;
+
+/* Reads the demo's options; the queue's name is qname (a default made there) or --queue's. 0, or
+ * the usage error's exit code. */
+static int parse_demo_args(demo_args *a, char *qname, size_t qcap, int argc, char **argv)
 {
-    long long producers = 8, consumers = 4, items = 100000, batch = 100, progress_ms = 1000;
-    char qname[64];
-    snprintf(qname, sizeof(qname), "demo-%ld", (long)getpid());
-    const char *name = qname;
+    *a = (demo_args){ .producers = 8, .consumers = 4, .items = 100000, .batch = 100,
+                      .progress_ms = 1000, .name = qname };
+    snprintf(qname, qcap, "demo-%ld", (long)getpid());
     for (int i = 1; i < argc; i++) {
         long long *dst = NULL;
         long long lo = 1, hi = 0;
         if (strcmp(argv[i], "--producers") == 0)
-            dst = &producers, hi = 256;
+            dst = &a->producers, hi = 256;
         else if (strcmp(argv[i], "--consumers") == 0)
-            dst = &consumers, hi = 256;
+            dst = &a->consumers, hi = 256;
         else if (strcmp(argv[i], "--items") == 0)
-            dst = &items, hi = 100000000;
+            dst = &a->items, hi = 100000000;
         else if (strcmp(argv[i], "--batch") == 0)
-            dst = &batch, hi = 10000;
+            dst = &a->batch, hi = 10000;
         else if (strcmp(argv[i], "--progress") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 3600000, &progress_ms) != 0)
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 3600000, &a->progress_ms) != 0)
                 return cli_usage("demo", "--progress needs a duration from 0 to 1h (500ms, 1s)");
             i++;
             continue;
         } else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
-            name = argv[++i];
-            if (kvq_queue_check_name(name) != 0)
-                return cli_usage("demo", "invalid queue name '%s'", cli_arg(name));
+            a->name = argv[++i];
+            if (kvq_queue_check_name(a->name) != 0)
+                return cli_usage("demo", "invalid queue name '%s'", cli_arg(a->name));
             continue;
         } else
             return cli_usage("demo", "unexpected argument '%s'", cli_arg(argv[i]));
@@ -205,10 +212,60 @@ int cmd_demo(cli *c, int argc, char **argv)
             return cli_usage("demo", "%s needs a number from %lld to %lld", argv[i], lo, hi);
         i++;
     }
-    if (items < producers)
+    if (a->items < a->producers)
         return cli_usage("demo", "--items must be at least --producers");
+    return 0;
+}
+
+/* The demo's run, its consumers started: the progress thread (unless --json), the producers
+ * until they pushed every item (*t_push), then the wait for the consumers to catch up, bounded
+ * (a stuck consumer fails the demo; *t_done). */
+static void run_demo(cli *c,
+                     demo *d,
+                     kvq_consumer *cons,
+                     long long progress_ms,
+                     int64_t *t_push,
+                     int64_t *t_done)
+{
+    pthread_mutex_init(&d->progress_mu, NULL);
+    pthread_cond_init(&d->progress_cv, NULL);
+    pthread_t progress_thread;
+    d->progress_ms = progress_ms;
+    /* With --json, the one JSON value at the end is all there is on standard output. */
+    int progress_on =
+        progress_ms > 0 && !c->json && pthread_create(&progress_thread, NULL, progress, d) == 0;
+    kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
+    po.threads = d->producers;
+    po.batch = 1; /* one item per transaction, as the tutorial's producers push */
+    d->push_error = kvq_queue_produce(NULL, cli_queue_queue(d->q), make_item, d, &po);
+    *t_push = kvq__mono_us();
+    /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
+    int64_t deadline = *t_push + 120 * 1000000LL;
+    while (__atomic_load_n(&d->consumed, __ATOMIC_RELAXED) < (uint64_t)d->items &&
+           kvq__mono_us() < deadline && d->push_error == 0 && !kvq_consumer_finished(cons))
+        kvq__sleep_us(2000);
+    *t_done = kvq__mono_us();
+    pthread_mutex_lock(&d->progress_mu);
+    d->progress_stop = 1;
+    pthread_cond_signal(&d->progress_cv);
+    pthread_mutex_unlock(&d->progress_mu);
+    if (progress_on)
+        pthread_join(progress_thread, NULL);
+    pthread_cond_destroy(&d->progress_cv);
+    pthread_mutex_destroy(&d->progress_mu);
+}
+
+int cmd_demo(cli *c, int argc, char **argv)
+{
+    demo_args a;
+    char qname[64];
+    int rc = parse_demo_args(&a, qname, sizeof(qname), argc, argv);
+    if (rc != 0)
+        return rc;
+    long long producers = a.producers, consumers = a.consumers, batch = a.batch;
+    const char *name = a.name;
     c->create_db = 1;
-    int rc = cli_open(c);
+    rc = cli_open(c);
     if (rc != 0)
         return rc;
     kvq_queue_settings settings = KVQ_QUEUE_SETTINGS_INIT;
@@ -220,7 +277,7 @@ int cmd_demo(cli *c, int argc, char **argv)
     if (err != 0)
         return cli_fail(err, "cannot create the demo queue");
     demo d = { .producers = (int)producers, .consumers = (int)consumers };
-    d.per_producer = items / producers;
+    d.per_producer = a.items / producers;
     d.items = d.per_producer * producers;
     d.seen = kvq__calloc((size_t)d.items, sizeof(*d.seen));
     d.last_seq = kvq__malloc((size_t)(consumers * producers) * sizeof(*d.last_seq));
@@ -253,31 +310,8 @@ int cmd_demo(cli *c, int argc, char **argv)
     err = kvq_consumer_start(&cons, c->db, &src, consume, &d, &o);
     if (err != 0)
         return cli_fail(err, "cannot start the consumers");
-    pthread_mutex_init(&d.progress_mu, NULL);
-    pthread_cond_init(&d.progress_cv, NULL);
-    pthread_t progress_thread;
-    d.progress_ms = progress_ms;
-    /* With --json, the one JSON value at the end is all there is on standard output. */
-    int progress_on = progress_ms > 0 && !c->json && pthread_create(&progress_thread, NULL, progress, &d) == 0;
-    kvq_producer_options po = KVQ_PRODUCER_OPTIONS_INIT;
-    po.threads = d.producers;
-    po.batch = 1; /* one item per transaction, as the tutorial's producers push */
-    d.push_error = kvq_queue_produce(NULL, cli_queue_queue(d.q), make_item, &d, &po);
-    int64_t t_push = kvq__mono_us();
-    /* Wait for the consumers to catch up (bounded: a stuck consumer fails the demo). */
-    int64_t deadline = t_push + 120 * 1000000LL;
-    while (__atomic_load_n(&d.consumed, __ATOMIC_RELAXED) < (uint64_t)d.items &&
-           kvq__mono_us() < deadline && d.push_error == 0 && !kvq_consumer_finished(cons))
-        kvq__sleep_us(2000);
-    int64_t t_done = kvq__mono_us();
-    pthread_mutex_lock(&d.progress_mu);
-    d.progress_stop = 1;
-    pthread_cond_signal(&d.progress_cv);
-    pthread_mutex_unlock(&d.progress_mu);
-    if (progress_on)
-        pthread_join(progress_thread, NULL);
-    pthread_cond_destroy(&d.progress_cv);
-    pthread_mutex_destroy(&d.progress_mu);
+    int64_t t_push, t_done;
+    run_demo(c, &d, cons, a.progress_ms, &t_push, &t_done);
     kvq_consumer_stop(cons);
     int cerr = kvq_consumer_join(cons);
     kvq_consumer_stats cs;

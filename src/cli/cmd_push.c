@@ -39,7 +39,7 @@ static int push_flush(push_state *s)
     size_t i = 0;
     if (s->w != NULL) {
         for (; i < s->n && err == 0; i++) {
-            int enqueued = 0;
+            bool enqueued = false;
             err = kvq_workq_push(&enqueued, s->w, s->views[i].data, s->views[i].len, &s->po);
             if (err == 0) {
                 s->pushed += enqueued;
@@ -171,45 +171,48 @@ static int read_file(const char *path, kvq_buf *out)
     return err;
 }
 
-int cmd_push(cli *c, int argc, char **argv)
+/* What the command line asks of a push. */
+typedef struct push_args {
+    long long prio, delay, flush_ms;
+    const char *dedup;
+    int first_value, n_values, have_prio, n_files;
+} push_args;
+
+/* Reads push's options and counts its values (argv[2] on; argv[1] is the queue). 0, or the
+ * usage error's exit code. */
+static int parse_push_args(push_args *a, int argc, char **argv)
 {
-    const char *name = NULL;
-    int rc = cli_need_name("push", argc, argv, &name);
-    if (rc != 0)
-        return rc;
-    long long prio = 0, delay = 0, flush_ms = PUSH_FLUSH_MS;
-    const char *dedup = NULL;
-    int first_value = -1, n_values = 0, have_prio = 0, n_files = 0;
+    *a = (push_args){ .flush_ms = PUSH_FLUSH_MS, .first_value = -1 };
     for (int i = 2; i < argc; i++) {
-        if (first_value >= 0) {
+        if (a->first_value >= 0) {
             /* After the first value every argument is a value, whatever it looks like. */
-            n_values++;
+            a->n_values++;
         } else if (strcmp(argv[i], "--priority") == 0) {
-            if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &prio) != 0)
+            if (i + 1 >= argc || cli_parse_int(argv[i + 1], INT64_MIN, INT64_MAX, &a->prio) != 0)
                 return cli_usage("push", "--priority needs an integer");
-            have_prio = 1;
+            a->have_prio = 1;
             i++;
         } else if (strcmp(argv[i], "--delay") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 7LL * 86400000, &delay) != 0)
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 7LL * 86400000, &a->delay) != 0)
                 return cli_usage("push", "--delay needs a duration from 0 to 7 days (500ms, 30s, 5m)");
             i++;
         } else if (strcmp(argv[i], "--dedup") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '\0' || strlen(argv[i + 1]) > 1000)
                 return cli_usage("push", "--dedup needs a key of 1 to 1000 bytes");
-            dedup = argv[++i];
+            a->dedup = argv[++i];
         } else if (strcmp(argv[i], "--flush") == 0) {
-            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 3600000, &flush_ms) != 0)
+            if (i + 1 >= argc || cli_parse_ms(argv[i + 1], 0, 3600000, &a->flush_ms) != 0)
                 return cli_usage("push", "--flush needs a duration from 0 to 1h (200ms, 1s)");
             i++;
         } else if (strcmp(argv[i], "--file") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '\0')
                 return cli_usage("push", "--file needs a PATH");
-            n_files++;
+            a->n_files++;
             i++;
         } else if (strcmp(argv[i], "--") == 0) {
-            if (first_value < 0 && i + 1 < argc)
-                first_value = i + 1;
-            n_values += argc - i - 1;
+            if (a->first_value < 0 && i + 1 < argc)
+                a->first_value = i + 1;
+            a->n_values += argc - i - 1;
             break;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             return cli_usage("push",
@@ -217,59 +220,29 @@ int cmd_push(cli *c, int argc, char **argv)
                              "them after '--')",
                              cli_arg(argv[i]));
         } else {
-            first_value = i;
-            n_values++;
+            a->first_value = i;
+            a->n_values++;
         }
     }
-    if (n_files > 0 && n_values > 0)
+    if (a->n_files > 0 && a->n_values > 0)
         return cli_usage("push", "--file and VALUEs exclude each other");
-    if (dedup != NULL && n_values + n_files != 1)
+    if (a->dedup != NULL && a->n_values + a->n_files != 1)
         return cli_usage("push", "--dedup takes exactly one value, as an argument or a --file");
-    cli_queue *q;
-    kvq_queue_settings info;
-    rc = cli_open_named(c, name, &q, &info);
-    if (rc != 0)
-        return rc;
-    kvq_queue_type type = info.type;
-    if (have_prio && type != KVQ_QUEUE_PRIORITY) {
-        cli_queue_close(q);
-        return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
-                         cli_type_name(type));
-    }
-    if ((delay > 0 || dedup != NULL) && type == KVQ_QUEUE_FIFO) {
-        cli_queue_close(q);
-        return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
-                                 "fifo queue", name);
-    }
-    push_state *s = kvq__calloc(1, sizeof(*s));
-    if (s == NULL) {
-        cli_queue_close(q);
-        return cli_fail(KVQ_ENOMEM, "push failed");
-    }
-    s->q = q;
-    s->prio = prio;
-    s->batch = PUSH_BATCH;
-    s->what = n_files > 0 || n_values > 0 ? "value" : c->nul ? "record" : "line";
+    return 0;
+}
+
+/* Pushes what the command line names: its --file contents, its VALUEs, or else standard input
+ * (*sig, *partial: as push_stdin). 0, or the error. */
+static int push_sources(push_state *s,
+                        const cli *c,
+                        const push_args *a,
+                        int argc,
+                        char **argv,
+                        int *sig,
+                        size_t *partial)
+{
     int err = 0;
-    /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
-     * what goes through them) go through the work-queue layer, one transaction each. */
-    if (delay > 0 || dedup != NULL || type == KVQ_QUEUE_PRIORITY) {
-        err = cli_queue_workq(q, &info, &s->w);
-        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
-        po.priority = prio;
-        po.delay_ms = delay;
-        if (dedup != NULL) {
-            po.dedup_key = (const uint8_t *)dedup;
-            po.dedup_len = strlen(dedup);
-        }
-        s->po = po;
-        s->batch = 1;
-    } else if (n_values > 0) {
-        s->batch = 1; /* one transaction per argument */
-    }
-    int sig = 0;
-    size_t partial = 0;
-    if (err == 0 && n_files > 0) {
+    if (a->n_files > 0) {
         kvq_buf f = KVQ_BUF_INIT;
         for (int i = 2; i < argc && err == 0; i++) {
             if (strcmp(argv[i], "--file") != 0) {
@@ -284,26 +257,34 @@ int cmd_push(cli *c, int argc, char **argv)
         if (err == 0)
             err = push_flush(s);
         kvq_buf_dispose(&f);
-    } else if (err == 0 && n_values > 0) {
-        for (int i = 0; i < n_values && err == 0; i++) {
-            const char *v = argv[first_value + i];
+    } else if (a->n_values > 0) {
+        for (int i = 0; i < a->n_values && err == 0; i++) {
+            const char *v = argv[a->first_value + i];
             err = push_add(s, (kvq_bytes){ (const uint8_t *)v, strlen(v) });
         }
         if (err == 0)
             err = push_flush(s);
-    } else if (err == 0) {
+    } else {
         /* No value given: standard input. Say so when it is a terminal (kvq push q --json
          * takes --json as the global option, and then waits here). */
         if (isatty(STDIN_FILENO))
             fprintf(stderr, "kvq push: no VALUE given: reading values from standard input, one "
                             "per line (Ctrl-D ends)\n");
-        err = push_stdin(s, c->nul ? '\0' : '\n', flush_ms, &sig, &partial);
+        err = push_stdin(s, c->nul ? '\0' : '\n', a->flush_ms, sig, partial);
     }
-    long pushed = s->pushed, duplicates = s->duplicates;
-    for (size_t i = 0; i < PUSH_BATCH; i++)
-        kvq_buf_dispose(&s->vals[i]);
-    kvq__free(s);
-    cli_queue_close(q);
+    return err;
+}
+
+/* Says how the push ended (its error, its counts in JSON, the signal that stopped it) and
+ * returns the exit code. */
+static int push_report(const cli *c,
+                       const push_args *a,
+                       long pushed,
+                       long duplicates,
+                       int err,
+                       int sig,
+                       size_t partial)
+{
     if (err != 0) {
         /* Exactly what was pushed: the values are handled in order, so every value before the
          * one that failed was pushed (or was a duplicate), and none from it on. */
@@ -311,7 +292,7 @@ int cmd_push(cli *c, int argc, char **argv)
         snprintf(what, sizeof(what), "push failed at value %ld (%ld pushed before it%s)",
                  pushed + duplicates + 1, pushed, duplicates > 0 ? ", some duplicates" : "");
         char msg[1400];
-        rc = cli_fail_msg(err, what, msg, sizeof(msg));
+        int rc = cli_fail_msg(err, what, msg, sizeof(msg));
         if (c->json) {
             printf("{\"pushed\":%ld,\"duplicates\":%ld,\"error\":", pushed, duplicates);
             cli_json_error_obj(err, kvq_errname(err), msg);
@@ -326,7 +307,7 @@ int cmd_push(cli *c, int argc, char **argv)
         printf("}\n");
     } else if (duplicates > 0) {
         fprintf(stderr, "kvq: dedup key '%s' was pushed within the window: nothing enqueued\n",
-                dedup);
+                a->dedup);
     }
     if (sig != 0) {
         fprintf(stderr, "kvq push: stopped by %s: %ld values pushed", sig == SIGINT ? "SIGINT" : "SIGTERM",
@@ -338,4 +319,69 @@ int cmd_push(cli *c, int argc, char **argv)
         return 128 + sig;
     }
     return 0;
+}
+
+/* kvq push QUEUE: the arguments, the queue and its checks, the values, the report. */
+int cmd_push(cli *c, int argc, char **argv)
+{
+    const char *name = NULL;
+    int rc = cli_need_name("push", argc, argv, &name);
+    if (rc != 0)
+        return rc;
+    push_args a;
+    rc = parse_push_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    cli_queue *q;
+    kvq_queue_settings info;
+    rc = cli_open_named(c, name, &q, &info);
+    if (rc != 0)
+        return rc;
+    kvq_queue_type type = info.type;
+    if (a.have_prio && type != KVQ_QUEUE_PRIORITY) {
+        cli_queue_close(q);
+        return cli_usage("push", "--priority applies to priority queues; '%s' is a %s queue", name,
+                         cli_type_name(type));
+    }
+    if ((a.delay > 0 || a.dedup != NULL) && type == KVQ_QUEUE_FIFO) {
+        cli_queue_close(q);
+        return cli_usage("push", "--delay and --dedup need a durable or priority queue; '%s' is a "
+                                 "fifo queue", name);
+    }
+    push_state *s = kvq__calloc(1, sizeof(*s));
+    if (s == NULL) {
+        cli_queue_close(q);
+        return cli_fail(KVQ_ENOMEM, "push failed");
+    }
+    s->q = q;
+    s->prio = a.prio;
+    s->batch = PUSH_BATCH;
+    s->what = a.n_files > 0 || a.n_values > 0 ? "value" : c->nul ? "record" : "line";
+    int err = 0;
+    /* Delays, dedup keys and every push to a priority queue (whose work-queue counters count
+     * what goes through them) go through the work-queue layer, one transaction each. */
+    if (a.delay > 0 || a.dedup != NULL || type == KVQ_QUEUE_PRIORITY) {
+        err = cli_queue_workq(q, &info, &s->w);
+        kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
+        po.priority = a.prio;
+        po.delay_ms = a.delay;
+        if (a.dedup != NULL) {
+            po.dedup_key = (const uint8_t *)a.dedup;
+            po.dedup_len = strlen(a.dedup);
+        }
+        s->po = po;
+        s->batch = 1;
+    } else if (a.n_values > 0) {
+        s->batch = 1; /* one transaction per argument */
+    }
+    int sig = 0;
+    size_t partial = 0;
+    if (err == 0)
+        err = push_sources(s, c, &a, argc, argv, &sig, &partial);
+    long pushed = s->pushed, duplicates = s->duplicates;
+    for (size_t i = 0; i < PUSH_BATCH; i++)
+        kvq_buf_dispose(&s->vals[i]);
+    kvq__free(s);
+    cli_queue_close(q);
+    return push_report(c, &a, pushed, duplicates, err, sig, partial);
 }

@@ -334,6 +334,74 @@ static long wait_pipe_read(void)
     }
 }
 
+/* Pops up to k items and prints them (print_item), in transactions of up to 1,000 items;
+ * before each, whether the output's reader is still there, so that no transaction pops for a
+ * reader that is gone. *popped: the items popped. 0 (also when the queue ran empty after
+ * some), KVQ_ENOTFOUND when it was empty, OUT_FAILED, or the pop's error. */
+static int pop_items(cli_queue *q, size_t k, int max, out_ctx *o, size_t *popped)
+{
+    int err = 0;
+    while (err == 0 && *popped < k) {
+        if (*popped > 0 && cli_stdout_reader_gone()) {
+            err = OUT_FAILED;
+            o->out_errno = EPIPE;
+            break;
+        }
+        size_t want = k - *popped < 1000 ? k - *popped : 1000, got = 0;
+        err = cli_queue_pop(q, want, max, print_item, o, &got);
+        *popped += got;
+        if (err == 0 && got < want)
+            break;
+    }
+    if (err == KVQ_ENOTFOUND && *popped > 0)
+        err = 0;
+    return err;
+}
+
+/* The bytes of the items written to a pipe that its reader left unread. Written is not read:
+ * a reader that exits (head -c, a crashed program) leaves the items it did not read in the
+ * pipe, lost; so this waits until it read them, or left (then *err is OUT_FAILED). */
+static long pop_unread(cli *c, out_ctx *o, int is_pipe, int *err)
+{
+    long unread = 0;
+    if (*err == OUT_FAILED && o->out_errno == EPIPE && is_pipe) {
+        unread = cli_stdout_unread(); /* the reader is gone: what it left in the pipe */
+    } else if (*err != OUT_FAILED && is_pipe && o->n > 0) {
+        if (c->json) {
+            printf("]\n");
+            if (fflush(stdout) == 0)
+                o->written += 2;
+        }
+        unread = wait_pipe_read();
+        if (unread > 0) {
+            *err = OUT_FAILED;
+            o->out_errno = EPIPE;
+        }
+    }
+    return unread;
+}
+
+/* Popped items are gone from the queue: says how many never reached the output's reader (left:
+ * written but left unread, reached: read) and returns the exit code. */
+static int pop_lost(const out_ctx *o, size_t popped, long left, long reached)
+{
+    unsigned long long not_written = (unsigned long long)popped - (unsigned long long)o->n;
+    unsigned long long lost = not_written + (unsigned long long)left;
+    if (not_written > 0 || o->out_errno != EPIPE || left == 0)
+        fprintf(stderr,
+                "kvq pop: cannot write to standard output (%s): %llu popped item%s lost: "
+                "%llu not written, %ld written but left unread in the pipe (%ld read from "
+                "it)\n",
+                strerror(o->out_errno), lost, lost == 1 ? " was" : "s were", not_written, left,
+                reached);
+    else
+        fprintf(stderr,
+                "kvq pop: the reader of standard output went away: %ld popped item%s "
+                "written but left unread in the pipe, lost (%ld read from it)\n",
+                left, left == 1 ? " was" : "s were", reached);
+    return o->out_errno == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
+}
+
 int cmd_pop(cli *c, int argc, char **argv)
 {
     const char *name = NULL;
@@ -397,65 +465,17 @@ int cmd_pop(cli *c, int argc, char **argv)
         return e == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
     }
     size_t popped = 0;
-    int err = 0;
-    /* In transactions of up to 1,000 items; before each, whether the output's reader is still
-     * there, so that no transaction pops for a reader that is gone. */
-    while (err == 0 && popped < (size_t)k) {
-        if (popped > 0 && cli_stdout_reader_gone()) {
-            err = OUT_FAILED;
-            o.out_errno = EPIPE;
-            break;
-        }
-        size_t want = (size_t)k - popped < 1000 ? (size_t)k - popped : 1000, got = 0;
-        err = cli_queue_pop(q, want, max, print_item, &o, &got);
-        popped += got;
-        if (err == 0 && got < want)
-            break;
-    }
-    if (err == KVQ_ENOTFOUND && popped > 0)
-        err = 0;
+    int err = pop_items(q, (size_t)k, max, &o, &popped);
     cli_queue_close(q);
-    long unread = 0;
-    if (err == OUT_FAILED && o.out_errno == EPIPE && is_pipe) {
-        unread = cli_stdout_unread(); /* the reader is gone: what it left in the pipe */
-    } else if (err != OUT_FAILED && is_pipe && o.n > 0) {
-        /* Written is not read: a reader that exits (head -c, a crashed program) leaves the
-         * items it did not read in the pipe, lost. Wait until it read them, or left. */
-        if (c->json) {
-            printf("]\n");
-            if (fflush(stdout) == 0)
-                o.written += 2;
-        }
-        unread = wait_pipe_read();
-        if (unread > 0) {
-            err = OUT_FAILED;
-            o.out_errno = EPIPE;
-        }
-    }
+    long unread = pop_unread(c, &o, is_pipe, &err);
     cli_tuple_report("pop");
     long left = unread_items(&o, unread), reached = o.n - left;
     fclose(o.mem);
     free(o.mem_buf);
     kvq__free(o.ends);
     kvq_buf_dispose(&o.line);
-    if (err == OUT_FAILED) {
-        /* Popped items are gone from the queue: say how many never reached the reader. */
-        unsigned long long not_written = (unsigned long long)popped - (unsigned long long)o.n;
-        unsigned long long lost = not_written + (unsigned long long)left;
-        if (not_written > 0 || o.out_errno != EPIPE || left == 0)
-            fprintf(stderr,
-                    "kvq pop: cannot write to standard output (%s): %llu popped item%s lost: "
-                    "%llu not written, %ld written but left unread in the pipe (%ld read from "
-                    "it)\n",
-                    strerror(o.out_errno), lost, lost == 1 ? " was" : "s were", not_written, left,
-                    reached);
-        else
-            fprintf(stderr,
-                    "kvq pop: the reader of standard output went away: %ld popped item%s "
-                    "written but left unread in the pipe, lost (%ld read from it)\n",
-                    left, left == 1 ? " was" : "s were", reached);
-        return o.out_errno == EPIPE ? EXIT_OUTPUT_GONE : EXIT_DB;
-    }
+    if (err == OUT_FAILED)
+        return pop_lost(&o, popped, left, reached);
     if (c->json && !(is_pipe && o.n > 0))
         printf("]\n");
     if (err == KVQ_ENOTFOUND) {

@@ -361,7 +361,7 @@ int kvq_txn_get(kvq_bytes *value,
 
 int kvq_txn_get_range(const kvq_kv **kvs,
                       size_t *count,
-                      int *more,
+                      bool *more,
                       kvq_txn *txn,
                       const uint8_t *begin,
                       size_t begin_len,
@@ -376,7 +376,7 @@ int kvq_txn_get_range(const kvq_kv **kvs,
     *kvs = NULL;
     *count = 0;
     if (more != NULL)
-        *more = 0;
+        *more = false;
     if ((flags & ~(unsigned int)(KVQ_SNAPSHOT | KVQ_REVERSE)) != 0)
         return kvq__error(KVQ_EINVAL, "kvq_txn_get_range: unknown flags 0x%x", flags);
     if (limit < 0)
@@ -388,7 +388,7 @@ int kvq_txn_get_range(const kvq_kv **kvs,
     rc = txn->db->ops->get_range(txn->t, kvs, count, &m, begin, begin_len, end, end_len, limit,
                                  flags);
     if (more != NULL)
-        *more = m;
+        *more = m != 0;
     return rc;
 }
 

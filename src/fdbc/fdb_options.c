@@ -310,27 +310,18 @@ static struct {
     int bypass_disabled;        /* disable_client_bypass */
 } mv;
 
-/* Network options: the client-side ones (tracing, TLS, knobs, the multi-version client, client
- * threads, a temporary directory) mean nothing for a local directory; they are accepted and have
- * no effect, their values checked as FoundationDB's client checks them. Those that shape the
- * multi-version client (which client libraries, how many threads, where callbacks run) are
- * refused once the network is set up, with invalid_option (2007); the others may come later
- * too. Unknown options are refused with invalid_option. */
-fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_length)
+/* What the option groups below return for an option that is not theirs (or not of this API
+ * version): no fdb_error_t is negative. */
+#define NOT_THIS_GROUP (-1)
+
+/* The options of tracing, knobs, buggify and TLS: accepted without effect at any time, their
+ * values checked. */
+static fdb_error_t trace_option(int option, const uint8_t *value, int value_length, int api)
 {
-    if (value_length < 0)
-        return FDB_ERR_INVALID_OPTION_VALUE;
-    pthread_mutex_lock(&kvq__fdbc_net.mu);
-    int api = kvq__fdbc_net.api;
-    int setup = kvq__fdbc_net.setup;
-    pthread_mutex_unlock(&kvq__fdbc_net.mu);
-    if (api == 0)
-        return FDB_ERR_API_VERSION_UNSET;
     static const char *const formats[] = { "xml", "json", NULL };
     static const char *const clocks[] = { "now", "realtime", NULL };
     static const char *const tracers[] = { "none", "disabled", "logfile", "file",
                                            "log_file", "network_lossy", NULL };
-    fdb_error_t err = 0;
     switch (option) {
     case 10: /* local_address */
     case 20: /* cluster_file */
@@ -384,6 +375,65 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
     case 70: /* disable_client_statistics_logging */
     case 71: /* enable_slow_task_profiling, enable_run_loop_profiling */
         return no_param(value, value_length);
+    case 37: /* trace_share_among_client_threads (730) */
+        return api < 730 ? NOT_THIS_GROUP : no_param(value, value_length);
+    case 38: /* trace_initialize_on_setup (730) */
+        return api < 730 ? NOT_THIS_GROUP : 0;
+    default:
+        return NOT_THIS_GROUP;
+    }
+}
+
+/* external_client_library, future_version_client_library: the library must exist
+ * (file_not_found, 1511), though kvq never loads it. */
+static fdb_error_t client_library_option(const uint8_t *value, int value_length, int setup)
+{
+    fdb_error_t err = str_param(value, value_length, 1, INT32_MAX);
+    if (err != 0)
+        return err;
+    char *path = malloc((size_t)value_length + 1);
+    if (path == NULL)
+        return FDB_ERR_INTERNAL_ERROR;
+    memcpy(path, value, (size_t)value_length);
+    path[value_length] = 0;
+    struct stat st;
+    int found = stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+    free(path);
+    return !found ? FDB_ERR_FILE_NOT_FOUND : setup ? FDB_ERR_INVALID_OPTION : 0;
+}
+
+/* The multi-version client's exclusive switches. */
+enum { MV_MULTI_VERSION, MV_LOCAL_CLIENT, MV_BYPASS };
+
+/* Sets one of the multi-version client's switches under the network's lock: refused once the
+ * network is set up (with after_setup) or when a switch it excludes is on. */
+static fdb_error_t mv_switch(int which, fdb_error_t after_setup)
+{
+    fdb_error_t err = 0;
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    int excluded = which == MV_MULTI_VERSION ? mv.local_client_disabled || mv.bypass_disabled
+                                             : mv.multi_version_disabled;
+    if (kvq__fdbc_net.setup)
+        err = after_setup;
+    else if (excluded)
+        err = FDB_ERR_INVALID_OPTION;
+    else if (which == MV_MULTI_VERSION)
+        mv.multi_version_disabled = 1;
+    else if (which == MV_LOCAL_CLIENT)
+        mv.local_client_disabled = 1;
+    else
+        mv.bypass_disabled = 1;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
+    return err;
+}
+
+/* The options of the multi-version client (which client libraries, how many threads, where
+ * callbacks run): most are refused once the network is set up. */
+static fdb_error_t
+client_option(int option, const uint8_t *value, int value_length, int api, int setup)
+{
+    fdb_error_t err;
+    switch (option) {
     case 61: /* callbacks_on_external_threads */
         err = no_param(value, value_length);
         return err != 0 ? err : setup ? FDB_ERR_INVALID_OPTION : 0;
@@ -393,42 +443,16 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
         err = no_param(value, value_length);
         if (err != 0)
             return err;
-        pthread_mutex_lock(&kvq__fdbc_net.mu);
-        if (kvq__fdbc_net.setup || mv.local_client_disabled || mv.bypass_disabled)
-            err = FDB_ERR_INVALID_OPTION;
-        else
-            mv.multi_version_disabled = 1;
-        pthread_mutex_unlock(&kvq__fdbc_net.mu);
-        return err;
+        return mv_switch(MV_MULTI_VERSION, FDB_ERR_INVALID_OPTION);
     case 64: /* disable_local_client */
         err = no_param(value, value_length);
         if (err != 0)
             return err;
-        pthread_mutex_lock(&kvq__fdbc_net.mu);
-        if (kvq__fdbc_net.setup || mv.multi_version_disabled)
-            err = FDB_ERR_INVALID_OPTION;
-        else
-            mv.local_client_disabled = 1;
-        pthread_mutex_unlock(&kvq__fdbc_net.mu);
-        return err;
+        return mv_switch(MV_LOCAL_CLIENT, FDB_ERR_INVALID_OPTION);
     case 62: /* external_client_library */
+        return client_library_option(value, value_length, setup);
     case 66: /* future_version_client_library (730) */
-        if (option == 66 && api < 730)
-            break;
-        err = str_param(value, value_length, 1, INT32_MAX);
-        if (err == 0) {
-            /* The library must exist (file_not_found, 1511), though kvq never loads it. */
-            char *path = malloc((size_t)value_length + 1);
-            if (path == NULL)
-                return FDB_ERR_INTERNAL_ERROR;
-            memcpy(path, value, (size_t)value_length);
-            path[value_length] = 0;
-            struct stat st;
-            int found = stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
-            free(path);
-            err = !found ? FDB_ERR_FILE_NOT_FOUND : setup ? FDB_ERR_INVALID_OPTION : 0;
-        }
-        return err;
+        return api < 730 ? NOT_THIS_GROUP : client_library_option(value, value_length, setup);
     case 63: /* external_client_directory */
         err = str_param(value, value_length, 1, INT32_MAX);
         return err != 0 ? err : setup ? FDB_ERR_INVALID_OPTION : 0;
@@ -441,35 +465,41 @@ fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_l
         return value != NULL && setup ? 0 : FDB_ERR_INTERNAL_ERROR;
     case 1001: /* external_client: only before setup, without a value */
         return value == NULL && !setup ? 0 : FDB_ERR_INTERNAL_ERROR;
-    case 37: /* trace_share_among_client_threads (730) */
-    case 68: /* ignore_external_client_failures */
-    case 69: /* fail_incompatible_client */
-        if (api < 730)
-            break;
-        return no_param(value, value_length);
-    case 38: /* trace_initialize_on_setup (730) */
-        if (api < 730)
-            break;
-        return 0;
+    case 68: /* ignore_external_client_failures (730) */
+    case 69: /* fail_incompatible_client (730) */
+        return api < 730 ? NOT_THIS_GROUP : no_param(value, value_length);
     case 91: /* client_tmp_dir (730) */
-        if (api < 730)
-            break;
-        return str_param(value, value_length, 1, INT32_MAX);
+        return api < 730 ? NOT_THIS_GROUP : str_param(value, value_length, 1, INT32_MAX);
     case 72: /* disable_client_bypass (730) */
         if (api < 730)
-            break;
-        pthread_mutex_lock(&kvq__fdbc_net.mu);
-        if (kvq__fdbc_net.setup)
-            err = FDB_ERR_INTERNAL_ERROR;
-        else if (mv.multi_version_disabled)
-            err = FDB_ERR_INVALID_OPTION;
-        else
-            mv.bypass_disabled = 1;
-        pthread_mutex_unlock(&kvq__fdbc_net.mu);
-        return err;
+            return NOT_THIS_GROUP;
+        return mv_switch(MV_BYPASS, FDB_ERR_INTERNAL_ERROR);
     default:
-        break;
+        return NOT_THIS_GROUP;
     }
+}
+
+/* Network options: the client-side ones (tracing, TLS, knobs, the multi-version client, client
+ * threads, a temporary directory) mean nothing for a local directory; they are accepted and have
+ * no effect, their values checked as FoundationDB's client checks them. Those that shape the
+ * multi-version client (which client libraries, how many threads, where callbacks run) are
+ * refused once the network is set up, with invalid_option (2007); the others may come later
+ * too. Unknown options are refused with invalid_option. */
+fdb_error_t fdb_network_set_option(int option, const uint8_t *value, int value_length)
+{
+    if (value_length < 0)
+        return FDB_ERR_INVALID_OPTION_VALUE;
+    pthread_mutex_lock(&kvq__fdbc_net.mu);
+    int api = kvq__fdbc_net.api;
+    int setup = kvq__fdbc_net.setup;
+    pthread_mutex_unlock(&kvq__fdbc_net.mu);
+    if (api == 0)
+        return FDB_ERR_API_VERSION_UNSET;
+    fdb_error_t err = trace_option(option, value, value_length, api);
+    if (err == NOT_THIS_GROUP)
+        err = client_option(option, value, value_length, api, setup);
+    if (err != NOT_THIS_GROUP)
+        return err;
     kvq__fdbc_complain("network option %d is not supported on a kvq directory", option);
     return FDB_ERR_INVALID_OPTION;
 }

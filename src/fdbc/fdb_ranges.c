@@ -379,7 +379,7 @@ static int walk_range(FDBTransaction *tr, const uint8_t *b, int bl, const uint8_
     for (;;) {
         const kvq_kv *kvs;
         size_t n = 0;
-        int more = 0;
+        bool more = false;
         rc = kvq_txn_get_range(&kvs, &n, &more, t, from, from_len, e, (size_t)el, 1000,
                                KVQ_SNAPSHOT);
         for (size_t i = 0; rc == 0 && i < n; i++)

@@ -90,7 +90,7 @@ static void test_read_your_writes(void **state)
     /* Ranges, forward and reverse, see the same merged view. */
     const kvq_kv *kvs;
     size_t cnt;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &cnt, &more, t, K("t/ryw/"), K("t/ryw0"), 0, 0));
     assert_int_equal(cnt, 3); /* a, dd, n */
     assert_memory_equal(kvs[0].key.data, "t/ryw/a", 7);

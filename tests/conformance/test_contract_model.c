@@ -121,7 +121,7 @@ static void check_range(kvq_txn *t,
     mkkey(e, hi);
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, K(b), K(e), limit,
                                 (reverse ? KVQ_REVERSE : 0) | (snapshot ? KVQ_SNAPSHOT : 0)));
     size_t j = 0;

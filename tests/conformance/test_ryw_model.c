@@ -175,7 +175,7 @@ static void check_database(struct run *r, const cf_model *m, const char *what)
     e[pfx_len()] = 0xff;
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)PFX, pfx_len(), e,
                                 pfx_len() + 1, 0, 0));
     check_rows(r, m, kvs, n, more, (const uint8_t *)PFX, pfx_len(), e, pfx_len() + 1, 0, 0, what);
@@ -231,15 +231,7 @@ static void one_op(struct run *r)
     } else if (pick < 35) { /* clear_range */
         kn = rand_bound(r, k);
         k2n = rand_bound(r, k2);
-        if (cf_bytes_cmp(k, kn, k2, k2n) > 0) {
-            uint8_t tmp[64];
-            size_t tn = kn;
-            memcpy(tmp, k, kn);
-            memcpy(k, k2, k2n);
-            kn = k2n;
-            memcpy(k2, tmp, tn);
-            k2n = tn;
-        }
+        cf_bytes_order(k, &kn, k2, &k2n);
         kname(a, sizeof(a), k, kn);
         kname(b, sizeof(b), k2, k2n);
         logf_op(r, "clear_range [%s, %s)", a, b);
@@ -331,15 +323,7 @@ static void one_op(struct run *r)
         int limit = cf_chance(&r->rng, 30) ? 0 : 1 + (int)cf_below(&r->rng, 5);
         kn = rand_bound(r, k);
         k2n = rand_bound(r, k2);
-        if (cf_bytes_cmp(k, kn, k2, k2n) > 0) {
-            uint8_t tmp[64];
-            size_t tn = kn;
-            memcpy(tmp, k, kn);
-            memcpy(k, k2, k2n);
-            kn = k2n;
-            memcpy(k2, tmp, tn);
-            k2n = tn;
-        }
+        cf_bytes_order(k, &kn, k2, &k2n);
         kname(a, sizeof(a), k, kn);
         kname(b, sizeof(b), k2, k2n);
         char what[200];
@@ -348,7 +332,7 @@ static void one_op(struct run *r)
         logf_op(r, "%s", what);
         const kvq_kv *kvs;
         size_t count;
-        int more = -1;
+        bool more = true;
         if ((rc = kvq_txn_get_range(&kvs, &count, &more, t, k, kn, k2, k2n, limit, flags)) != 0)
             fail_run(r, "%s -> %d %s (%s)", what, rc, kvq_errname(rc), kvq_last_error());
         check_rows(r, &r->view, kvs, count, more, k, kn, k2, k2n, limit, (flags & KVQ_REVERSE) != 0,

@@ -130,15 +130,7 @@ static int body(struct worker *w, cf_rng *r, kvq_txn *t, struct enc *e, int *inc
             int limit = (int)cf_below(r, 5);
             kn = hot_bound(r, k);
             k2n = hot_bound(r, k2);
-            if (cf_bytes_cmp(k, kn, k2, k2n) > 0) {
-                uint8_t tmp[64];
-                size_t tn = kn;
-                memcpy(tmp, k, kn);
-                memcpy(k, k2, k2n);
-                kn = k2n;
-                memcpy(k2, tmp, tn);
-                k2n = tn;
-            }
+            cf_bytes_order(k, &kn, k2, &k2n);
             const kvq_kv *kvs;
             size_t count;
             if ((rc = kvq_txn_get_range(&kvs, &count, NULL, t, k, kn, k2, k2n, limit, flags)) != 0)

@@ -32,7 +32,7 @@ static void expect_range(kvq_txn *txn,
     cf_key kb = cf_k(p, b), ke = cf_k(p, e), prefix = cf_k(p, "");
     const kvq_kv *kvs = NULL;
     size_t count = 99;
-    int more = -1;
+    bool more = true;
     int rc = kvq_txn_get_range(&kvs, &count, &more, txn, kb.b, kb.n, ke.b, ke.n, limit, flags);
     if (rc != 0)
         fail_msg("get_range [%s, %s) limit %d flags %u -> %d %s (%s)", b, e, limit, flags, rc,
@@ -163,7 +163,7 @@ static void test_binary_keys_and_values(void **state)
     end.b[end.n++] = 0xff; /* past the key 0xFF 0x00 */
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, base.b, base.n, end.b, end.n, 0, 0));
     assert_int_equal(n, 256);
     assert_int_equal(more, 0);
@@ -296,7 +296,7 @@ static void page_through(kvq_txn *t, const char *p, size_t n, int limit, unsigne
     for (int pages = 0; pages < 1000; pages++) {
         const kvq_kv *kvs;
         size_t count;
-        int more;
+        bool more;
         assert_ok(
             kvq_txn_get_range(&kvs, &count, &more, t, cur_b, cur_bn, cur_e, cur_en, limit, flags));
         assert_true(count <= (size_t)limit);
@@ -564,46 +564,71 @@ static const struct atomic_case atomic_cases[] = {
     { "xor truncates", KVQ_MUT_BIT_XOR, 1, 2, { 0xff, 0xff }, 1, { 0x0f }, 1, { 0xf0 } },
 };
 
+/* One case of an atomic operation on one key, as both tables below give it. */
+typedef struct op_run {
+    const char *name;
+    const char *what; /* the messages' prefix */
+    kvq_mutation op;
+    int has_init; /* 0: the key is missing */
+    const uint8_t *init;
+    size_t init_len;
+    const uint8_t *arg;
+    size_t arg_len;
+    const uint8_t *want; /* NULL: the key is absent afterwards */
+    size_t want_len;
+    const char *range_want; /* with ranges: the value the range reads find, or NULL */
+} op_run;
+
 /* Runs one case in three ways: (A) the initial value committed, the op and a read in the next
  * transaction, then a read after commit; (B) the same without reading before commit (the op is
  * applied at commit on the stored value); (C) the initial value written in the same
- * transaction as the op. */
-static void run_atomic_case(kvq_db *db, const char *p, size_t idx)
+ * transaction as the op. With ranges, the reads in the transaction are also a get_range over
+ * the key (forward and reverse). */
+static void run_op_modes(kvq_db *db, const char *p, size_t idx, const op_run *c, int ranges)
 {
-    const struct atomic_case *c = &atomic_cases[idx];
     char where[160];
     for (int mode = 0; mode < 3; mode++) {
         char ks[32];
         snprintf(ks, sizeof(ks), "c%zu_%d", idx, mode);
         cf_key k = cf_k(p, ks);
         kvq_txn *t = new_txn(db);
+        if (c->has_init)
+            assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
+        else
+            assert_ok(kvq_txn_clear(t, k.b, k.n));
         if (mode != 2) {
-            if (c->has_initial) {
-                assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
-            } else {
-                assert_ok(kvq_txn_clear(t, k.b, k.n));
-            }
             assert_ok(kvq_txn_commit(t));
             kvq_txn_reset(t);
-        } else if (c->has_initial) {
-            assert_ok(kvq_txn_set(t, k.b, k.n, c->init, c->init_len));
-        } else {
-            assert_ok(kvq_txn_clear(t, k.b, k.n));
         }
         assert_ok(kvq_txn_atomic_op(t, k.b, k.n, c->arg, c->arg_len, c->op));
         if (mode != 1) {
-            snprintf(where, sizeof(where), "atomic '%s' (mode %c), read in the transaction",
+            snprintf(where, sizeof(where), "%s'%s' (mode %c), read in the transaction", c->what,
                      c->name, 'A' + mode);
             cf_expect_value(t, k.b, k.n, 0, c->want, c->want_len, where);
             cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, c->want_len, where);
+            if (ranges) {
+                struct kv_str row = { ks, c->range_want };
+                char end[40];
+                snprintf(end, sizeof(end), "%s~", ks);
+                expect_range(t, p, ks, end, 0, 0, &row, c->range_want != NULL, 0);
+                expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->range_want != NULL, 0);
+            }
         }
         assert_ok(kvq_txn_commit(t));
         kvq_txn_reset(t);
-        snprintf(where, sizeof(where), "atomic '%s' (mode %c), read after commit", c->name,
+        snprintf(where, sizeof(where), "%s'%s' (mode %c), read after commit", c->what, c->name,
                  'A' + mode);
         cf_expect_value(t, k.b, k.n, 0, c->want, c->want_len, where);
         kvq_txn_destroy(t);
     }
+}
+
+static void run_atomic_case(kvq_db *db, const char *p, size_t idx)
+{
+    const struct atomic_case *c = &atomic_cases[idx];
+    op_run r = { c->name, "atomic ", c->op, c->has_initial, c->init, c->init_len, c->arg,
+                 c->arg_len, c->want, c->want_len, NULL };
+    run_op_modes(db, p, idx, &r, 0);
 }
 
 static void test_atomic_ops(void **state)
@@ -705,45 +730,15 @@ static const struct append_clear_case append_clear_cases[] = {
     { "compare_and_clear empty value, other", KVQ_MUT_COMPARE_AND_CLEAR, "", "x", "" },
 };
 
-/* As run_atomic_case: (A) initial value committed, op and reads in the next transaction;
- * (B) the op applied at commit without a read; (C) initial value and op in one transaction.
- * Reads in the transaction are a get and a get_range over the key (forward and reverse). */
+/* As run_atomic_case, the reads in the transaction with a get_range over the key. */
 static void run_append_clear_case(kvq_db *db, const char *p, size_t idx)
 {
     const struct append_clear_case *c = &append_clear_cases[idx];
-    char where[160];
-    for (int mode = 0; mode < 3; mode++) {
-        char ks[32];
-        snprintf(ks, sizeof(ks), "c%zu_%d", idx, mode);
-        cf_key k = cf_k(p, ks);
-        kvq_txn *t = new_txn(db);
-        if (c->init != NULL)
-            assert_ok(kvq_txn_set(t, k.b, k.n, K(c->init)));
-        else
-            assert_ok(kvq_txn_clear(t, k.b, k.n));
-        if (mode != 2) {
-            assert_ok(kvq_txn_commit(t));
-            kvq_txn_reset(t);
-        }
-        assert_ok(kvq_txn_atomic_op(t, k.b, k.n, K(c->arg), c->op));
-        size_t wn = c->want != NULL ? strlen(c->want) : 0;
-        if (mode != 1) {
-            snprintf(where, sizeof(where), "'%s' (mode %c), read in the transaction", c->name,
-                     'A' + mode);
-            cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
-            cf_expect_value(t, k.b, k.n, KVQ_SNAPSHOT, c->want, wn, where);
-            struct kv_str row = { ks, c->want };
-            char end[40];
-            snprintf(end, sizeof(end), "%s~", ks);
-            expect_range(t, p, ks, end, 0, 0, &row, c->want != NULL, 0);
-            expect_range(t, p, ks, end, 0, KVQ_REVERSE, &row, c->want != NULL, 0);
-        }
-        assert_ok(kvq_txn_commit(t));
-        kvq_txn_reset(t);
-        snprintf(where, sizeof(where), "'%s' (mode %c), read after commit", c->name, 'A' + mode);
-        cf_expect_value(t, k.b, k.n, 0, c->want, wn, where);
-        kvq_txn_destroy(t);
-    }
+    op_run r = { c->name, "", c->op, c->init != NULL,
+                 (const uint8_t *)c->init, c->init != NULL ? strlen(c->init) : 0,
+                 (const uint8_t *)c->arg, strlen(c->arg),
+                 (const uint8_t *)c->want, c->want != NULL ? strlen(c->want) : 0, c->want };
+    run_op_modes(db, p, idx, &r, 1);
 }
 
 static void test_append_if_fits_compare_and_clear(void **state)
@@ -1011,7 +1006,7 @@ static void test_versionstamped_keys(void **state)
     /* The stored keys hold exactly those stamps, in commit order, with their values. */
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, pre.b, pre.n, end.b, end.n, 0, 0));
     assert_int_equal(n, N);
     for (size_t i = 0; i < n; i++) {
@@ -1105,7 +1100,7 @@ static void test_versionstamp_unreadable(void **state)
         int present;
         const kvq_kv *kvs;
         size_t n;
-        int more;
+        bool more;
         /* Inside the span: a stamp far in the future, and the all-0xFF end. */
         uint8_t probe[300];
         memcpy(probe, pre.b, pre.n);
@@ -1181,7 +1176,7 @@ static void test_versionstamp_unreadable_set_and_clear(void **state)
     int present;
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
 
     kvq_txn *t = new_txn(db);
     assert_ok(kvq_txn_set_versionstamped_value(t, k.b, k.n, val, 14));
@@ -1312,7 +1307,7 @@ static void expect_model_range(
     cf_key b = cf_k(p, ""), e = cf_after_prefix(&b);
     const kvq_kv *kvs;
     size_t n;
-    int more = -1;
+    bool more = true;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, limit, flags));
     size_t *idx = malloc((m->n + 1) * sizeof(*idx));
     assert_non_null(idx);
@@ -1355,7 +1350,7 @@ static void test_many_point_clears(void **state)
     cf_key b = cf_k(p, "c"), e = cf_k(p, "d");
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_ok(kvq_txn_get_range(&kvs, &n, &more, t, b.b, b.n, e.b, e.n, 0, 0));
     assert_int_equal(n, N / STORED_EVERY);
     for (unsigned i = 0; i < N; i++) {

@@ -187,6 +187,22 @@ static void test_set_get_clear_and_ranges(void **state)
     fdb_transaction_destroy(tr);
 }
 
+/* Under a's reads, b writes key (= value) and commits; then a writes other (= other_value)
+ * and commits: a's result, 0 when its reads did not cover key, not_committed (1020) when they
+ * did. */
+static fdb_error_t write_under(FDBTransaction *a,
+                               FDBTransaction *b,
+                               const char *key,
+                               const char *value,
+                               const char *other,
+                               const char *other_value)
+{
+    set_s(b, key, value);
+    assert_int_equal(commit(b), 0);
+    set_s(a, other, other_value);
+    return commit(a);
+}
+
 static void test_conflict_and_retry_class(void **state)
 {
     (void)state;
@@ -194,10 +210,7 @@ static void test_conflict_and_retry_class(void **state)
     int present;
     char v[16];
     assert_int_equal(get_s(a, "x/k", &present, v, sizeof(v)), 0);
-    set_s(b, "x/k", "b");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "x/other", "a");
-    fdb_error_t e = commit(a);
+    fdb_error_t e = write_under(a, b, "x/k", "b", "x/other", "a");
     assert_int_equal(e, 1020);
     assert_true(fdb_error_predicate(FDB_ERROR_PREDICATE_RETRYABLE, e));
     assert_false(fdb_error_predicate(FDB_ERROR_PREDICATE_MAYBE_COMMITTED, e));
@@ -364,10 +377,9 @@ static void test_key_selectors(void **state)
         FDBTransaction *a = new_tr(), *b = new_tr();
         assert_int_equal(key_of(a, snapshot ? "s/4" : "s/3", 1, 1, snapshot, k, sizeof(k)), 0);
         assert_string_equal(k, snapshot ? "s/5" : "s/4");
-        set_s(b, snapshot ? "s/45" : "s/35", "new"); /* between the key and what it found */
-        assert_int_equal(commit(b), 0);
-        set_s(a, "s/written", "a");
-        assert_int_equal(commit(a), snapshot ? 0 : 1020);
+        /* b writes between the key and what it found. */
+        const char *between = snapshot ? "s/45" : "s/35";
+        assert_int_equal(write_under(a, b, between, "new", "s/written", "a"), snapshot ? 0 : 1020);
         fdb_transaction_destroy(a);
         fdb_transaction_destroy(b);
     }
@@ -586,10 +598,7 @@ static void test_transaction_options(void **state)
         assert_int_equal(get_err(reader, "o/c", 0, &present, out, sizeof(out)), 0);
         if (with)
             assert_int_equal(opt(writer, FDB_TR_OPTION_NEXT_WRITE_NO_WRITE_CONFLICT_RANGE), 0);
-        set_s(writer, "o/c", "w");
-        assert_int_equal(commit(writer), 0);
-        set_s(reader, "o/r", "r");
-        assert_int_equal(commit(reader), with ? 0 : 1020);
+        assert_int_equal(write_under(reader, writer, "o/c", "w", "o/r", "r"), with ? 0 : 1020);
         fdb_transaction_destroy(reader);
         fdb_transaction_destroy(writer);
     }
@@ -1503,39 +1512,32 @@ static void test_range_pages_by_bytes(void **state)
     assert_string_equal(last, "rb/07");
     fdb_transaction_destroy(tr);
 
-    /* Conflicts: a forward SMALL page covers rb/00..rb/02, no further. */
+    /* Conflicts: a forward SMALL page covers rb/00..rb/02, no further; a reverse one
+     * rb/07..rb/09. A write just outside the page does not conflict with it, one inside does. */
+    static const struct {
+        int reverse;
+        const char *key, *value;
+        fdb_error_t want;
+    } writes[] = {
+        { 0, "rb/03", "changed", 0 },
+        { 0, "rb/02", "changed", 1020 },
+        { 1, "rb/06", "changed", 0 },
+        { 1, "rb/07", "changed2", 1020 },
+    };
     FDBTransaction *r = new_tr(), *w = new_tr();
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
-    assert_int_equal(n, 3);
-    set_s(w, "rb/03", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 0);
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 0, &n, &more, first, last);
-    set_s(w, "rb/02", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 1020);
-    /* Reverse: rb/07..rb/09. */
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
-    assert_string_equal(last, "rb/07");
-    set_s(w, "rb/06", "changed");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 0);
-    fdb_transaction_reset(r);
-    fdb_transaction_reset(w);
-    page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, 1, &n, &more, first, last);
-    set_s(w, "rb/07", "changed2");
-    assert_int_equal(commit(w), 0);
-    set_s(r, "rb-out/1", "x");
-    assert_int_equal(commit(r), 1020);
+    for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+        page_of(r, "rb/", "rb0", 0, 0, FDB_STREAMING_MODE_SMALL, 0, writes[i].reverse, &n, &more,
+                first, last);
+        if (i == 0)
+            assert_int_equal(n, 3);
+        if (i == 2)
+            assert_string_equal(last, "rb/07");
+        assert_int_equal(write_under(r, w, writes[i].key, writes[i].value, "rb-out/1", "x"),
+                         writes[i].want);
+        fdb_transaction_reset(r);
+        fdb_transaction_reset(w);
+    }
     /* The transaction's own writes count, with snapshot_ryw_disable too. */
-    fdb_transaction_reset(r);
     assert_int_equal(fdb_transaction_set_option(r, (FDBTransactionOption)FDB_TR_OPTION_SNAPSHOT_RYW_DISABLE, NULL, 0),
                      0);
     char big[301];
@@ -1995,10 +1997,7 @@ static void test_used_after_commit(void **state)
     int present;
     char v[16];
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
-    set_s(b, "uc/k", "b");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "uc/other", "a");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "uc/k", "b", "uc/other", "a"), 1020);
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 2017);
     FDBFuture *f = fdb_transaction_get_range(a, (const uint8_t *)"uc/", 3, 0, 1,
                                              (const uint8_t *)"uc0", 3, 0, 1, 0, 0,
@@ -2012,10 +2011,7 @@ static void test_used_after_commit(void **state)
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
     set_s(b, "uc/k", "b2");
     fdb_transaction_reset(b);
-    set_s(b, "uc/k", "b2");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "uc/other", "a");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "uc/k", "b2", "uc/other", "a"), 1020);
     assert_int_equal(on_error(a, 1020), 0);
     assert_int_equal(get_s(a, "uc/k", &present, v, sizeof(v)), 0);
     assert_string_equal(v, "b2");
@@ -2067,10 +2063,7 @@ static void test_watch_reads_own_write(void **state)
     char v[16];
     assert_int_equal(get_s(a, "wo/other", &present, v, sizeof(v)), 0);
     w = fdb_transaction_watch(a, (const uint8_t *)"wo/k", 4);
-    set_s(b, "wo/k", "4");
-    assert_int_equal(commit(b), 0);
-    set_s(a, "wo/x", "1");
-    assert_int_equal(commit(a), 1020);
+    assert_int_equal(write_under(a, b, "wo/k", "4", "wo/x", "1"), 1020);
     assert_int_equal(wait_f(w), 1020);
     fdb_future_destroy(w);
     fdb_transaction_destroy(a);

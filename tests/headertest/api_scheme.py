@@ -13,7 +13,9 @@ Every function declared KVQ_API must:
      may be a predicate by its name (..._finished, ..._contains, ..._equal, kvq_error_...);
   5. take its outputs first: a parameter named out or outs is the first one;
   6. take a caller buffer as (out, size_t cap, size_t *len, ...);
-  7. say "stats", never "metrics".
+  7. say "stats", never "metrics";
+  8. give a yes-or-no output as bool *, never int * (an int * named as one, FLAG_NAMES, is
+     refused unless INT_FLAGS lists it).
 Before the headers, the checker runs itself over declarations that break each rule and fails
 unless it rejects every one of them (a checker that cannot fail checks nothing).
 Exit status 0 when everything holds; 1 with one line per breach otherwise.
@@ -30,6 +32,11 @@ GLOBALS = {"kvq_version", "kvq_strerror", "kvq_errname", "kvq_last_error",
            "kvq_last_error_code"}
 PREDICATE_NAME = re.compile(r"_(finished|contains|equal)$|^kvq_error_")
 DECL = re.compile(r"^KVQ_API\b(.*?);", re.M | re.S)
+# Output names that say yes or no.
+FLAG_NAMES = {"more", "present", "enqueued", "already", "found", "exists", "done"}
+# The one int * yes-or-no left (docs/api.md): the embedded engine calls kvq_txn_get with an int
+# and is rewritten this round; present becomes a bool * with it.
+INT_FLAGS = {("kvq_txn_get", "present")}
 
 
 def split_params(params):
@@ -103,6 +110,9 @@ def check(text, where):
         for i, n in enumerate(names):
             if n in ("out", "outs") and i != 0:
                 bad(name, f"the output '{n}' is parameter {i + 1}, not the first")
+        for p, n in zip(params, names):
+            if n in FLAG_NAMES and re.match(r"int\s*\*", p) and (name, n) not in INT_FLAGS:
+                bad(name, f"the yes-or-no output '{n}' is an int *, not a bool *")
         if "cap" in names:
             i = names.index("cap")
             if i != 1 or names[0] != "out" or len(names) < 3 or names[2] != "len" \
@@ -124,6 +134,8 @@ SELF_TEST = {
                           "size_t cap, const kvq_workq_lease *lease);",
     "metrics": "KVQ_API KVQ_NODISCARD int kvq_workq_get_metrics(kvq_workq_stats *out, "
                "kvq_workq *w);",
+    "int flag": "KVQ_API KVQ_NODISCARD int kvq_txn_get_range(const kvq_kv **out, size_t *count, "
+                "int *more, kvq_txn *txn);",
 }
 GOOD = """
 KVQ_API void kvq_db_close(kvq_db *db);
@@ -131,6 +143,8 @@ KVQ_API KVQ_NODISCARD const char *kvq_db_get_engine(const kvq_db *db);
 KVQ_API KVQ_NODISCARD bool kvq_error_retryable(int err);
 KVQ_API KVQ_NODISCARD int kvq_tuple_pack(
     uint8_t *out, size_t cap, size_t *len, const kvq_tuple_elem *elems, size_t count);
+KVQ_API KVQ_NODISCARD int kvq_txn_get_range(const kvq_kv **out, size_t *count, bool *more,
+    kvq_txn *txn);
 """
 
 

@@ -290,7 +290,7 @@ static int scan(kvq_txn *t, const char *begin, const char *end,
     for (;;) {
         const kvq_kv *kvs;
         size_t n;
-        int more;
+        bool more;
         int rc = kvq_txn_get_range(&kvs, &n, &more, t, b, bn, (const uint8_t *)end, strlen(end),
                                    200, KVQ_SNAPSHOT);
         if (rc != 0)

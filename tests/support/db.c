@@ -136,3 +136,15 @@ const char *kt_group_db_path(void)
 {
     return group_tmp.db;
 }
+
+int kt_put(kvq_db *db, const char *k, const char *v)
+{
+    kvq_txn *t = NULL;
+    int rc = kvq_txn_create(&t, db);
+    if (rc == 0)
+        rc = kvq_txn_set(t, (const uint8_t *)k, strlen(k), (const uint8_t *)v, strlen(v));
+    if (rc == 0)
+        rc = kvq_txn_commit(t);
+    kvq_txn_destroy(t);
+    return rc;
+}

@@ -67,6 +67,13 @@ int kt_tmpfs_mount(char *out, size_t cap, const char *tag, const char *size);
  * a kt_tmpfs_mount directory, then sets mnt to ""; nothing when mnt is "". */
 void kt_tmpfs_unmount(char *mnt);
 
+/* Fills what is left of the file system with the file `path` (created, truncated first when
+ * truncate is set, else appended to): 0, or -1 when it cannot be opened. */
+int kt_fill_disk(const char *path, int truncate);
+
+/* The bytes free for an unprivileged user on the file system of `path` (-1 on error). */
+long long kt_free_bytes(const char *path);
+
 /* A fresh directory and the path of a database in it ("<dir>/db"), the most common fixture. */
 typedef struct kt_tmp {
     char dir[240];
@@ -81,6 +88,14 @@ int kt_tmp_remove(kt_tmp *t);
 
 /* Writes "dir/name" to out; fails the current test when it does not fit. */
 void kt_path(char *out, size_t cap, const char *dir, const char *name);
+
+/* ---- time ---------------------------------------------------------------------------------- */
+
+/* Sleeps ms milliseconds (the whole time, through signals). */
+void kt_sleep_ms(long ms);
+
+/* The wall clock (CLOCK_REALTIME), in microseconds. */
+int64_t kt_wall_us(void);
 
 /* ---- seeds --------------------------------------------------------------------------------- */
 
@@ -143,6 +158,10 @@ int kt_db_try_open(kvq_db **out,
 
 /* Skips the current test when an open found the engine unavailable. */
 void kt_db_skip_unavailable(void);
+
+/* Sets key k to v (strings) in a transaction of its own, committed once (no retry): 0, or the
+ * first error. */
+int kt_put(kvq_db *db, const char *k, const char *v);
 
 /* One fresh embedded database for a whole cmocka group, opened into *db with default options:
  *     kt_group_db(&db, "tag");

@@ -1,4 +1,6 @@
 /* The conformance tests' model of the key-value store (model.h says what each does). */
+#include <assert.h>
+
 #include "model.h"
 
 int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
@@ -8,6 +10,20 @@ int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
     if (c != 0)
         return c < 0 ? -1 : 1;
     return an < bn ? -1 : an > bn ? 1 : 0;
+}
+
+void cf_bytes_order(uint8_t *a, size_t *an, uint8_t *b, size_t *bn)
+{
+    if (cf_bytes_cmp(a, *an, b, *bn) <= 0)
+        return;
+    assert(*an <= CF_MODEL_KEY_MAX && *bn <= CF_MODEL_KEY_MAX);
+    uint8_t tmp[CF_MODEL_KEY_MAX];
+    size_t tn = *an;
+    memcpy(tmp, a, tn);
+    memcpy(a, b, *bn);
+    *an = *bn;
+    memcpy(b, tmp, tn);
+    *bn = tn;
 }
 
 size_t cf_model_lower(const cf_model *m, const uint8_t *k, size_t kn)

@@ -28,6 +28,11 @@ typedef struct cf_model {
 
 int cf_bytes_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn);
 
+/* Puts the bounds of a range in order: swaps the keys a and b (each in a buffer of
+ * CF_MODEL_KEY_MAX bytes) when a sorts after b. */
+#define CF_MODEL_KEY_MAX 64
+void cf_bytes_order(uint8_t *a, size_t *an, uint8_t *b, size_t *bn);
+
 /* The first index whose key is >= k. */
 size_t cf_model_lower(const cf_model *m, const uint8_t *k, size_t kn);
 

@@ -160,3 +160,23 @@ int tq_parse(const uint8_t *v, size_t n, uint32_t *producer, uint32_t *seq)
     }
     return 0;
 }
+
+void tq_push_s(kvq_queue *q, const char *s)
+{
+    assert_ok(kvq_queue_push(q, (const uint8_t *)s, strlen(s)));
+}
+
+void tq_pop_expect(kvq_queue *q, const char *want)
+{
+    kvq_buf b = KVQ_BUF_INIT;
+    int rc = kvq_queue_pop(&b, q);
+    if (want == NULL) {
+        if (rc != KVQ_ENOTFOUND)
+            fail_msg("expected an empty queue, got rc %d value '%.*s'", rc, (int)b.len,
+                     (const char *)b.data);
+    } else {
+        assert_ok(rc);
+        assert_bytes(b.data, b.len, (const uint8_t *)want, strlen(want));
+    }
+    kvq_buf_dispose(&b);
+}

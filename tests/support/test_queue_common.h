@@ -63,6 +63,12 @@ size_t tq_crash_cycles(const char *name,
                        int check_end,
                        const char *history_prefixes);
 
+/* Pushes the string s (without its NUL). */
+void tq_push_s(kvq_queue *q, const char *s);
+
+/* Pops one value and checks it is the string want; want NULL: the queue must be empty. */
+void tq_pop_expect(kvq_queue *q, const char *want);
+
 /* Values of the concurrency tests: producer id (4 bytes BE) + sequence (4 bytes BE) + filler. */
 size_t tq_value(uint8_t *out, uint32_t producer, uint32_t seq);
 

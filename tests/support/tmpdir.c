@@ -1,12 +1,14 @@
 /* Temporary directories of the tests: made with mkdtemp, removed with nftw (no shell). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "kvq_test.h"
@@ -145,4 +147,27 @@ void kt_tmpfs_unmount(char *mnt)
     umount2(mnt, MNT_DETACH);
     rmdir(mnt);
     mnt[0] = '\0';
+}
+
+int kt_fill_disk(const char *path, int truncate)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0600);
+    if (fd < 0)
+        return -1;
+    /* Large writes until one fails, then small ones for the last partial blocks. */
+    static char junk[65536];
+    while (write(fd, junk, sizeof(junk)) > 0) {
+    }
+    while (write(fd, junk, 512) > 0) {
+    }
+    close(fd);
+    return 0;
+}
+
+long long kt_free_bytes(const char *path)
+{
+    struct statvfs v;
+    if (statvfs(path, &v) != 0)
+        return -1;
+    return (long long)v.f_bavail * (long long)v.f_frsize;
 }

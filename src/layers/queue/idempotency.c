@@ -415,7 +415,7 @@ int kvq_queue_token_init(kvq_queue_token *tok)
     return kvq__q_new_id(tok->id);
 }
 
-int kvq_queue_token_apply_txn(int *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok)
+int kvq_queue_token_apply_txn(bool *out, kvq_queue *q, kvq_txn *txn, kvq_queue_token *tok)
 {
     int rc = 0;
     if (q == NULL || txn == NULL)

@@ -125,7 +125,7 @@ static int prefix_used(kvq_txn *txn, const char *name, kvq_queue_type type, int 
         rc = kvq_buf_append(&end, p.data, p.len);
     const kvq_kv *kvs;
     size_t n = 0;
-    int more;
+    bool more;
     if (rc == 0) {
         end.data[end.len - 1]++;
         rc = kvq_txn_get_range(&kvs, &n, &more, txn, p.data, p.len, end.data, end.len, 1, 0);
@@ -370,7 +370,7 @@ int kvq_queue_list_named(kvq_db *db, kvq_queue_named_fn fn, void *payload)
     for (;;) {
         const kvq_kv *kvs;
         size_t n;
-        int more;
+        bool more;
         rc = kvq_txn_get_range(&kvs, &n, &more, txn, begin, blen, end, PREFIX_LEN, 100,
                                KVQ_SNAPSHOT);
         if (rc != 0)

@@ -346,7 +346,7 @@ static int count_pages(kvq_queue *q,
         size_t bl = cursor->len ? cursor->len : q->items_lo.len;
         const kvq_kv *kvs;
         size_t got;
-        int more = 0;
+        bool more = false;
         int rc = kvq_txn_get_range(&kvs, &got, &more, txn, b, bl, q->items_hi.data, q->items_hi.len,
                                    q->opts.page_size, flags);
         if (rc != 0)

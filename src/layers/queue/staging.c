@@ -290,6 +290,69 @@ static int wait_turn(hc *h, kvq_txn *txn, int *next)
     return rc;
 }
 
+/* Reads the nw waiters wk into ws: each one's id, registration version and end. want[end]:
+ * the live ones (registered within timeout_v of the read version) of each end; *first_live:
+ * the first of them, *mine_at: this popper's own (both nw when none). 0, or a malformed key's
+ * error. */
+static int read_waiters(const hc *h,
+                        waiter *ws,
+                        const kvq_kv *wk,
+                        size_t nw,
+                        int64_t timeout_v,
+                        int want[2],
+                        size_t *first_live,
+                        size_t *mine_at)
+{
+    const kvq_queue *q = h->q;
+    int64_t rv = h->o->rv;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < nw; i++) {
+        int64_t index;
+        rc = kvq__qk_parse_waiter(wk[i].key.data + q->bk.len, wk[i].key.len - q->bk.len, &index,
+                                  ws[i].rand);
+        ws[i].kv = &wk[i];
+        ws[i].reg = wk[i].value.len >= 8 ? (int64_t)kvq__le_get(wk[i].value.data, 8) : 0;
+        ws[i].end =
+            wk[i].value.len >= 9 && wk[i].value.data[8] == 1 && q->type == KVQ_QUEUE_PRIORITY
+                ? KVQ__END_MAX
+                : KVQ__END_MIN;
+        if (rv - ws[i].reg <= timeout_v) {
+            want[ws[i].end]++;
+            if (*first_live == nw)
+                *first_live = i;
+        }
+        if (!h->anon && memcmp(ws[i].rand, h->me, KVQ__RAND_LEN) == 0)
+            *mine_at = i;
+    }
+    return rc;
+}
+
+/* Hands item to another popper's waiter w: its result slot (the value) and the slot of the
+ * item's key, with the read version rv and the waiter's id. */
+static int give_result(kvq_queue *q, kvq_txn *txn, const waiter *w, const kvq_kv *item, int64_t rv)
+{
+    kvq_buf res = KVQ_BUF_INIT, rk = KVQ_BUF_INIT, rkv = KVQ_BUF_INIT;
+    uint8_t ver[8];
+    kvq__le64_put(ver, (uint64_t)rv);
+    int rc = kvq__qk_hc_slot(&res, pfx(q), "res", w->rand);
+    if (rc == 0)
+        rc = kvq__qk_hc_slot(&rk, pfx(q), "rk", w->rand);
+    if (rc == 0)
+        rc = kvq_buf_append(&rkv, ver, 8);
+    if (rc == 0)
+        rc = kvq_buf_append(&rkv, w->rand, KVQ__RAND_LEN);
+    if (rc == 0)
+        rc = kvq_buf_append(&rkv, item->key.data, item->key.len);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, res.data, res.len, item->value.data, item->value.len);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, rk.data, rk.len, rkv.data, rkv.len);
+    kvq_buf_dispose(&res);
+    kvq_buf_dispose(&rk);
+    kvq_buf_dispose(&rkv);
+    return rc;
+}
+
 /* One LEAD transaction: the first waiter's popper pairs waiters with items in order. */
 static int step_lead(hc *h, kvq_txn *txn, int *next)
 {
@@ -312,24 +375,7 @@ static int step_lead(hc *h, kvq_txn *txn, int *next)
     int64_t timeout_v = q->opts.staging_timeout_ms * KVQ__VERSIONS_PER_MS;
     int want[2] = { 0, 0 };
     size_t first_live = nw, mine_at = nw;
-    for (size_t i = 0; rc == 0 && i < nw; i++) {
-        int64_t index;
-        rc = kvq__qk_parse_waiter(wk[i].key.data + q->bk.len, wk[i].key.len - q->bk.len, &index,
-                                  ws[i].rand);
-        ws[i].kv = &wk[i];
-        ws[i].reg = wk[i].value.len >= 8 ? (int64_t)kvq__le_get(wk[i].value.data, 8) : 0;
-        ws[i].end =
-            wk[i].value.len >= 9 && wk[i].value.data[8] == 1 && q->type == KVQ_QUEUE_PRIORITY
-                ? KVQ__END_MAX
-                : KVQ__END_MIN;
-        if (rv - ws[i].reg <= timeout_v) {
-            want[ws[i].end]++;
-            if (first_live == nw)
-                first_live = i;
-        }
-        if (!h->anon && memcmp(ws[i].rand, h->me, KVQ__RAND_LEN) == 0)
-            mine_at = i;
-    }
+    rc = read_waiters(h, ws, wk, nw, timeout_v, want, &first_live, &mine_at);
     if (rc == 0 && !h->anon && !h->force) {
         /* Only the first live waiter's popper fulfils; the others wait for its commit. */
         if (mine_at == nw && nw < (size_t)q->opts.hc_batch) {
@@ -394,25 +440,7 @@ static int step_lead(hc *h, kvq_txn *txn, int *next)
             *next = PH_DONE;
             continue;
         }
-        kvq_buf res = KVQ_BUF_INIT, rk = KVQ_BUF_INIT, rkv = KVQ_BUF_INIT;
-        uint8_t ver[8];
-        kvq__le64_put(ver, (uint64_t)rv);
-        rc = kvq__qk_hc_slot(&res, pfx(q), "res", w->rand);
-        if (rc == 0)
-            rc = kvq__qk_hc_slot(&rk, pfx(q), "rk", w->rand);
-        if (rc == 0)
-            rc = kvq_buf_append(&rkv, ver, 8);
-        if (rc == 0)
-            rc = kvq_buf_append(&rkv, w->rand, KVQ__RAND_LEN);
-        if (rc == 0)
-            rc = kvq_buf_append(&rkv, item->key.data, item->key.len);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, res.data, res.len, item->value.data, item->value.len);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, rk.data, rk.len, rkv.data, rkv.len);
-        kvq_buf_dispose(&res);
-        kvq_buf_dispose(&rk);
-        kvq_buf_dispose(&rkv);
+        rc = give_result(q, txn, w, item, rv);
     }
     kvq__free(ws);
     static const uint8_t one[8] = { 1 };
@@ -452,6 +480,49 @@ static void do_wait(hc *h, int *next)
     /* A fulfil committed (look again), or none did for a while: lead ourselves. */
     h->force = rc != 0;
     *next = PH_LEAD;
+}
+
+/* One attempt of the pop's current phase in txn (the idempotency marker's check first: a pop
+ * found done is PH_DONE). *next: the phase after it, once txn commits. */
+static int run_step(hc *h, kvq_txn *txn, int phase, int *next)
+{
+    kvq__qop *o = h->o;
+    o->attempt++;
+    int rc = kvq__qop_begin(o, txn);
+    if (rc != 0)
+        return rc;
+    if (o->found) {
+        *next = PH_DONE;
+        return 0;
+    }
+    switch (phase) {
+    case PH_SIMPLE:
+        return step_simple(h, txn, next);
+    case PH_REGISTER:
+        return step_register(h, txn, next);
+    case PH_LEAD:
+        return step_lead(h, txn, next);
+    default:
+        return step_check(h, txn, next);
+    }
+}
+
+/* A step committed: its statistics, and the handle's contention pressure, which a pop done by
+ * the simple path lowers. */
+static void step_committed(hc *h, int phase, int next)
+{
+    kvq_queue *q = h->q;
+    if (phase == PH_SIMPLE && next == PH_DONE && !h->o->found)
+        KVQ__STAT_INC(q, hc_simple);
+    if (phase == PH_SIMPLE && next == PH_DONE &&
+        __atomic_load_n(&q->hc_pressure, __ATOMIC_RELAXED) > 0)
+        __atomic_sub_fetch(&q->hc_pressure, 1, __ATOMIC_RELAXED);
+    if ((phase == PH_SIMPLE || phase == PH_REGISTER) && next == PH_LEAD && !h->reg_maybe)
+        KVQ__STAT_INC(q, hc_registered);
+    if (phase == PH_LEAD && h->fulfil_wrote) {
+        KVQ__STAT_INC(q, hc_fulfils);
+        h->force = 0;
+    }
 }
 
 int kvq__staging_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch)
@@ -501,41 +572,12 @@ int kvq__staging_pop(kvq_queue *q, kvq__qop *o, int end, kvq_watch **watch)
             kvq_watch_destroy(*watch);
             *watch = NULL;
         }
-        o->attempt++;
         int next = phase;
-        rc = kvq__qop_begin(o, txn);
-        if (rc == 0 && o->found)
-            next = PH_DONE;
-        else if (rc == 0) {
-            switch (phase) {
-            case PH_SIMPLE:
-                rc = step_simple(&h, txn, &next);
-                break;
-            case PH_REGISTER:
-                rc = step_register(&h, txn, &next);
-                break;
-            case PH_LEAD:
-                rc = step_lead(&h, txn, &next);
-                break;
-            default:
-                rc = step_check(&h, txn, &next);
-                break;
-            }
-        }
+        rc = run_step(&h, txn, phase, &next);
         if (rc == 0)
             rc = kvq_txn_commit(txn);
         if (rc == 0) {
-            if (phase == PH_SIMPLE && next == PH_DONE && !o->found)
-                KVQ__STAT_INC(q, hc_simple);
-            if (phase == PH_SIMPLE && next == PH_DONE &&
-                __atomic_load_n(&q->hc_pressure, __ATOMIC_RELAXED) > 0)
-                __atomic_sub_fetch(&q->hc_pressure, 1, __ATOMIC_RELAXED);
-            if ((phase == PH_SIMPLE || phase == PH_REGISTER) && next == PH_LEAD && !h.reg_maybe)
-                KVQ__STAT_INC(q, hc_registered);
-            if (phase == PH_LEAD && h.fulfil_wrote) {
-                KVQ__STAT_INC(q, hc_fulfils);
-                h.force = 0;
-            }
+            step_committed(&h, phase, next);
             if (next == PH_DONE)
                 break;
             kvq_txn_reset(txn);

@@ -198,7 +198,7 @@ out:
     return rc;
 }
 
-int kvq_workq_push_txn(int *out,
+int kvq_workq_push_txn(bool *out,
                        kvq_workq *w,
                        kvq_txn *txn,
                        const uint8_t *value,
@@ -235,7 +235,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
     push_ctx *c = arg;
     if (c->o.dedup_key == NULL) {
         /* No dedup key: the queue's idempotency token makes a retry after 1021 a no-op. */
-        int already = 0;
+        bool already = false;
         int rc = kvq_queue_token_apply_txn(&already, c->w->q, txn, &c->tok);
         if (rc != 0)
             return rc;
@@ -248,7 +248,7 @@ static int push_conv_body(kvq_txn *txn, void *arg)
 }
 
 int kvq_workq_push(
-    int *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po)
+    bool *out, kvq_workq *w, const uint8_t *value, size_t len, const kvq_workq_push_options *po)
 {
     push_ctx c;
     memset(&c, 0, sizeof(c));
@@ -606,6 +606,54 @@ int64_t kvq__wq_lease_ms(const kvq_workq *w)
 
 /* ---- settle: ack, nack, extend ------------------------------------------------------------- */
 
+/* The lease's record is gone: says why, from its settled marker (KVQ_ELEASE_SETTLED: acked or
+ * nacked) or its absence (KVQ_ELEASE_EXPIRED: the item went back to the queue). k: scratch. */
+static int lease_gone(kvq_workq *w, kvq_txn *txn, const kvq_workq_lease *lease, kvq_buf *k)
+{
+    kvq_bytes sv;
+    int settled = 0;
+    int rc = s_key(k, w, lease->received, lease->id);
+    if (rc == 0)
+        rc = kvq_txn_get(&sv, &settled, txn, k->data, k->len, 0);
+    if (rc == 0)
+        rc = settled ? kvq__error(KVQ_ELEASE_SETTLED, "the lease was already %s",
+                                  sv.len > 0 && sv.data[0] == OUT_NACK ? "nacked" : "acked")
+                     : kvq__error(KVQ_ELEASE_EXPIRED,
+                                  "the lease expired and its item went back to the queue");
+    return rc;
+}
+
+/* Moves a live lease's end from deadline to nd: its expiry index entry, and its record m (a
+ * copy of the stored one, rewritten with the new end). k: scratch. */
+static int extend_lease(kvq_workq *w,
+                        kvq_txn *txn,
+                        kvq_workq_lease *lease,
+                        kvq_buf *k,
+                        kvq_buf *m,
+                        int64_t deadline,
+                        int64_t nd)
+{
+    int rc = x_key(k, w, deadline, lease->id);
+    if (rc == 0)
+        rc = kvq_txn_clear(txn, k->data, k->len);
+    if (rc == 0)
+        rc = x_key(k, w, nd, lease->id);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k->data, k->len, NULL, 0);
+    /* A lease that now ends earlier may be the first to end: wake the long polls, which sleep
+     * until the first lease ends (they watch tick). */
+    if (rc == 0 && nd < deadline)
+        rc = kvq__wq_counter_add(txn, &w->tick, 1);
+    kvq__le64_put(m->data, (uint64_t)nd);
+    if (rc == 0)
+        rc = kvq__wq_id_key(k, &w->base_l, lease->id);
+    if (rc == 0)
+        rc = kvq_txn_set(txn, k->data, k->len, m->data, m->len);
+    if (rc == 0)
+        lease->deadline = nd;
+    return rc;
+}
+
 int kvq__wq_settle_txn(
     kvq_workq *w, kvq_txn *txn, kvq_workq_lease *lease, int kind, int64_t arg, kvq__wq_tally *tally)
 {
@@ -627,17 +675,7 @@ int kvq__wq_settle_txn(
     if (rc != 0)
         goto out;
     if (!present || lv.len < 20) {
-        /* Either settled (its marker says so) or expired and given back. */
-        kvq_bytes sv;
-        int settled = 0;
-        rc = s_key(&k, w, lease->received, lease->id);
-        if (rc == 0)
-            rc = kvq_txn_get(&sv, &settled, txn, k.data, k.len, 0);
-        if (rc == 0)
-            rc = settled ? kvq__error(KVQ_ELEASE_SETTLED, "the lease was already %s",
-                                      sv.len > 0 && sv.data[0] == OUT_NACK ? "nacked" : "acked")
-                         : kvq__error(KVQ_ELEASE_EXPIRED,
-                                      "the lease expired and its item went back to the queue");
+        rc = lease_gone(w, txn, lease, &k);
         goto out;
     }
     int64_t deadline = (int64_t)kvq__le_get(lv.data, 8);
@@ -657,25 +695,7 @@ int kvq__wq_settle_txn(
         goto out;
     suffix = m.data + 20;
     if (kind == SETTLE_EXTEND) {
-        int64_t nd = rv + arg;
-        rc = x_key(&k, w, deadline, lease->id);
-        if (rc == 0)
-            rc = kvq_txn_clear(txn, k.data, k.len);
-        if (rc == 0)
-            rc = x_key(&k, w, nd, lease->id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, NULL, 0);
-        /* A lease that now ends earlier may be the first to end: wake the long polls, which
-         * sleep until the first lease ends (they watch tick). */
-        if (rc == 0 && nd < deadline)
-            rc = kvq__wq_counter_add(txn, &w->tick, 1);
-        kvq__le64_put(m.data, (uint64_t)nd);
-        if (rc == 0)
-            rc = kvq__wq_id_key(&k, &w->base_l, lease->id);
-        if (rc == 0)
-            rc = kvq_txn_set(txn, k.data, k.len, m.data, m.len);
-        if (rc == 0)
-            lease->deadline = nd;
+        rc = extend_lease(w, txn, lease, &k, &m, deadline, rv + arg);
         goto out;
     }
     kvq_buf val = KVQ_BUF_INIT;

@@ -12,7 +12,7 @@ typedef struct dlq_page {
     kvq_buf vals[KVQ__WQ_BATCH];
     uint32_t deliv[KVQ__WQ_BATCH];
     size_t n;
-    int more;
+    bool more;
 } dlq_page;
 
 /* One page of snapshot reads of the range [base + 00, base + FF), after the key `after` when it
@@ -22,14 +22,14 @@ static int read_page(kvq_txn *txn,
                      const kvq_buf *after,
                      const kvq_kv **kvs,
                      size_t *got,
-                     int *more)
+                     bool *more)
 {
     kvq_buf lo = KVQ_BUF_INIT, hi = KVQ_BUF_INIT;
     int rc = kvq__wq_range_of(&lo, &hi, base);
     if (rc == 0 && after->len > 0)
         rc = kvq__key_after(&lo, after->data, after->len);
     *got = 0;
-    *more = 0;
+    *more = false;
     if (rc == 0)
         rc = kvq_txn_get_range(kvs, got, more, txn, lo.data, lo.len, hi.data, hi.len, KVQ__WQ_BATCH,
                                KVQ_SNAPSHOT);
@@ -105,7 +105,7 @@ typedef struct item_page {
     kvq_buf *vals;
     kvq_workq_item *info;
     size_t n, cap;
-    int more;
+    bool more;
 } item_page;
 
 /* Room for one more item in p. */
@@ -251,7 +251,7 @@ static int item_page_body(kvq_txn *txn, void *arg)
     const kvq_kv *kvs;
     size_t got = 0;
     p->n = 0;
-    p->more = 0;
+    p->more = false;
     int rc = kvq_txn_get_read_version(&rv, txn);
     /* What is due is ready first, so it is listed as neither (at the first page). */
     if (rc == 0 && p->after.len == 0)
@@ -296,7 +296,7 @@ static int item_page_body(kvq_txn *txn, void *arg)
         }
     }
     if (rc == 0 && got == 0)
-        p->more = 0;
+        p->more = false;
     kvq_buf_dispose(&k);
     return rc;
 }
@@ -314,7 +314,7 @@ list_items(kvq_workq *w, int delayed, kvq_workq_item_fn fn, void *payload, const
         return kvq__error(KVQ_ENOMEM, "out of memory");
     p->w = w;
     p->delayed = delayed;
-    int more;
+    bool more;
     do {
         rc = kvq_db_transact(w->q->db, item_page_body, p);
         more = p->more;

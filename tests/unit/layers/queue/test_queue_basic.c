@@ -20,24 +20,6 @@ static kvq_queue *open_q(kvq_queue_type t, const kvq_subspace *sub, unsigned int
     return q;
 }
 
-static void push_s(kvq_queue *q, const char *s)
-{
-    assert_ok(kvq_queue_push(q, (const uint8_t *)s, strlen(s)));
-}
-
-static void pop_expect(kvq_queue *q, const char *want)
-{
-    kvq_buf b = KVQ_BUF_INIT;
-    int rc = kvq_queue_pop(&b, q);
-    if (want == NULL) {
-        assert_int_equal(rc, KVQ_ENOTFOUND);
-    } else {
-        assert_ok(rc);
-        assert_bytes(b.data, b.len, (const uint8_t *)want, strlen(want));
-    }
-    kvq_buf_dispose(&b);
-}
-
 static uint64_t len_of(kvq_queue *q)
 {
     uint64_t n = 99999;
@@ -238,7 +220,7 @@ static void test_stored_bytes(void **state)
 {
     (void)state;
     kvq_queue *q = open_q(KVQ_QUEUE_DURABLE, NULL, 0);
-    push_s(q, "hello");
+    tq_push_s(q, "hello");
     raw r = { KVQ_BUF_INIT, KVQ_BUF_INIT, 0 };
     assert_ok(kvq_db_transact(db, read_raw, &r));
     /* npop absent, npush = 01 00.. (8 bytes LE), one item key of 21 bytes (9 + 10-byte stamp +
@@ -249,19 +231,19 @@ static void test_stored_bytes(void **state)
     assert_int_equal(r.key.data[19], 0); /* user version 0 */
     assert_int_equal(r.key.data[20], 0);
     assert_bytes(r.val.data, r.val.len, (const uint8_t *)"hello", 5);
-    pop_expect(q, "hello");
+    tq_pop_expect(q, "hello");
     kvq_queue_close(q);
 
     q = open_q(KVQ_QUEUE_FIFO, NULL, 0);
-    push_s(q, "v1");
+    tq_push_s(q, "v1");
     assert_ok(kvq_db_transact(db, read_fifo_raw, &r));
     assert_int_equal(r.n, 1);
     static const uint8_t fh[] = { 0x02, 0x51, 0x00, 0x15, 0x01, 0x01 };
     assert_bytes(r.key.data, 6, fh, sizeof(fh));
     assert_int_equal(r.key.data[r.key.len - 1], 0x00);
     assert_bytes(r.val.data, r.val.len, (const uint8_t *)"v1", 2);
-    push_s(q, "v2");
-    push_s(q, "v3");
+    tq_push_s(q, "v2");
+    tq_push_s(q, "v3");
     assert_int_equal(len_of(q), 3);
     assert_ok(kvq_queue_delete(q));
     kvq_queue_close(q);
@@ -288,14 +270,14 @@ static void fifo_like(kvq_queue *q)
     char v[32];
     for (int i = 0; i < 25; i++) {
         snprintf(v, sizeof(v), "item-%02d", i);
-        push_s(q, v);
+        tq_push_s(q, v);
     }
     assert_int_equal(len_of(q), 25);
     kvq_buf b = KVQ_BUF_INIT;
     assert_ok(kvq_queue_peek(&b, q));
     assert_bytes(b.data, b.len, (const uint8_t *)"item-00", 7);
-    pop_expect(q, "item-00");
-    pop_expect(q, "item-01");
+    tq_pop_expect(q, "item-00");
+    tq_pop_expect(q, "item-01");
     kvq_buf outs[5] = { KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT, KVQ_BUF_INIT };
     size_t n = 0;
     assert_ok(kvq_queue_pop_k(outs, &n, q, 5));
@@ -315,15 +297,15 @@ static void fifo_like(kvq_queue *q)
     assert_ok(kvq_queue_push(q, big, KVQ_MAX_VALUE_SIZE));
     assert_int_equal(kvq_queue_push(q, big, KVQ_MAX_VALUE_SIZE + 1), KVQ_EVALUE_TOO_LARGE);
     assert_non_null(strstr(kvq_last_error(), "100000"));
-    pop_expect(q, "");
+    tq_pop_expect(q, "");
     assert_ok(kvq_queue_pop(&b, q));
     assert_int_equal(b.len, KVQ_MAX_VALUE_SIZE);
     assert_int_equal(b.data[0], 0x5a);
     check_empty(q);
     free(big);
     /* Fewer than k left: pop_k returns what there is. */
-    push_s(q, "a");
-    push_s(q, "b");
+    tq_push_s(q, "a");
+    tq_push_s(q, "b");
     assert_ok(kvq_queue_pop_k(outs, &n, q, 5));
     assert_int_equal(n, 2);
     assert_bytes(outs[1].data, outs[1].len, (const uint8_t *)"b", 1);
@@ -383,9 +365,9 @@ static void prio_like(kvq_queue *q)
     }
     check_empty(q);
     /* The generic push puts items at priority 0; the generic pop is pop_min. */
-    push_s(q, "zero");
+    tq_push_s(q, "zero");
     assert_ok(kvq_queue_push_prio(q, (const uint8_t *)"neg", 3, -1));
-    pop_expect(q, "neg");
+    tq_pop_expect(q, "neg");
     assert_ok(kvq_queue_pop_prio(&b, &p, q, KVQ_QUEUE_MIN));
     assert_int_equal(p, 0);
     kvq_buf_dispose(&b);
@@ -442,7 +424,7 @@ static void test_durable(void **state)
     assert_int_equal(n, 0);
     assert_non_null(w);
     assert_int_equal(kvq_watch_wait(w, 0), KVQ_ETIMED_OUT);
-    push_s(q, "d000");
+    tq_push_s(q, "d000");
     assert_ok(kvq_watch_wait(w, 5000));
     kvq_watch_destroy(w);
 
@@ -480,7 +462,7 @@ static void test_durable(void **state)
     /* kvq_queue_watch fires on the next push only. */
     assert_ok(kvq_queue_watch(&w, q));
     assert_int_equal(kvq_watch_wait(w, 50), KVQ_ETIMED_OUT);
-    push_s(q, "x");
+    tq_push_s(q, "x");
     assert_ok(kvq_watch_wait(w, 5000));
     kvq_watch_destroy(w);
     /* Clear keeps npush − npop equal to the item count. */
@@ -488,7 +470,7 @@ static void test_durable(void **state)
     assert_int_equal(len_of(q), 6);
     assert_ok(kvq_queue_clear(q));
     check_empty(q);
-    push_s(q, "after");
+    tq_push_s(q, "after");
     assert_int_equal(len_of(q), 1);
     /* Delete removes every key, counters included. */
     assert_ok(kvq_queue_delete(q));
@@ -583,7 +565,7 @@ static void test_durable_spread(void **state)
     char v[8];
     for (int i = 0; i < 400; i++) {
         snprintf(v, sizeof(v), "s%03d", i);
-        push_s(q, v);
+        tq_push_s(q, v);
         present[np++] = i;
     }
     const size_t k = 3;
@@ -725,7 +707,7 @@ static void test_named(void **state)
     kvq_bytes pre = kvq_queue_get_prefix(q);
     static const uint8_t want[] = { 0x01, 'n', 'a', 'm', 'e', 'd', '-', 'j', 'o', 'b', 's', 0x00 };
     assert_bytes(pre.data, pre.len, want, sizeof(want));
-    push_s(q, "w1");
+    tq_push_s(q, "w1");
     kvq_workq *w = NULL;
     assert_ok(kvq_workq_open(&w, q, NULL));
     kvq_buf v = KVQ_BUF_INIT;
@@ -871,7 +853,7 @@ static void test_bad_args(void **state)
     assert_int_equal(kvq_queue_watch(NULL, q), KVQ_EINVAL);
     assert_int_equal(kvq_queue_consumer_source(&src, q), KVQ_EWRONGTYPE);
     kvq_queue_token tok;
-    int already;
+    bool already;
     assert_int_equal(kvq_queue_token_init(NULL), KVQ_EINVAL);
     assert_ok(kvq_queue_token_init(&tok));
     assert_int_equal(kvq_queue_token_apply_txn(&already, q, NULL, &tok), KVQ_EINVAL);
@@ -909,7 +891,7 @@ static void test_side_by_side(void **state)
     for (int r = 0; r < 5; r++)
         for (int i = 0; i < 7; i++) {
             snprintf(v, sizeof(v), "q%d-%d", i, r);
-            push_s(q[i], v);
+            tq_push_s(q[i], v);
         }
     for (int i = 0; i < 7; i++)
         assert_int_equal(len_of(q[i]), 5);
@@ -917,14 +899,14 @@ static void test_side_by_side(void **state)
     for (int r = 0; r < 5; r++)
         for (int i = 6; i >= 0; i--) {
             snprintf(v, sizeof(v), "q%d-%d", i, r);
-            pop_expect(q[i], v);
+            tq_pop_expect(q[i], v);
         }
     for (int i = 0; i < 7; i++)
         check_empty(q[i]);
     /* Deleting ("R",) and (b"q",) leaves the others; deleting ("Q",) also removes the queue
      * nested in it (documented). */
     for (int i = 0; i < 7; i++)
-        push_s(q[i], "again");
+        tq_push_s(q[i], "again");
     assert_ok(kvq_queue_delete(q[2]));
     assert_ok(kvq_queue_delete(q[3]));
     assert_int_equal(len_of(q[2]), 0);
@@ -978,7 +960,7 @@ static void test_iterate(void **state)
     char v[16];
     for (int i = 0; i < 10; i++) {
         snprintf(v, sizeof(v), "%d", i);
-        push_s(f, v);
+        tq_push_s(f, v);
         assert_ok(kvq_queue_push_prio(p, (const uint8_t *)v, strlen(v), (i * 7) % 5 - 2));
     }
     assert_int_equal(len_of(f), 10);
@@ -1018,7 +1000,7 @@ static void test_iterate(void **state)
 typedef struct tok_arg {
     kvq_queue *q;
     kvq_queue_token *tok;
-    int already;
+    bool already;
 } tok_arg;
 
 static int tok_body(kvq_txn *txn, void *arg)
@@ -1055,14 +1037,14 @@ static void test_tokens_and_window(void **state)
      * versions advance with time, as FoundationDB's do, so a sleep alone moves them on. */
     q->bucket_versions = 2000;
     kvq__sleep_us(20000);
-    push_s(q, "tick"); /* reads a version 10 buckets on: prunes the token's marker */
+    tq_push_s(q, "tick"); /* reads a version 10 buckets on: prunes the token's marker */
     assert_int_equal(kvq_db_transact(db, tok_body, &a), KVQ_ETIMED_OUT);
     size_t before = 0, after = 0;
     for (int i = 0; i < 20; i++)
-        push_s(q, "m");
+        tq_push_s(q, "m");
     assert_ok(kvq_db_transact(db, count_marks, &before));
     kvq__sleep_us(20000);
-    push_s(q, "m"); /* reads a version 10 buckets on: prunes the older buckets, with every
+    tq_push_s(q, "m"); /* reads a version 10 buckets on: prunes the older buckets, with every
                      * earlier marker, and leaves its own */
     assert_ok(kvq_db_transact(db, count_marks, &after));
     assert_true(before >= 1);

@@ -47,20 +47,6 @@ static int teardown(void **state)
     return kt_group_db_teardown(state);
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int64_t read_version(void)
 {
     kvq_txn *t;
@@ -99,7 +85,7 @@ static void test_counter_even_after_commits(void **state)
     assert_true(s1 > s0);
     assert_true(__atomic_load_n(&shm->rv_floor, __ATOMIC_SEQ_CST) >= cv);
     /* With nothing in flight, read versions run ahead of the last commit with the clock. */
-    sleep_ms(2);
+    kt_sleep_ms(2);
     int64_t rv = read_version();
     assert_true(rv > cv);
 }
@@ -131,12 +117,12 @@ static void test_killed_committer(void **state)
     int lock = hold_commit_lock();
     __atomic_store_n(&shm->commit_seq, even + 1, __ATOMIC_SEQ_CST);
     assert_int_equal(read_version(), cv0);
-    sleep_ms(2);
+    kt_sleep_ms(2);
     assert_int_equal(read_version(), cv0);
 
     /* After publishing it (and raising the floor to it, as a committer does): read versions
      * stop just below it. */
-    int64_t v = now_us() + 5000;
+    int64_t v = kt_wall_us() + 5000;
     __atomic_store_n(&shm->rv_floor, v, __ATOMIC_SEQ_CST);
     __atomic_store_n(&shm->inflight_version, v, __ATOMIC_SEQ_CST);
     __atomic_store_n(&shm->inflight_seq, even + 1, __ATOMIC_SEQ_CST);
@@ -160,7 +146,7 @@ static void test_killed_committer(void **state)
     uint64_t s = load_seq();
     assert_true((s & 1) == 0);
     assert_true(rv1 >= v - 1);
-    sleep_ms(20);
+    kt_sleep_ms(20);
     int64_t rv2 = read_version();
     assert_true(rv2 > rv1);
     assert_true(rv2 >= v);
@@ -173,7 +159,7 @@ static void test_killed_committer(void **state)
     assert_int_equal(kvq_txn_set(r, K("x"), K("1")), 0);
     assert_int_equal(kvq_txn_commit(r), KVQ_ENOT_COMMITTED);
     kvq_txn_destroy(r);
-    sleep_ms(10);
+    kt_sleep_ms(10);
     assert_true(read_version() > cv1);
 }
 
@@ -181,7 +167,7 @@ static void test_killed_committer(void **state)
 static void test_clock_steps_back(void **state)
 {
     (void)state;
-    int64_t ahead = now_us() + 60 * 1000000LL;
+    int64_t ahead = kt_wall_us() + 60 * 1000000LL;
     __atomic_store_n(&shm->rv_floor, ahead, __ATOMIC_SEQ_CST);
     int64_t rv = read_version();
     assert_true(rv >= ahead - 1);
@@ -207,7 +193,7 @@ static void test_wall_clock_step_forward(void **state)
     assert_true(cv < before + 60 * 1000000LL);
     assert_true(rv_step >= cv);
     int64_t a = read_version();
-    sleep_ms(300);
+    kt_sleep_ms(300);
     int64_t b = read_version();
     printf("# read version advanced %" PRId64 " in 300 ms after a corrected step\n", b - a);
     assert_true(b - a >= 200000);

@@ -111,7 +111,7 @@ static void env_close(wq_env *e)
 
 static void push_str(kvq_workq *w, const char *s, const kvq_workq_push_options *po, int want)
 {
-    int enq = -1;
+    bool enq = want == 0; /* the opposite of what is wanted: a push that leaves it fails */
     assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)s, strlen(s), po));
     assert_int_equal(enq, want);
 }
@@ -200,7 +200,7 @@ static void test_bad_input(void **state)
     kvq_buf b = KVQ_BUF_INIT;
     kvq_workq_lease l;
     memset(&l, 0, sizeof(l));
-    int enq;
+    bool enq;
     assert_int_equal(kvq_workq_push(&enq, NULL, (const uint8_t *)"x", 1, NULL), KVQ_EINVAL);
     assert_int_equal(kvq_workq_push(&enq, e.w, NULL, 1, NULL), KVQ_EINVAL);
     static uint8_t big[KVQ_MAX_VALUE_SIZE + 1];
@@ -588,7 +588,7 @@ static void test_dedup(void **state)
     po.dedup_len = 8;
     int64_t t0 = db_now(e.db);
     push_str(e.w, "v1", &po, 1);
-    int enq = -1;
+    bool enq = true;
     assert_ok(kvq_workq_push(&enq, e.w, (const uint8_t *)"v2", 2, &po));
     if (enq != 0)
         assert_true(db_now(e.db) - t0 >= 400000); /* only if the machine stalled */
@@ -625,7 +625,7 @@ static void test_metrics_model(void **state)
             kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
             if (op == 1)
                 po.delay_ms = 3600000; /* stays delayed for the whole test */
-            int enq;
+            bool enq;
             assert_ok(kvq_workq_push(&enq, e.w, (const uint8_t *)"m", 1, &po));
             if (op == 1)
                 delayed++;
@@ -795,7 +795,7 @@ static void test_oldest_age_priority(void **state)
 static int outbox_body(kvq_txn *txn, void *arg)
 {
     kvq_workq *w = arg;
-    int enq;
+    bool enq;
     int rc = kvq_workq_push_txn(&enq, w, txn, (const uint8_t *)"tx", 2, NULL);
     if (rc == 0)
         rc = kvq_txn_set(txn, (const uint8_t *)"app", 3, (const uint8_t *)"1", 1);

@@ -86,21 +86,14 @@ static kvq_db *open_url(const char *url, unsigned int flags)
 /* Fills what is left of the file system with the file `filler`. */
 static void fill_disk(const char *filler)
 {
-    int fd = open(filler, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    assert_true(fd >= 0);
-    static char junk[65536];
-    while (write(fd, junk, sizeof junk) > 0) {
-    }
-    while (write(fd, junk, 512) > 0) {
-    }
-    close(fd);
+    assert_int_equal(kt_fill_disk(filler, 0), 0);
 }
 
 static uint64_t free_bytes(const char *dir)
 {
-    struct statvfs v;
-    assert_int_equal(statvfs(dir, &v), 0);
-    return (uint64_t)v.f_bavail * v.f_frsize;
+    long long n = kt_free_bytes(dir);
+    assert_true(n >= 0);
+    return (uint64_t)n;
 }
 
 static uint64_t qlen(kvq_queue *q)
@@ -403,7 +396,7 @@ static long count_keys(kvq_db *db, const char *prefix, int *err)
             return -1;
         const kvq_kv *kvs;
         size_t got = 0;
-        int more = 0;
+        bool more = false;
         *err = kvq_txn_get_range(&kvs, &got, &more, t, b, bl, e, pl + 1, 1000, 0);
         if (*err != 0) {
             kvq_txn_destroy(t);

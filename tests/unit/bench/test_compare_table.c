@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../bench/compare/table.c"
+#include "bench/compare/table.c" /* from the project root (tests/CMakeLists.txt) */
 
 static int parse(qb_options *o, char *err, size_t cap, int argc, char **argv)
 {

@@ -200,13 +200,7 @@ static int count_prefix(const char *path, const char *prefix)
 
 static void put(kvq_db *db, const char *key, const char *value)
 {
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, db), 0);
-    assert_int_equal(
-        kvq_txn_set(t, (const uint8_t *)key, strlen(key), (const uint8_t *)value, strlen(value)),
-        0);
-    assert_int_equal(kvq_txn_commit(t), 0);
-    kvq_txn_destroy(t);
+    assert_int_equal(kt_put(db, key, value), 0);
 }
 
 static void test_paused_reader_gets_too_old(void **state)

@@ -56,7 +56,7 @@ static void push_items(kvq_workq *w, kvq_queue_type type)
         kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
         if (type == KVQ_QUEUE_PRIORITY)
             po.priority = i % 5;
-        int enq;
+        bool enq;
         assert_ok(kvq_workq_push(&enq, w, v, n, &po));
         assert_int_equal(enq, 1);
     }
@@ -390,7 +390,7 @@ static void test_sigkill_redelivers(void **state)
     assert_ok(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL));
     assert_ok(kvq_workq_open(&w, q, &never_dead));
     assert_ok(kvq_db_transact(db, tick_body, NULL));
-    int enq;
+    bool enq;
     assert_ok(kvq_workq_push(&enq, w, (const uint8_t *)"work", 4, NULL));
     char flag[300];
     snprintf(flag, sizeof(flag), "%s/child-received", tq_dir);

@@ -22,39 +22,22 @@
 /* How far ahead of the wall clock the versions are put: 100 seconds of versions. */
 #define AHEAD_US 100000000LL
 
-static char dir[64];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static int setup(void **state)
 {
     (void)state;
-    if (kt_mkdtemp(dir, sizeof(dir) - 3, "emb-shm-lost") != 0)
-        return -1;
-    strcat(dir, "/db");
-    return 0;
+    return kt_tmp_make(&tmp, "emb-shm-lost");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    dir[strlen(dir) - 3] = '\0';
-    return kt_rm_rf(dir) == 0 ? 0 : -1;
+    return kt_tmp_remove(&tmp);
 }
 
 #define K(s) (const uint8_t *)(s), strlen(s)
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static int64_t read_version(kvq_db *db)
 {
@@ -81,7 +64,7 @@ static int64_t commit_set(kvq_db *db, const char *k, const char *v)
 /* Raises rv_floor in the database's kvq.shm to v. */
 static void raise_floor(int64_t v)
 {
-    char p[96];
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.shm", dir);
     int fd = open(p, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -101,12 +84,12 @@ static kvq_db *ahead_then_lose_shm(int rebuild, int64_t *stored)
     kvq_db *db;
     assert_int_equal(kvq_db_open(&db, dir, NULL), 0);
     commit_set(db, "a", "1");
-    raise_floor(now_us() + AHEAD_US);
+    raise_floor(kt_wall_us() + AHEAD_US);
     *stored = commit_set(db, "b", "2");
-    assert_true(*stored > now_us() + AHEAD_US / 2);
+    assert_true(*stored > kt_wall_us() + AHEAD_US / 2);
     kvq_db_close(db);
 
-    char p[96];
+    char p[300];
     snprintf(p, sizeof(p), "%s/kvq.shm", dir);
     if (!rebuild) {
         assert_int_equal(unlink(p), 0);
@@ -126,7 +109,7 @@ static void check_advancing(kvq_db *db, int64_t stored)
 {
     int64_t r1 = read_version(db);
     assert_true(r1 >= stored);
-    sleep_ms(30);
+    kt_sleep_ms(30);
     int64_t r2 = read_version(db);
     /* 30 ms of CLOCK_MONOTONIC is 30,000 versions: without the fix, both read versions are
      * the stored version. */

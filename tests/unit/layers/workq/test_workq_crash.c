@@ -131,7 +131,7 @@ static void producer_main(const char *dir, kvq_queue_type type, uint32_t writer,
             po.dedup_key = v; /* unique per item: exactly once through the dedup key */
             po.dedup_len = 8;
         }
-        int enq = 0;
+        bool enq = false;
         int rc = kvq_workq_push(&enq, w, v, vn, &po);
         if (rc != 0 || enq != 1) {
             /* The retry loop has no limit here: any error is a failure. */

@@ -191,6 +191,17 @@ static void clear_all(void)
     kvq_txn_destroy(t);
 }
 
+/* A test's start: skipped without a database, else an empty one and a transaction on it. */
+static kvq_txn *fresh_txn(void)
+{
+    if (g_db == NULL)
+        skip();
+    clear_all();
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, g_db), 0);
+    return t;
+}
+
 static void assert_value(kvq_bytes b, const char *s)
 {
     assert_int_equal(b.len, strlen(s));
@@ -200,11 +211,7 @@ static void assert_value(kvq_bytes b, const char *s)
 static void test_set_get_commit(void **state)
 {
     (void)state;
-    if (g_db == NULL)
-        skip();
-    clear_all();
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, g_db), 0);
+    kvq_txn *t = fresh_txn();
     kvq_bytes v;
     int present = 1;
     assert_int_equal(kvq_txn_get(&v, &present, t, B("a"), 1, 0), 0);
@@ -248,11 +255,7 @@ static void test_set_get_commit(void **state)
 static void test_atomic_add(void **state)
 {
     (void)state;
-    if (g_db == NULL)
-        skip();
-    clear_all();
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, g_db), 0);
+    kvq_txn *t = fresh_txn();
     uint8_t one[8] = { 1 }, five[8] = { 5 };
     assert_int_equal(kvq_txn_atomic_op(t, B("n"), 1, one, 8, KVQ_MUT_ADD), 0);
     assert_int_equal(kvq_txn_atomic_op(t, B("n"), 1, five, 8, KVQ_MUT_ADD), 0);
@@ -311,7 +314,7 @@ static void test_range_paging(void **state)
     assert_int_equal(kvq_txn_create(&t, g_db), 0);
     const kvq_kv *all, *kvs;
     size_t n = 0, nall = 0;
-    int more = -1;
+    bool more = true;
     assert_int_equal(kvq_txn_get_range(&all, &nall, &more, t, B("k"), 1, B("l"), 1, 0, 0), 0);
     assert_int_equal(nall, 10);
     assert_int_equal(more, 0);
@@ -357,6 +360,16 @@ static void test_range_paging(void **state)
 
 /* Conflicts ------------------------------------------------------------------------------- */
 
+/* Under a's reads, b writes key (= value) and commits; then a writes and commits: want is 0
+ * when a's reads did not cover key, KVQ_ENOT_COMMITTED when they did. */
+static void write_under(kvq_txn *a, kvq_txn *b, const char *key, const char *value, int want)
+{
+    assert_int_equal(kvq_txn_set(b, B(key), strlen(key), B(value), strlen(value)), 0);
+    assert_int_equal(kvq_txn_commit(b), 0);
+    assert_int_equal(kvq_txn_set(a, B("x"), 1, B("a"), 1), 0);
+    assert_int_equal(kvq_txn_commit(a), want);
+}
+
 static void test_conflict(void **state)
 {
     (void)state;
@@ -369,19 +382,13 @@ static void test_conflict(void **state)
     kvq_bytes v;
     int present;
     assert_int_equal(kvq_txn_get(&v, &present, a, B("k01"), 3, 0), 0);
-    assert_int_equal(kvq_txn_set(b, B("k01"), 3, B("b"), 1), 0);
-    assert_int_equal(kvq_txn_commit(b), 0);
-    assert_int_equal(kvq_txn_set(a, B("x"), 1, B("a"), 1), 0);
-    assert_int_equal(kvq_txn_commit(a), KVQ_ENOT_COMMITTED);
+    write_under(a, b, "k01", "b", KVQ_ENOT_COMMITTED);
 
     /* A snapshot read adds no conflict. */
     kvq_txn_reset(a);
     kvq_txn_reset(b);
     assert_int_equal(kvq_txn_get(&v, &present, a, B("k01"), 3, KVQ_SNAPSHOT), 0);
-    assert_int_equal(kvq_txn_set(b, B("k01"), 3, B("c"), 1), 0);
-    assert_int_equal(kvq_txn_commit(b), 0);
-    assert_int_equal(kvq_txn_set(a, B("x"), 1, B("a"), 1), 0);
-    assert_int_equal(kvq_txn_commit(a), 0);
+    write_under(a, b, "k01", "c", 0);
 
     /* A limited range read conflicts only up to the last key it returned, across pages:
      * 5 keys (two pages) cover k00..k04. */
@@ -393,10 +400,7 @@ static void test_conflict(void **state)
         assert_int_equal(kvq_txn_get_range(&kvs, &n, NULL, a, B("k"), 1, B("l"), 1, 5, 0), 0);
         assert_int_equal(n, 5);
         const char *k = round == 0 ? "k07" : "k04";
-        assert_int_equal(kvq_txn_set(b, B(k), 3, B("w"), 1), 0);
-        assert_int_equal(kvq_txn_commit(b), 0);
-        assert_int_equal(kvq_txn_set(a, B("x"), 1, B("a"), 1), 0);
-        assert_int_equal(kvq_txn_commit(a), round == 0 ? 0 : KVQ_ENOT_COMMITTED);
+        write_under(a, b, k, "w", round == 0 ? 0 : KVQ_ENOT_COMMITTED);
     }
 
     /* Reverse: from the last key returned to the end. */
@@ -407,10 +411,7 @@ static void test_conflict(void **state)
                          0);
         assert_int_equal(n, 4);
         const char *k = round == 0 ? "k05" : "k06";
-        assert_int_equal(kvq_txn_set(b, B(k), 3, B("w"), 1), 0);
-        assert_int_equal(kvq_txn_commit(b), 0);
-        assert_int_equal(kvq_txn_set(a, B("x"), 1, B("a"), 1), 0);
-        assert_int_equal(kvq_txn_commit(a), round == 0 ? 0 : KVQ_ENOT_COMMITTED);
+        write_under(a, b, k, "w", round == 0 ? 0 : KVQ_ENOT_COMMITTED);
     }
 
     /* Explicit conflict ranges. */
@@ -493,11 +494,7 @@ static void test_retry_loop(void **state)
 static void test_versionstamp(void **state)
 {
     (void)state;
-    if (g_db == NULL)
-        skip();
-    clear_all();
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, g_db), 0);
+    kvq_txn *t = fresh_txn();
     /* "vs/" + 10 placeholder bytes + offset 3 (little-endian). */
     uint8_t key[17] = { 'v', 's', '/' };
     memset(key + 3, 0xff, 10);

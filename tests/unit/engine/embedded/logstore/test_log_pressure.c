@@ -46,14 +46,7 @@ static void stats_of(kvq_db *db, kvq__logstore_stats *st)
 
 static int put(kvq_db *db, const char *k, const char *v)
 {
-    kvq_txn *t = NULL;
-    int rc = kvq_txn_create(&t, db);
-    if (rc == 0)
-        rc = kvq_txn_set(t, K(k), K(v));
-    if (rc == 0)
-        rc = kvq_txn_commit(t);
-    kvq_txn_destroy(t);
-    return rc;
+    return kt_put(db, k, v);
 }
 
 static size_t count_prefix(kvq_db *db, const char *b, const char *e)
@@ -67,7 +60,7 @@ static size_t count_prefix(kvq_db *db, const char *b, const char *e)
     for (;;) {
         const kvq_kv *kv = NULL;
         size_t n = 0;
-        int more = 0;
+        bool more = false;
         assert_int_equal(kvq_txn_get_range(&kv, &n, &more, t, from, from_len, K(e), 500, 0), 0);
         total += n;
         if (!more || n == 0)
@@ -79,13 +72,6 @@ static size_t count_prefix(kvq_db *db, const char *b, const char *e)
     }
     kvq_txn_destroy(t);
     return total;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
 }
 
 /* The stand-in for another process's applier: holds ckpt.lock until a commit has reached the
@@ -104,7 +90,7 @@ static void *holder_main(void *arg)
         stats_of(h->db, &st);
         if (st.forced > 0)
             break;
-        sleep_ms(2);
+        kt_sleep_ms(2);
     }
     flock(h->fd, LOCK_UN);
     __atomic_store_n(&h->released, 1, __ATOMIC_RELEASE);

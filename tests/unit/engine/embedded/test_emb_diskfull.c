@@ -60,14 +60,7 @@ static size_t count(kvq_db *db)
 /* Fills what is left of the file system with the file `filler`. */
 static void fill_disk(const char *filler)
 {
-    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    static char junk[65536];
-    while (write(fd, junk, sizeof(junk)) > 0) {
-    }
-    while (write(fd, junk, 512) > 0) {
-    }
-    close(fd);
+    assert_int_equal(kt_fill_disk(filler, 1), 0);
 }
 
 /* Skips the test when the tmpfs could not be mounted. */

@@ -24,7 +24,8 @@
 #include "kvq/kvq.h"
 #include "kvq_test.h"
 
-static char dir[256];
+static kt_tmp tmp;
+static const char *const dir = tmp.db; /* the database, in a fresh directory */
 
 static int64_t mono_ms(void)
 {
@@ -53,12 +54,7 @@ static kvq_db *open_with_window(const char *ms, unsigned int flags)
 
 static void put(kvq_db *db, const char *k, const char *v)
 {
-    kvq_txn *t;
-    assert_int_equal(kvq_txn_create(&t, db), 0);
-    assert_int_equal(kvq_txn_set(t, (const uint8_t *)k, strlen(k), (const uint8_t *)v, strlen(v)),
-                     0);
-    assert_int_equal(kvq_txn_commit(t), 0);
-    kvq_txn_destroy(t);
+    assert_int_equal(kt_put(db, k, v), 0);
 }
 
 static int get(kvq_txn *t, const char *k)
@@ -71,17 +67,13 @@ static int get(kvq_txn *t, const char *k)
 static int setup(void **state)
 {
     (void)state;
-    if (kt_mkdtemp(dir, sizeof(dir) - 3, "txn-window") != 0)
-        return -1;
-    strcat(dir, "/db");
-    return 0;
+    return kt_tmp_make(&tmp, "txn-window");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    dir[strlen(dir) - 3] = '\0';
-    return kt_rm_rf(dir) == 0 ? 0 : -1;
+    return kt_tmp_remove(&tmp);
 }
 
 static void test_shrunk_window(void **state)

@@ -115,6 +115,38 @@ static void expect_damaged(const char *dir)
     assert_int_equal(probe(dir, &all), KVQ_EDAMAGED);
 }
 
+/* The end of the others: the database opens and every row reads back (probe). */
+static void expect_intact(const char *dir)
+{
+    int all = 0;
+    assert_int_equal(probe(dir, &all), 0);
+    assert_true(all);
+}
+
+/* probe with the database opened read-only. */
+static int probe_read_only(const char *dir, int *read_all)
+{
+    probe_flags = KVQ_DB_READ_ONLY;
+    int rc = probe(dir, read_all);
+    probe_flags = 0;
+    return rc;
+}
+
+/* Writes `len` bytes of `fill` over the file at path (created when it is missing). */
+static void fill_file(const char *path, int fill, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    uint8_t junk[4096];
+    memset(junk, fill, sizeof(junk));
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < sizeof(junk) ? len - done : sizeof(junk);
+        assert_int_equal(write(fd, junk, n), (ssize_t)n);
+        done += n;
+    }
+    close(fd);
+}
+
 static int probe_child(const char *dir, int *read_all, int *hang)
 {
     int fds[2];
@@ -195,9 +227,7 @@ static void test_intact(void **state)
     char dir[128];
     new_dir(dir, sizeof(dir));
     make_db(dir);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), 0);
-    assert_true(all);
+    expect_intact(dir);
 }
 
 static void test_value_bit_flip(void **state)
@@ -261,15 +291,8 @@ static void test_wal_garbage(void **state)
      * the main file) reads as it was. */
     char dir[128], file[160];
     damage_case(dir, sizeof(dir), file, sizeof(file), "data.db-wal");
-    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    char junk[8192];
-    memset(junk, 0x37, sizeof(junk));
-    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
-    close(fd);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), 0);
-    assert_true(all);
+    fill_file(file, 0x37, 8192);
+    expect_intact(dir);
 }
 
 static void test_shm_garbage(void **state)
@@ -277,20 +300,10 @@ static void test_shm_garbage(void **state)
     (void)state;
     char dir[128], file[160];
     damage_case(dir, sizeof(dir), file, sizeof(file), "data.db-shm");
-    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    char junk[32768];
-    memset(junk, 0xa5, sizeof(junk));
-    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
-    close(fd);
+    fill_file(file, 0xa5, 32768);
     snprintf(file, sizeof(file), "%s/kvq.shm", dir);
-    fd = open(file, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, junk, 4096), 4096);
-    close(fd);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), 0);
-    assert_true(all);
+    fill_file(file, 0xa5, 4096);
+    expect_intact(dir);
 }
 
 /* Writes kvq.shm: `len` bytes of `fill`, then (if floor > 0) a kvq-looking layout whose
@@ -324,27 +337,17 @@ static void test_shm_short_or_foreign_read_only(void **state)
         make_db(dir);
         write_shm(dir, lens[i], 0, 0, 0);
         int all = 0;
-        probe_flags = KVQ_DB_READ_ONLY;
-        int rc = probe(dir, &all);
-        probe_flags = 0;
-        assert_int_equal(rc, KVQ_EDAMAGED);
+        assert_int_equal(probe_read_only(dir, &all), KVQ_EDAMAGED);
     }
     char dir[128];
     new_dir(dir, sizeof(dir));
     make_db(dir);
     write_shm(dir, 4096, 0x5a, 0x12345678u, 0);
     int all = 0;
-    probe_flags = KVQ_DB_READ_ONLY;
-    int rc = probe(dir, &all);
-    probe_flags = 0;
-    assert_int_equal(rc, KVQ_EDAMAGED);
+    assert_int_equal(probe_read_only(dir, &all), KVQ_EDAMAGED);
     /* A read-write open rebuilds it; read-only opens work again afterwards. */
-    assert_int_equal(probe(dir, &all), 0);
-    assert_true(all);
-    probe_flags = KVQ_DB_READ_ONLY;
-    rc = probe(dir, &all);
-    probe_flags = 0;
-    assert_int_equal(rc, 0);
+    expect_intact(dir);
+    assert_int_equal(probe_read_only(dir, &all), 0);
     assert_true(all);
 }
 
@@ -358,9 +361,7 @@ static void test_shm_short_or_foreign_rebuilt(void **state)
     new_dir(dir, sizeof(dir));
     make_db(dir);
     write_shm(dir, 100, 0x11, 0, 0);
-    int all = 0;
-    assert_int_equal(probe(dir, &all), 0);
-    assert_true(all);
+    expect_intact(dir);
 
     new_dir(dir, sizeof(dir));
     make_db(dir);

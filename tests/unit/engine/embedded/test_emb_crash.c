@@ -272,7 +272,7 @@ static outcome campaign(int cycles)
     for (;;) {
         const kvq_kv *kvs;
         size_t n;
-        int more;
+        bool more;
         assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, begin, blen, (const uint8_t *)"log0",
                                            4, 1000, KVQ_SNAPSHOT),
                          0);

@@ -183,7 +183,7 @@ typedef struct done_scan {
     size_t n, cap;
     uint8_t begin[16];
     size_t blen;
-    int more;
+    bool more;
 } done_scan;
 
 static int scan_page(kvq_txn *txn, void *arg)

@@ -100,7 +100,7 @@ static size_t count_range(kvq_db *db, const char *b, const char *e)
     assert_int_equal(kvq_txn_create(&t, db), 0);
     const kvq_kv *kvs;
     size_t n;
-    int more;
+    bool more;
     assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)b, strlen(b),
                                        (const uint8_t *)e, strlen(e), 0, 0),
                      0);

@@ -121,7 +121,7 @@ static int64_t push_delayed(env *e, const char *s, int64_t delay_ms, int64_t pri
     kvq_workq_push_options po = KVQ_WORKQ_PUSH_OPTIONS_INIT;
     po.delay_ms = delay_ms;
     po.priority = e->type == KVQ_QUEUE_PRIORITY ? prio : 0;
-    int enq = 0;
+    bool enq = false;
     assert_ok(kvq_workq_push(&enq, e->w, (const uint8_t *)s, strlen(s), &po));
     assert_int_equal(enq, 1);
     /* The push read a version below this one: it is due at most delay later. */

@@ -54,13 +54,6 @@ static void gate(int closed)
 static kt_tmp tmp;
 static const char *const dir = tmp.db;
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 static int is_log_store(kvq_db *db)
 {
     emb_db *e = db->engine;
@@ -128,7 +121,7 @@ static void push_unsynced(pusher *p, kvq_db *db, const char *k, const char *v)
     assert_int_equal(pthread_create(&p->th, NULL, push_main, p), 0);
     for (int i = 0; written_of(db) <= w0; i++) {
         assert_true(i < HANG_MS);
-        sleep_ms(1);
+        kt_sleep_ms(1);
     }
 }
 
@@ -256,7 +249,7 @@ static void test_watch_fires_after_sync(void **state)
     /* The watcher's first look at the armed watch (the scan is counted under watch_mu). */
     for (int i = 0; scans_of(db) <= s; i++) {
         assert_true(i < HANG_MS);
-        sleep_ms(1);
+        kt_sleep_ms(1);
     }
     uint64_t s0 = scans_of(db);
     static pusher p;
@@ -266,7 +259,7 @@ static void test_watch_fires_after_sync(void **state)
      * watch_mu, so once it is counted here a watch it fired has fired). */
     for (int i = 0; scans_of(db) <= s0; i++) {
         assert_true(i < HANG_MS);
-        sleep_ms(1);
+        kt_sleep_ms(1);
     }
     int early = kvq_watch_wait(w, 0);
     gate(0);

@@ -52,22 +52,15 @@ static void clean(void)
 
 static long long free_bytes(void)
 {
-    struct statvfs v;
-    assert_int_equal(statvfs(mnt, &v), 0);
-    return (long long)v.f_bavail * (long long)v.f_frsize;
+    long long n = kt_free_bytes(mnt);
+    assert_true(n >= 0);
+    return n;
 }
 
 /* Fills what is left of the file system with the file `filler`. */
 static void fill_disk(const char *filler)
 {
-    int fd = open(filler, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    assert_true(fd >= 0);
-    static char junk[65536];
-    while (write(fd, junk, sizeof(junk)) > 0) {
-    }
-    while (write(fd, junk, 512) > 0) {
-    }
-    close(fd);
+    assert_int_equal(kt_fill_disk(filler, 0), 0);
 }
 
 /* Shrinks `filler` so that about `want` bytes of the file system are free. */
