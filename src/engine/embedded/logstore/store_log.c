@@ -111,6 +111,8 @@ static void ls_close(emb_store *s)
         close(s->dir_fd);
     pthread_mutex_destroy(&s->apply_mu);
     pthread_mutex_destroy(&s->pin_mu);
+    kvq__ls_skips_free(s);
+    pthread_mutex_destroy(&s->skip_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->ckpt_write_mu);
     pthread_cond_destroy(&s->ckpt_cv);
@@ -319,6 +321,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     s->table_live = UINT64_MAX;
     pthread_mutex_init(&s->apply_mu, NULL);
     pthread_mutex_init(&s->pin_mu, NULL);
+    pthread_mutex_init(&s->skip_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->ckpt_write_mu, NULL);
     pthread_cond_init(&s->ckpt_cv, NULL);
