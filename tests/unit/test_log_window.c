@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/embedded/emb.h"
+#include "engine/embedded/logstore/store_log.h"
+#include "engine/engine.h"
 #include "kvq/kvq.h"
 #include "util/util.h"
 #include "test_log_util.h"
@@ -117,6 +120,12 @@ static int head_at(kvq_db *db, int64_t rv, int *first, int *rc_out)
     return n;
 }
 
+static void stats_of(kvq_db *db, kvq__logstore_stats *st)
+{
+    emb_db *e = db->engine;
+    kvq__logstore_get_stats(e->store, st);
+}
+
 static int get_item(kvq_txn *t, int i)
 {
     char k[32];
@@ -178,10 +187,15 @@ static void test_popped_rows_at_old_versions(void **state)
 
     /* The newest version, read twice (the second starts past the run the first walked), then
      * older versions of the same table: every item popped after them is there. */
+    kvq__logstore_stats s0, s1;
+    stats_of(db, &s0);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(head_at(db, 0, &first, NULL), ITEMS - 80);
         assert_int_equal(first, 80);
     }
+    stats_of(db, &s1);
+    assert_int_equal(s1.rows_walked, s0.rows_walked + 80);
+    assert_int_equal(s1.skips, s0.skips + 1);
     assert_int_equal(head_at(db, rv30, &first, NULL), ITEMS - 30);
     assert_int_equal(first, 30);
     assert_int_equal(head_at(db, 0, &first, NULL), ITEMS - 80);
@@ -235,10 +249,111 @@ static void test_popped_rows_at_old_versions(void **state)
     kvq_db_close(db);
 }
 
+/* The first key t reads from the head into buf ("" when none). */
+static void head_key(kvq_db *db, char *buf, size_t cap)
+{
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    const kvq_kv *kvs;
+    size_t n = 0;
+    int more = 0;
+    assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)"q/", 2,
+                                       (const uint8_t *)"q0", 2, 1, 0),
+                     0);
+    buf[0] = '\0';
+    if (n > 0) {
+        assert_true(kvs[0].key.len < cap);
+        memcpy(buf, kvs[0].key.data, kvs[0].key.len);
+        buf[kvs[0].key.len] = '\0';
+    }
+    kvq_txn_destroy(t);
+}
+
+/* Waits (up to a minute, widened in slow builds) until db's reads at rv are refused: the table
+ * passed rv. */
+static void wait_table_past(kvq_db *db, int64_t rv)
+{
+    long waits = 30000L * kvq_test_time_factor();
+    int rc = 0, first;
+    for (long w = 0; w < waits; w++) {
+        head_at(db, rv, &first, &rc);
+        if (rc != 0)
+            break;
+        kvq__sleep_us(2000);
+    }
+    assert_int_equal(rc, KVQ_ETRANSACTION_TOO_OLD);
+}
+
+/* A run recorded on one table holds for the next tables up to its read version when the map had
+ * no value inside it (the head read after another handle's pass skips it, walking nothing), and
+ * only then: a key set inside the run (not a row of the first table) becomes a row of the next
+ * one, and is read there. */
+static void test_run_across_passes(void **state)
+{
+    (void)state;
+    char url[256], k[32];
+    snprintf(url, sizeof url, "log:%s/p", base);
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
+    setenv("KVQ_LOGSTORE_APPLY_MS", "2", 1);
+    kvq_db *db = open_db(url);
+    write_items(db, 0, ITEMS, 1);
+    kvq_db_close(db);
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "60000000", 1);
+    setenv("KVQ_LOGSTORE_APPLY_MS", "60000", 1);
+    db = open_db(url);
+    kvq__logstore_stats s0, s1;
+
+    /* a clean run [q/, q/0029], then a pass of another handle up to the pops: no newer batch,
+     * so the new table is no newer than the run's read version */
+    int64_t rv0 = newest_version(db);
+    write_items(db, 0, 30, 0);
+    head_key(db, k, sizeof k);
+    assert_string_equal(k, "q/0030");
+    stats_of(db, &s0);
+    assert_true(s0.rows_walked >= 30);
+    setenv("KVQ_LOGSTORE_APPLY_LAG_US", "0", 1);
+    setenv("KVQ_LOGSTORE_APPLY_MS", "2", 1);
+    kvq_db *applier = open_db(url);
+    wait_table_past(db, rv0);
+    kvq_db_close(applier);
+    stats_of(db, &s0);
+    head_key(db, k, sizeof k);
+    assert_string_equal(k, "q/0030");
+    stats_of(db, &s1);
+    assert_int_equal(s1.skips_carried, s0.skips_carried + 1);
+    assert_int_equal(s1.rows_walked, s0.rows_walked);
+
+    /* a run [q/, q/0059] with a value of the map inside, then a pass up to it */
+    int64_t rv1 = newest_version(db);
+    write_items(db, 30, 60, 0);
+    kvq_txn *t;
+    assert_int_equal(kvq_txn_create(&t, db), 0);
+    assert_int_equal(kvq_txn_set(t, (const uint8_t *)"q/0010a", 7, (const uint8_t *)"value", 5),
+                     0);
+    assert_int_equal(kvq_txn_commit(t), 0);
+    kvq_txn_destroy(t);
+    for (int r = 0; r < 2; r++) {
+        head_key(db, k, sizeof k);
+        assert_string_equal(k, "q/0010a");
+    }
+    applier = open_db(url);
+    wait_table_past(db, rv1);
+    stats_of(db, &s0);
+    for (int r = 0; r < 2; r++) {
+        head_key(db, k, sizeof k);
+        assert_string_equal(k, "q/0010a");
+    }
+    stats_of(db, &s1);
+    assert_int_equal(s1.skips_carried, s0.skips_carried);
+    kvq_db_close(applier);
+    kvq_db_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_popped_rows_at_old_versions),
+        cmocka_unit_test(test_run_across_passes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -537,6 +537,9 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     out->throttle_us = __atomic_load_n(&s->throttle_us, __ATOMIC_RELAXED);
     out->forced = __atomic_load_n(&s->n_forced, __ATOMIC_RELAXED);
     out->table_live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
+    out->skips = __atomic_load_n(&s->n_skips, __ATOMIC_RELAXED);
+    out->skips_carried = __atomic_load_n(&s->n_skips_carried, __ATOMIC_RELAXED);
+    out->rows_walked = __atomic_load_n(&s->n_rows_walked, __ATOMIC_RELAXED);
     out->log_bytes = kvq__log_tail(s->log) - kvq__log_first(s->log);
     out->checkpoints = __atomic_load_n(&s->n_ckpts, __ATOMIC_RELAXED);
     kvq__log_stats ls;

@@ -493,15 +493,21 @@ static int ls_deleted_after_table(struct emb_snap *sn, const uint8_t *key, size_
 
 /* ---- runs of hidden table rows (ls_skip) ---- */
 
-/* The run reaching furthest, of those known for the table at tver and read at version, that
- * holds key (NULL: none). skip_mu held. */
+/* Whether run k holds for the table at tver (see ls_skip). */
+static int skip_holds(const ls_skip *k, int64_t tver)
+{
+    return k->tver == tver || (k->clean && k->tver <= tver && tver <= k->v);
+}
+
+/* The run reaching furthest, of those that hold for the table at tver and a read at version,
+ * that holds key (NULL: none). skip_mu held. */
 static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uint8_t *key,
                           size_t klen)
 {
     ls_skip *best = NULL;
     for (int i = 0; i < LS_SKIPS; i++) {
         ls_skip *k = &s->skips[i];
-        if (k->used && k->tver == tver && k->v <= version &&
+        if (k->used && skip_holds(k, tver) && k->v <= version &&
             kvq__bytes_cmp(k->lo.data, k->lo.len, key, klen) <= 0 &&
             kvq__bytes_cmp(key, klen, k->hi.data, k->hi.len) <= 0 &&
             (best == NULL || kvq__bytes_cmp(k->hi.data, k->hi.len, best->hi.data, best->hi.len) > 0))
@@ -510,13 +516,28 @@ static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uin
     return best;
 }
 
+/* Whether the map had no value in the cursor's run [lo, hi] at its version: it looked from lo
+ * (no known run skipped before its start), and the first value it returned, or the one it
+ * holds for its next row, is past hi. */
+static int cursor_clean(struct emb_cursor *c)
+{
+    if (kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)) != 0)
+        return 0;
+    if (c->a_seen)
+        return kvq__bytes_cmp(c->a_first.data, c->a_first.len, c->hi.data, c->hi.len) > 0;
+    if (c->a_has)
+        return kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) > 0;
+    return !c->a_need; /* the map's side was looked at: nothing in the range */
+}
+
 /* Records the run a cursor walked, unless a known run of the same table and start says as much
- * (reaches as far, for reads as old); it replaces a run it says more than, else a free slot,
- * else the slot of the oldest table. Out of memory: nothing is recorded (the next cursor walks
- * again). */
+ * (reaches as far, for reads as old, as clean); it replaces a run it says more than, else a free
+ * slot, else the slot of the oldest table. Out of memory: nothing is recorded (the next cursor
+ * walks again). */
 static void skip_publish(emb_store *s, struct emb_cursor *c)
 {
     int64_t tver = c->snap->tver, v = c->snap->version;
+    int clean = cursor_clean(c);
     pthread_mutex_lock(&s->skip_mu);
     ls_skip *slot = NULL;
     for (int i = 0; i < LS_SKIPS; i++) {
@@ -525,11 +546,11 @@ static void skip_publish(emb_store *s, struct emb_cursor *c)
             kvq__bytes_cmp(k->lo.data, k->lo.len, c->lo.data, c->lo.len) != 0)
             continue;
         int d = kvq__bytes_cmp(c->hi.data, c->hi.len, k->hi.data, k->hi.len);
-        if (d <= 0 && k->v <= v) {
+        if (d <= 0 && k->v <= v && k->clean >= clean) {
             pthread_mutex_unlock(&s->skip_mu);
             return;
         }
-        if (slot == NULL && d >= 0 && v <= k->v)
+        if (slot == NULL && d >= 0 && v <= k->v && clean >= k->clean)
             slot = k;
     }
     for (int i = 0; i < LS_SKIPS && slot == NULL; i++)
@@ -545,6 +566,7 @@ static void skip_publish(emb_store *s, struct emb_cursor *c)
     if (kvq__buf_set(&slot->lo, c->lo.data, c->lo.len) == 0 &&
         kvq__buf_set(&slot->hi, c->hi.data, c->hi.len) == 0) {
         slot->used = 1;
+        slot->clean = clean;
         slot->tver = tver;
         slot->v = v;
     } else {
@@ -567,6 +589,7 @@ static void cursor_free(struct emb_cursor *c)
     kvq_buf_dispose(&c->lo);
     kvq_buf_dispose(&c->hi);
     kvq_buf_dispose(&c->from);
+    kvq_buf_dispose(&c->a_first);
     kvq__free(c);
 }
 
@@ -579,6 +602,9 @@ static int skip_start(emb_store *s, struct emb_cursor *c, size_t begin_len)
     pthread_mutex_lock(&s->skip_mu);
     ls_skip *k = skip_find(s, c->snap->tver, c->snap->version, c->b, begin_len);
     if (k != NULL) {
+        __atomic_add_fetch(&s->n_skips, 1, __ATOMIC_RELAXED);
+        if (k->tver != c->snap->tver)
+            __atomic_add_fetch(&s->n_skips_carried, 1, __ATOMIC_RELAXED);
         if (kvq__buf_set(&c->lo, k->lo.data, k->lo.len) != 0 ||
             kvq__buf_set(&c->hi, k->hi.data, k->hi.len) != 0 ||
             kvq__buf_set(&c->from, k->hi.data, k->hi.len) != 0 ||
@@ -604,7 +630,7 @@ int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_
         memcpy(c->b, begin, begin_len);
     if (end_len)
         memcpy(c->e, end, end_len);
-    c->lo = c->hi = c->from = (kvq_buf)KVQ_BUF_INIT;
+    c->lo = c->hi = c->from = c->a_first = (kvq_buf)KVQ_BUF_INIT;
     int rc = reverse ? 0 : skip_start(sn->s, c, begin_len);
     if (rc == 0) {
         const uint8_t *tb = c->from.len ? c->from.data : c->b;
@@ -649,6 +675,7 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
                 continue;
             }
             c->b_need = 1; /* a row of the table deleted in the map: the next one */
+            c->n_walked++;
             if (c->walking) {
                 /* the run of hidden rows from the cursor's start reaches this one */
                 c->walked = kvq__buf_set(&c->hi, c->bk.data, c->bk.len) == 0;
@@ -682,6 +709,15 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
             c->b_need = 1;
         if (c->a_dead)
             continue;
+        if (!c->reverse && !c->a_seen && (c->walking || c->walked)) {
+            /* the first value of the map (the run is clean if it lies past the run's end) */
+            c->a_seen = kvq__buf_set(&c->a_first, c->ak.data, c->ak.len) == 0;
+            if (!c->a_seen) {
+                kvq__error_clear();
+                c->walked = 0; /* nothing recorded */
+                c->walking = 0;
+            }
+        }
         *key = c->ak;
         *value = c->av;
         *has = 1;
@@ -694,6 +730,8 @@ void kvq__ls_cursor_close(struct emb_cursor *c)
     if (c == NULL)
         return;
     emb_sqlite_store.cursor_close(c->tcur);
+    if (c->n_walked)
+        __atomic_add_fetch(&c->snap->s->n_rows_walked, c->n_walked, __ATOMIC_RELAXED);
     if (c->walked)
         skip_publish(c->snap->s, c);
     cursor_free(c);

@@ -40,14 +40,21 @@ typedef struct cl_entry {
 
 /* What a forward cursor learned of the table (kvq__ls_cursor_next): for the table at version
  * tver, every row with a key in [lo, hi] is hidden from a read at any version >= v by an entry
- * of the map newer than tver (the items a queue popped in the window, which the table still
- * holds). The table's rows at one version never change, and the map keeps every entry newer
- * than an open snapshot's table, so a later cursor on a table of that version, reading at v or
+ * of the map newer than tver, at or before v (the items a queue popped in the window, which the
+ * table still holds). The table's rows at one version never change, and the map keeps every
+ * entry newer than an open snapshot's table, so a later cursor on that table, reading at v or
  * later from a key inside [lo, hi], starts the table's cursor just past hi: a queue's head read
- * steps over the window's popped items once per table version, not at every pop. */
+ * steps over the window's popped items once, not at every pop.
+ *
+ * clean: no key of [lo, hi] had a value at v in the map either. Then the run holds for every
+ * later table up to v too (tver <= t <= v): a row of such a table in [lo, hi] was a row of the
+ * table at tver, or was set by a batch in (tver, t]; either way its key's newest entry at v was
+ * not a value (clean), so it is a tombstone in (t, v] (one at or before t would have deleted the
+ * row) and still hides the row. So the run outlives the applier's passes, which trail v by the
+ * window: the window's pops are walked once, not once a pass. */
 #define LS_SKIPS 8
 typedef struct ls_skip {
-    int used;
+    int used, clean;
     int64_t tver, v;
     kvq_buf lo, hi;
 } ls_skip;
@@ -99,9 +106,11 @@ struct emb_store {
     size_t n_pins, cap_pins;
     int64_t floor;
 
-    /* Runs of hidden table rows (ls_skip), under skip_mu. */
+    /* Runs of hidden table rows (ls_skip), under skip_mu; the counters (atomic) are those of
+     * kvq__logstore_stats. */
     pthread_mutex_t skip_mu;
     ls_skip skips[LS_SKIPS];
+    uint64_t n_skips, n_skips_carried, n_rows_walked;
 
     /* The write in progress, and its view (table + map) at the version it starts from. */
     int writing;
@@ -170,9 +179,10 @@ struct emb_cursor {
     /* The run of hidden table rows from the cursor's start (forward only, ls_skip): [lo, hi],
      * hidden at the cursor's version; walking = 0 once a row of the table is not hidden,
      * walked = 1 when this cursor lengthened the run. from: where the table's cursor starts
-     * when a known run was skipped. */
-    int walking, walked;
-    kvq_buf lo, hi, from;
+     * when a known run was skipped. a_first: the first value of the map it returned (a_seen). */
+    int walking, walked, a_seen;
+    uint64_t n_walked; /* hidden rows stepped over (kvq__logstore_stats) */
+    kvq_buf lo, hi, from, a_first;
 };
 
 /* Meta records of the table: the log position its replay starts from. */
