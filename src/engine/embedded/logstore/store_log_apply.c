@@ -517,17 +517,14 @@ static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uin
 }
 
 /* Whether the map had no value in the cursor's run [lo, hi] at its version: it looked from lo
- * (no known run skipped before its start), and the first value it returned, or the one it
- * holds for its next row, is past hi. */
+ * (no known run skipped before its start), returned no value inside the run, and the value it
+ * holds for its next row, if any, is past hi (the values come in key order). */
 static int cursor_clean(struct emb_cursor *c)
 {
-    if (kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)) != 0)
+    if (kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)) != 0 || c->a_inside)
         return 0;
-    if (c->a_seen)
-        return kvq__bytes_cmp(c->a_first.data, c->a_first.len, c->hi.data, c->hi.len) > 0;
-    if (c->a_has)
-        return kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) > 0;
-    return !c->a_need; /* the map's side was looked at: nothing in the range */
+    return c->a_need || !c->a_has ||
+           kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) > 0;
 }
 
 /* Records the run a cursor walked, unless a known run of the same table and start says as much
@@ -589,7 +586,6 @@ static void cursor_free(struct emb_cursor *c)
     kvq_buf_dispose(&c->lo);
     kvq_buf_dispose(&c->hi);
     kvq_buf_dispose(&c->from);
-    kvq_buf_dispose(&c->a_first);
     kvq__free(c);
 }
 
@@ -630,7 +626,7 @@ int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_
         memcpy(c->b, begin, begin_len);
     if (end_len)
         memcpy(c->e, end, end_len);
-    c->lo = c->hi = c->from = c->a_first = (kvq_buf)KVQ_BUF_INIT;
+    c->lo = c->hi = c->from = (kvq_buf)KVQ_BUF_INIT;
     int rc = reverse ? 0 : skip_start(sn->s, c, begin_len);
     if (rc == 0) {
         const uint8_t *tb = c->from.len ? c->from.data : c->b;
@@ -709,15 +705,10 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
             c->b_need = 1;
         if (c->a_dead)
             continue;
-        if (!c->reverse && !c->a_seen && (c->walking || c->walked)) {
-            /* the first value of the map (the run is clean if it lies past the run's end) */
-            c->a_seen = kvq__buf_set(&c->a_first, c->ak.data, c->ak.len) == 0;
-            if (!c->a_seen) {
-                kvq__error_clear();
-                c->walked = 0; /* nothing recorded */
-                c->walking = 0;
-            }
-        }
+        /* the run was walked by this call's first steps of the table: a value of the map
+         * inside it makes it unclean */
+        if (c->walked && kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) <= 0)
+            c->a_inside = 1;
         *key = c->ak;
         *value = c->av;
         *has = 1;

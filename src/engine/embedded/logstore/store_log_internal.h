@@ -177,12 +177,13 @@ struct emb_cursor {
     int a_need, a_has, a_dead, b_need, b_has, reverse;
     kvq_bytes ak, av, bk, bv;
     /* The run of hidden table rows from the cursor's start (forward only, ls_skip): [lo, hi],
-     * hidden at the cursor's version; walking = 0 once a row of the table is not hidden,
-     * walked = 1 when this cursor lengthened the run. from: where the table's cursor starts
-     * when a known run was skipped. a_first: the first value of the map it returned (a_seen). */
-    int walking, walked, a_seen;
+     * hidden at the cursor's version, the rows its first steps of the table skipped (walking =
+     * 0 at the first row that is not hidden); walked = 1 when this cursor lengthened the run,
+     * a_inside = 1 when it returned a value of the map inside it. from: where the table's
+     * cursor starts when a known run was skipped. */
+    int walking, walked, a_inside;
     uint64_t n_walked; /* hidden rows stepped over (kvq__logstore_stats) */
-    kvq_buf lo, hi, from, a_first;
+    kvq_buf lo, hi, from;
 };
 
 /* Meta records of the table: the log position its replay starts from. */
