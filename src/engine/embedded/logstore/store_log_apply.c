@@ -521,7 +521,9 @@ static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uin
  * holds for its next row, if any, is past hi (the values come in key order). */
 static int cursor_clean(struct emb_cursor *c)
 {
-    if (kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)) != 0 || c->a_inside)
+    if (c->from.len > 0 && kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)))
+        return 0;
+    if (c->a_inside)
         return 0;
     return c->a_need || !c->a_has ||
            kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) > 0;
@@ -535,12 +537,15 @@ static void skip_publish(emb_store *s, struct emb_cursor *c)
 {
     int64_t tver = c->snap->tver, v = c->snap->version;
     int clean = cursor_clean(c);
+    /* the run starts where the known run did, else at the cursor's start */
+    const uint8_t *lo = c->from.len > 0 ? c->lo.data : c->b;
+    size_t lol = c->from.len > 0 ? c->lo.len : (size_t)(c->e - c->b);
     pthread_mutex_lock(&s->skip_mu);
     ls_skip *slot = NULL;
     for (int i = 0; i < LS_SKIPS; i++) {
         ls_skip *k = &s->skips[i];
         if (!k->used || k->tver != tver ||
-            kvq__bytes_cmp(k->lo.data, k->lo.len, c->lo.data, c->lo.len) != 0)
+            kvq__bytes_cmp(k->lo.data, k->lo.len, lo, lol) != 0)
             continue;
         int d = kvq__bytes_cmp(c->hi.data, c->hi.len, k->hi.data, k->hi.len);
         if (d <= 0 && k->v <= v && k->clean >= clean) {
@@ -560,7 +565,7 @@ static void skip_publish(emb_store *s, struct emb_cursor *c)
                 slot = &s->skips[i];
     }
     slot->used = 0;
-    if (kvq__buf_set(&slot->lo, c->lo.data, c->lo.len) == 0 &&
+    if (kvq__buf_set(&slot->lo, lo, lol) == 0 &&
         kvq__buf_set(&slot->hi, c->hi.data, c->hi.len) == 0) {
         slot->used = 1;
         slot->clean = clean;
@@ -606,8 +611,6 @@ static int skip_start(emb_store *s, struct emb_cursor *c, size_t begin_len)
             kvq__buf_set(&c->from, k->hi.data, k->hi.len) != 0 ||
             kvq_buf_append(&c->from, "", 1) != 0)
             rc = kvq__error(KVQ_ENOMEM, "out of memory");
-    } else if (kvq__buf_set(&c->lo, c->b, begin_len) != 0) {
-        rc = kvq__error(KVQ_ENOMEM, "out of memory");
     }
     pthread_mutex_unlock(&s->skip_mu);
     return rc;

@@ -180,7 +180,7 @@ struct emb_cursor {
      * hidden at the cursor's version, the rows its first steps of the table skipped (walking =
      * 0 at the first row that is not hidden); walked = 1 when this cursor lengthened the run,
      * a_inside = 1 when it returned a value of the map inside it. from: where the table's
-     * cursor starts when a known run was skipped. */
+     * cursor starts when a known run was skipped (empty: none, the run starts at b). */
     int walking, walked, a_inside;
     uint64_t n_walked; /* hidden rows stepped over (kvq__logstore_stats) */
     kvq_buf lo, hi, from;
