@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         kvq_buf b = KVQ_BUF_INIT;
         size_t pops = argc > 4 && strcmp(argv[4], "pop100") == 0 ? 100
                       : argc > 4 && strcmp(argv[4], "pop1") == 0 ? 1
-                                                                   : 0;
+                                                                 : 0;
         if (rc == 0 && argc > 4 && (pops > 0 || strcmp(argv[4], "warm") == 0))
             rc = kvq_queue_peek(&b, q);
         CALLGRIND_START_INSTRUMENTATION;

@@ -84,8 +84,8 @@ static int head_read(kvq_txn *t, int *first, int *rc_out)
     const kvq_kv *kvs;
     size_t n = 0;
     int more = 0;
-    int rc = kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)"q/", 2,
-                               (const uint8_t *)"q0", 2, 0, 0);
+    int rc = kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)"q/", 2, (const uint8_t *)"q0",
+                               2, 0, 0);
     *first = -1;
     if (rc_out)
         *rc_out = rc;
@@ -182,7 +182,7 @@ static void test_popped_rows_at_old_versions(void **state)
     for (int i = 0; i < 30; i++)
         write_items(db, i, i + 1, 0); /* pops, one a transaction */
     int64_t rv30 = newest_version(db);
-    write_items(db, 30, 60, 0); /* 30 in one transaction */
+    write_items(db, 30, 60, 0);  /* 30 in one transaction */
     write_items(db, 60, 80, -1); /* 20 by a clear-range */
 
     /* The newest version, read twice (the second starts past the run the first walked), then
@@ -328,8 +328,7 @@ static void test_run_across_passes(void **state)
     write_items(db, 30, 60, 0);
     kvq_txn *t;
     assert_int_equal(kvq_txn_create(&t, db), 0);
-    assert_int_equal(kvq_txn_set(t, (const uint8_t *)"q/0010a", 7, (const uint8_t *)"value", 5),
-                     0);
+    assert_int_equal(kvq_txn_set(t, (const uint8_t *)"q/0010a", 7, (const uint8_t *)"value", 5), 0);
     assert_int_equal(kvq_txn_commit(t), 0);
     kvq_txn_destroy(t);
     for (int r = 0; r < 2; r++) {

@@ -510,7 +510,8 @@ static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uin
         if (k->used && skip_holds(k, tver) && k->v <= version &&
             kvq__bytes_cmp(k->lo.data, k->lo.len, key, klen) <= 0 &&
             kvq__bytes_cmp(key, klen, k->hi.data, k->hi.len) <= 0 &&
-            (best == NULL || kvq__bytes_cmp(k->hi.data, k->hi.len, best->hi.data, best->hi.len) > 0))
+            (best == NULL ||
+             kvq__bytes_cmp(k->hi.data, k->hi.len, best->hi.data, best->hi.len) > 0))
             best = k;
     }
     return best;
@@ -544,8 +545,7 @@ static void skip_publish(emb_store *s, struct emb_cursor *c)
     ls_skip *slot = NULL;
     for (int i = 0; i < LS_SKIPS; i++) {
         ls_skip *k = &s->skips[i];
-        if (!k->used || k->tver != tver ||
-            kvq__bytes_cmp(k->lo.data, k->lo.len, lo, lol) != 0)
+        if (!k->used || k->tver != tver || kvq__bytes_cmp(k->lo.data, k->lo.len, lo, lol) != 0)
             continue;
         int d = kvq__bytes_cmp(c->hi.data, c->hi.len, k->hi.data, k->hi.len);
         if (d <= 0 && k->v <= v && k->clean >= clean) {
