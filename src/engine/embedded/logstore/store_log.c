@@ -111,6 +111,8 @@ static void ls_close(emb_store *s)
         close(s->dir_fd);
     pthread_mutex_destroy(&s->apply_mu);
     pthread_mutex_destroy(&s->pin_mu);
+    kvq__ls_skips_free(s);
+    pthread_mutex_destroy(&s->skip_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->ckpt_write_mu);
     pthread_cond_destroy(&s->ckpt_cv);
@@ -319,6 +321,7 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     s->table_live = UINT64_MAX;
     pthread_mutex_init(&s->apply_mu, NULL);
     pthread_mutex_init(&s->pin_mu, NULL);
+    pthread_mutex_init(&s->skip_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->ckpt_write_mu, NULL);
     pthread_cond_init(&s->ckpt_cv, NULL);
@@ -534,6 +537,9 @@ void kvq__logstore_get_stats(emb_store *s, kvq__logstore_stats *out)
     out->throttle_us = __atomic_load_n(&s->throttle_us, __ATOMIC_RELAXED);
     out->forced = __atomic_load_n(&s->n_forced, __ATOMIC_RELAXED);
     out->table_live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
+    out->skips = __atomic_load_n(&s->n_skips, __ATOMIC_RELAXED);
+    out->skips_carried = __atomic_load_n(&s->n_skips_carried, __ATOMIC_RELAXED);
+    out->rows_walked = __atomic_load_n(&s->n_rows_walked, __ATOMIC_RELAXED);
     out->log_bytes = kvq__log_tail(s->log) - kvq__log_first(s->log);
     out->checkpoints = __atomic_load_n(&s->n_ckpts, __ATOMIC_RELAXED);
     kvq__log_stats ls;

@@ -16,10 +16,14 @@ int kvq__logstore_checkpoint_now(emb_store *s);
 
 /* mem: the map and the conflict log; map_mem: the map alone, which the limit bounds, and
  * map_peak the most it held after a commit; throttled: commits delayed by memory pressure,
- * throttle_us the microseconds they waited; forced: passes a committer ran at the limit. */
+ * throttle_us the microseconds they waited; forced: passes a committer ran at the limit;
+ * skips: cursors whose table part started past a known run of rows the map hides (ls_skip),
+ * skips_carried those whose run was recorded on an older table, rows_walked the hidden rows
+ * cursors stepped over one by one. */
 typedef struct kvq__logstore_stats {
     uint64_t mem, live_bytes, live_keys, limit;
     uint64_t map_mem, map_peak, throttled, throttle_us, forced, table_live;
+    uint64_t skips, skips_carried, rows_walked;
     uint64_t log_bytes, log_syncs, log_records, checkpoints;
     int64_t applied_version;
 } kvq__logstore_stats;

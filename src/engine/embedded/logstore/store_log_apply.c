@@ -491,6 +491,131 @@ static int ls_deleted_after_table(struct emb_snap *sn, const uint8_t *key, size_
     return p < 0 && ever > sn->tver;
 }
 
+/* ---- runs of hidden table rows (ls_skip) ---- */
+
+/* Whether run k holds for the table at tver (see ls_skip). */
+static int skip_holds(const ls_skip *k, int64_t tver)
+{
+    return k->tver == tver || (k->clean && k->tver <= tver && tver <= k->v);
+}
+
+/* The run reaching furthest, of those that hold for the table at tver and a read at version,
+ * that holds key (NULL: none). skip_mu held. */
+static ls_skip *skip_find(emb_store *s, int64_t tver, int64_t version, const uint8_t *key,
+                          size_t klen)
+{
+    ls_skip *best = NULL;
+    for (int i = 0; i < LS_SKIPS; i++) {
+        ls_skip *k = &s->skips[i];
+        if (k->used && skip_holds(k, tver) && k->v <= version &&
+            kvq__bytes_cmp(k->lo.data, k->lo.len, key, klen) <= 0 &&
+            kvq__bytes_cmp(key, klen, k->hi.data, k->hi.len) <= 0 &&
+            (best == NULL ||
+             kvq__bytes_cmp(k->hi.data, k->hi.len, best->hi.data, best->hi.len) > 0))
+            best = k;
+    }
+    return best;
+}
+
+/* Whether the map had no value in the cursor's run [lo, hi] at its version: it looked from lo
+ * (no known run skipped before its start), returned no value inside the run, and the value it
+ * holds for its next row, if any, is past hi (the values come in key order). */
+static int cursor_clean(struct emb_cursor *c)
+{
+    if (c->from.len > 0 && kvq__bytes_cmp(c->lo.data, c->lo.len, c->b, (size_t)(c->e - c->b)))
+        return 0;
+    if (c->a_inside)
+        return 0;
+    return c->a_need || !c->a_has ||
+           kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) > 0;
+}
+
+/* Records the run a cursor walked, unless a known run of the same table and start says as much
+ * (reaches as far, for reads as old, as clean); it replaces a run it says more than, else a free
+ * slot, else the slot of the oldest table. Out of memory: nothing is recorded (the next cursor
+ * walks again). */
+static void skip_publish(emb_store *s, struct emb_cursor *c)
+{
+    int64_t tver = c->snap->tver, v = c->snap->version;
+    int clean = cursor_clean(c);
+    /* the run starts where the known run did, else at the cursor's start */
+    const uint8_t *lo = c->from.len > 0 ? c->lo.data : c->b;
+    size_t lol = c->from.len > 0 ? c->lo.len : (size_t)(c->e - c->b);
+    pthread_mutex_lock(&s->skip_mu);
+    ls_skip *slot = NULL;
+    for (int i = 0; i < LS_SKIPS; i++) {
+        ls_skip *k = &s->skips[i];
+        if (!k->used || k->tver != tver || kvq__bytes_cmp(k->lo.data, k->lo.len, lo, lol) != 0)
+            continue;
+        int d = kvq__bytes_cmp(c->hi.data, c->hi.len, k->hi.data, k->hi.len);
+        if (d <= 0 && k->v <= v && k->clean >= clean) {
+            pthread_mutex_unlock(&s->skip_mu);
+            return;
+        }
+        if (slot == NULL && d >= 0 && v <= k->v && clean >= k->clean)
+            slot = k;
+    }
+    for (int i = 0; i < LS_SKIPS && slot == NULL; i++)
+        if (!s->skips[i].used)
+            slot = &s->skips[i];
+    if (slot == NULL) {
+        slot = &s->skips[0];
+        for (int i = 1; i < LS_SKIPS; i++)
+            if (s->skips[i].tver < slot->tver)
+                slot = &s->skips[i];
+    }
+    slot->used = 0;
+    if (kvq__buf_set(&slot->lo, lo, lol) == 0 &&
+        kvq__buf_set(&slot->hi, c->hi.data, c->hi.len) == 0) {
+        slot->used = 1;
+        slot->clean = clean;
+        slot->tver = tver;
+        slot->v = v;
+    } else {
+        kvq__error_clear();
+    }
+    pthread_mutex_unlock(&s->skip_mu);
+}
+
+void kvq__ls_skips_free(emb_store *s)
+{
+    for (int i = 0; i < LS_SKIPS; i++) {
+        kvq_buf_dispose(&s->skips[i].lo);
+        kvq_buf_dispose(&s->skips[i].hi);
+        s->skips[i].used = 0;
+    }
+}
+
+static void cursor_free(struct emb_cursor *c)
+{
+    kvq_buf_dispose(&c->lo);
+    kvq_buf_dispose(&c->hi);
+    kvq_buf_dispose(&c->from);
+    kvq__free(c);
+}
+
+/* Where a forward cursor's table part starts: past the known run of hidden rows that holds
+ * its start, if any (c->from), else at its start. */
+static int skip_start(emb_store *s, struct emb_cursor *c, size_t begin_len)
+{
+    int rc = 0;
+    c->walking = 1;
+    pthread_mutex_lock(&s->skip_mu);
+    ls_skip *k = skip_find(s, c->snap->tver, c->snap->version, c->b, begin_len);
+    if (k != NULL) {
+        __atomic_add_fetch(&s->n_skips, 1, __ATOMIC_RELAXED);
+        if (k->tver != c->snap->tver)
+            __atomic_add_fetch(&s->n_skips_carried, 1, __ATOMIC_RELAXED);
+        if (kvq__buf_set(&c->lo, k->lo.data, k->lo.len) != 0 ||
+            kvq__buf_set(&c->hi, k->hi.data, k->hi.len) != 0 ||
+            kvq__buf_set(&c->from, k->hi.data, k->hi.len) != 0 ||
+            kvq_buf_append(&c->from, "", 1) != 0)
+            rc = kvq__error(KVQ_ENOMEM, "out of memory");
+    }
+    pthread_mutex_unlock(&s->skip_mu);
+    return rc;
+}
+
 int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_len,
                         const uint8_t *end, size_t end_len, int reverse, struct emb_cursor **out)
 {
@@ -504,10 +629,16 @@ int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_
         memcpy(c->b, begin, begin_len);
     if (end_len)
         memcpy(c->e, end, end_len);
-    int rc = emb_sqlite_store.cursor_open(sn->tsnap, c->b, begin_len, c->e, end_len, reverse,
+    c->lo = c->hi = c->from = (kvq_buf)KVQ_BUF_INIT;
+    int rc = reverse ? 0 : skip_start(sn->s, c, begin_len);
+    if (rc == 0) {
+        const uint8_t *tb = c->from.len ? c->from.data : c->b;
+        size_t tbl = c->from.len ? c->from.len : begin_len;
+        rc = emb_sqlite_store.cursor_open(sn->tsnap, tb, tbl, c->e, end_len, reverse,
                                           (emb_cursor **)&c->tcur);
+    }
     if (rc != 0) {
-        kvq__free(c);
+        cursor_free(c);
         return rc;
     }
     /* The map's values only: a tombstone matters where the table has the key, and is looked up
@@ -538,8 +669,20 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
             int rc = emb_sqlite_store.cursor_next(c->tcur, &c->bk, &c->bv, &c->b_has);
             if (rc != 0)
                 return rc;
-            if (c->b_has && ls_deleted_after_table(c->snap, c->bk.data, c->bk.len))
-                c->b_need = 1; /* a row of the table deleted in the map: the next one */
+            if (!c->b_has || !ls_deleted_after_table(c->snap, c->bk.data, c->bk.len)) {
+                c->walking = 0; /* the run ends at a row that is not hidden, or the end */
+                continue;
+            }
+            c->b_need = 1; /* a row of the table deleted in the map: the next one */
+            c->n_walked++;
+            if (c->walking) {
+                /* the run of hidden rows from the cursor's start reaches this one */
+                c->walked = kvq__buf_set(&c->hi, c->bk.data, c->bk.len) == 0;
+                if (!c->walked) {
+                    kvq__error_clear();
+                    c->walking = 0;
+                }
+            }
         }
         if (!c->a_has && !c->b_has) {
             *has = 0;
@@ -565,6 +708,10 @@ int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, 
             c->b_need = 1;
         if (c->a_dead)
             continue;
+        /* the run was walked by this call's first steps of the table: a value of the map
+         * inside it makes it unclean */
+        if (c->walked && kvq__bytes_cmp(c->ak.data, c->ak.len, c->hi.data, c->hi.len) <= 0)
+            c->a_inside = 1;
         *key = c->ak;
         *value = c->av;
         *has = 1;
@@ -577,5 +724,9 @@ void kvq__ls_cursor_close(struct emb_cursor *c)
     if (c == NULL)
         return;
     emb_sqlite_store.cursor_close(c->tcur);
-    kvq__free(c);
+    if (c->n_walked)
+        __atomic_add_fetch(&c->snap->s->n_rows_walked, c->n_walked, __ATOMIC_RELAXED);
+    if (c->walked)
+        skip_publish(c->snap->s, c);
+    cursor_free(c);
 }

@@ -38,6 +38,27 @@ typedef struct cl_entry {
     size_t n;
 } cl_entry;
 
+/* What a forward cursor learned of the table (kvq__ls_cursor_next): for the table at version
+ * tver, every row with a key in [lo, hi] is hidden from a read at any version >= v by an entry
+ * of the map newer than tver, at or before v (the items a queue popped in the window, which the
+ * table still holds). The table's rows at one version never change, and the map keeps every
+ * entry newer than an open snapshot's table, so a later cursor on that table, reading at v or
+ * later from a key inside [lo, hi], starts the table's cursor just past hi: a queue's head read
+ * steps over the window's popped items once, not at every pop.
+ *
+ * clean: no key of [lo, hi] had a value at v in the map either. Then the run holds for every
+ * later table up to v too (tver <= t <= v): a row of such a table in [lo, hi] was a row of the
+ * table at tver, or was set by a batch in (tver, t]; either way its key's newest entry at v was
+ * not a value (clean), so it is a tombstone in (t, v] (one at or before t would have deleted the
+ * row) and still hides the row. So the run outlives the applier's passes, which trail v by the
+ * window: the window's pops are walked once, not once a pass. */
+#define LS_SKIPS 8
+typedef struct ls_skip {
+    int used, clean;
+    int64_t tver, v;
+    kvq_buf lo, hi;
+} ls_skip;
+
 typedef struct reader_slot {
     uint64_t owner; /* pid << 16 | handle number, 0: free */
     uint64_t applied;
@@ -84,6 +105,12 @@ struct emb_store {
     int64_t *pins;
     size_t n_pins, cap_pins;
     int64_t floor;
+
+    /* Runs of hidden table rows (ls_skip), under skip_mu; the counters (atomic) are those of
+     * kvq__logstore_stats. */
+    pthread_mutex_t skip_mu;
+    ls_skip skips[LS_SKIPS];
+    uint64_t n_skips, n_skips_carried, n_rows_walked;
 
     /* The write in progress, and its view (table + map) at the version it starts from. */
     int writing;
@@ -149,6 +176,14 @@ struct emb_cursor {
     uint8_t *b, *e;
     int a_need, a_has, a_dead, b_need, b_has, reverse;
     kvq_bytes ak, av, bk, bv;
+    /* The run of hidden table rows from the cursor's start (forward only, ls_skip): [lo, hi],
+     * hidden at the cursor's version, the rows its first steps of the table skipped (walking =
+     * 0 at the first row that is not hidden); walked = 1 when this cursor lengthened the run,
+     * a_inside = 1 when it returned a value of the map inside it. from: where the table's
+     * cursor starts when a known run was skipped (empty: none, the run starts at b). */
+    int walking, walked, a_inside;
+    uint64_t n_walked; /* hidden rows stepped over (kvq__logstore_stats) */
+    kvq_buf lo, hi, from;
 };
 
 /* Meta records of the table: the log position its replay starts from. */
@@ -164,6 +199,8 @@ int kvq__ls_cursor_open(struct emb_snap *sn, const uint8_t *begin, size_t begin_
                         const uint8_t *end, size_t end_len, int reverse, struct emb_cursor **out);
 int kvq__ls_cursor_next(struct emb_cursor *c, kvq_bytes *key, kvq_bytes *value, int *has);
 void kvq__ls_cursor_close(struct emb_cursor *c);
+/* Frees the runs of hidden table rows the cursors recorded (ls_skip). */
+void kvq__ls_skips_free(emb_store *s);
 /* The table's version as a new snapshot of it sees it (raising table_known). */
 int kvq__ls_table_refresh(emb_store *s);
 /* Drops the map's entries that the table holds and no open snapshot needs. */
