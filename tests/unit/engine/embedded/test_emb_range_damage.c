@@ -137,7 +137,7 @@ static void child_read(const char *dir, int reverse, int fd)
     while (o.rc == 0) {
         const kvq_kv *kv;
         size_t count = 0;
-        int more = 0;
+        bool more = false;
         o.rc = kvq_txn_get_range(&kv, &count, &more, t, lo, lo_n, hi, hi_n, 1000,
                                  reverse ? KVQ_REVERSE : 0);
         if (o.rc != 0 || count == 0)

@@ -104,7 +104,7 @@ static void test_stamped_batch_and_reads_between_writes(void **state)
     assert_int_equal(kvq_txn_set(t, K("rc"), K("c")), 0);
     const kvq_kv *kvs;
     size_t count;
-    int more;
+    bool more;
     assert_int_equal(kvq_txn_get_range(&kvs, &count, &more, t, K("r"), K("s"), 0, 0), 0);
     assert_int_equal(count, 2);
     assert_memory_equal(kvs[0].key.data, "ra", 2);

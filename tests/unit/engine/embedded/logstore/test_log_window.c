@@ -83,7 +83,7 @@ static int head_read(kvq_txn *t, int *first, int *rc_out)
 {
     const kvq_kv *kvs;
     size_t n = 0;
-    int more = 0;
+    bool more = false;
     int rc = kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)"q/", 2, (const uint8_t *)"q0",
                                2, 0, 0);
     *first = -1;
@@ -256,7 +256,7 @@ static void head_key(kvq_db *db, char *buf, size_t cap)
     assert_int_equal(kvq_txn_create(&t, db), 0);
     const kvq_kv *kvs;
     size_t n = 0;
-    int more = 0;
+    bool more = false;
     assert_int_equal(kvq_txn_get_range(&kvs, &n, &more, t, (const uint8_t *)"q/", 2,
                                        (const uint8_t *)"q0", 2, 1, 0),
                      0);
