@@ -1,4 +1,4 @@
-/* The log store: the embedded engine's second storage (store.h), shaped like FoundationDB's
+/* The log store: the embedded engine's default storage (store.h), shaped like FoundationDB's
  * transaction logs and memory storage engine. A batch is one record of the log (log.h): its
  * version, its mutations and its write-conflict ranges, written with one pwrite by write_commit
  * and made durable by the shared sync. Reads come from memory: each handle keeps the data in a

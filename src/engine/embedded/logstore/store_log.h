@@ -1,4 +1,4 @@
-/* The log store (store_log.c): the embedded engine's second storage, behind store.h. */
+/* The log store (store_log.c): the embedded engine's default storage, behind store.h. */
 #ifndef KVQ_LOGSTORE_STORE_LOG_H
 #define KVQ_LOGSTORE_STORE_LOG_H
 
