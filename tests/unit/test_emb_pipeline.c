@@ -317,10 +317,11 @@ static int open_gate(void **state)
 
 int main(void)
 {
-    /* The pipeline is on by default on the log store, the storage that keeps versions
-     * (docs/engine.md): there these tests are of the default. On SQLite it is turned on. */
+    /* The pipeline is on by default on the log store, the default storage, which keeps
+     * versions (docs/engine.md): there these tests are of the default. On SQLite
+     * (KVQ_STORAGE=sqlite) it is turned on. */
     const char *st = getenv("KVQ_STORAGE");
-    if (st == NULL || strcmp(st, "log") != 0)
+    if (st != NULL && strcmp(st, "sqlite") == 0)
         setenv("KVQ_PIPELINE", "1", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_read_does_not_wait_for_sync, open_gate),
