@@ -20,10 +20,14 @@ export KVQ_TEST_TXN_WINDOW_MS="${KVQ_TEST_TXN_WINDOW_MS:-60000}"
 logs="$build/valgrind"
 rm -rf "$logs"
 mkdir -p "$logs"
+# The SQLite storage's own tests run on it, as ctest runs them (tests/CMakeLists.txt, label sqlite).
+sqlite_tests=" test_emb_damage "
+export sqlite_tests
 run_one() {
     local build="$1" logs="$2" t="$3"
-    local rc=0
-    valgrind --error-exitcode=99 --leak-check=full --log-file="$logs/$t.vg" \
+    local rc=0 storage=""
+    [[ "$sqlite_tests" == *" $t "* ]] && storage=sqlite
+    KVQ_STORAGE="$storage" valgrind --error-exitcode=99 --leak-check=full --log-file="$logs/$t.vg" \
         "$build/tests/$t" >"$logs/$t.out" 2>&1 || rc=$?
     echo "$rc" >"$logs/$t.rc"
 }

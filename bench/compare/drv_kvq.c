@@ -15,8 +15,9 @@
  * message handed over last rides in the transaction of the next receive (kvq_workq_ack_txn with
  * kvq_workq_receive_txn): one transaction per message, the ack alone when nothing is ready.
  *
- * Every row runs on both storages of the embedded engine: the SQLite storage (a plain path,
- * the default) and the log store (the kvq-log rows: a "log:" URL). qb_kvq_memory measures the
+ * Every row runs on both storages of the embedded engine: the log store (a plain path, the
+ * default) and the older SQLite storage (the kvq-sqlite rows: a "sqlite:" URL; only kvq-sqlite
+ * by default). qb_kvq_memory measures the
  * memory row (bytes of memory per byte of live data) of either storage's durable queue.
  *
  * Threads of one process share one kvq_db handle (that is what group commit needs); the
@@ -102,7 +103,7 @@ static int kq_setup(void **state, const qb_setup *su)
         return -1;
     /* A fresh database under the run's fresh directory. Nothing is opened here: a forked
      * client must not inherit an open handle. */
-    snprintf(s->url, sizeof(s->url), "%s%s/kvq-db", qb_system_is_log(su->sys) ? "log:" : "",
+    snprintf(s->url, sizeof(s->url), "%s%s/kvq-db", qb_system_is_sqlite(su->sys) ? "sqlite:" : "",
              su->path);
     s->base = qb_system_kvq_base(su->sys);
     s->type = s->base == QB_SYS_KVQ_FIFO       ? KVQ_QUEUE_FIFO
@@ -651,14 +652,15 @@ static int mem_children(const char *url, const qb_options *o, mem_shared *sh, in
 int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
                   double deadline)
 {
-    if (out == NULL || o == NULL || path == NULL || (sys != QB_SYS_KVQ && sys != QB_SYS_KVQ_LOG) ||
-        o->mem_procs < 2 || o->mem_procs > MEM_MAX_PROCS || o->mem_items < 1) {
+    if (out == NULL || o == NULL || path == NULL ||
+        (sys != QB_SYS_KVQ && sys != QB_SYS_KVQ_SQLITE) || o->mem_procs < 2 ||
+        o->mem_procs > MEM_MAX_PROCS || o->mem_items < 1) {
         fprintf(stderr, "qbench: memory: bad arguments\n");
         return -1;
     }
     memset(out, 0, sizeof(*out));
     char url[700];
-    snprintf(url, sizeof(url), "%s%s/kvq-db", qb_system_is_log(sys) ? "log:" : "", path);
+    snprintf(url, sizeof(url), "%s%s/kvq-db", qb_system_is_sqlite(sys) ? "sqlite:" : "", path);
     mem_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                           -1, 0);
     if (sh == MAP_FAILED) {

@@ -838,7 +838,7 @@ static void sample_disk(qb_results *r, const qb_options *o, const char *when)
     }
 }
 
-/* The memory row of one storage's durable queue (sys: QB_SYS_KVQ or QB_SYS_KVQ_LOG). */
+/* The memory row of one storage's durable queue (sys: QB_SYS_KVQ or QB_SYS_KVQ_SQLITE). */
 static void run_memory(qb_results *r, const qb_options *o, int sys)
 {
     double left = g_deadline - qb_now() - 10.0;
@@ -934,10 +934,11 @@ int main(int argc, char **argv)
         return 0;
     }
     g_deadline = qb_now() + o.budget_s;
-    /* The kvq rows choose their storage by URL: an inherited $KVQ_STORAGE would turn the SQLite
-     * rows into log store rows. */
+    /* The kvq rows choose their storage by URL: an inherited $KVQ_STORAGE would turn the default
+     * storage's rows into SQLite storage rows. */
     if (getenv("KVQ_STORAGE") != NULL) {
-        fprintf(stderr, "qbench: ignoring KVQ_STORAGE=%s (the kvq-log rows are the log store)\n",
+        fprintf(stderr,
+                "qbench: ignoring KVQ_STORAGE=%s (the kvq-sqlite rows are the SQLite storage)\n",
                 getenv("KVQ_STORAGE"));
         unsetenv("KVQ_STORAGE");
     }
@@ -954,7 +955,7 @@ int main(int argc, char **argv)
     }
     /* The memory rows first, once: they do not change from run to run, and their minute must
      * not count in the first run's time, from which the later runs' caps are planned. */
-    static const int mem_rows[2] = { QB_SYS_KVQ, QB_SYS_KVQ_LOG };
+    static const int mem_rows[2] = { QB_SYS_KVQ, QB_SYS_KVQ_SQLITE };
     for (int k = 0; k < 2 && (o.workloads & QB_WL_M); k++) {
         if (o.systems & (1u << mem_rows[k]))
             run_memory(&r, &o, mem_rows[k]);

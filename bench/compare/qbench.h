@@ -73,7 +73,7 @@ typedef struct qb_memory {
 } qb_memory;
 
 /* Queues o->mem_items items of o->size bytes in a new durable queue under path, on the storage
- * of sys (QB_SYS_KVQ or QB_SYS_KVQ_LOG), then opens it in one child process and then in
+ * of sys (QB_SYS_KVQ or QB_SYS_KVQ_SQLITE), then opens it in one child process and then in
  * o->mem_procs at once, each measuring its anonymous memory before the open and after reading
  * the queue's length and head. Stops (killing what is left) at the monotonic time deadline.
  * Returns 0, or -1 after printing why. */

@@ -17,26 +17,26 @@ enum qb_system {
     QB_SYS_REDIS_EVERYSEC,
     QB_SYS_POSTGRES,
     QB_SYS_SQLITE,
-    /* kvq's rows on the embedded engine's SQLite storage (the default): */
+    /* kvq's rows on the embedded engine's default storage (the log store): */
     QB_SYS_KVQ,      /* kvq's durable queue, clients as threads of one process */
     QB_SYS_KVQ_PROC, /* the same, clients as separate processes */
     QB_SYS_KVQ_PROC2X, /* the same with twice the producers and consumers (8P+8C by default) */
     QB_SYS_KVQ_FIFO,
     QB_SYS_KVQ_PRIORITY,
     QB_SYS_KVQ_WORKQ, /* kvq's durable queue as a work queue: receive with a lease, then ack */
-    /* The same six rows on the log store ("log:" URLs), in the same order: */
-    QB_SYS_KVQ_LOG,
-    QB_SYS_KVQ_LOG_PROC,
-    QB_SYS_KVQ_LOG_PROC2X,
-    QB_SYS_KVQ_LOG_FIFO,
-    QB_SYS_KVQ_LOG_PRIORITY,
-    QB_SYS_KVQ_LOG_WORKQ,
+    /* The same six rows on the older SQLite storage ("sqlite:" URLs), in the same order: */
+    QB_SYS_KVQ_SQLITE,
+    QB_SYS_KVQ_SQLITE_PROC,
+    QB_SYS_KVQ_SQLITE_PROC2X,
+    QB_SYS_KVQ_SQLITE_FIFO,
+    QB_SYS_KVQ_SQLITE_PRIORITY,
+    QB_SYS_KVQ_SQLITE_WORKQ,
     QB_SYS_DISK, /* not a queue: the disk's fdatasync rate, the ceiling */
     QB_NSYS
 };
 
 /* How many kvq rows each storage has (QB_SYS_KVQ ... QB_SYS_KVQ_WORKQ). */
-#define QB_KVQ_ROWS (QB_SYS_KVQ_LOG - QB_SYS_KVQ)
+#define QB_KVQ_ROWS (QB_SYS_KVQ_SQLITE - QB_SYS_KVQ)
 
 /* The figures measured for each system: the table's columns. */
 enum qb_metric {
@@ -71,9 +71,10 @@ int qb_metric_from_name(const char *name);
 int qb_system_is_durable_baseline(int sys);
 int qb_system_is_kvq(int sys);
 
-/* For a kvq row: whether it runs on the log store, and the matching row of the SQLite storage
- * (QB_SYS_KVQ_LOG_FIFO gives QB_SYS_KVQ_FIFO; a SQLite row gives itself; others -1). */
-int qb_system_is_log(int sys);
+/* For a kvq row: whether it runs on the SQLite storage, and the matching row of the default
+ * storage (QB_SYS_KVQ_SQLITE_FIFO gives QB_SYS_KVQ_FIFO; a default row gives itself; others
+ * -1). */
+int qb_system_is_sqlite(int sys);
 int qb_system_kvq_base(int sys);
 
 /* A loopback endpoint. qbench refuses every address outside 127.0.0.0/8. */
@@ -143,7 +144,7 @@ typedef struct qb_results {
     qb_cell cps[QB_NSYS][QB_NMETRICS];
     qb_cell cpo[QB_NSYS][QB_NMETRICS];
     char version[QB_NSYS][64]; /* the server's or library's version, when known */
-    /* The memory row (kvq's durable-queue rows QB_SYS_KVQ and QB_SYS_KVQ_LOG): growth of a
+    /* The memory row (kvq's durable-queue rows QB_SYS_KVQ and QB_SYS_KVQ_SQLITE): growth of a
      * process's anonymous memory from before it opened the database to after it read the
      * queue, divided by the live data (keys and values of the queued items), with one process
      * and with mem_procs processes open at once (their mean). */

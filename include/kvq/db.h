@@ -4,11 +4,13 @@
  *
  * A kvq_db is opened from a URL: a directory path selects the embedded engine, `fdb:` or
  * `fdb:/path/to/fdb.cluster` a FoundationDB cluster. Everything below behaves the same on both.
- * The embedded engine has two storages (docs/engine.md, docs/logstore.md): SQLite, the default,
- * and the log store, chosen for a new database by the URL `log:/path/to/dir` or by the
- * environment variable `KVQ_STORAGE=log`; an existing database is opened with the storage it was
- * made with, whatever the URL's prefix or the variable say (a SQLite database opened as `log:`
- * is refused, never converted).
+ * The embedded engine's storage (docs/engine.md, docs/logstore.md): commits go to a log, an
+ * ordered SQLite table trails it. The older SQLite storage is kept for the databases made with
+ * it: such a directory opens as what it is, and a new one is made on it only by the URL
+ * `sqlite:/path/to/dir` or the environment variable `KVQ_STORAGE=sqlite` (`log:DIR` names the
+ * default storage). An existing database is opened with the storage it was made with, whatever
+ * the variable says; a URL prefix naming its other storage is refused (KVQ_EINVAL), never
+ * converted.
  *
  * Transactions read at one read version (taken at their first read) and see their own writes.
  * Writes are buffered and applied atomically at commit. A commit fails with KVQ_ENOT_COMMITTED
@@ -91,8 +93,9 @@ typedef struct kvq_db_options {
  * an empty directory, which stays; a database that was complete is never touched.
  *
  * @param[out] out   the handle; NULL on failure
- * @param[in]  url   a directory path (embedded engine; `log:DIR` makes a new database a log
- *                   store, as `$KVQ_STORAGE=log` does) or `fdb:[cluster-file]`; NULL means
+ * @param[in]  url   a directory path (embedded engine; `sqlite:DIR` makes a new database on
+ *                   the older SQLite storage, as `$KVQ_STORAGE=sqlite` does; `log:DIR` on the
+ *                   default log store) or `fdb:[cluster-file]`; NULL means
  *                   `$KVQ_DB` or else `./kvq-data`
  * @param[in]  opts  options, or NULL for the defaults
  * @return 0; KVQ_EINVAL (bad argument or option); KVQ_ENOTFOUND (missing and KVQ_DB_NO_CREATE);

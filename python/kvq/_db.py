@@ -65,8 +65,8 @@ class Database(Handle):
     """An open kvq database; a context manager, shared by any number of threads.
 
     Args:
-        url: a directory (the embedded engine, SQLite storage), ``log:DIR`` (the embedded
-            engine's log store), ``fdb:`` or ``fdb:/path/to/fdb.cluster`` (a FoundationDB
+        url: a directory (the embedded engine), ``sqlite:DIR`` (a new database on the older
+            SQLite storage, kept for the databases made with it), ``fdb:`` or ``fdb:/path/to/fdb.cluster`` (a FoundationDB
             cluster); None means ``$KVQ_DB`` or else ``./kvq-data``, as in C.
         create: make the database when it does not exist (default True).
         read_only: open read-only: writing commits fail with PermissionDeniedError.

@@ -185,8 +185,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvq [--db URL] [--json] [-0] [--read-only] COMMAND [ARGS...]\n"
                "       kvq --help | --version | COMMAND --help\n\n"
                "Durable, transactional queues. URL is a directory (the embedded engine; default\n"
-               "$KVQ_DB or ./kvq-data), log:DIR (a new database made with the log store, as\n"
-               "with KVQ_STORAGE=log; an existing one keeps its storage) or fdb:[cluster-file].\n"
+               "$KVQ_DB or ./kvq-data) or fdb:[cluster-file]. sqlite:DIR (or KVQ_STORAGE=sqlite)\n"
+               "makes a new database on the older SQLite storage, kept for the databases made\n"
+               "with it; log:DIR names the default storage; an existing one keeps its storage.\n"
                "\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);

@@ -11,7 +11,7 @@
 #include "cli/qops.h"
 
 /* The directory of an embedded database URL (the default one for NULL), as the engine takes it:
- * without "log:"; NULL for fdb:. */
+ * without "log:" or "sqlite:"; NULL for fdb:. */
 static const char *embedded_dir(const char *url)
 {
     if (url == NULL)
@@ -22,6 +22,8 @@ static const char *embedded_dir(const char *url)
         return NULL;
     if (strncmp(url, "log:", 4) == 0)
         url += 4;
+    else if (strncmp(url, "sqlite:", 7) == 0)
+        url += 7;
     return url;
 }
 
@@ -47,8 +49,9 @@ static int stray_data_file(const char *url)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-/* Which storage the messages of a full disk speak of: the log store when the directory holds
- * one, or when a new database is made with "log:" or $KVQ_STORAGE=log; else SQLite. */
+/* Which storage the messages of a full disk speak of: the SQLite storage when the directory holds
+ * a database of it, or when a new database is made with "sqlite:" or $KVQ_STORAGE=sqlite; else
+ * the log store, the default. */
 static int storage_of(const char *url)
 {
     const char *dir = embedded_dir(url);
@@ -62,12 +65,13 @@ static int storage_of(const char *url)
     snprintf(path, sizeof(path), "%s/kvq.marker", dir);
     if (stat(path, &st) == 0)
         return CLI_STORAGE_SQLITE;
+    const char *u = url != NULL ? url : getenv("KVQ_DB");
+    if (u != NULL && strncmp(u, "sqlite:", 7) == 0)
+        return CLI_STORAGE_SQLITE;
     const char *env = getenv("KVQ_STORAGE");
-    if ((url != NULL && strncmp(url, "log:", 4) == 0) ||
-        (url == NULL && getenv("KVQ_DB") != NULL && strncmp(getenv("KVQ_DB"), "log:", 4) == 0) ||
-        (env != NULL && strcmp(env, "log") == 0))
-        return CLI_STORAGE_LOG;
-    return CLI_STORAGE_SQLITE;
+    if ((u == NULL || strncmp(u, "log:", 4) != 0) && env != NULL && strcmp(env, "sqlite") == 0)
+        return CLI_STORAGE_SQLITE;
+    return CLI_STORAGE_LOG;
 }
 
 /* remove_one keeps the top directory (a directory the user made, empty, for the database). */

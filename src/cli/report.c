@@ -46,12 +46,17 @@ static const char *enospc_note(void)
                  (double)KVQ__SQLITE_NEW_DB_BYTES / mib, (double)KVQ__CQ_FILE_BYTES / mib);
     else if (storage_kind == CLI_STORAGE_LOG)
         snprintf(note, sizeof(note),
-                 " (the log store writes its log in preallocated segments of %u MiB and keeps "
-                 "room for a checkpoint and a spare segment, ckpt.reserve, beside the engine's "
-                 "%u MiB reserve, and takes pushes only while a segment's worth more is free: a "
-                 "new database needs about %llu MiB free)",
-                 KVQ__LOG_SEG_DEFAULT >> 20, KVQ__RESERVE_BYTES >> 20,
-                 (KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_DEFAULT) + (1ull << 20) - 1) >> 20);
+                 " (a database writes its log in preallocated segments of %u MiB, or on a disk "
+                 "with less than %u MiB free of a 32nd of the free space, down to %u KiB; it "
+                 "keeps room for a pass of its applier and a segment, ckpt.reserve, beside the "
+                 "engine's %u MiB reserve, and takes pushes only while a segment's worth more is "
+                 "free: a new database needs about %llu MiB free, %llu MiB for segments of %u "
+                 "MiB)",
+                 KVQ__LOG_SEG_DEFAULT >> 20, (KVQ__LOG_SEG_DEFAULT >> 20) * 32,
+                 KVQ__LOG_SEG_SMALL >> 10, KVQ__RESERVE_BYTES >> 20,
+                 (KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_SMALL) + (1ull << 20) - 1) >> 20,
+                 (KVQ__LOG_NEW_DB_BYTES(KVQ__LOG_SEG_DEFAULT) + (1ull << 20) - 1) >> 20,
+                 KVQ__LOG_SEG_DEFAULT >> 20);
     else
         note[0] = '\0';
     return note;

@@ -185,8 +185,8 @@ k delete w
 k len w >/dev/null 2>&1; rc=$?
 check "delete: the queue is gone" bash -c "[ $rc = 4 ]"
 
-# A missing or damaged database gives a clear error.
-: > "$DB/data.db"
+# A missing or damaged database gives a clear error (its table emptied: logstore/data.db).
+: > "$DB/logstore/data.db"
 k len jobs >/dev/null 2>"$T/err"; rc=$?
 check "damaged database: exit 3 saying so" bash -c "[ $rc = 3 ] && grep -q damaged '$T/err'"
 "$KVQ" --db "$T/file" len jobs >/dev/null 2>&1 || true

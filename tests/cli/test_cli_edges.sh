@@ -172,7 +172,7 @@ vals = [json.loads(l)["value"] for l in open(sys.argv[1])]
 nums = [int(v.split("-")[1]) for v in vals]
 assert nums == sorted(set(nums)) and all(1 <= x <= 20000 for x in nums), "not a subset in order"
 PY
-"$KVQ" --db "$T/dmg0" create q >/dev/null
+"$KVQ" --db "sqlite:$T/dmg0" create q >/dev/null
 seq -f 'item-%06g' 1 20000 | "$KVQ" --db "$T/dmg0" push q
 for at in 0 2048; do
     rm -rf "$T/dmg"; cp -r "$T/dmg0" "$T/dmg"
@@ -228,8 +228,8 @@ mnt() {
 need() { sed -n 's/.*a new database needs about \([0-9.]*\) MiB free.*/\1/p' "$1"; }
 if [ "$(id -u)" = 0 ] && mnt 4m; then
     for st in sqlite log; do
-        url="$MNT/db"; [ $st = log ] && url="log:$MNT/db"
-        small=$([ $st = sqlite ] && echo 4m || echo 16m)
+        url="$MNT/db"; [ $st = sqlite ] && url="sqlite:$MNT/db"
+        small=$([ $st = sqlite ] && echo 4m || echo 8m)
         mnt $small
         "$KVQ" --db "$url" create q >/dev/null 2>"$T/err5"; rc=$?
         n=$(need "$T/err5")
@@ -239,7 +239,7 @@ if [ "$(id -u)" = 0 ] && mnt 4m; then
         check "$st: the message names what the room is for ($what)" grep -q "$what" "$T/err5"
         check "$st: a failed create leaves nothing behind" bash -c "[ ! -e '$MNT/db' ] && [ -z \"\$(ls -A '$MNT')\" ]"
         mkdir "$MNT/mine"
-        mine="$MNT/mine"; [ $st = log ] && mine="log:$MNT/mine"
+        mine="$MNT/mine"; [ $st = sqlite ] && mine="sqlite:$MNT/mine"
         "$KVQ" --db "$mine" create q >/dev/null 2>&1; rc=$?
         check "$st: a failed create in an empty directory made for it: the directory stays, empty" bash -c "[ $rc = 3 ] && [ -d '$MNT/mine' ] && [ -z \"\$(ls -A '$MNT/mine')\" ]"
         rmdir "$MNT/mine"
@@ -275,14 +275,18 @@ else
     echo "skip - create on small file systems (mounting a tmpfs needs root; uid $(id -u))"
 fi
 
-# ---- 4. a disk that was full once takes pushes again once drained (SQLite storage) -------------
-# Fill until refused, drain every item, then push again, without any tool: the room the drain
-# freed is inside data.db (SQLite's free pages), which the engine gives back to the file system.
+# ---- 4. a disk that was full once takes pushes again once drained -----------------------------
+# Fill until refused, drain every item, then push again, without any tool, on a 16 MB and a 256 MB
+# disk, on the default storage and on the SQLite storage: the room the drain freed is inside
+# data.db (SQLite's free pages; on the log store, its table's), which the engine gives back to
+# the file system.
 if [ "$(id -u)" = 0 ] && mnt 16m; then
     v2k=$(head -c 2000 /dev/zero | tr '\0' v)
-    for size in 16m 256m; do
+    for case in log:16m log:256m sqlite:16m sqlite:256m; do
+        st=${case%%:*}; size=${case#*:}
         mnt $size
-        "$KVQ" --db "$MNT/db" create q >/dev/null
+        url="$MNT/db"; [ $st = sqlite ] && url="sqlite:$MNT/db"
+        "$KVQ" --db "$url" create q >/dev/null
         filled=0
         for _ in $(seq 1 400); do
             for _ in $(seq 1 500); do echo "$v2k"; done > "$T/batch4"
@@ -290,11 +294,11 @@ if [ "$(id -u)" = 0 ] && mnt 16m; then
             filled=$((filled + 1))
         done
         n=$("$KVQ" --db "$MNT/db" len q)
-        check "sqlite on $size: pushes refused once full ($n items of 2 kB), disk_full" grep -q disk_full "$T/err4"
+        check "$st on $size: pushes refused once full ($n items of 2 kB), disk_full" grep -q disk_full "$T/err4"
         while "$KVQ" --db "$MNT/db" pop q -n 10000 >/dev/null 2>"$T/err4b"; do :; done
-        check "sqlite on $size: every item drained" bash -c "[ \"\$('$KVQ' --db '$MNT/db' len q)\" = 0 ]"
+        check "$st on $size: every item drained" bash -c "[ \"\$('$KVQ' --db '$MNT/db' len q)\" = 0 ]"
         "$KVQ" --db "$MNT/db" push q < "$T/batch4" 2>"$T/err4"; rc=$?
-        check "sqlite on $size: drained, it takes pushes again (500 items of 2 kB)" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$MNT/db' len q)\" = 500 ]"
+        check "$st on $size: drained, it takes pushes again (500 items of 2 kB)" bash -c "[ $rc = 0 ] && [ \"\$('$KVQ' --db '$MNT/db' len q)\" = 500 ]"
     done
     umount "$MNT"; MNT=""
 else
@@ -388,7 +392,7 @@ check "pop --tuple pops, decoded" bash -c "[ \"\$('$KVQ' --db '$DB' pop tu -n 3 
 check "--tuple is in pop, peek, list and export --help and in the man page" bash -c "for c in pop peek list export; do '$KVQ' \$c --help | grep -q -- --tuple || exit 1; done; grep -q 'fB\\\\-\\\\-tuple' '$SRC/docs/kvq.1'"
 
 # ---- 9. where users look ----------------------------------------------------------------------
-check "kvq --help, the man page and kvq/db.h mention log: and KVQ_STORAGE" bash -c "h=\$('$KVQ' --help); grep -q 'log:DIR' <<<\"\$h\" && grep -q KVQ_STORAGE <<<\"\$h\" && grep -q 'fBlog:' '$SRC/docs/kvq.1' && grep -q '^.B KVQ_STORAGE' '$SRC/docs/kvq.1' && grep -q 'log:' '$SRC/include/kvq/db.h' && grep -q KVQ_STORAGE '$SRC/include/kvq/db.h'"
+check "kvq --help, the man page and kvq/db.h mention sqlite:, log: and KVQ_STORAGE" bash -c "h=\$('$KVQ' --help); grep -q 'sqlite:DIR' <<<\"\$h\" && grep -q 'log:DIR' <<<\"\$h\" && grep -q KVQ_STORAGE <<<\"\$h\" && grep -q 'fBsqlite:' '$SRC/docs/kvq.1' && grep -q 'fBlog:' '$SRC/docs/kvq.1' && grep -q 'sqlite:' '$SRC/include/kvq/db.h' && grep -q '^.B KVQ_STORAGE' '$SRC/docs/kvq.1' && grep -q 'log:' '$SRC/include/kvq/db.h' && grep -q KVQ_STORAGE '$SRC/include/kvq/db.h'"
 # Every file docs/logstore.md names (a .c, .h, .sh or .md) exists in the tree.
 missing=""
 for f in $(grep -o '[A-Za-z0-9_./-]*\.\(c\|h\|sh\|md\)\b' "$SRC/docs/logstore.md" | sort -u); do

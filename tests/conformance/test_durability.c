@@ -8,7 +8,8 @@
  * about fsync; the engine's own tests trace the sync.)
  *
  * Damage (embedded engine only; skipped on fdb): a database is created and closed, then its
- * SQLite file `<dir>/data.db` is deleted, truncated to 0 bytes or to half, while kvq's marker
+ * SQLite file (the log store's table `<dir>/logstore/data.db`, or the SQLite storage's
+ * `<dir>/data.db`) is deleted, truncated to 0 bytes or to half, while kvq's marker
  * `<dir>/kvq.marker` stays. Reopening must fail with KVQ_EDAMAGED (9004), never succeed empty.
  * Each such open runs in a forked child under alarm(), and must end with a clean exit, not a
  * signal. */
@@ -272,12 +273,16 @@ static void damaged_case(enum damage d)
     kvq_txn_destroy(t);
     kvq_db_close(db);
 
-    /* The layout contract: the SQLite file and kvq's marker. */
+    /* The layout contract: the SQLite file and kvq's marker; the file is the log store's table
+     * (logstore/data.db) on the default storage, <dir>/data.db on the SQLite storage. */
     struct stat st;
     snprintf(path, sizeof(path), "%s/kvq.marker", url);
     if (stat(path, &st) != 0)
         fail_msg("%s: no kvq.marker (the layout contract changed?)", url);
-    snprintf(path, sizeof(path), "%s/data.db", url);
+    char table[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/logstore", url);
+    snprintf(table, sizeof(table), "%s%s", url, stat(path, &st) == 0 ? "/logstore" : "");
+    snprintf(path, sizeof(path), "%s/data.db", table);
     if (stat(path, &st) != 0)
         fail_msg("%s: no data.db (the layout contract changed?)", url);
     off_t size = st.st_size;
@@ -287,9 +292,9 @@ static void damaged_case(enum damage d)
         break;
     case DELETE_ALL_SQLITE:
         assert_int_equal(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/data.db-wal", url);
+        snprintf(path, sizeof(path), "%s/data.db-wal", table);
         (void)unlink(path);
-        snprintf(path, sizeof(path), "%s/data.db-shm", url);
+        snprintf(path, sizeof(path), "%s/data.db-shm", table);
         (void)unlink(path);
         break;
     case TRUNCATE_ZERO:

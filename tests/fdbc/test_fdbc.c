@@ -504,13 +504,18 @@ static void test_set_read_version(void **state)
     fdb_transaction_reset(b);
     fdb_transaction_set_read_version(b, 0);
     assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 2011);
-    /* After a commit the old version's state is gone: transaction_too_old, which on_error
-     * retries with a fresh read version. */
+    /* After a commit the old version still reads its state, inside the window of versions the
+     * storage keeps (as FoundationDB's 5 seconds); a version older than the window is
+     * transaction_too_old, which on_error retries with a fresh read version. */
     fdb_transaction_reset(b);
     set_s(b, "rv/k", "two");
     assert_int_equal(commit(b), 0);
     fdb_transaction_reset(b);
     fdb_transaction_set_read_version(b, rv);
+    assert_int_equal(get_err(b, "rv/k", 0, &present, out, sizeof(out)), 0);
+    assert_string_equal(out, "one");
+    fdb_transaction_reset(b);
+    fdb_transaction_set_read_version(b, 1);
     fdb_error_t e = get_err(b, "rv/k", 0, &present, out, sizeof(out));
     assert_int_equal(e, 1007);
     f = fdb_transaction_on_error(b, e);

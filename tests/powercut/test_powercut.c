@@ -58,7 +58,7 @@ static const struct storage {
     const char *name;
     const char *url_fmt;
 } storages[] = {
-    { "sqlite", "%s" },
+    { "sqlite", "sqlite:%s" },
     { "log", "log:%s" },
 };
 

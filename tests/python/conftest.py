@@ -19,20 +19,22 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 
 import kvq  # noqa: E402
 
-STORAGES = ("sqlite", "log")
+STORAGES = ("log", "sqlite")
 
 
 @pytest.fixture(params=STORAGES)
 def storage(request):
-    """Each test that takes it runs on both storages of the embedded engine."""
+    """Each test that takes it runs on both storages of the embedded engine: the default (the log
+    store) and the older SQLite storage, kept for the databases made with it."""
     return request.param
 
 
 @pytest.fixture
 def url(tmp_path, storage):
-    """A fresh database URL: a directory (SQLite storage) or log:DIR (the log store)."""
+    """A fresh database URL: a directory (the default storage) or sqlite:DIR (the SQLite
+    storage)."""
     d = str(tmp_path / "db")
-    return d if storage == "sqlite" else "log:" + d
+    return "sqlite:" + d if storage == "sqlite" else d
 
 
 @pytest.fixture

@@ -347,7 +347,7 @@ def test_handles(db, url):
     with kvq.Database(url, relaxed=True, retry_limit=5, timeout=10) as d3:
         d3.queue("jobs").push("relaxed")
     assert q.pop() == b"relaxed"
-    with kvq.Database(os.path.join(os.path.dirname(url.replace("log:", "")), "fresh")) as d4:
+    with kvq.Database(os.path.join(os.path.dirname(url.replace("sqlite:", "")), "fresh")) as d4:
         assert d4.queues() == []
 
 

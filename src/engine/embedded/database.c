@@ -127,10 +127,12 @@ static int sync_parent(const char *dir)
     return rc;
 }
 
-/* Which storage a database uses: the log store when its directory holds one; for a new
- * database, when the URL says "log:" (or $KVQ_STORAGE is "log"); else SQLite. A database of
- * one storage is never opened with, or converted to, the other. */
-static int pick_storage(emb_db *e, const char *dir, int marker, int want_log, int url_log)
+/* Which storage a database uses. A directory that holds a database opens with the storage it
+ * holds: the log store when it has a logstore/, else the SQLite storage. A new database is a log
+ * store (the default) unless the URL says "sqlite:" or $KVQ_STORAGE is "sqlite": the older
+ * storage, kept for the databases made with it and for its tests. A URL that names the other
+ * storage of an existing database is refused: one storage is never opened as the other. */
+static int pick_storage(emb_db *e, const char *dir, int marker, int want_sqlite, int url_kind)
 {
     int has_log = kvq__logstore_present(dir);
     char *sq = emb_path_join(dir, "data.db");
@@ -141,27 +143,34 @@ static int pick_storage(emb_db *e, const char *dir, int marker, int want_log, in
     kvq__free(sq);
     if (has_log && has_sqlite)
         return kvq__error(KVQ_EDAMAGED, "%s holds both a SQLite and a log store database", dir);
-    if (has_log || (!marker && !has_sqlite && want_log)) {
+    int is_sqlite = has_sqlite || (marker && !has_log);
+    if (has_log || (!is_sqlite && !want_sqlite)) {
+        if (url_kind == EMB_URL_SQLITE && has_log)
+            return kvq__error(KVQ_EINVAL,
+                              "%s is a database of the log store, not of the SQLite storage "
+                              "(open it without \"sqlite:\")",
+                              dir);
         e->so = &emb_log_store;
         return 0;
     }
-    if (url_log && (marker || has_sqlite))
+    if (url_kind == EMB_URL_LOG && is_sqlite)
         return kvq__error(KVQ_EINVAL,
                           "%s is a database of the SQLite storage: it is not converted to the "
                           "log store (open it without \"log:\")",
                           dir);
+    e->so = &emb_sqlite_store;
     return 0;
 }
 
 static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts *opts)
 {
-    /* "log:DIR" asks for the log store (logstore/store_log.c) for a new database. */
-    const char *dir = url;
-    int url_log = strncmp(url, "log:", 4) == 0;
-    if (url_log)
-        dir = url + 4;
+    /* "sqlite:DIR" asks for the SQLite storage (store_sqlite.c) for a new database, "log:DIR"
+     * for the log store (logstore/store_log.c), the default. */
+    int url_kind = emb_url_kind(url);
+    const char *dir = emb_url_dir(url);
     const char *env = getenv("KVQ_STORAGE");
-    int want_log = url_log || (env != NULL && strcmp(env, "log") == 0);
+    int want_sqlite = url_kind == EMB_URL_SQLITE ||
+                      (url_kind == EMB_URL_PLAIN && env != NULL && strcmp(env, "sqlite") == 0);
     if (dir[0] == '\0')
         return kvq__error(KVQ_EINVAL, "the database path is empty");
     emb_db *e = kvq__calloc(1, sizeof(*e));
@@ -201,7 +210,7 @@ static int emb_open(void **out, kvq_db *db, const char *url, const kvq__db_opts 
         rc = kvq__error(KVQ_ENOTFOUND, "no kvq database in %s", dir);
         goto fail;
     }
-    rc = pick_storage(e, dir, marker, want_log, url_log);
+    rc = pick_storage(e, dir, marker, want_sqlite, url_kind);
     if (rc != 0)
         goto fail;
     rc = open_lock_file(e);

@@ -93,3 +93,24 @@ void emb_dir_undo(const char *dir, int remove_dir)
     if (remove_dir)
         (void)rmdir(dir);
 }
+
+int emb_url_kind(const char *url)
+{
+    if (strncmp(url, "log:", 4) == 0)
+        return EMB_URL_LOG;
+    if (strncmp(url, "sqlite:", 7) == 0)
+        return EMB_URL_SQLITE;
+    return EMB_URL_PLAIN;
+}
+
+const char *emb_url_dir(const char *url)
+{
+    switch (emb_url_kind(url)) {
+    case EMB_URL_LOG:
+        return url + 4;
+    case EMB_URL_SQLITE:
+        return url + 7;
+    default:
+        return url;
+    }
+}

@@ -17,4 +17,12 @@ int emb_dir_is_empty(const char *dir);
  * empty: whatever is in it is that create's. */
 void emb_dir_undo(const char *dir, int remove_dir);
 
+/* An embedded database's URL: a directory, "log:DIR" (a new database on the log store, the
+ * default) or "sqlite:DIR" (a new database on the older SQLite storage). */
+enum { EMB_URL_PLAIN, EMB_URL_LOG, EMB_URL_SQLITE };
+/* Which of the three url is. */
+int emb_url_kind(const char *url);
+/* The directory url names (url without its prefix). */
+const char *emb_url_dir(const char *url);
+
 #endif /* KVQ_EMB_FILES_H */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "emb.h"
+#include "logstore/store_log.h"
 #include "room.h"
 #include "store_sqlite.h"
 
@@ -136,11 +137,16 @@ static int avail_bytes(emb_db *e, unsigned long long *avail)
 /* Drain mode, the file system short of the reserve and its margin: gives the SQLite storage's
  * free pages back to it when they make up the shortfall and the pages in use are no more than
  * them (the copy costs at most what it gives back; after it there are no free pages left, so it
- * is not tried again until pops free more). With the commit lock held, before a write (the
+ * is not tried again until pops free more); the log store gives its table's back as it can
+ * (kvq__logstore_give_back). With the commit lock held, before a write (the
  * writer is idle). 1 when it gave some back. */
 static int give_back(emb_db *e, unsigned long long avail)
 {
-    if (e->so != &emb_sqlite_store || e->store == NULL || (e->opts.flags & KVQ_DB_READ_ONLY))
+    if (e->store == NULL || (e->opts.flags & KVQ_DB_READ_ONLY))
+        return 0;
+    if (e->so == &emb_log_store)
+        return kvq__logstore_give_back(e->store, RESERVE_BYTES + RESERVE_MARGIN - avail);
+    if (e->so != &emb_sqlite_store)
         return 0;
     uint64_t free_bytes = 0, live = 0;
     if (kvq__sqlite_room(e->store, &free_bytes, &live) != 0) {

@@ -67,7 +67,7 @@ int kvq__salvage_open(kvq__salvage **out, const char *url)
     *out = NULL;
     if (strncmp(url, "fdb:", 4) == 0)
         return kvq__error(KVQ_EUNSUPPORTED, "salvage reads an embedded database, not a cluster");
-    const char *dir = strncmp(url, "log:", 4) == 0 ? url + 4 : url;
+    const char *dir = emb_url_dir(url);
     kvq__salvage *s = kvq__calloc(1, sizeof(*s));
     if (s == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory");

@@ -21,8 +21,8 @@ typedef struct kvq__salvage_stats {
     char where[1024];             /* what is damaged, in words ("" when nothing) */
 } kvq__salvage_stats;
 
-/* Opens the embedded database at url (a directory, or log:DIR) for salvage, read-only: its
- * files are opened without write access to their data and never repaired. */
+/* Opens the embedded database at url (a directory, log:DIR or sqlite:DIR) for salvage, read-only:
+ * its files are opened without write access to their data and never repaired. */
 int kvq__salvage_open(kvq__salvage **out, const char *url);
 void kvq__salvage_close(kvq__salvage *s);
 

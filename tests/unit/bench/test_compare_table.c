@@ -40,8 +40,11 @@ static void test_defaults(void **state)
     assert_int_equal(o.systems & (1u << QB_SYS_POSTGRES), 0);
     assert_true(o.systems & (1u << QB_SYS_SQLITE));
     assert_true(o.systems & (1u << QB_SYS_KVQ));
-    assert_true(o.systems & (1u << QB_SYS_KVQ_LOG));
-    assert_true(o.systems & (1u << QB_SYS_KVQ_LOG_PROC2X));
+    assert_true(o.systems & (1u << QB_SYS_KVQ_PROC2X));
+    /* Of the SQLite storage's rows, only its durable queue (threads), for comparison. */
+    assert_true(o.systems & (1u << QB_SYS_KVQ_SQLITE));
+    assert_int_equal(o.systems & (1u << QB_SYS_KVQ_SQLITE_PROC2X), 0);
+    assert_int_equal(o.systems & (1u << QB_SYS_KVQ_SQLITE_WORKQ), 0);
     assert_true(o.systems & (1u << QB_SYS_DISK));
     assert_true(o.workloads & QB_WL_M);
     assert_int_equal(o.mem_items, 1000000);
@@ -83,13 +86,13 @@ static void test_quick_and_values(void **state)
     assert_int_equal(o.latency_n, 1000);
     assert_int_equal(o.mem_items, 100000);
 
-    /* The log store's rows and the memory row by name. */
-    char *argv3[] = { "qbench",         "--systems", "kvq-log,kvq-log-proc-2x",
+    /* The SQLite storage's rows and the memory row by name. */
+    char *argv3[] = { "qbench",         "--systems", "kvq-sqlite,kvq-sqlite-proc-2x",
                       "--dir",          "/tmp",      "--workloads",
                       "bm",             "--memory-items", "2000000",
                       "--memory-procs", "4",         NULL };
     assert_int_equal(parse(&o, err, sizeof(err), 11, argv3), 0);
-    assert_int_equal(o.systems, (1u << QB_SYS_KVQ_LOG) | (1u << QB_SYS_KVQ_LOG_PROC2X));
+    assert_int_equal(o.systems, (1u << QB_SYS_KVQ_SQLITE) | (1u << QB_SYS_KVQ_SQLITE_PROC2X));
     assert_int_equal(o.workloads, QB_WL_B | QB_WL_M);
     assert_int_equal(o.mem_items, 2000000);
     assert_int_equal(o.mem_procs, 4);
@@ -103,22 +106,22 @@ static void test_storages(void **state)
         int base = qb_system_kvq_base(s);
         if (!qb_system_is_kvq(s)) {
             assert_int_equal(base, -1);
-            assert_false(qb_system_is_log(s));
+            assert_false(qb_system_is_sqlite(s));
             continue;
         }
-        assert_false(qb_system_is_log(base));
-        if (qb_system_is_log(s)) {
+        assert_false(qb_system_is_sqlite(base));
+        if (qb_system_is_sqlite(s)) {
             char want[64];
-            /* "kvq-log-fifo" is "kvq-fifo" on the log store; "kvq-log" is "kvq". */
-            snprintf(want, sizeof(want), "kvq%s", qb_system_names[s] + strlen("kvq-log"));
+            /* "kvq-sqlite-fifo" is "kvq-fifo" on the SQLite storage; "kvq-sqlite" is "kvq". */
+            snprintf(want, sizeof(want), "kvq%s", qb_system_names[s] + strlen("kvq-sqlite"));
             assert_string_equal(qb_system_names[base], want);
         } else {
             assert_int_equal(base, s);
         }
     }
-    assert_int_equal(qb_system_kvq_base(QB_SYS_KVQ_LOG_WORKQ), QB_SYS_KVQ_WORKQ);
-    assert_int_equal(qb_system_from_name("kvq-log-proc"), QB_SYS_KVQ_LOG_PROC);
-    assert_false(qb_system_is_durable_baseline(QB_SYS_KVQ_LOG));
+    assert_int_equal(qb_system_kvq_base(QB_SYS_KVQ_SQLITE_WORKQ), QB_SYS_KVQ_WORKQ);
+    assert_int_equal(qb_system_from_name("kvq-sqlite-proc"), QB_SYS_KVQ_SQLITE_PROC);
+    assert_false(qb_system_is_durable_baseline(QB_SYS_KVQ_SQLITE));
 }
 
 static void expect_error(int argc, char **argv, const char *fragment)
@@ -243,20 +246,20 @@ static void canned(qb_results *r)
     qb_results_add_pipeline(r, QB_SYS_KVQ, QB_B, 5.0, 0.03);
     qb_results_add_pipeline(r, QB_SYS_KVQ, QB_B, 4.0, 0.02);
     qb_results_add_pipeline(r, QB_SYS_KVQ_PROC, QB_B, 2.5, 0.125);
-    /* The log store: (a) close to the disk, processes that hold up with twice as many. */
-    qb_results_add(r, QB_SYS_KVQ_LOG, QB_A_PUSH, 6800, 0);
-    qb_results_add(r, QB_SYS_KVQ_LOG, QB_D_P99, 1.5, 0);
-    qb_results_add(r, QB_SYS_KVQ_LOG_PROC, QB_B, 20000, 0);
-    qb_results_add(r, QB_SYS_KVQ_LOG_PROC2X, QB_B, 21000, 0);
-    qb_results_add_pipeline(r, QB_SYS_KVQ_LOG, QB_B, 4.0, 0.01);
-    qb_results_add_pipeline(r, QB_SYS_KVQ_LOG_PROC, QB_B, 4.0, 0.01);
+    /* The SQLite storage: (a) close to the disk, processes that hold up with twice as many. */
+    qb_results_add(r, QB_SYS_KVQ_SQLITE, QB_A_PUSH, 6800, 0);
+    qb_results_add(r, QB_SYS_KVQ_SQLITE, QB_D_P99, 1.5, 0);
+    qb_results_add(r, QB_SYS_KVQ_SQLITE_PROC, QB_B, 20000, 0);
+    qb_results_add(r, QB_SYS_KVQ_SQLITE_PROC2X, QB_B, 21000, 0);
+    qb_results_add_pipeline(r, QB_SYS_KVQ_SQLITE, QB_B, 4.0, 0.01);
+    qb_results_add_pipeline(r, QB_SYS_KVQ_SQLITE_PROC, QB_B, 4.0, 0.01);
     /* The FIFO recipe against the durable queue of its storage. */
     qb_results_add(r, QB_SYS_KVQ_FIFO, QB_A_PUSH, 5000, 0);
     qb_results_add(r, QB_SYS_KVQ_FIFO, QB_D_P99, 1.7, 0);
     /* The memory row. */
     r->mem_item_bytes = 121;
-    qb_results_add_memory(r, QB_SYS_KVQ_LOG, QB_MEM_ONE, 1.95);
-    qb_results_add_memory(r, QB_SYS_KVQ_LOG, QB_MEM_MANY, 1.97);
+    qb_results_add_memory(r, QB_SYS_KVQ_SQLITE, QB_MEM_ONE, 1.95);
+    qb_results_add_memory(r, QB_SYS_KVQ_SQLITE, QB_MEM_MANY, 1.97);
     qb_results_add_memory(r, QB_SYS_KVQ, QB_MEM_ONE, 0.004);
     qb_results_unsupported(r, QB_SYS_BEANSTALKD, QB_C_PUSH);
     qb_results_add(r, QB_SYS_BEANSTALKD, QB_A_PUSH, 5000, 0);
@@ -330,17 +333,17 @@ static void test_table(void **state)
     assert_true(row_has(ceil, "2,800,000"));
     /* Ratios against the best durable baseline: Redis everysec is never the best. */
     const char *ratio =
-        row_of(text, "kvq durable, SQLite storage (threads) ÷ best durable baseline");
+        row_of(text, "kvq durable, log store (threads) ÷ best durable baseline");
     assert_true(row_has(ratio, "1.08× SQLite"));
     assert_true(row_has(ratio, "1.60× Redis"));
     assert_true(row_has(ratio, "0.53× Redis"));
-    const char *frac = row_of(text, "kvq durable, SQLite storage (threads) ÷ ceiling");
+    const char *frac = row_of(text, "kvq durable, log store (threads) ÷ ceiling");
     assert_true(row_has(frac, "0.93"));
     assert_true(row_has(frac, "0.57"));
-    const char *proc = row_of(text, "kvq durable, SQLite storage (processes) ÷ best durable");
+    const char *proc = row_of(text, "kvq durable, log store (processes) ÷ best durable");
     assert_true(row_has(proc, "1.20× Redis"));
     /* Targets: met and missed, each with its figure. */
-    const char *target = row_of(text, "target for kvq durable, SQLite storage (threads), issue 24");
+    const char *target = row_of(text, "target for kvq durable, log store (threads), issue 24");
     assert_true(row_has(target, "≥0.9 of disk: 0.93 met"));
     assert_true(row_has(target, "≥0.9 of disk: 0.91 met"));
     assert_true(row_has(target, "≥1.5× best: 1.60 met"));
@@ -352,35 +355,39 @@ static void test_table(void **state)
     assert_true(row_has(target, "÷ Redis ≤1: —"));
     /* Processes: only the concurrent workloads have targets (and figures). */
     const char *ptarget =
-        row_of(text, "target for kvq durable, SQLite storage (processes), issue 24");
+        row_of(text, "target for kvq durable, log store (processes), issue 24");
     assert_true(row_has(ptarget, "≥1.5× best: 1.20 **missed**"));
     assert_true(row_has(ptarget, "≥1.5× best: —"));
     assert_false(row_has(ptarget, "≥0.9 of disk: —"));
     /* Conflicts per pop are twice those per operation (0.02 and 0.125); 11,000 ÷ 12,000. */
-    assert_true(row_has(row_of(text, "target in (b), SQLite storage, issue 24"),
+    assert_true(row_has(row_of(text, "target in (b), log store, issue 24"),
                         "conflicts/pop <0.05: 0.04 met; procs: 0.25 **missed**; 16÷8 ≥1: 0.92 "
                         "**missed**"));
-    /* The log store's rows: its own ratios and targets; at most the same (÷ Redis 1.00) is met. */
-    assert_true(row_has(row_of(text, "**kvq durable queue, log store** (threads)"), "6,800 (n=1)"));
-    const char *ltarget = row_of(text, "target for kvq durable, log store (threads), issue 24");
+    /* The SQLite storage's rows: its own ratios and targets; at most the same (÷ Redis 1.00) is
+     * met. */
+    assert_true(
+        row_has(row_of(text, "**kvq durable queue, SQLite storage** (threads)"), "6,800 (n=1)"));
+    const char *ltarget =
+        row_of(text, "target for kvq durable, SQLite storage (threads), issue 24");
     assert_true(row_has(ltarget, "≥0.9 of disk: 0.97 met"));
     assert_true(row_has(ltarget, "÷ Redis ≤1: 1.00 met"));
-    assert_true(row_has(row_of(text, "kvq durable, log store (processes) ÷ best durable baseline"),
-                        "2.00× Redis"));
-    assert_true(row_has(row_of(text, "target in (b), log store, issue 24"),
+    assert_true(row_has(
+        row_of(text, "kvq durable, SQLite storage (processes) ÷ best durable baseline"),
+        "2.00× Redis"));
+    assert_true(row_has(row_of(text, "target in (b), SQLite storage, issue 24"),
                         "conflicts/pop <0.05: 0.02 met; procs: 0.02 met; 16÷8 ≥1: 1.05 met"));
     /* The recipe against the durable queue of its storage: 5,000 ÷ 6,501; 1.7 ÷ 0.8. */
-    const char *fifo = row_of(text, "target for kvq FIFO recipe, SQLite storage, issue 24");
+    const char *fifo = row_of(text, "target for kvq FIFO recipe, log store, issue 24");
     assert_true(row_has(fifo, "≥0.8× durable: 0.77 **missed**"));
     assert_true(row_has(fifo, "≤2× durable: 2.13 **missed**"));
     assert_true(row_has(fifo, "≥0.8× durable: —"));
-    assert_null(strstr(text, "FIFO recipe, log store, issue 24"));
+    assert_null(strstr(text, "FIFO recipe, SQLite storage, issue 24"));
     /* The memory rows. */
-    const char *mem = row_of(text, "kvq memory ÷ live data, log store");
+    const char *mem = row_of(text, "kvq memory ÷ live data, SQLite storage");
     assert_true(row_has(mem, "1,000,000 queued items of 121 bytes (key + value)"));
     assert_true(row_has(mem, "1 process: 1.95"));
     assert_true(row_has(mem, "8 processes: 1.97 each"));
-    const char *smem = row_of(text, "kvq memory ÷ live data, SQLite storage");
+    const char *smem = row_of(text, "kvq memory ÷ live data, log store");
     assert_true(row_has(smem, "1 process: 0.004"));
     assert_true(row_has(smem, "8 processes: —"));
     assert_non_null(strstr(text, "Memory rows:"));

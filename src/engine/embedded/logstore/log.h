@@ -34,6 +34,9 @@
 /* The default segment size; a record (a batch of commits) must fit in one segment. */
 #define KVQ__LOG_SEG_DEFAULT (64u << 20)
 #define KVQ__LOG_SEG_MIN     (64u << 10)
+/* A new database on a disk with less than 32 default segments free gets segments of a 32nd of
+ * the free space (a power of two), no smaller than this (store_log.c, new_segment_bytes). */
+#define KVQ__LOG_SEG_SMALL (256u << 10)
 
 /* Record types. Types below 16 belong to the log itself. */
 enum {

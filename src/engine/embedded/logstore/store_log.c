@@ -1,4 +1,4 @@
-/* The log store: the embedded engine's second storage (store.h), shaped like FoundationDB's
+/* The log store: the embedded engine's default storage (store.h), shaped like FoundationDB's
  * transaction logs and memory storage engine. A batch is one record of the log (log.h): its
  * version, its mutations and its write-conflict ranges, written with one pwrite by write_commit
  * and made durable by the shared sync. Reads come from memory: each handle keeps the data in a
@@ -26,12 +26,14 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "engine/embedded/files.h"
 #include "engine/embedded/logstore/ckpt.h"
 #include "engine/embedded/logstore/store_log.h"
 #include "engine/embedded/logstore/store_log_internal.h"
+#include "engine/embedded/room.h"
 #include "engine/embedded/store_sqlite.h"
 #include "kvq/db.h"
 
@@ -47,6 +49,39 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     char *end;
     unsigned long long x = strtoull(v, &end, 10);
     return end != v ? (uint64_t)x : dflt;
+}
+
+/* The segment size of a new database on a disk with free_bytes free: KVQ__LOG_SEG_DEFAULT, or
+ * on a small disk the largest power of two no more than a 32nd of the free space that leaves
+ * the database the room it needs (room.h), down to KVQ__LOG_SEG_SMALL: on 16 MiB, 512 KiB
+ * segments, and 2.2 MiB of the disk for the data beside the reserves; on 256 MiB, 8 MiB. A
+ * segment is written whole before the next is made, so a smaller one costs a file switch (a
+ * create and a sync) more often, nothing per commit. */
+static uint64_t new_segment_bytes(uint64_t free_bytes)
+{
+    uint64_t seg = KVQ__LOG_SEG_DEFAULT;
+    while (seg > KVQ__LOG_SEG_SMALL &&
+           (seg > free_bytes / 32 || KVQ__LOG_NEW_DB_BYTES(seg) > free_bytes))
+        seg /= 2;
+    return seg;
+}
+
+/* A new database's segment size (0: $KVQ_LOGSTORE_SEGMENT_BYTES unset and the free space
+ * unknown: the default), or KVQ_ENOSPC when the disk cannot hold even the smallest. */
+static int pick_segment_bytes(const char *dir, uint64_t *seg)
+{
+    struct statvfs v;
+    if (*seg != 0 || statvfs(dir, &v) != 0)
+        return 0;
+    uint64_t free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    *seg = new_segment_bytes(free_bytes);
+    if (KVQ__LOG_NEW_DB_BYTES(*seg) > free_bytes)
+        return kvq__error(KVQ_ENOSPC,
+                          "the disk is full: %s has %.1f MiB free, and a new database needs "
+                          "%.1f MiB",
+                          dir, (double)free_bytes / (1 << 20),
+                          (double)KVQ__LOG_NEW_DB_BYTES(*seg) / (1 << 20));
+    return 0;
 }
 
 /* The default memory limit: a quarter of the machine's memory. */
@@ -345,9 +380,13 @@ static int ls_open(emb_store **out, const emb_store_config *cfg)
     }
     if (cfg->create) {
         mode_t dmode = (mode_t)(s->mode | ((s->mode & 0444) >> 2));
-        if (mkdir(s->dir, dmode) != 0 && errno != EEXIST) {
-            rc = emb_errno_error(errno, "cannot create", s->dir);
-            goto fail;
+        if (mkdir(s->dir, dmode) != 0) {
+            if (errno != EEXIST) {
+                rc = emb_errno_error(errno, "cannot create", s->dir);
+                goto fail;
+            }
+        } else if ((rc = pick_segment_bytes(cfg->dir, &seg)) != 0) {
+            goto fail; /* the engine removes what a failed create made */
         }
         if ((rc = emb_fsync_dir(cfg->dir)) != 0)
             goto fail;

@@ -1,4 +1,4 @@
-/* The log store (store_log.c): the embedded engine's second storage, behind store.h. */
+/* The log store (store_log.c): the embedded engine's default storage, behind store.h. */
 #ifndef KVQ_LOGSTORE_STORE_LOG_H
 #define KVQ_LOGSTORE_STORE_LOG_H
 
@@ -10,6 +10,13 @@ extern const emb_store_ops emb_log_store;
 
 /* 1 when directory dir (a database) holds a log store (its logstore/ directory). */
 int kvq__logstore_present(const char *dir);
+
+/* The engine's drain mode on a full disk (reserve.c), commit lock held, shortfall (> 0) the
+ * bytes it lacks: brings the table up to the newest batch (the drain's pops reach it), gives the
+ * table's free pages and its WAL back to the file system when its pages in use are no more than
+ * them (VACUUM, and a checkpoint that cuts the file and the WAL), and shrinks ckpt.reserve to
+ * what the table now needs. 1 when it gave some back. */
+int kvq__logstore_give_back(emb_store *s, uint64_t shortfall);
 
 /* Writes a checkpoint now (tests, and the checkpoint thread). */
 int kvq__logstore_checkpoint_now(emb_store *s);

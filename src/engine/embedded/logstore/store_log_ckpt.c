@@ -404,6 +404,38 @@ int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
     return run_pass(s, wait, wait, covered);
 }
 
+int kvq__logstore_give_back(emb_store *s, uint64_t shortfall)
+{
+    if (s == NULL || s->read_only || shortfall == 0)
+        return 0;
+    if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
+        kvq__error_clear(); /* the compaction below may still give room */
+    pthread_mutex_lock(&s->ckpt_write_mu);
+    int gave = 0;
+    if (flock(s->ckpt_fd, LOCK_EX | LOCK_NB) == 0) {
+        uint64_t free_bytes = 0, live = 0;
+        struct stat st;
+        uint64_t wal = fstatat(s->dir_fd, "data.db-wal", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+        uint64_t had = kvq__ls_reserve_size(s);
+        /* The copy costs at most what it gives back; after it there are no free pages, so it is
+         * not tried again until pops free more. Then ckpt.reserve shrinks with the table. */
+        if (kvq__sqlite_room(s->table, &free_bytes, &live) != 0) {
+            kvq__error_clear();
+        } else if (free_bytes + wal > 0 && live <= free_bytes + wal) {
+            if (kvq__sqlite_compact(s->table) == 0)
+                gave = 1;
+            else
+                kvq__error_clear(); /* no room for the copy yet, or a reader in the way */
+        }
+        kvq__ls_table_live_update(s);
+        reserve_adjust(s);
+        gave |= kvq__ls_reserve_size(s) < had;
+        flock(s->ckpt_fd, LOCK_UN);
+    }
+    pthread_mutex_unlock(&s->ckpt_write_mu);
+    return gave;
+}
+
 /* ---- memory pressure ---- */
 
 /* The map bounds its memory as FoundationDB's ratekeeper bounds its storage servers' queues:

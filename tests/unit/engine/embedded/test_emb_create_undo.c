@@ -5,8 +5,8 @@
  * find a half-made directory ("no kvq database in ..."), and a create would be refused there.
  *
  * The failure halfway comes from RLIMIT_FSIZE, in a child process (a write past the limit fails
- * with EFBIG), and on a 16 MiB tmpfs for the log store (skipped, saying why, when mounting is
- * refused). */
+ * with EFBIG), and on an 8 MiB tmpfs for the log store, which on 16 MiB makes a database with
+ * smaller segments (skipped, saying why, when mounting is refused). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -88,7 +88,7 @@ static void undo_new_dir(const char *prefix, rlim_t limit)
 static void test_sqlite_create_fails_halfway(void **state)
 {
     (void)state;
-    undo_new_dir("", 8192);
+    undo_new_dir("sqlite:", 8192);
 }
 
 static void test_log_create_fails_halfway(void **state)
@@ -114,7 +114,7 @@ static void empty_after_failed_create(const char *prefix, rlim_t limit)
 static void test_empty_dir_stays_empty(void **state)
 {
     (void)state;
-    empty_after_failed_create("", 8192);
+    empty_after_failed_create("sqlite:", 8192);
     empty_after_failed_create("log:", 1 << 20);
 }
 
@@ -138,12 +138,23 @@ static void test_complete_database_stays(void **state)
     assert_int_equal(kvq_db_open(&db, dir, NULL), KVQ_EDAMAGED);
     assert_true(exists(marker));
     char data[700];
-    kt_path(data, sizeof(data), dir, "data.db");
+    kt_path(data, sizeof(data), dir, "logstore/data.db");
     assert_true(exists(data));
     assert_int_equal(kt_rm_rf(dir), 0);
 }
 
-/* The log store on a 16 MiB file system: its first segment does not fit. */
+/* The size of the first segment of the log store in dir (0: none). */
+static long long first_segment_size(const char *dir)
+{
+    char p[700];
+    kt_path(p, sizeof(p), dir, "logstore/log-0000000000000001.seg");
+    struct stat st;
+    return stat(p, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+/* The log store on small file systems: on 16 MiB a new database gets the smallest segments
+ * (256 KiB) and takes writes; on 8 MiB not even they fit, and the create fails at once with
+ * KVQ_ENOSPC, saying what it needs, leaving nothing behind. */
 static void test_log_store_small_disk(void **state)
 {
     (void)state;
@@ -154,16 +165,40 @@ static void test_log_store_small_disk(void **state)
         skip();
         return;
     }
-    char dir[600], url[620];
+    char dir[600];
     kt_path(dir, sizeof(dir), mnt, "db");
-    snprintf(url, sizeof(url), "log:%s", dir);
     kvq_db *db = NULL;
-    int rc = kvq_db_open(&db, url, NULL);
+    int rc = kvq_db_open(&db, dir, NULL);
+    long long seg = first_segment_size(dir);
+    int wrc = -1;
+    if (rc == 0) {
+        kvq_txn *t = NULL;
+        wrc = kvq_txn_create(&t, db);
+        if (wrc == 0) {
+            wrc = kvq_txn_set(t, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1);
+            if (wrc == 0)
+                wrc = kvq_txn_commit(t);
+            kvq_txn_destroy(t);
+        }
+        kvq_db_close(db);
+    }
+    kt_tmpfs_unmount(mnt);
+    assert_int_equal(rc, 0);
+    assert_int_equal(wrc, 0);
+    assert_int_equal(seg, 256 << 10);
+    m = kt_tmpfs_mount(mnt, sizeof(mnt), "create-undo", "8m");
+    assert_true(m == 0);
+    kt_path(dir, sizeof(dir), mnt, "db");
+    char url[620];
+    snprintf(url, sizeof(url), "log:%s", dir);
+    rc = kvq_db_open(&db, url, NULL);
     if (rc == 0)
         kvq_db_close(db);
+    int needs = strstr(kvq_last_error(), "a new database needs") != NULL;
     int left = exists(dir), empty = kt_empty_dir(mnt) == 0;
     kt_tmpfs_unmount(mnt);
     assert_int_equal(rc, KVQ_ENOSPC);
+    assert_true(needs);
     assert_false(left);
     assert_true(empty);
 }

@@ -130,7 +130,7 @@ static void locks_survive(const char *name, int log)
 {
     char dir[128], url[160], wal[192], shm[192];
     snprintf(dir, sizeof(dir), "%s/%s", base, name);
-    snprintf(url, sizeof(url), "%s%s", log ? "log:" : "", dir);
+    snprintf(url, sizeof(url), "%s%s", log ? "log:" : "sqlite:", dir);
     snprintf(wal, sizeof(wal), "%s/%sdata.db-wal", dir, log ? "logstore/" : "");
     snprintf(shm, sizeof(shm), "%s/%sdata.db-shm", dir, log ? "logstore/" : "");
 

@@ -7,7 +7,7 @@
  *   - a watch does not fire until the write it announces is synced, then fires, and the woken
  *     reader sees the write (with the pipeline or without it, on both storages).
  * Each run tests the mode its environment gives ($KVQ_STORAGE, $KVQ_PIPELINE): the default of
- * each storage (unit., logstore.) and the other mode (the pipeline label, tests/CMakeLists.txt).
+ * each storage (unit. on the log store, sqlite. on SQLite) and the other mode (the pipeline label, tests/CMakeLists.txt).
  * The sync is held back by wrapping fdatasync at link time (-Wl,--wrap=fdatasync, in
  * tests/CMakeLists.txt): every sync of the storages, which kvq calls itself, passes through the
  * gate below. The waits below only bound a hang; no result depends on how long anything takes. */

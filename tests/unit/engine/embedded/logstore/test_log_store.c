@@ -162,22 +162,59 @@ static void test_choose_and_reopen(void **state)
     assert_int_equal(get(db, "k3", buf, sizeof buf), 0);
     assert_string_equal(buf, "");
     kvq_db_close(db);
-    /* A SQLite database is never opened as, or converted to, a log store. */
-    char sdir[256], surl[300];
+    /* A plain path makes a new database on the log store, the default. */
+    char pdir[256];
+    snprintf(pdir, sizeof pdir, "%s/plain", base);
+    db = open_db(pdir);
+    assert_int_equal(put(db, "p", "1"), 0);
+    kvq_db_close(db);
+    assert_true(exists(pdir, "logstore"));
+    assert_false(exists(pdir, "data.db"));
+    /* "sqlite:" on a log store is refused: one storage is never opened as the other. */
+    char pu[300];
+    snprintf(pu, sizeof pu, "sqlite:%s", pdir);
+    assert_int_equal(kvq_db_open(&db, pu, NULL), KVQ_EINVAL);
+    assert_non_null(strstr(kvq_last_error(), "open it without \"sqlite:\""));
+    setenv("KVQ_STORAGE", "sqlite", 1);
+    db = open_db(pdir); /* the environment chooses only for new databases */
+    assert_int_equal(get(db, "p", buf, sizeof buf), 0);
+    assert_string_equal(buf, "1");
+    kvq_db_close(db);
+    unsetenv("KVQ_STORAGE");
+    /* A SQLite database (made with "sqlite:" or $KVQ_STORAGE=sqlite) opens as what it is: it is
+     * never opened as, or converted to, a log store. */
+    char sdir[256], surl[300], qurl[300];
     snprintf(sdir, sizeof sdir, "%s/sq", base);
     snprintf(surl, sizeof surl, "log:%s", sdir);
-    db = open_db(sdir);
+    snprintf(qurl, sizeof qurl, "sqlite:%s", sdir);
+    db = open_db(qurl);
     assert_int_equal(put(db, "s", "1"), 0);
     kvq_db_close(db);
+    assert_true(exists(sdir, "data.db"));
+    assert_false(exists(sdir, "logstore"));
     assert_int_equal(kvq_db_open(&db, surl, NULL), KVQ_EINVAL);
     assert_non_null(strstr(kvq_last_error(), "not converted"));
+    db = open_db(sdir); /* its plain path opens it as the SQLite database it is */
+    assert_int_equal(get(db, "s", buf, sizeof buf), 0);
+    assert_string_equal(buf, "1");
+    kvq_db_close(db);
     setenv("KVQ_STORAGE", "log", 1);
-    db = open_db(sdir); /* the environment chooses only for new databases */
+    db = open_db(sdir);
     assert_int_equal(get(db, "s", buf, sizeof buf), 0);
     assert_string_equal(buf, "1");
     kvq_db_close(db);
     unsetenv("KVQ_STORAGE");
     assert_false(exists(sdir, "logstore"));
+    /* $KVQ_STORAGE=sqlite makes a new database on the SQLite storage. */
+    char edir[256];
+    snprintf(edir, sizeof edir, "%s/envsq", base);
+    setenv("KVQ_STORAGE", "sqlite", 1);
+    db = open_db(edir);
+    unsetenv("KVQ_STORAGE");
+    assert_int_equal(put(db, "e", "1"), 0);
+    kvq_db_close(db);
+    assert_true(exists(edir, "data.db"));
+    assert_false(exists(edir, "logstore"));
     /* Two handles (as two processes would) see each other's commits through the log. */
     kvq_db *a = open_db(url), *b = open_db(dir);
     assert_int_equal(put(a, "x", "from a"), 0);
