@@ -184,8 +184,10 @@ static void test_group_commit_stamps(void **state)
         if (memcmp(rec.stamp[i - 1], rec.stamp[i], 8) == 0)
             shared_version = 1;
     }
-    /* Some commits shared a version, told apart by their order in the batch. */
-    assert_true(shared_version);
+    /* Commits of one storage transaction share its version, told apart by their order in the
+     * batch (the pipeline may also write each commit as a batch of its own, sharing syncs). */
+    if (batches < commits)
+        assert_true(shared_version);
 }
 
 int main(void)
