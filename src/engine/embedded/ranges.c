@@ -4,9 +4,9 @@
 
 #include "ranges.h"
 
-int emb_str_set(emb_str *s, const uint8_t *p, size_t n)
+/* s becomes a copy of p[0..n) in q, freshly allocated (NULL: out of memory). */
+static int str_fill(emb_str *s, uint8_t *q, const uint8_t *p, size_t n)
 {
-    uint8_t *q = kvq__malloc(n);
     if (q == NULL)
         return kvq__error(KVQ_ENOMEM, "out of memory for %zu bytes", n);
     if (n > 0)
@@ -14,6 +14,11 @@ int emb_str_set(emb_str *s, const uint8_t *p, size_t n)
     s->p = q;
     s->n = n;
     return 0;
+}
+
+int emb_str_set(emb_str *s, const uint8_t *p, size_t n)
+{
+    return str_fill(s, kvq__malloc(n), p, n);
 }
 
 void emb_str_free(emb_str *s)
@@ -33,14 +38,7 @@ static int rstr_set(const emb_ranges *r, emb_str *s, const uint8_t *p, size_t n)
 {
     if (r->arena == NULL)
         return emb_str_set(s, p, n);
-    uint8_t *q = emb_arena_alloc(r->arena, n);
-    if (q == NULL)
-        return kvq__error(KVQ_ENOMEM, "out of memory for %zu bytes", n);
-    if (n > 0)
-        memcpy(q, p, n);
-    s->p = q;
-    s->n = n;
-    return 0;
+    return str_fill(s, emb_arena_alloc(r->arena, n), p, n);
 }
 
 static void rstr_free(const emb_ranges *r, emb_str *s)
