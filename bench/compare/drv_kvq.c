@@ -470,7 +470,7 @@ typedef struct mem_shared {
     double open_s[MEM_MAX_PROCS];
     double fill_s;
     double wait_s;
-    unsigned long long window_keys, window_map_bytes, table_live;
+    unsigned long long window_keys, window_map_bytes, map_bytes_after, table_live;
 } mem_shared;
 
 enum { MEM_FILL, MEM_MEASURE, MEM_WAIT };
@@ -648,6 +648,7 @@ static int mem_wait(const char *url, mem_shared *sh, double deadline)
         }
         sh->wait_s = qb_now() - t0;
         sh->table_live = st.table_live;
+        sh->map_bytes_after = st.map_mem;
         if (st.live_keys == 0)
             rc = 0;
         else
@@ -781,6 +782,7 @@ int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path
         out->window_keys = sh->window_keys;
         out->window_map_bytes = sh->window_map_bytes;
         out->table_live = sh->table_live;
+        out->map_bytes_after = sh->map_bytes_after;
         if (prc == 0)
             prc = mem_measure_both(url, o, sh, live, deadline, &out->one_past, &out->many_past,
                                    &out->many_past_max, &out->open_one_past_s,

@@ -889,11 +889,11 @@ static void run_memory(qb_results *r, const qb_options *o, int sys)
     fprintf(stderr,
             "  %-14s %-24s %.4f bytes per live byte (1 process, open + first read %.2f s); "
             "%.4f mean, %.4f max (%d processes, slowest open %.2f s); the window at the wait's "
-            "open: %llu keys, %.1f MB of map; the table held every item %.1f s later (its pages "
-            "in use: %s)\n",
+            "open: %llu keys, %.1f MB of map; the table held every item %.1f s later (the map "
+            "then %.1f KB; the table's pages in use %s)\n",
             qb_system_names[sys], "memory, past the window", m.one_past, m.open_one_past_s,
             m.many_past, m.many_past_max, o->mem_procs, m.open_many_past_s, m.window_keys,
-            (double)m.window_map_bytes / 1e6, m.wait_s, table);
+            (double)m.window_map_bytes / 1e6, m.wait_s, (double)m.map_bytes_after / 1e3, table);
 }
 
 static int self_test(void);

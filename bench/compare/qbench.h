@@ -76,6 +76,7 @@ typedef struct qb_memory {
     double one_past, many_past, many_past_max, open_one_past_s, open_many_past_s;
     double wait_s;             /* seconds the waiting process waited for the table */
     unsigned long long window_keys, window_map_bytes; /* its map at its open: the window */
+    unsigned long long map_bytes_after; /* its map once the table held every item */
     unsigned long long table_live; /* bytes of the table's pages in use then (~0: not known) */
 } qb_memory;
 
