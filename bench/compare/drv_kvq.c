@@ -18,7 +18,10 @@
  * Every row runs on both storages of the embedded engine: the log store (a plain path, the
  * default) and the older SQLite storage (the kvq-sqlite rows: a "sqlite:" URL; only kvq-sqlite
  * by default). qb_kvq_memory measures the
- * memory row (bytes of memory per byte of live data) of either storage's durable queue.
+ * memory rows (bytes of memory per byte of live data) of either storage's durable queue: on the
+ * log store straight after the push (every item inside the window) and again once the store's
+ * statistics (kvq__logstore_get_stats, an internal header of the kvq tree measured) say that
+ * its table holds every item.
  *
  * Threads of one process share one kvq_db handle (that is what group commit needs); the
  * processes row opens the database in each forked client. An empty queue of every type is waited
@@ -66,6 +69,11 @@ int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path
 #include "kvq/queue.h"
 #include "kvq/workq.h"
 #include "kvq/workq_batch.h"
+#ifdef QBENCH_HAVE_LOGSTORE_STATS
+#include "engine/embedded/emb.h"
+#include "engine/embedded/logstore/store_log.h"
+#include "engine/engine.h"
+#endif
 
 typedef struct kq_state {
     char url[700];
@@ -446,9 +454,11 @@ const qb_driver qb_kvq_driver = {
     .version = kq_version,
 };
 
-/* ---- the memory row ---------------------------------------------------------------------------
+/* ---- the memory rows --------------------------------------------------------------------------
  * Each step runs in a child process, so that no process measures memory it inherited or had
- * used before, and qbench itself never holds a handle a forked client could inherit. */
+ * used before, and qbench itself never holds a handle a forked client could inherit. The steps:
+ * fill; measure (1 process, then o->mem_procs); on the log store, wait (one process holds the
+ * database open until its table holds every item), then measure again. */
 
 enum { MEM_MAX_PROCS = 64 };
 
@@ -459,7 +469,11 @@ typedef struct mem_shared {
     double delta_kb[MEM_MAX_PROCS];
     double open_s[MEM_MAX_PROCS];
     double fill_s;
+    double wait_s;
+    unsigned long long window_keys, window_map_bytes, map_bytes_after, table_live;
 } mem_shared;
+
+enum { MEM_FILL, MEM_MEASURE, MEM_WAIT };
 
 /* The process's resident anonymous memory in KiB, or -1. */
 static long rss_anon_kb(void)
@@ -596,7 +610,59 @@ static int mem_measure(const char *url, const qb_options *o, mem_shared *sh, int
     return rc == 0 ? 0 : -1;
 }
 
-/* Runs step (0: fill; 1: measure) in nprocs children and waits for them until the deadline. */
+/* The wait step: opens the database (which replays into this process's map whatever the table
+ * does not hold: the window, at first) and holds it open while its applier moves those batches
+ * into the table, until the log store's statistics show no live key left in the map (the map
+ * holds only the batches newer than the table), for QB_MEM_PAST_WAIT_S at most. Nothing commits
+ * meanwhile, so the table then holds every item. */
+static int mem_wait(const char *url, mem_shared *sh, double deadline)
+{
+#ifndef QBENCH_HAVE_LOGSTORE_STATS
+    (void)url;
+    (void)sh;
+    (void)deadline;
+    fprintf(stderr, "qbench: memory: the kvq tree measured has no log store statistics "
+                    "(src/engine/embedded/logstore/store_log.h): no figures past the window\n");
+    return -1;
+#else
+    kvq_db *db = NULL;
+    kvq_queue *q = NULL;
+    if (mem_open(&db, &q, url) != 0)
+        return -1;
+    int rc = -1;
+    emb_db *e = strcmp(kvq_db_get_engine(db), "embedded") == 0 ? db->engine : NULL;
+    if (e == NULL || e->so != &emb_log_store) {
+        fprintf(stderr, "qbench: memory: %s is not on the log store: no figures past the "
+                        "window\n", url);
+    } else {
+        kvq__logstore_stats st;
+        kvq__logstore_get_stats(e->store, &st);
+        sh->window_keys = st.live_keys;
+        sh->window_map_bytes = st.map_mem;
+        double t0 = qb_now(), until = t0 + QB_MEM_PAST_WAIT_S;
+        if (until > deadline)
+            until = deadline;
+        while (st.live_keys > 0 && qb_now() < until) {
+            qb_sleep_us(50000);
+            kvq__logstore_get_stats(e->store, &st);
+        }
+        sh->wait_s = qb_now() - t0;
+        sh->table_live = st.table_live;
+        sh->map_bytes_after = st.map_mem;
+        if (st.live_keys == 0)
+            rc = 0;
+        else
+            fprintf(stderr, "qbench: memory: %llu keys still newer than the table after %.0f s: "
+                            "no figures past the window\n",
+                    (unsigned long long)st.live_keys, sh->wait_s);
+    }
+    kvq_queue_close(q);
+    kvq_db_close(db);
+    return rc;
+#endif
+}
+
+/* Runs step (MEM_*) in nprocs children and waits for them until the deadline. */
 static int mem_children(const char *url, const qb_options *o, mem_shared *sh, int step,
                         int nprocs, double deadline)
 {
@@ -608,8 +674,9 @@ static int mem_children(const char *url, const qb_options *o, mem_shared *sh, in
         fflush(NULL);
         pid_t pid = fork();
         if (pid == 0) {
-            int crc = step == 0 ? mem_fill(url, o, sh)
-                                : mem_measure(url, o, sh, i, nprocs, deadline);
+            int crc = step == MEM_FILL      ? mem_fill(url, o, sh)
+                      : step == MEM_MEASURE ? mem_measure(url, o, sh, i, nprocs, deadline)
+                                            : mem_wait(url, sh, deadline);
             if (crc != 0)
                 __atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
             _exit(crc == 0 ? 0 : 1);
@@ -649,6 +716,35 @@ static int mem_children(const char *url, const qb_options *o, mem_shared *sh, in
     return rc == 0 && !sh->failed ? 0 : -1;
 }
 
+/* Measures 1 process, then o->mem_procs at once: their bytes per live byte into *one, *many
+ * (the mean) and *many_max, their open times into *open_one and *open_many (the slowest). */
+static int mem_measure_both(const char *url, const qb_options *o, mem_shared *sh, double live,
+                            double deadline, double *one, double *many, double *many_max,
+                            double *open_one, double *open_many)
+{
+    int rc = mem_children(url, o, sh, MEM_MEASURE, 1, deadline);
+    if (rc != 0)
+        return rc;
+    *one = sh->delta_kb[0] * 1024.0 / live;
+    *open_one = sh->open_s[0];
+    rc = mem_children(url, o, sh, MEM_MEASURE, o->mem_procs, deadline);
+    if (rc != 0)
+        return rc;
+    double sum = 0;
+    *many_max = 0;
+    *open_many = 0;
+    for (int i = 0; i < o->mem_procs; i++) {
+        double v = sh->delta_kb[i] * 1024.0 / live;
+        sum += v;
+        if (v > *many_max)
+            *many_max = v;
+        if (sh->open_s[i] > *open_many)
+            *open_many = sh->open_s[i];
+    }
+    *many = sum / o->mem_procs;
+    return 0;
+}
+
 int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
                   double deadline)
 {
@@ -668,26 +764,30 @@ int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path
         return -1;
     }
     memset(sh, 0, sizeof(*sh));
-    int rc = mem_children(url, o, sh, 0, 1, deadline);
+    int rc = mem_children(url, o, sh, MEM_FILL, 1, deadline);
     double live = (double)o->mem_items * (double)sh->item_bytes;
     out->item_bytes = sh->item_bytes;
     out->fill_s = sh->fill_s;
-    if (rc == 0 && live > 0 && (rc = mem_children(url, o, sh, 1, 1, deadline)) == 0) {
-        out->one = sh->delta_kb[0] * 1024.0 / live;
-        out->open_one_s = sh->open_s[0];
-        rc = mem_children(url, o, sh, 1, o->mem_procs, deadline);
-    }
-    if (rc == 0) {
-        double sum = 0;
-        for (int i = 0; i < o->mem_procs; i++) {
-            double v = sh->delta_kb[i] * 1024.0 / live;
-            sum += v;
-            if (v > out->many_max)
-                out->many_max = v;
-            if (sh->open_s[i] > out->open_many_s)
-                out->open_many_s = sh->open_s[i];
-        }
-        out->many = sum / o->mem_procs;
+    if (rc == 0 && !(live > 0))
+        rc = -1;
+    /* Straight after the push: on the log store, every item is inside the window. */
+    if (rc == 0)
+        rc = mem_measure_both(url, o, sh, live, deadline, &out->one, &out->many, &out->many_max,
+                              &out->open_one_s, &out->open_many_s);
+    /* Past the window (the log store): the same database once its table holds every item. A
+     * failure here leaves the figures above standing. */
+    if (rc == 0 && !qb_system_is_sqlite(sys)) {
+        int prc = mem_children(url, o, sh, MEM_WAIT, 1, deadline);
+        out->wait_s = sh->wait_s;
+        out->window_keys = sh->window_keys;
+        out->window_map_bytes = sh->window_map_bytes;
+        out->table_live = sh->table_live;
+        out->map_bytes_after = sh->map_bytes_after;
+        if (prc == 0)
+            prc = mem_measure_both(url, o, sh, live, deadline, &out->one_past, &out->many_past,
+                                   &out->many_past_max, &out->open_one_past_s,
+                                   &out->open_many_past_s);
+        out->past = prc == 0;
     }
     munmap(sh, sizeof(*sh));
     return rc == 0 ? 0 : -1;

@@ -61,7 +61,7 @@ extern const qb_driver qb_postgres_driver;
 extern const qb_driver qb_sqlite_driver;
 extern const qb_driver qb_kvq_driver;
 
-/* The memory row of one storage's durable queue (drv_kvq.c). */
+/* The memory rows of one storage's durable queue (drv_kvq.c). */
 typedef struct qb_memory {
     double one;       /* bytes of anonymous memory per byte of live data: one process */
     double many;      /* the same, mean of o->mem_procs processes holding it open at once */
@@ -70,13 +70,24 @@ typedef struct qb_memory {
     double fill_s;    /* seconds taken to queue the items */
     double open_one_s;  /* seconds from open to the first read done, one process */
     double open_many_s; /* the same, the slowest of the processes opening at once */
+    /* Past the window (the log store only; past is 0 when not measured): the same figures
+     * taken again once the storage reported that its table held every item. */
+    int past;
+    double one_past, many_past, many_past_max, open_one_past_s, open_many_past_s;
+    double wait_s;             /* seconds the waiting process waited for the table */
+    unsigned long long window_keys, window_map_bytes; /* its map at its open: the window */
+    unsigned long long map_bytes_after; /* its map once the table held every item */
+    unsigned long long table_live; /* bytes of the table's pages in use then (~0: not known) */
 } qb_memory;
 
 /* Queues o->mem_items items of o->size bytes in a new durable queue under path, on the storage
  * of sys (QB_SYS_KVQ or QB_SYS_KVQ_SQLITE), then opens it in one child process and then in
  * o->mem_procs at once, each measuring its anonymous memory before the open and after reading
- * the queue's length and head. Stops (killing what is left) at the monotonic time deadline.
- * Returns 0, or -1 after printing why. */
+ * the queue's length and head. On the log store, a child then holds the database open until
+ * the store's statistics say that its table holds every item (QB_MEM_PAST_WAIT_S at most), and
+ * the two measurements are taken again (out->past). Stops (killing what is left) at the
+ * monotonic time deadline. Returns 0 (out->past 0 when the second measurement failed or does
+ * not apply), or -1 after printing why. */
 int qb_kvq_memory(qb_memory *out, const qb_options *o, int sys, const char *path,
                   double deadline);
 

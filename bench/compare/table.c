@@ -22,6 +22,8 @@ const char *const qb_metric_names[QB_NMETRICS] = {
     "a_push", "a_pop", "b", "c_push", "c_pop", "c_conc", "d_p50", "d_p99",
 };
 
+const char *const qb_mem_names[QB_NMEM] = { "one", "many", "one_past", "many_past" };
+
 /* What each row says about the system and its durability. %s is " VERSION" or nothing. */
 static const char *const sys_label[QB_NSYS] = {
     "beanstalkd%s, binlog `-f 0`",
@@ -203,11 +205,12 @@ void qb_usage(FILE *f)
           "                           kvq-sqlite-proc-2x,kvq-sqlite-fifo,kvq-sqlite-priority,\n"
           "                           kvq-sqlite-workq (the older SQLite storage; of these\n"
           "                           only kvq-sqlite by default), disk (all given)\n"
-          "  --workloads LIST         letters of a,b,c,d,m (abcdm); m: the memory row of kvq\n"
-          "                           and kvq-sqlite, measured once before the runs\n"
-          "  --memory-items N         items queued for the memory row (1,000,000; 100,000\n"
+          "  --workloads LIST         letters of a,b,c,d,m (abcdm); m: the memory rows of kvq\n"
+          "                           (straight after the push, then past the window) and\n"
+          "                           kvq-sqlite, measured once before the runs\n"
+          "  --memory-items N         items queued for the memory rows (1,000,000; 100,000\n"
           "                           with --quick)\n"
-          "  --memory-procs N         processes opening the queue at once in the memory row (8)\n"
+          "  --memory-procs N         processes opening the queue at once in the memory rows (8)\n"
           "  --budget S               time limit of the whole comparison in seconds (780)\n"
           "  --cap S                  time limit of each phase of a workload run, seconds (10)\n"
           "  --beanstalkd HOST:PORT, --redis HOST:PORT, --redis-everysec HOST:PORT,\n"
@@ -637,8 +640,8 @@ int qb_results_save(const qb_results *r, FILE *f)
             fprintf(f, "version %s %s\n", qb_system_names[s], r->version[s]);
         for (int k = 0; k < QB_NMEM; k++) {
             for (int i = 0; i < r->mem[s][k].n; i++)
-                fprintf(f, "mem %s %s %.17g\n", qb_system_names[s],
-                        k == QB_MEM_ONE ? "one" : "many", r->mem[s][k].v[i]);
+                fprintf(f, "mem %s %s %.17g\n", qb_system_names[s], qb_mem_names[k],
+                        r->mem[s][k].v[i]);
         }
         for (int m = 0; m < QB_NMETRICS; m++) {
             const qb_cell *c = &r->cell[s][m];
@@ -737,7 +740,9 @@ int qb_results_load(qb_results *r, FILE *f, char *err, size_t errcap)
             }
         } else if (strcmp(kind, "mem") == 0 && got == 4) {
             int s = qb_system_from_name(a);
-            int k = strcmp(b, "one") == 0 ? QB_MEM_ONE : strcmp(b, "many") == 0 ? QB_MEM_MANY : -1;
+            int k = -1;
+            for (int j = 0; j < QB_NMEM && k < 0; j++)
+                k = strcmp(b, qb_mem_names[j]) == 0 ? j : -1;
             char *end = NULL;
             double v = strtod(c, &end);
             if (s >= 0 && k >= 0 && end != c && *end == '\0' && isfinite(v)) {
@@ -1082,30 +1087,62 @@ static void write_storage_rows(FILE *f, const qb_results *r, int sq, char cells[
     }
 }
 
-/* The memory row of one storage's durable queue: bytes of memory per byte of live data. */
-static void write_memory_row(FILE *f, const qb_results *r, int s, char cells[][96])
+/* A memory figure: two decimals, three below 0.1 (a page cache and the map's bookkeeping, not
+ * the data). */
+static void format_memory(char *buf, size_t cap, const char *what, const qb_cell *c,
+                          const char *each)
 {
-    const qb_cell *one = &r->mem[s][QB_MEM_ONE], *many = &r->mem[s][QB_MEM_MANY];
+    double v = qb_cell_median(c);
+    if (c->n == 0)
+        snprintf(buf, cap, "%s: —", what);
+    else
+        snprintf(buf, cap, v < 0.1 ? "%s: %.3f%s" : "%s: %.2f%s", what, v, each);
+}
+
+/* One memory row of one storage's durable queue: bytes of memory per byte of live data, the
+ * figures one and many (QB_MEM_*) of 1 and of mem_procs processes. when: what the label adds
+ * (when the figures were taken); past: the row past the window, which states issue 31's target
+ * (at most 0.1 per process, with 1 and with 8 processes). */
+static void write_memory_row(FILE *f, const qb_results *r, int s, int one_k, int many_k,
+                             const char *when, int past, char cells[][96])
+{
+    const qb_cell *one = &r->mem[s][one_k], *many = &r->mem[s][many_k];
     if (one->n == 0 && many->n == 0)
         return;
-    char items[32];
+    char items[32], procs[32];
     qb_format_count(items, sizeof(items), (double)r->mem_items);
-    snprintf(cells[0], 96, "kvq memory ÷ live data, %s", storage_name(s));
+    snprintf(cells[0], 96, "kvq memory ÷ live data, %s%s", storage_name(s), when);
     snprintf(cells[1], 96, "%s queued items of %ld bytes (key + value)", items, r->mem_item_bytes);
     for (int m = 0; m < QB_NMETRICS; m++)
         snprintf(cells[2 + m], 96, " ");
-    /* Two decimals, three below 0.1 (the SQLite storage holds a page cache, not the data). */
-    double v1 = qb_cell_median(one), v8 = qb_cell_median(many);
-    if (one->n > 0)
-        snprintf(cells[2], 96, v1 < 0.1 ? "1 process: %.3f" : "1 process: %.2f", v1);
-    else
-        snprintf(cells[2], 96, "1 process: —");
-    if (many->n > 0)
-        snprintf(cells[3], 96, v8 < 0.1 ? "%d processes: %.3f each" : "%d processes: %.2f each",
-                 r->mem_procs, v8);
-    else
-        snprintf(cells[3], 96, "%d processes: —", r->mem_procs);
+    format_memory(cells[2], 96, "1 process", one, "");
+    snprintf(procs, sizeof(procs), "%d processes", r->mem_procs);
+    format_memory(cells[3], 96, procs, many, " each");
+    if (past) {
+        double v1 = qb_cell_median(one), v8 = qb_cell_median(many);
+        if (one->n == 0 || many->n == 0)
+            snprintf(cells[4], 96, "≤0.1 each (issue 31): —");
+        else
+            snprintf(cells[4], 96, "≤0.1 each (issue 31): %s",
+                     v1 <= 0.1 && v8 <= 0.1 ? "met" : "**missed**");
+    }
     put_row(f, cells, NCOLS);
+}
+
+/* The memory rows of one storage's durable queue. The log store keeps the window (the last 5
+ * seconds of commits, and the applier's lag) in each process by design, and a queue read
+ * straight after its items were pushed has them all there: one row for that, one for the same
+ * database once its table holds every item. The SQLite storage has no window: one row. */
+static void write_memory_rows(FILE *f, const qb_results *r, int s, char cells[][96])
+{
+    if (qb_system_is_sqlite(s)) {
+        write_memory_row(f, r, s, QB_MEM_ONE, QB_MEM_MANY, "", 0, cells);
+        return;
+    }
+    write_memory_row(f, r, s, QB_MEM_ONE, QB_MEM_MANY,
+                     ", straight after the push (all in the window)", 0, cells);
+    write_memory_row(f, r, s, QB_MEM_ONE_PAST, QB_MEM_MANY_PAST,
+                     ", past the window (all in the table)", 1, cells);
 }
 
 int qb_write_table(FILE *f, const qb_results *r)
@@ -1176,8 +1213,8 @@ int qb_write_table(FILE *f, const qb_results *r)
     /* Each storage's durable queue against the others and the targets, then the memory row. */
     write_storage_rows(f, r, 0, cells);
     write_storage_rows(f, r, 1, cells);
-    write_memory_row(f, r, QB_SYS_KVQ, cells);
-    write_memory_row(f, r, QB_SYS_KVQ_SQLITE, cells);
+    write_memory_rows(f, r, QB_SYS_KVQ, cells);
+    write_memory_rows(f, r, QB_SYS_KVQ_SQLITE, cells);
     char n[32], ln[32], rt[32];
     qb_format_count(n, sizeof(n), (double)r->n);
     qb_format_count(ln, sizeof(ln), (double)r->latency_n);
@@ -1192,15 +1229,29 @@ int qb_write_table(FILE *f, const qb_results *r)
     fprintf(f, "kvq's rows run on the embedded engine's default storage, the log store, unless "
                "they say \"SQLite storage\" (a \"sqlite:\" URL: the older storage, kept for the "
                "databases made with it).");
-    if (r->mem[QB_SYS_KVQ][QB_MEM_ONE].n + r->mem[QB_SYS_KVQ_SQLITE][QB_MEM_ONE].n +
-            r->mem[QB_SYS_KVQ][QB_MEM_MANY].n + r->mem[QB_SYS_KVQ_SQLITE][QB_MEM_MANY].n >
-        0)
+    int any_mem = 0, any_past = 0;
+    for (int k = 0; k < QB_NMEM; k++) {
+        int cnt = r->mem[QB_SYS_KVQ][k].n + r->mem[QB_SYS_KVQ_SQLITE][k].n;
+        any_mem |= cnt > 0;
+        any_past |= cnt > 0 && (k == QB_MEM_ONE_PAST || k == QB_MEM_MANY_PAST);
+    }
+    if (any_mem)
         fprintf(f, " Memory rows: the growth of a process's anonymous memory (RssAnon) from "
                    "before it opened the database to after it read the queue, divided by the "
                    "live data (keys and values of the queued items), with one process, then the "
                    "mean of %d processes holding it open at once; measured once, before the "
-                   "runs.",
+                   "runs. \"Straight after the push\": read as soon as the items were pushed, "
+                   "when on the log store every item is still inside the 5-second window, which "
+                   "each process keeps in memory by design (a function of the commit rate, "
+                   "bounded by KVQ_LOGSTORE_MEMORY_LIMIT; docs/logstore.md, \"Memory\").",
                 r->mem_procs);
+    if (any_past)
+        fprintf(f, " \"Past the window\": measured again, by new processes, once a process "
+                   "holding the database open found that the log store's table held every item "
+                   "(its statistics: nothing left in memory that the table lacks; waited for at "
+                   "most %d s): what a queue holding data costs, whatever its size. The SQLite "
+                   "storage has no window.",
+                QB_MEM_PAST_WAIT_S);
     fputc('\n', f);
     return ferror(f) ? -1 : 0;
 }

@@ -55,8 +55,18 @@ enum qb_metric {
  * only, measured once, not per run). */
 enum { QB_WL_A = 1, QB_WL_B = 2, QB_WL_C = 4, QB_WL_D = 8, QB_WL_M = 16, QB_WL_ALL = 31 };
 
-/* The memory row's two figures: one process with the database open, then this many at once. */
-enum { QB_MEM_ONE, QB_MEM_MANY, QB_NMEM };
+/* The memory rows' figures: one process with the database open, then mem_procs at once;
+ * first straight after the items were pushed (on the log store every item is then inside the
+ * 5-second window, which it keeps in memory by design), then (_PAST, the log store only) once
+ * the storage reports that its table holds every item. */
+enum { QB_MEM_ONE, QB_MEM_MANY, QB_MEM_ONE_PAST, QB_MEM_MANY_PAST, QB_NMEM };
+
+/* The longest wait, in seconds, for the log store's table to hold every item before the
+ * memory rows' _PAST figures are taken (the window is 6 s, the applier looks once a second). */
+#define QB_MEM_PAST_WAIT_S 60
+
+/* The raw file's names of the QB_MEM_* figures ("one", "many", "one_past", "many_past"). */
+extern const char *const qb_mem_names[QB_NMEM];
 
 /* The machine-readable names of systems and metrics (raw files, --systems). */
 extern const char *const qb_system_names[QB_NSYS];
@@ -144,10 +154,11 @@ typedef struct qb_results {
     qb_cell cps[QB_NSYS][QB_NMETRICS];
     qb_cell cpo[QB_NSYS][QB_NMETRICS];
     char version[QB_NSYS][64]; /* the server's or library's version, when known */
-    /* The memory row (kvq's durable-queue rows QB_SYS_KVQ and QB_SYS_KVQ_SQLITE): growth of a
+    /* The memory rows (kvq's durable-queue rows QB_SYS_KVQ and QB_SYS_KVQ_SQLITE): growth of a
      * process's anonymous memory from before it opened the database to after it read the
      * queue, divided by the live data (keys and values of the queued items), with one process
-     * and with mem_procs processes open at once (their mean). */
+     * and with mem_procs processes open at once (their mean); straight after the push, and
+     * past the window (QB_MEM_*). */
     qb_cell mem[QB_NSYS][QB_NMEM];
     long mem_items, mem_item_bytes; /* items queued; key + value bytes of one */
     int mem_procs;
@@ -165,7 +176,7 @@ void qb_results_add(qb_results *r, int sys, int metric, double value, int partia
 /* Records one run's commits per sync and conflicts per operation (a kvq row's phase). */
 void qb_results_add_pipeline(qb_results *r, int sys, int metric, double cps, double cpo);
 
-/* Records the memory row's figure k (QB_MEM_*) of a system: bytes of memory per byte of live
+/* Records the memory rows' figure k (QB_MEM_*) of a system: bytes of memory per byte of live
  * data. */
 void qb_results_add_memory(qb_results *r, int sys, int k, double ratio);
 
