@@ -25,6 +25,18 @@
  *   leaves) or empty (nothing written back): kvq and SQLite must rebuild it either way. Stale
  *   mixtures of older versions of such a file are not modelled. $KVQ_PC_SHM ("empty", "keep",
  *   "keep-only:NAME") fixes the choice, to tell which file a failure depends on.
+ * - The boot: a power cut is a reboot. A process under the layer that reads
+ *   /proc/sys/kernel/random/boot_id (open, openat, fopen) gets $KVQ_PC_BOOT_ID instead, which
+ *   test_powercut sets anew for each run (every process of one run shares it, as the processes
+ *   of one boot do) and never to the machine's own id, which the checker opens the state with.
+ *   So kvq sees every run after a cut as a new boot, as after a real cut: it clears kvq.cq and
+ *   fixes its clock's base again. Without this, a kept kvq.cq beside a log that lost its
+ *   unsynced pages would be taken as this boot's, and a dead owner's commit applied on top of
+ *   the lost one: a state only the layer could make (in one boot the page cache keeps what was
+ *   written). The layer aborts if $KVQ_PC_BOOT_ID is missing or malformed, if the boot id is
+ *   opened to write or read through another path under /proc; the checker fails a run that
+ *   opened and closed the database without reading the boot id through the layer (its cut's
+ *   boot_reads=0: kvq read the machine's id some other way, and the layer needs extending).
  *
  * The cut: $KVQ_PC_CUT_AT numbers the modifying operations on files under the root (writes,
  * truncations, allocations, syncs, creations, unlinks, renames) from 1; at that one it cuts,

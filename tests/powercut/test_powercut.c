@@ -11,7 +11,9 @@
  * log of acknowledged commits (pc_common.h): every acknowledged commit is there exactly once,
  * nothing that was never committed is, no transaction is half there, every payload is intact,
  * and the database opens at all. Cuts come in chains: the next run continues on the recovered
- * state, so recovery of a recovered database is covered too.
+ * state, so recovery of a recovered database is covered too. Each run is a boot of its own
+ * ($KVQ_PC_BOOT_ID, pc_shim.c): a power cut is a reboot, and kvq must not take what a cut kept
+ * of its shared memory as written in this boot.
  *
  * Every storage of the embedded engine runs the same campaign, chosen by its URL (the
  * `storages` table: one line per storage). A broken engine (KVQ_TEST_ACK_BEFORE_SYNC: commits
