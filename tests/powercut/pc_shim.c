@@ -25,6 +25,18 @@
  *   leaves) or empty (nothing written back): kvq and SQLite must rebuild it either way. Stale
  *   mixtures of older versions of such a file are not modelled. $KVQ_PC_SHM ("empty", "keep",
  *   "keep-only:NAME") fixes the choice, to tell which file a failure depends on.
+ * - The boot: a power cut is a reboot. A process under the layer that reads
+ *   /proc/sys/kernel/random/boot_id (open, openat, fopen) gets $KVQ_PC_BOOT_ID instead, which
+ *   test_powercut sets anew for each run (every process of one run shares it, as the processes
+ *   of one boot do) and never to the machine's own id, which the checker opens the state with.
+ *   So kvq sees every run after a cut as a new boot, as after a real cut: it clears kvq.cq and
+ *   fixes its clock's base again. Without this, a kept kvq.cq beside a log that lost its
+ *   unsynced pages would be taken as this boot's, and a dead owner's commit applied on top of
+ *   the lost one: a state only the layer could make (in one boot the page cache keeps what was
+ *   written). The layer aborts if $KVQ_PC_BOOT_ID is missing or malformed, if the boot id is
+ *   opened to write or read through another path under /proc; the checker fails a run that
+ *   opened and closed the database without reading the boot id through the layer (its cut's
+ *   boot_reads=0: kvq read the machine's id some other way, and the layer needs extending).
  *
  * The cut: $KVQ_PC_CUT_AT numbers the modifying operations on files under the root (writes,
  * truncations, allocations, syncs, creations, unlinks, renames) from 1; at that one it cuts,
@@ -218,6 +230,10 @@ static size_t total_pages; /* page images kept, for the bound */
  * whose path contains NAME and empties the others; unset: each at random. */
 static char shm_policy;
 static char shm_only[64];
+/* This run's boot (the header says why): the id answered for BOOT_ID_PATH, and how often. */
+#define BOOT_ID_PATH "/proc/sys/kernel/random/boot_id"
+static char boot_id[40];
+static uint64_t boot_reads;
 
 static void die(const char *fmt, ...)
 {
@@ -385,6 +401,17 @@ static void init(void)
         shm_policy = 'o';
         strcpy(shm_only, shm + 10);
     }
+    const char *b = getenv("KVQ_PC_BOOT_ID");
+    if (b == NULL || strlen(b) != 36)
+        die("$KVQ_PC_BOOT_ID (this run's boot id, 36 characters) is not set: a cut must be a "
+            "new boot");
+    for (int i = 0; i < 36; i++) {
+        int dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? b[i] != '-' : !((b[i] >= '0' && b[i] <= '9') || (b[i] >= 'a' && b[i] <= 'f')))
+            die("$KVQ_PC_BOOT_ID is not a boot id (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx): %s", b);
+    }
+    memcpy(boot_id, b, 36);
+    boot_id[36] = '\n';
     const char *seed = getenv("KVQ_PC_SEED");
     rng = (seed != NULL ? strtoull(seed, NULL, 10) : 1) * 0x9E3779B97F4A7C15ull + 1;
     node *top = add_node(root, -1);
@@ -401,8 +428,9 @@ static void ensure_init(void)
 
 /* ---- paths ----------------------------------------------------------------------------------- */
 
-/* The absolute, normalised path of (dirfd, path) into out; 0 if it is outside the root. */
-static int resolve_path(int dirfd, const char *path, char *out)
+/* The absolute path of (dirfd, path) into out, with "//", "/./" and a trailing "/" or "/."
+ * collapsed; 0 if it cannot be made. */
+static int normalise_path(int dirfd, const char *path, char *out)
 {
     char buf[PATH_MAX * 2];
     if (path[0] == '/') {
@@ -440,11 +468,55 @@ static int resolve_path(int dirfd, const char *path, char *out)
     if (j == 0)
         out[j++] = '/';
     out[j] = '\0';
+    return 1;
+}
+
+/* The absolute, normalised path of (dirfd, path) into out; 0 if it is outside the root. */
+static int resolve_path(int dirfd, const char *path, char *out)
+{
+    if (!normalise_path(dirfd, path, out))
+        return 0;
+    size_t j = strlen(out);
     if (strncmp(out, root, root_len) != 0 || (out[root_len] != '/' && out[root_len] != '\0'))
         return 0;
     if (strstr(out, "/../") != NULL || (j >= 3 && strcmp(out + j - 3, "/..") == 0))
         die("a path with \"..\" under the root is not modelled: %s", out);
     return 1;
+}
+
+/* ---- the boot id ----------------------------------------------------------------------------- */
+
+/* Is (dirfd, path) the boot id? Another way to it under /proc is refused: it would read the
+ * machine's own boot. */
+static int is_boot_id(int dirfd, const char *path)
+{
+    char abs[PATH_MAX];
+    if (!active || path == NULL || strstr(path, "boot_id") == NULL ||
+        !normalise_path(dirfd, path, abs))
+        return 0;
+    if (strcmp(abs, BOOT_ID_PATH) == 0)
+        return 1;
+    size_t n = strlen(abs);
+    if (strncmp(abs, "/proc/", 6) == 0 && n >= 8 && strcmp(abs + n - 8, "/boot_id") == 0)
+        die("the boot id read as %s is not modelled (only as " BOOT_ID_PATH ")", abs);
+    return 0;
+}
+
+static void write_all(int fd, const void *buf, size_t len, const char *what);
+
+/* A descriptor reading this run's boot id, for open(2) of BOOT_ID_PATH. */
+static int boot_id_fd(int flags)
+{
+    if ((flags & O_ACCMODE) != O_RDONLY)
+        die("opening " BOOT_ID_PATH " to write is not modelled");
+    int fd = memfd_create("kvq-pc-boot-id", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+    if (fd < 0)
+        die("cannot answer the boot id: %s", strerror(errno));
+    write_all(fd, boot_id, strlen(boot_id), "the boot id");
+    if (lseek(fd, 0, SEEK_SET) != 0)
+        die("cannot answer the boot id: %s", strerror(errno));
+    __atomic_add_fetch(&boot_reads, 1, __ATOMIC_RELAXED);
+    return fd;
 }
 
 /* The directory node holding path (under the root), and its last component. */
@@ -756,7 +828,8 @@ static void cut(const char *why)
                          "cut=%s events=%llu mode=%s files=%llu dirs=%llu pages_pending=%llu "
                          "pages_reverted=%llu pages_torn=%llu sizes_reverted=%llu "
                          "dirops_pending=%llu "
-                         "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu\n",
+                         "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu "
+                         "boot_reads=%llu\n",
                          why, (unsigned long long)events, mode_names[cs.mode],
                          (unsigned long long)cs.files, (unsigned long long)cs.dirs,
                          (unsigned long long)cs.pages_pending,
@@ -766,7 +839,8 @@ static void cut(const char *why)
                          (unsigned long long)cs.dirops_pending,
                          (unsigned long long)cs.dirops_dropped,
                          (unsigned long long)cs.volatile_kept,
-                         (unsigned long long)cs.volatile_emptied);
+                         (unsigned long long)cs.volatile_emptied,
+                         (unsigned long long)__atomic_load_n(&boot_reads, __ATOMIC_RELAXED));
         int fd = r_open(stats_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0)
             die("cannot write %s: %s", stats_path, strerror(errno));
@@ -825,6 +899,8 @@ static void set_fd(int fd, node *n)
 static int do_open(int dirfd, const char *path, int flags, mode_t mode)
 {
     ensure_init();
+    if (is_boot_id(dirfd, path))
+        return boot_id_fd(flags);
     char abs[PATH_MAX];
     if (!active || path == NULL || !resolve_path(dirfd, path, abs))
         return r_openat(dirfd, path, flags, mode);
@@ -919,6 +995,15 @@ int creat64(const char *path, mode_t mode)
 FILE *fopen(const char *path, const char *how)
 {
     ensure_init();
+    if (is_boot_id(AT_FDCWD, path)) {
+        if (strpbrk(how, "wa+") != NULL)
+            die("opening " BOOT_ID_PATH " to write is not modelled");
+        FILE *f = fmemopen(boot_id, strlen(boot_id), "r");
+        if (f == NULL)
+            die("cannot answer the boot id: %s", strerror(errno));
+        __atomic_add_fetch(&boot_reads, 1, __ATOMIC_RELAXED);
+        return f;
+    }
     char abs[PATH_MAX];
     if (active && strpbrk(how, "wa+") != NULL && resolve_path(AT_FDCWD, path, abs))
         die("writing through stdio to %s is not modelled", abs);

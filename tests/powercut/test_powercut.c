@@ -11,7 +11,9 @@
  * log of acknowledged commits (pc_common.h): every acknowledged commit is there exactly once,
  * nothing that was never committed is, no transaction is half there, every payload is intact,
  * and the database opens at all. Cuts come in chains: the next run continues on the recovered
- * state, so recovery of a recovered database is covered too.
+ * state, so recovery of a recovered database is covered too. Each run is a boot of its own
+ * ($KVQ_PC_BOOT_ID, pc_shim.c): a power cut is a reboot, and kvq must not take what a cut kept
+ * of its shared memory as written in this boot.
  *
  * Every storage of the embedded engine runs the same campaign, chosen by its URL (the
  * `storages` table: one line per storage). A broken engine (KVQ_TEST_ACK_BEFORE_SYNC: commits
@@ -105,6 +107,7 @@ typedef struct campaign {
     uint64_t volatile_kept, volatile_emptied;
     uint64_t lost, unexpected, half_applied, corrupted, counter_mismatch;
     uint64_t rides, rides_lost; /* rides checked; kept rides whose commit is gone */
+    int boots, boot_unseen; /* runs whose worker read its boot id; closed runs that did not */
     int reported; /* detailed failure reports printed */
     uint64_t lost_seen[MAX_PRODS]; /* per producer of the current chain */
 } campaign;
@@ -123,6 +126,33 @@ static void report(campaign *c, const char *fmt, ...)
 
 /* ---- one run of the worker under the layer --------------------------------------------------- */
 
+/* The machine's boot id, as /proc has it ("" when it cannot be read). */
+static char real_boot_id[64];
+
+static void read_real_boot_id(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f == NULL)
+        return;
+    if (fgets(real_boot_id, sizeof(real_boot_id), f) == NULL)
+        real_boot_id[0] = '\0';
+    real_boot_id[strcspn(real_boot_id, "\n")] = '\0';
+    fclose(f);
+}
+
+/* The boot id of a run (pc_shim.c: each run after a cut is a new boot, as after a real power
+ * cut), from its seed: never the machine's, which the checker opens the database with. */
+static void run_boot_id(char *out, size_t n, uint64_t seed)
+{
+    for (uint64_t k = 0;; k++) {
+        uint64_t a = mix(seed ^ 0xb007b007u ^ k), b = mix(a);
+        snprintf(out, n, "%08" PRIx64 "-%04" PRIx64 "-4%03" PRIx64 "-%04" PRIx64 "-%012" PRIx64,
+                 a >> 32, (a >> 16) & 0xffff, a & 0xfff, b >> 48, b & (uint64_t)0xffffffffffff);
+        if (strcmp(out, real_boot_id) != 0)
+            return;
+    }
+}
+
 static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed, uint64_t cut_at)
 {
     char root[4096], out[4096], stats[4096], log[4096], db[4200], url[4300], errf[4096];
@@ -137,6 +167,9 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
     unlink(stats);
 
     char e_pre[4200], e_root[4200], e_out[4200], e_stats[4200], e_seed[64], e_cut[64];
+    char e_boot[80], boot[40];
+    run_boot_id(boot, sizeof(boot), seed);
+    snprintf(e_boot, sizeof(e_boot), "KVQ_PC_BOOT_ID=%s", boot);
     snprintf(e_pre, sizeof(e_pre), "LD_PRELOAD=%s", shim);
     snprintf(e_root, sizeof(e_root), "KVQ_PC_ROOT=%s", root);
     snprintf(e_out, sizeof(e_out), "KVQ_PC_OUT=%s", out);
@@ -146,7 +179,7 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
     size_t n = 0;
     while (environ[n] != NULL)
         n++;
-    char **envp = calloc(n + 8, sizeof(char *));
+    char **envp = calloc(n + 9, sizeof(char *));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 &&
@@ -158,6 +191,7 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
     envp[k++] = e_stats;
     envp[k++] = e_seed;
     envp[k++] = e_cut;
+    envp[k++] = e_boot;
     envp[k] = NULL;
 
     char a_run[32], a_threads[16], a_txns[16], a_phases[16], a_flags[32];
@@ -224,14 +258,25 @@ static int run_worker(campaign *c, const char *dir, uint64_t run, uint64_t seed,
     fclose(f);
     char why[32] = "", mode[32] = "";
     unsigned long long ev = 0, files = 0, dirs = 0, pp = 0, pr = 0, pt = 0, sr = 0, dp = 0, dd = 0,
-                       vk = 0, ve = 0;
+                       vk = 0, ve = 0, br = 0;
     if (sscanf(line,
                "cut=%31s events=%llu mode=%31s files=%llu dirs=%llu pages_pending=%llu "
                "pages_reverted=%llu pages_torn=%llu sizes_reverted=%llu dirops_pending=%llu "
-               "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu",
-               why, &ev, mode, &files, &dirs, &pp, &pr, &pt, &sr, &dp, &dd, &vk, &ve) != 13) {
+               "dirops_dropped=%llu volatile_kept=%llu volatile_emptied=%llu boot_reads=%llu",
+               why, &ev, mode, &files, &dirs, &pp, &pr, &pt, &sr, &dp, &dd, &vk, &ve, &br) != 14) {
         report(c, "unreadable figures from the layer: %s", line);
         return -1;
+    }
+    /* A worker that opened and closed the database and never asked the layer for the boot id
+     * read the machine's: kvq would take the shared memory a cut kept as this boot's, which no
+     * power cut leaves (pc_shim.c). */
+    if (br > 0)
+        c->boots++;
+    else if (strcmp(why, "asked") == 0) {
+        c->boot_unseen++;
+        report(c, "run %" PRIu64 " (seed %" PRIu64 ") opened the database without reading its "
+                  "boot id through the layer",
+               run, seed);
     }
     c->points[strcmp(why, "before_op") == 0 ? 0 : strcmp(why, "after_op") == 0 ? 1 : 2]++;
     c->modes[strcmp(mode, "drop_all") == 0 ? 0 : strcmp(mode, "keep_all") == 0 ? 1 : 2]++;
@@ -484,7 +529,7 @@ static int failures(const campaign *c)
 {
     return (int)(c->lost + c->unexpected + c->half_applied + c->corrupted + c->counter_mismatch +
                  c->rides_lost) +
-           c->open_failures + c->worker_failures;
+           c->open_failures + c->worker_failures + c->boot_unseen;
 }
 
 static void run_campaign(campaign *c)
@@ -542,14 +587,14 @@ static void run_campaign(campaign *c)
            " shm_kept=%" PRIu64 " shm_emptied=%" PRIu64 " lost=%" PRIu64
            " unexpected=%" PRIu64 " half_applied=%" PRIu64 " corrupted=%" PRIu64
            " counter_mismatch=%" PRIu64 " rides=%" PRIu64 " rides_lost=%" PRIu64
-           " open_failures=%d worker_failures=%d broken_engine=%s"
+           " boots=%d boot_unseen=%d open_failures=%d worker_failures=%d broken_engine=%s"
            " seed=%" PRIu64 " elapsed_ms=%lld%s\n",
            c->st->name, c->cuts, c->chains, c->points[0], c->points[1], c->points[2], c->modes[0],
            c->modes[1], c->modes[2], c->events_max, c->acked, c->acked_checked, c->recovered,
            c->pages_pending, c->pages_reverted, c->pages_torn, c->sizes_reverted, c->dirops_pending,
            c->dirops_dropped, c->volatile_kept, c->volatile_emptied, c->lost, c->unexpected,
            c->half_applied, c->corrupted, c->counter_mismatch, c->rides, c->rides_lost,
-           c->open_failures, c->worker_failures, c->broken != NULL ? c->broken : "no", c->seed,
+           c->boots, c->boot_unseen, c->open_failures, c->worker_failures, c->broken != NULL ? c->broken : "no", c->seed,
            (long long)(now_ms() - t0),
            c->broken == NULL ? ""
            : rides      ? " (the checker must see rides whose commit is gone)"
@@ -622,6 +667,7 @@ int main(int argc, char **argv)
         seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
     }
     cuts = (int)kvq_test_scaled(cuts);
+    read_real_boot_id();
     int status = 0, ran = 0;
     for (size_t i = 0; i < sizeof(storages) / sizeof(storages[0]); i++) {
         if (only != NULL && strcmp(only, storages[i].name) != 0)
