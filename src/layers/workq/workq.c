@@ -536,7 +536,7 @@ static int receive_in(kvq_bytes *out,
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
      * at most per receive. */
     for (int tries = 0; tries < 16; tries++) {
-        const kvq_kv *kv;
+        const kvq_kv *kv = NULL;
         rc = pick_ready(w, txn, &kv);
         if (rc != 0)
             break;
