@@ -449,13 +449,17 @@ static void remember_take(const kvq_workq *w, kvq_txn *txn, kvq_bytes key)
 }
 
 /* Raises w's pressure when this attempt retries the one that took this thread's last item and
- * another receiver has taken that item since (a snapshot read at this attempt's version). */
+ * another receiver has taken that item since (a snapshot read at this attempt's version). The
+ * record is used up by the thread's next receive, whatever it is: a transaction that ended and
+ * a new one at the same address (or reset) whose first attempt took nothing must not be taken
+ * for a retry of it. */
 static int note_lost_race(kvq_workq *w, kvq_txn *txn)
 {
     last_take *t = &this_thread_take;
-    if (t->w != w || t->txn != txn || kvq_txn_get_retries(txn) != t->retries + 1)
-        return 0;
+    int retry = t->w == w && t->txn == txn && kvq_txn_get_retries(txn) == t->retries + 1;
     t->w = NULL;
+    if (!retry)
+        return 0;
     kvq_bytes v;
     int present = 1;
     int rc = kvq_txn_get(&v, &present, txn, t->key, t->len, KVQ_SNAPSHOT);
