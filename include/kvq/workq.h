@@ -29,7 +29,10 @@
  * KVQ_ENOT_COMMITTED, 1020, for the caller's retry loop). See docs/workq.md ("Time") for the
  * settings a plain kvq_queue handle applies to an ended lease.
  *
- * **Conflicts.** Receivers compete for the head as pops do. Acks, nacks and extends of
+ * **Conflicts.** A receive conflicts only with another receive of the same item. A receiver
+ * alone takes the head; a handle whose receives lose races to other receivers spreads them
+ * over the first ready items (docs/workq.md, "Conflicts"), as durable pops do. Acks, nacks and
+ * extends of
  * different items touch disjoint keys (counters are atomic adds), so they never conflict with
  * each other, with pushes or with receives of other items. Pushes never conflict with each
  * other (a deduplicated push conflicts only with another push of the same key).
@@ -149,7 +152,9 @@ KVQ_API KVQ_NODISCARD int kvq_workq_push_txn(bool *out,
 
 /**
  * Receives the first ready item (durable: the oldest; priority: the lowest priority) with a
- * lease. Expired leases and due delayed items count as ready (made ready first, in
+ * lease; while this handle's receives lose races to other receivers, one of the first ready
+ * items instead (of the first item's priority), none left behind for good (docs/workq.md,
+ * "Conflicts"). Expired leases and due delayed items count as ready (made ready first, in
  * transactions of their own, when any are due).
  * @param[out] out    the value (replaced); free with kvq_buf_dispose
  * @param[out] lease  the lease token

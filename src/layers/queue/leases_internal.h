@@ -42,7 +42,8 @@
  * The ready count of a durable queue is npush - npop: a receive adds 1 to npop, a return to the
  * queue adds 1 to npush (which also wakes consumers watching npush).
  *
- * Conflicts: a receive reads the head (as a pop does) and the head's count key. Ack, nack and
+ * Conflicts: a receive reads the item it takes (the head, or under contention one of the first
+ * items: workq.c, "Receivers that spread") and that item's count key. Ack, nack and
  * extend read only their lease's own keys; counters change by atomic adds. So settling leases of
  * different items never conflicts, and nothing a push writes is read by them. */
 #ifndef KVQ_LEASES_INTERNAL_H
@@ -69,6 +70,12 @@ struct kvq_workq {
     /* Long polls through this handle (atomic; read by kvq_testing_workq_wait_counts and
      * kvq_testing_workq_wait_wakes): looks (receives), sleeps, and the sleeps a watch ended. */
     uint64_t wait_looks, wait_sleeps, wait_wakes;
+    /* Receivers of this handle spread out while they lose races for their items (workq.c,
+     * "Receivers that spread"): a pressure (atomic: raised by a race lost, lowered by each item
+     * taken) and the ticket that places each receive of a spread in the window (atomic; starts
+     * at a random value, so that two processes' receivers start apart). */
+    int recv_pressure;
+    uint64_t recv_ticket;
 };
 
 /* Fills w's keys for queue q, with options o (checked by the caller); 0 or KVQ_ENOMEM (w's

@@ -84,6 +84,11 @@ int kvq__wq_open(kvq_workq **out, kvq_queue *q, const kvq_workq_options *opts)
         kvq_workq_close(w);
         return kvq__error(KVQ_ENOMEM, "out of memory for a work queue's keys");
     }
+    rc = kvq__random_bytes(&w->recv_ticket, sizeof(w->recv_ticket));
+    if (rc != 0) {
+        kvq_workq_close(w);
+        return rc;
+    }
     *out = w;
     return 0;
 }
@@ -389,6 +394,125 @@ out:
     return rc;
 }
 
+/* ---- receivers that spread ------------------------------------------------------------------
+ *
+ * Receivers that all take the head collide: of those that read it at one version one commits
+ * and the others fail with 1020 and read again. A receive therefore reads the first items with a
+ * snapshot read and takes a read conflict on exactly the item it takes (and its count key, which
+ * kvq__wq_receive_item reads), so that two receives conflict only when they take the same item;
+ * an empty answer keeps a read conflict on the whole item range, as a plain read of it would
+ * (a caller's transaction that saw the queue empty is refused when a push lands meanwhile).
+ *
+ * A receiver alone takes the head, in order. While a handle's receivers lose races to others
+ * (an attempt retried after 1020 finds that the item it took is gone: the durable queue's pops
+ * measure their contention the same way, kvq__q_pop_lost_race) the handle's pressure rises by
+ * PRESSURE_STEP, and each item taken lowers it by 1; under pressure a receive takes the item at
+ * the handle's next ticket among the first `width` ready items of the head's priority (width:
+ * half the pressure, at least 8, rounded down to a power of two so that it seldom changes
+ * between two receives). Successive receives of one handle take successive places, so its
+ * threads reading at one version take different items; each handle's tickets start at a random
+ * value, so that two processes rarely take the same place either. Nothing starves: while the
+ * window is full, a handle's receives take the head at least once in every `width` of them, and
+ * every item is in the window once fewer than `width` are ahead of it. The pressure settles
+ * where about one receive in PRESSURE_STEP + 1 loses a race.
+ *
+ * Whether an attempt is the retry of the one before is told by the transaction's retry count
+ * (kvq_txn_get_retries), so that the _txn forms, which run in a caller's retry loop, see their
+ * races too: the thread's last take (below) names the transaction and retry count of the attempt
+ * that took it. */
+#define PRESSURE_STEP 24
+#define PRESSURE_MAX  512
+/* Longer keys are not remembered: a receive of such a queue does not notice its lost races. */
+#define TAKE_KEY_MAX 512
+
+typedef struct last_take {
+    const kvq_workq *w;
+    const kvq_txn *txn;
+    int retries;
+    size_t len;
+    uint8_t key[TAKE_KEY_MAX];
+} last_take;
+
+static _Thread_local last_take this_thread_take;
+
+static void remember_take(const kvq_workq *w, kvq_txn *txn, kvq_bytes key)
+{
+    last_take *t = &this_thread_take;
+    t->w = NULL;
+    if (key.len > TAKE_KEY_MAX)
+        return;
+    memcpy(t->key, key.data, key.len);
+    t->len = key.len;
+    t->txn = txn;
+    t->retries = kvq_txn_get_retries(txn);
+    t->w = w;
+}
+
+/* Raises w's pressure when this attempt retries the one that took this thread's last item and
+ * another receiver has taken that item since (a snapshot read at this attempt's version). The
+ * record is used up by the thread's next receive, whatever it is: a transaction that ended and
+ * a new one at the same address (or reset) whose first attempt took nothing must not be taken
+ * for a retry of it. */
+static int note_lost_race(kvq_workq *w, kvq_txn *txn)
+{
+    last_take *t = &this_thread_take;
+    int retry = t->w == w && t->txn == txn && kvq_txn_get_retries(txn) == t->retries + 1;
+    t->w = NULL;
+    if (!retry)
+        return 0;
+    kvq_bytes v;
+    int present = 1;
+    int rc = kvq_txn_get(&v, &present, txn, t->key, t->len, KVQ_SNAPSHOT);
+    if (rc == 0 && !present) {
+        int p = __atomic_load_n(&w->recv_pressure, __ATOMIC_RELAXED);
+        if (p < PRESSURE_MAX)
+            __atomic_compare_exchange_n(&w->recv_pressure, &p, p + PRESSURE_STEP, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+    return rc;
+}
+
+/* The ready item a receive takes (*kv, borrowed from txn), with a read conflict on its key: the
+ * head, or under pressure the one at the handle's next ticket (above). KVQ_ENOTFOUND, with a
+ * read conflict on the whole item range, when nothing is ready. */
+static int pick_ready(kvq_workq *w, kvq_txn *txn, const kvq_kv **kv)
+{
+    kvq_queue *q = w->q;
+    int p = __atomic_load_n(&w->recv_pressure, __ATOMIC_RELAXED);
+    int width = 1;
+    if (p > 0) /* half the pressure, at least 8, rounded down to a power of two */
+        for (width = 8; width * 4 <= p; width *= 2)
+            ;
+    const kvq_kv *kvs;
+    size_t got;
+    int rc = kvq__q_head(q, txn, KVQ__END_MIN, width, KVQ_SNAPSHOT, &kvs, &got);
+    if (rc != 0)
+        return rc;
+    if (got == 0) {
+        rc = kvq_txn_add_conflict_range(txn, q->items_lo.data, q->items_lo.len, q->items_hi.data,
+                                        q->items_hi.len, KVQ_CONFLICT_READ);
+        if (rc == 0)
+            rc = kvq__error(KVQ_ENOTFOUND, "the work queue has no ready item");
+        return rc;
+    }
+    size_t n = got, i = 0;
+    if (q->type == KVQ_QUEUE_PRIORITY && n > 1) {
+        /* Only among the items of the head's priority: the order of priorities holds. */
+        int64_t first = kvq__q_key_priority(q, kvs[0].key.data, kvs[0].key.len);
+        for (n = 1; n < got; n++)
+            if (kvq__q_key_priority(q, kvs[n].key.data, kvs[n].key.len) != first)
+                break;
+    }
+    if (n > 1)
+        i = (size_t)(__atomic_fetch_add(&w->recv_ticket, 1, __ATOMIC_RELAXED) % n);
+    rc = kvq__conflict_key(txn, kvs[i].key.data, kvs[i].key.len);
+    if (rc == 0 && p > 0)
+        __atomic_compare_exchange_n(&w->recv_pressure, &p, p - 1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    *kv = &kvs[i];
+    return rc;
+}
+
 /* kvq_workq_receive_txn; *dead (may be NULL) counts the items it moved to the dead letters on
  * the way, which a KVQ_ENOTFOUND still leaves written in txn. */
 static int receive_in(kvq_bytes *out,
@@ -406,6 +530,8 @@ static int receive_in(kvq_bytes *out,
         rc = kvq__wq_lease_versions(w, lease_ms, &lv);
     if (rc == 0)
         rc = kvq_txn_get_read_version(&rv, txn);
+    if (rc == 0)
+        rc = note_lost_race(w, txn);
     /* Due delayed items and ended leases first (a retry then sees them ready). */
     if (rc == 0)
         rc = kvq__q_due_gate(w->q, w, txn);
@@ -414,24 +540,19 @@ static int receive_in(kvq_bytes *out,
     /* Items already over their deliveries (max lowered since) go to the dead letters; a few
      * at most per receive. */
     for (int tries = 0; tries < 16; tries++) {
-        const kvq_kv *kvs;
-        size_t got;
-        rc = kvq__q_head(w->q, txn, KVQ__END_MIN, 1, 0, &kvs, &got);
+        const kvq_kv *kv = NULL;
+        rc = pick_ready(w, txn, &kv);
         if (rc != 0)
             break;
-        if (got == 0) {
-            rc = KVQ_ENOTFOUND;
-            kvq__error(rc, "the work queue has no ready item");
-            break;
-        }
         int dead = 0;
-        rc = kvq__wq_receive_item(w, txn, kvs[0].key, kvs[0].value, rv, lv, NULL, NULL, lease,
-                                  &dead);
+        rc = kvq__wq_receive_item(w, txn, kv->key, kv->value, rv, lv, NULL, NULL, lease, &dead);
         if (rc == 0 && dead && ndead != NULL)
             (*ndead)++;
         if (rc != 0 || !dead) {
-            if (rc == 0)
-                *out = kvs[0].value;
+            if (rc == 0) {
+                remember_take(w, txn, kv->key);
+                *out = kv->value;
+            }
             return rc;
         }
     }
