@@ -199,11 +199,11 @@ typedef struct kt_kill_loop {
 } kt_kill_loop;
 
 /* Starts the n processes, then runs up to `cycles` kill cycles: sleeps 50-250 ms, SIGKILLs the
- * plan's choice, reaps each one and starts it again. In slow builds (kvq_test_time_factor() > 1),
- * a cycle in which the progress files did not grow since the previous kill goes on, up to that
- * many times its span: a sanitizer build's process, its start and its database's open can take
- * longer than a cycle on a busy machine, and a campaign whose processes never got past their
- * start tests nothing. A process that had exited by itself (it
+ * plan's choice, reaps each one and starts it again. A cycle in which the progress files did not
+ * grow since the previous kill goes on, up to 8 times its span in every build (or
+ * kvq_test_time_factor() times in slow builds, when more): a process, its start and its
+ * database's open can take longer than a cycle on a busy machine (sanitizer builds most), and a
+ * campaign whose processes never got past their start tests nothing. A process that had exited by itself (it
  * found an error) ends the cycles. Last, kills and reaps them all, so that none outlives the
  * test. Returns the exit status of a process that exited by itself during the cycles (-1 when it
  * was not an exit), or when check_end, at the end; else 0. */

@@ -36,15 +36,18 @@ static long long progress_bytes(const kt_kill_loop *l)
     return sum;
 }
 
-/* Sleeps a cycle's span; in slow builds longer, up to kvq_test_time_factor() times, while the
- * progress files have not grown past *seen. */
+/* Sleeps a cycle's span, and longer while the progress files have not grown past *seen: up to
+ * 8 spans in every build (a loaded machine can take longer than a span to start a process and
+ * open its database, and a campaign whose processes never got a commit in proves nothing), or
+ * kvq_test_time_factor() spans in slow builds when that is more. */
 static void cycle_sleep(const kt_kill_loop *l, useconds_t span, long long *seen)
 {
     usleep(span);
     if (l->progress_dir == NULL || l->progress_prefixes == NULL)
         return;
     long long now = progress_bytes(l);
-    long most = (long)span * kvq_test_time_factor();
+    long factor = kvq_test_time_factor() > 8 ? kvq_test_time_factor() : 8;
+    long most = (long)span * factor;
     for (long waited = (long)span; now == *seen && waited < most; waited += 10000) {
         usleep(10000);
         now = progress_bytes(l);
