@@ -1287,10 +1287,24 @@ int kvq__sqlite_compact(emb_store *s)
      * then copies them back and cuts the file and the WAL, never waiting for a reader (one
      * that holds old frames makes it stop short: the file is cut by a later checkpoint). */
     int rc = exec(s->writer, "VACUUM;", "compacting the database");
-    if (rc != 0)
-        return rc;
+    if (rc != 0) {
+        /* A copy cut short (a full disk) leaves the WAL as large as it grew: cut it too. The
+         * VACUUM's error is the one reported. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvq_last_error());
+        (void)checkpoint_nowait(s, SQLITE_CHECKPOINT_TRUNCATE, "checkpointing the WAL", NULL);
+        kvq__error_clear();
+        return kvq__error(rc, "%s", why);
+    }
     return checkpoint_nowait(s, SQLITE_CHECKPOINT_TRUNCATE,
                              "checkpointing the compacted database", NULL);
+}
+
+int kvq__sqlite_wal_cut(emb_store *s)
+{
+    if (s == NULL || s->writer == NULL || s->read_only)
+        return kvq__error(KVQ_EINVAL, "no writable database");
+    return checkpoint_nowait(s, SQLITE_CHECKPOINT_TRUNCATE, "cutting the WAL", NULL);
 }
 
 /* ---- salvage (salvage.c): reading past damage, never writing ----------------------------- */

@@ -35,6 +35,11 @@ int kvq__sqlite_room(emb_store *s, uint64_t *free_bytes, uint64_t *live_bytes);
  * for them in the WAL. With the commit lock held and no write open (reserve.c, on a full disk). */
 int kvq__sqlite_compact(emb_store *s);
 
+/* Copies the WAL into the database file and cuts the WAL to nothing, without waiting for
+ * readers (one that holds its frames leaves it as it is): its room back to the file system,
+ * on a full disk. Not during a write. */
+int kvq__sqlite_wal_cut(emb_store *s);
+
 /* Salvage (salvage.c): the rows of [begin, end) in key order (reverse = 1: descending), each
  * passed to fn with ok = 1, or ok = 0 (and no value) when it fails its checksum; in a read
  * transaction of its own, on a connection of its own. A page SQLite cannot read ends the scan

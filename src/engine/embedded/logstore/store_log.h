@@ -11,11 +11,13 @@ extern const emb_store_ops emb_log_store;
 /* 1 when directory dir (a database) holds a log store (its logstore/ directory). */
 int kvq__logstore_present(const char *dir);
 
-/* The engine's drain mode on a full disk (reserve.c), commit lock held, shortfall (> 0) the
- * bytes it lacks: brings the table up to the newest batch (the drain's pops reach it), gives the
- * table's free pages and its WAL back to the file system when its pages in use are no more than
- * them (VACUUM, and a checkpoint that cuts the file and the WAL), and shrinks ckpt.reserve to
- * what the table now needs. 1 when it gave some back. */
+/* The engine's drain mode on a full disk (reserve.c), and the log store's own refusal of a
+ * batch (space_short), commit lock held, no write open, shortfall (> 0) the bytes it lacks:
+ * brings the table up to the newest batch (the drain's pops reach it), gives the table's free
+ * pages back to the file system when its pages in use are no more than them and the file
+ * system has room for their copy (VACUUM, and a checkpoint that cuts the file and the WAL),
+ * else cuts the WAL, and shrinks ckpt.reserve to what the table now needs. 1 when it gave some
+ * back. Its own failures are nobody's error (cleared). */
 int kvq__logstore_give_back(emb_store *s, uint64_t shortfall);
 
 /* Writes a checkpoint now (tests, and the checkpoint thread). */

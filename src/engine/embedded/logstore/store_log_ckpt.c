@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -404,6 +405,10 @@ int kvq__ls_do_checkpoint(emb_store *s, int wait, uint64_t *covered)
     return run_pass(s, wait, wait, covered);
 }
 
+/* Free space beyond the table's pages in use that a compaction needs: the WAL's headers and
+ * the pages VACUUM rewrites beside the copy (the schema, the free-list's). */
+#define LS_COMPACT_SLACK (1u << 20)
+
 int kvq__logstore_give_back(emb_store *s, uint64_t shortfall)
 {
     if (s == NULL || s->read_only || shortfall == 0)
@@ -414,18 +419,33 @@ int kvq__logstore_give_back(emb_store *s, uint64_t shortfall)
     int gave = 0;
     if (flock(s->ckpt_fd, LOCK_EX | LOCK_NB) == 0) {
         uint64_t free_bytes = 0, live = 0;
-        struct stat st;
-        uint64_t wal = fstatat(s->dir_fd, "data.db-wal", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
         uint64_t had = kvq__ls_reserve_size(s);
-        /* The copy costs at most what it gives back; after it there are no free pages, so it is
-         * not tried again until pops free more. Then ckpt.reserve shrinks with the table. */
+        struct statvfs v;
+        uint64_t fs = statvfs(s->dir, &v) == 0 ? (uint64_t)v.f_bavail * (uint64_t)v.f_frsize : 0;
+        /* The copy costs at most what it gives back, and fits in what the file system has
+         * free (VACUUM writes the pages in use into the WAL before the file is cut: a copy
+         * that ran out of room would leave a WAL that large, and ckpt.reserve is not for it);
+         * after it there are no free pages, so it is not tried again until pops free more.
+         * Then ckpt.reserve shrinks with the table. */
         if (kvq__sqlite_room(s->table, &free_bytes, &live) != 0) {
             kvq__error_clear();
-        } else if (free_bytes + wal > 0 && live <= free_bytes + wal) {
+        } else if (free_bytes > 0 && live <= free_bytes && fs >= live + LS_COMPACT_SLACK) {
             if (kvq__sqlite_compact(s->table) == 0)
                 gave = 1;
             else
                 kvq__error_clear(); /* no room for the copy yet, or a reader in the way */
+        }
+        if (!gave) {
+            /* The pass above grew the WAL (about twice the log it applied, out of the
+             * reserve on a full disk): its room back, or a full disk keeps it for good. */
+            struct stat st;
+            uint64_t wal =
+                fstatat(s->dir_fd, "data.db-wal", &st, 0) == 0 ? (uint64_t)st.st_size : 0;
+            if (wal > 0 && kvq__sqlite_wal_cut(s->table) != 0)
+                kvq__error_clear();
+            if (wal > 0 && fstatat(s->dir_fd, "data.db-wal", &st, 0) == 0 &&
+                (uint64_t)st.st_size < wal)
+                gave = 1;
         }
         kvq__ls_table_live_update(s);
         reserve_adjust(s);

@@ -128,6 +128,7 @@ struct emb_store {
     int64_t space_at;
     uint64_t space_need, space_avail, space_live_ok;
     int space_short, space_forced;
+    int64_t give_back_at; /* when a give-back gave nothing (0: none did) */
 
     /* readers.shm */
     reader_slot *slots;

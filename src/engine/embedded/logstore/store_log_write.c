@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "engine/embedded/files.h"
+#include "engine/embedded/logstore/store_log.h"
 #include "engine/embedded/logstore/store_log_internal.h"
 #include "kvq/db.h"
 #include "util/bytes.h"
@@ -17,6 +19,8 @@
  * DRAIN_MOVE_SLACK, reserve.c: the store must accept whatever drain mode accepts). */
 #define LS_SPACE_RECHECK_US 50000
 #define LS_DRAIN_MOVE_SLACK 512
+/* A give-back on a short disk that gave nothing is not tried again for this long. */
+#define LS_GIVE_BACK_RETRY_US 1000000
 
 /* ---- writing ---- */
 
@@ -29,6 +33,21 @@ static void write_end(emb_store *s)
     s->rec.len = 0;
     s->add_cost = 0;
     s->writing = 0;
+}
+
+/* Does the table hold free pages, as of its applier's last pass, for the log not applied yet
+ * (and at least a segment's worth): what the file holds beyond its pages in use. A pass then
+ * writes the log into them, and the file does not grow. */
+static int table_spare(emb_store *s, uint64_t seg)
+{
+    uint64_t live = __atomic_load_n(&s->table_live, __ATOMIC_ACQUIRE);
+    uint64_t tail = kvq__log_tail(s->log), at = __atomic_load_n(&s->ckpt_lsn, __ATOMIC_ACQUIRE);
+    uint64_t log = tail > at ? tail - at : 0;
+    struct stat st;
+    if (live == UINT64_MAX || fstatat(s->dir_fd, "data.db", &st, 0) != 0 || st.st_size < 0)
+        return 0;
+    uint64_t file = (uint64_t)st.st_size, free_bytes = file > live ? file - live : 0;
+    return free_bytes >= seg && free_bytes >= log;
 }
 
 /* Is the disk short of the room the log store needs to go on: room for a checkpoint of its
@@ -79,6 +98,26 @@ static int space_short(emb_store *s)
         s->space_forced = 0;
         return short_now;
     }
+    if (s->space_short && !s->space_forced && table_spare(s, seg) &&
+        (s->give_back_at == 0 || now - s->give_back_at >= LS_GIVE_BACK_RETRY_US)) {
+        /* Short, and the table holds free pages (a database drained on a disk that was once
+         * full): counted nowhere and never freed, they would refuse the pushes of a drained
+         * database for good. The table takes the log (a pass of every batch: the last pops'
+         * deletions reach it, and what it applies goes into its free pages, the file does not
+         * grow), gives its free pages back to the file system when they outweigh its pages in
+         * use, and ckpt.reserve shrinks with it (kvq__logstore_give_back). Tried again after
+         * LS_GIVE_BACK_RETRY_US when it gave nothing. */
+        s->space_forced = 1;
+        uint64_t lack = avail < need ? need - avail : 0;
+        if (fs < seg && seg - fs > lack)
+            lack = seg - fs;
+        int gave = kvq__logstore_give_back(s, lack > 0 ? lack : 1);
+        s->give_back_at = gave ? 0 : now;
+        s->space_at = 0;
+        int short_now = space_short(s);
+        s->space_forced = 0;
+        return short_now;
+    }
     uint64_t room = avail > need ? avail - need : 0;
     if (fs - (fs < seg ? fs : seg) < room)
         room = fs - (fs < seg ? fs : seg);
@@ -95,6 +134,8 @@ int kvq__ls_write_begin(emb_store *s, emb_store_head *head)
     int rc = kvq__ls_catch_up(s);
     if (rc != 0)
         return rc;
+    /* Before the write's view is open: a give-back (space_short) compacts the table. */
+    int counting = space_short(s);
     /* The write reads the table and the map at the newest version (the commit lock keeps it
      * the newest until the write ends). */
     emb_snap_info wi;
@@ -109,7 +150,7 @@ int kvq__ls_write_begin(emb_store *s, emb_store_head *head)
     s->rec.len = LS_REC_HDR;
     s->writing = 1;
     s->w_grow = s->w_freed = s->w_moves = 0;
-    s->w_counting = space_short(s);
+    s->w_counting = counting;
     pthread_mutex_lock(&s->apply_mu);
     head->version = s->applied_version;
     head->log_floor = s->cl_floor;
