@@ -362,79 +362,6 @@ static void test_drain_mode_left_with_room(void **state)
 }
 
 
-/* Fills a database until a batch of 100 items of 2,000 bytes is refused; returns how many the
- * queue holds, which must be what the pushes said. */
-static uint64_t fill_by_batches(const char *url)
-{
-    static uint8_t big[2000];
-    memset(big, 'b', sizeof big);
-    kvq_bytes vals[100];
-    for (int i = 0; i < 100; i++)
-        vals[i] = (kvq_bytes){ big, sizeof big };
-    uint64_t said = 0;
-    kvq_db *db = open_url(url, 0);
-    kvq_queue *q;
-    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL), 0);
-    int rc = 0;
-    for (int b = 0; b < 2000 && (rc = kvq_queue_push_many(q, vals, 100)) == 0; b++)
-        said += 100;
-    if (rc != KVQ_ENOSPC)
-        fail_msg("push_many after %llu: %s (%s)", (unsigned long long)said, kvq_errname(rc),
-                 kvq_last_error());
-    assert_int_equal(qlen(q), said);
-    kvq_queue_close(q);
-    kvq_db_close(db);
-    return said;
-}
-
-/* A database drained on a disk it filled takes back most of what it took new (issue 32 item 4):
- * segments large beside the disk (as 8 MiB ones are on 256 MB), so that the drain's released
- * segments end the engine's drain mode while the table keeps the room the items took as free
- * pages; the log store's own refusal gives them back. */
-static void test_drained_refill(void **state)
-{
-    (void)state;
-    need_tmpfs("drained_refill");
-    char dir[300], url[320];
-    snprintf(dir, sizeof dir, "%s/refill", mnt);
-    snprintf(url, sizeof url, "log:%s", dir);
-    setenv("KVQ_LOGSTORE_SEGMENT_BYTES", "1048576", 1);
-    uint64_t first = fill_by_batches(url);
-    setenv("KVQ_LOGSTORE_SEGMENT_BYTES", SEG_BYTES, 1);
-    assert_true(first >= 1000);
-    kvq_db *db = open_url(url, 0);
-    kvq_queue *q;
-    assert_int_equal(kvq_queue_open(&q, db, KVQ_QUEUE_DURABLE, NULL, NULL), 0);
-    kvq_buf out[50];
-    for (int i = 0; i < 50; i++)
-        out[i] = (kvq_buf)KVQ_BUF_INIT;
-    uint64_t popped = 0;
-    size_t n = 0;
-    while (popped < first) {
-        int rc = kvq_queue_pop_k(out, &n, q, 50);
-        if (rc != 0)
-            fail_msg("pop_k after %llu of %llu: %s (%s)", (unsigned long long)popped,
-                     (unsigned long long)first, kvq_errname(rc), kvq_last_error());
-        assert_true(n > 0);
-        for (size_t i = 0; i < n; i++)
-            assert_int_equal(out[i].len, 2000);
-        popped += n;
-    }
-    assert_int_equal(popped, first);
-    assert_int_equal(qlen(q), 0);
-    kvq_queue_close(q);
-    kvq_db_close(db);
-    for (int i = 0; i < 50; i++)
-        kvq_buf_dispose(&out[i]);
-    uint64_t again = fill_by_batches(url);
-    printf("logfaults: drained_refill new=%llu refill=%llu free_after=%llu\n",
-           (unsigned long long)first, (unsigned long long)again,
-           (unsigned long long)free_bytes(mnt));
-    assert_true(2 * again >= first);
-    assert_int_equal(kt_rm_rf(dir), 0);
-}
-
-
 /* ---- read-only opens ---------------------------------------------------------------------- */
 
 static void put_keys(kvq_db *db, const char *prefix, int from, int to)
@@ -826,7 +753,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_full_disk_from_own_pushes),
         cmocka_unit_test(test_full_disk_small_checkpoints),
         cmocka_unit_test(test_drain_mode_left_with_room),
-        cmocka_unit_test(test_drained_refill),
         cmocka_unit_test(test_read_only_open),
         cmocka_unit_test(test_read_only_file_system),
         cmocka_unit_test(test_damage_reported),
