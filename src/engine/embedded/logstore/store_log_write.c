@@ -50,6 +50,18 @@ static int table_spare(emb_store *s, uint64_t seg)
     return free_bytes >= seg && free_bytes >= log;
 }
 
+static int space_short(emb_store *s);
+
+/* After one of space_short's steps that make room (taken with space_forced set, so that the
+ * look below does not take it again): the room looked at anew. */
+static int space_recheck(emb_store *s)
+{
+    s->space_at = 0;
+    int short_now = space_short(s);
+    s->space_forced = 0;
+    return short_now;
+}
+
 /* Is the disk short of the room the log store needs to go on: room for a checkpoint of its
  * live data (written whole before the log it replaces is released: the only way the log's disk
  * is ever given back) and for a spare segment when none is ready? Segments are preallocated, so
@@ -93,10 +105,7 @@ static int space_short(emb_store *s)
         s->space_forced = 1;
         if (kvq__ls_do_checkpoint(s, 1, NULL) != 0)
             kvq__error_clear();
-        s->space_at = 0;
-        int short_now = space_short(s);
-        s->space_forced = 0;
-        return short_now;
+        return space_recheck(s);
     }
     if (s->space_short && !s->space_forced && table_spare(s, seg) &&
         (s->give_back_at == 0 || now - s->give_back_at >= LS_GIVE_BACK_RETRY_US)) {
@@ -113,10 +122,7 @@ static int space_short(emb_store *s)
             lack = seg - fs;
         int gave = kvq__logstore_give_back(s, lack > 0 ? lack : 1);
         s->give_back_at = gave ? 0 : now;
-        s->space_at = 0;
-        int short_now = space_short(s);
-        s->space_forced = 0;
-        return short_now;
+        return space_recheck(s);
     }
     uint64_t room = avail > need ? avail - need : 0;
     if (fs - (fs < seg ? fs : seg) < room)
